@@ -1,0 +1,186 @@
+"""Bad input: every rejection is a 4xx with a JSON reason, counted, and writes no event."""
+
+import gzip
+import hashlib
+import json
+import time
+
+import pytest
+
+from tests.conftest import OLD_SECRET, SECRET
+from tests.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
+from webhook import keys, samples
+
+NO_EVENT_KEYS = {keys.STATS, keys.REJECTIONS}
+
+
+def post(client, body: bytes, headers: dict[str, str]):  # noqa: ANN001, ANN201
+    return client.post("/webhooks/stripe", data=body, headers=headers)
+
+
+def assert_rejected(response, redis, reason: str, status: int = 400) -> None:  # noqa: ANN001
+    assert response.status_code == status
+    assert response.get_json()["error"] == reason
+    counters = stats(redis)
+    assert counters["rejected"] == 1
+    assert counters[f"rejected:{reason}"] == 1
+    assert "deliveries" not in counters and "events" not in counters
+    remaining = {k for k in ledger_keys(redis) if not k.startswith(keys.request(""))}
+    assert remaining == NO_EVENT_KEYS
+    record = json.loads(redis.lindex(keys.REJECTIONS, 0))
+    assert record["reason"] == reason and "at" in record and "remote" in record
+
+
+def body_and_headers(rng, **sign_kwargs):  # noqa: ANN001, ANN201
+    _, body = paid_event(rng)
+    return body, signed_headers(body, **sign_kwargs)
+
+
+def test_missing_header(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    del headers["Stripe-Signature"]
+    assert_rejected(post(client, body, headers), redis, "missing_signature")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "garbage",
+        "t=abc,v1=00",
+        "v1=00",
+        "t=1,t=2,v1=00",
+        "t=1;v1=00",
+        "t=１２,v1=00",
+        "t=" + "9" * 40,
+    ],
+)
+def test_malformed_header(client, redis, rng, header: str) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    headers["Stripe-Signature"] = header
+    assert_rejected(post(client, body, headers), redis, "malformed_signature_header")
+
+
+def test_no_v1_signature(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    headers["Stripe-Signature"] = f"t={int(time.time())},v0=abc"
+    assert_rejected(post(client, body, headers), redis, "no_v1_signature")
+
+
+def test_signature_mismatch_with_every_secret(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng, secret="whsec_someone_else")
+    assert_rejected(post(client, body, headers), redis, "signature_mismatch")
+
+
+def test_tampered_body(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    tampered = body.replace(b'"livemode": false', b'"livemode": true', 1)
+    assert tampered != body
+    assert_rejected(post(client, tampered, headers), redis, "signature_mismatch")
+
+
+@pytest.mark.parametrize("offset", [-301, -86400, 301, 10**9])
+def test_timestamp_outside_tolerance(client, redis, rng, offset: int) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng, timestamp=int(time.time()) + offset)
+    assert_rejected(post(client, body, headers), redis, "timestamp_outside_tolerance")
+
+
+def test_body_too_large(client, redis) -> None:  # noqa: ANN001
+    body = b"{" + b" " * (512 * 1024) + b"}"
+    assert_rejected(post(client, body, signed_headers(body)), redis, "body_too_large", 413)
+
+
+def test_non_utf8_body(client, redis) -> None:  # noqa: ANN001
+    body = b'{"id": "evt_\xff"}'
+    headers = signed_headers(b"{}")
+    assert_rejected(post(client, body, headers), redis, "invalid_encoding")
+
+
+def test_non_json_body(client, redis) -> None:  # noqa: ANN001
+    body = b"this is not json"
+    assert_rejected(post(client, body, signed_headers(body)), redis, "invalid_json")
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        [],
+        {"id": "ch_123", "type": "charge.succeeded", "data": {"object": {}}},
+        {"id": "evt_1", "data": {"object": {}}},
+        {"id": "evt_1", "type": "x", "data": {}},
+        {"id": "evt_1", "type": "x", "data": {"object": "str"}},
+        {"id": 12, "type": "x", "data": {"object": {}}},
+    ],
+)
+def test_json_that_is_not_a_stripe_event(client, redis, event) -> None:  # noqa: ANN001
+    body = json.dumps(event).encode()
+    assert_rejected(post(client, body, signed_headers(body)), redis, "not_a_stripe_event")
+
+
+def test_wrong_method(client, redis) -> None:  # noqa: ANN001
+    assert_rejected(client.get("/webhooks/stripe"), redis, "method_not_allowed", 405)
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_wrong_content_type(client, redis, rng, content_type: str) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    headers["Content-Type"] = content_type
+    assert_rejected(post(client, body, headers), redis, "unsupported_media_type", 415)
+
+
+def test_compressed_request_body(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    headers["Content-Encoding"] = "gzip"
+    assert_rejected(
+        post(client, gzip.compress(body), headers), redis, "unsupported_media_type", 415
+    )
+
+
+def test_rejection_keeps_size_and_hash_never_the_body(client, redis) -> None:  # noqa: ANN001
+    body = b'{"secret": "card 4242 4242 4242 4242"}'
+    post(client, body, signed_headers(body, secret="whsec_wrong"))
+    record = json.loads(redis.lindex(keys.REJECTIONS, 0))
+    assert record["size"] == len(body)
+    assert record["sha256"] == hashlib.sha256(body).hexdigest()
+    dump = b"".join(redis.dump(k) or b"" for k in redis.scan_iter())
+    assert b"4242" not in dump
+
+
+def test_rotated_secret_is_accepted_and_recorded_by_position(client, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    response = post(client, body, signed_headers(body, secret=OLD_SECRET))
+    assert response.status_code == 200
+    assert redis.hget(keys.event(event["id"]), "secret") == b"1"
+    assert stats(redis)["secret:1"] == 1
+    dump = b"".join(redis.dump(k) or b"" for k in redis.scan_iter())
+    assert SECRET.encode() not in dump and OLD_SECRET.encode() not in dump
+
+
+def test_accepted_delivery_answer(client, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    first = post(client, body, signed_headers(body))
+    again = post(client, body, signed_headers(body))
+    assert first.status_code == 200 and again.status_code == 200
+    assert first.get_json() == {"event_id": event["id"], "deliveries": 1, "duplicate": False}
+    assert again.get_json() == {"event_id": event["id"], "deliveries": 2, "duplicate": True}
+    assert first.mimetype == "application/json"
+
+
+def test_same_id_different_bytes_is_counted_and_flagged(client, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    post(client, body, signed_headers(body))
+    changed = samples.encode({**event, "pending_webhooks": 7})
+    assert post(client, changed, signed_headers(changed)).get_json()["deliveries"] == 2
+    record = redis.hgetall(keys.event(event["id"]))
+    assert record[b"conflicts"] == b"1"
+    assert record[b"sha"] == hashlib.sha256(body).hexdigest().encode()
+    assert record[b"conflict_sha"] == hashlib.sha256(changed).hexdigest().encode()
+    assert stats(redis)["conflicts"] == 1
+
+
+def test_user_agent_alone_does_not_make_a_delivery_stripe(client, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    headers = signed_headers(body)
+    headers["User-Agent"] = "curl/8"
+    post(client, body, headers)
+    assert redis.hget(keys.event(event["id"]), "src:other") == b"1"
+    assert STRIPE_UA.startswith("Stripe/")

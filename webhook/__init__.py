@@ -1,0 +1,50 @@
+"""Stripe webhook intake with an exact Redis delivery ledger.
+
+Reading order for one request: receiver.py (the view) -> intake.py (checks) ->
+verify.py (signature) -> events.py (payment key) -> ledger.py + lua/record_delivery.lua
+(the one Redis round trip, which also enqueues the RQ job) -> workers/jobs.py.
+"""
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from webhook import settings as settings_module
+from webhook import store
+
+
+class ConfigError(RuntimeError):
+    """The service cannot start with this configuration."""
+
+
+def configure_logging() -> None:
+    """One JSON line per delivery on stderr (the messages are JSON already)."""
+    logger = logging.getLogger("webhook")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+    """App factory: defaults, then the environment, then ``test_config``."""
+    app = Flask(__name__)
+    settings = settings_module.load(**dict(test_config or {}))
+    if not settings.secrets:
+        raise ConfigError("STRIPE_WEBHOOK_SECRET is not set (one or more comma-separated whsec_)")
+    app.config.from_mapping(settings.as_dict())
+    app.config["SETTINGS"] = settings
+    configure_logging()
+
+    store.init_app(app)
+
+    from webhook import ops, receiver
+
+    app.register_blueprint(receiver.bp)
+    app.register_blueprint(ops.health_bp)
+    app.register_blueprint(ops.ops_bp)
+    return app

@@ -1,0 +1,79 @@
+"""Every tunable and constant of the service, documented in one place.
+
+Settings are read from the environment by ``create_app`` (plain names such as
+``REDIS_URL``) and by the worker and CLI through :func:`webhook.settings.load`.
+"""
+
+REDIS_URL = "redis://127.0.0.1:6389/0"
+"""Where the ledger lives. The bundled ``config/redis.conf`` listens on 6389 so a
+system Redis on 6379 is never touched by accident."""
+
+REDIS_SOCKET_TIMEOUT = 2.0
+"""Seconds a ledger command may take before redis-py gives up on the reply."""
+
+REDIS_RETRIES = 3
+"""Retries of a ledger command after a timeout or a dropped connection. Safe
+because every ledger write is idempotent per request id."""
+
+STRIPE_WEBHOOK_TOLERANCE = 300
+"""Seconds a signature timestamp may be away from now (Stripe's own default)."""
+
+MAX_BODY_BYTES = 512 * 1024
+"""Largest body accepted; larger ones get 413 and are not read."""
+
+EVENT_RETENTION_DAYS = 30
+"""Event records and their payloads expire after this (Stripe keeps events 30 days)."""
+
+PAYMENT_RETENTION_DAYS = 0
+"""0 keeps payment records for ever: a late resend must never fulfil twice."""
+
+REQUEST_ID_TTL = 3600
+"""Seconds a request id's answer is kept so a retried ledger write is not counted twice."""
+
+RECENT_REJECTIONS = 1000
+"""Length of the capped list of recent rejections."""
+
+RECENT_LATENCIES = 10000
+"""Fulfil latency samples kept for percentiles."""
+
+QUEUE_NAME = "fulfilment"
+"""The RQ queue that fulfilment jobs go to."""
+
+FULFILMENT_ACTION = "sqlite:///var/downstream.sqlite3"
+"""The downstream action: ``sqlite:///PATH``, ``http(s)://URL`` or ``module:function``."""
+
+FULFILMENT_REPLAY_SAFE = False
+"""Whether an HTTP or callable action may be re-run after an interrupted attempt."""
+
+FULFILMENT_TIMEOUT = 10.0
+"""Seconds one downstream call may take."""
+
+LEASE_SECONDS = 30
+"""How long an attempt holds a payment; must exceed FULFILMENT_TIMEOUT."""
+
+MAX_ATTEMPTS = 5
+"""Attempts before a payment is failed (a dead letter)."""
+
+RETRY_BASE_SECONDS = 1.0
+"""Backoff of the first retry; doubles per attempt."""
+
+RETRY_MAX_SECONDS = 300.0
+"""Cap on the backoff."""
+
+QUEUED_GRACE_SECONDS = 30
+"""A queued payment whose job is missing from RQ this long is re-enqueued by the sweeper."""
+
+SWEEP_INTERVAL = 2.0
+"""Seconds between sweeps of the sweeper process."""
+
+PAID_EVENT_TYPES = (
+    "payment_intent.succeeded",
+    "charge.succeeded",
+    "checkout.session.completed",
+    "checkout.session.async_payment_succeeded",
+    "invoice.paid",
+)
+"""Event types that mean "paid" (each with its own condition, see events.py)."""
+
+REPLAY_HEADER = "X-Webhook-Replay"
+"""Header the replay script sets; the ledger records such deliveries as source ``replay``."""

@@ -1,0 +1,181 @@
+"""The delivery ledger: Lua scripts that record deliveries and rejections in Redis.
+
+Each accepted delivery is one EVALSHA of ``lua/record_delivery.lua``: the event
+record, the global counters, the payment record and (for the first paid event of a
+payment) the RQ job are written together or not at all.
+"""
+
+import hashlib
+import os
+import zlib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import orjson
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+
+from webhook import defaults, keys
+from webhook.events import Classified
+from webhook.exceptions import LedgerUnavailable
+from webhook.settings import Settings
+
+FULFIL_JOB = "workers.jobs.fulfil_payment"
+PAYLOAD_COMPRESSION_LEVEL = 6
+
+
+def load_script(package: str, name: str) -> str:
+    return resources.files(package).joinpath("lua", name).read_text()
+
+
+def new_request_id() -> str:
+    """A per-HTTP-request id that makes a retried ledger write count once."""
+    return os.urandom(12).hex()
+
+
+def compress_payload(body: bytes) -> bytes:
+    """Payloads are stored once, zlib-compressed (about a third of their size)."""
+    return zlib.compress(body, PAYLOAD_COMPRESSION_LEVEL)
+
+
+def decompress_payload(stored: bytes) -> bytes:
+    return zlib.decompress(stored)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one accepted HTTP request tells the ledger."""
+
+    event: dict[str, Any]
+    body: bytes
+    classified: Classified
+    secret_index: int
+    source: str
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    deliveries: int
+    duplicate: bool
+    conflict: bool
+    enqueued: bool
+    payment_state: str
+
+
+class Ledger:
+    """Writes to the ledger; one instance per process, shared by its threads."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.queue = Queue(settings.QUEUE_NAME, connection=redis)
+        self._record = redis.register_script(load_script("webhook", "record_delivery.lua"))
+        self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
+
+    def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
+        """The RQ commands that enqueue a fulfilment job, captured rather than sent.
+
+        RQ writes the job through a pipeline; we build it with RQ's own code and hand
+        the captured commands to the ledger script, which runs them only if this
+        delivery is the one that moves the payment to ``queued``.
+        """
+        job = self.queue.create_job(
+            FULFIL_JOB,
+            args=(payment_key,),
+            timeout=int(self.settings.LEASE_SECONDS),
+            result_ttl=3600,
+            failure_ttl=7 * 86400,
+            description=f"fulfil {payment_key}",
+        )
+        pipe = self.redis.pipeline(transaction=False)
+        self.queue.enqueue_job(job, pipeline=pipe)
+        flat: list[Any] = []
+        for args, _options in pipe.command_stack:
+            flat.append(len(args))
+            flat.extend(args)
+        pipe.reset()
+        return job.id, flat
+
+    def record_delivery(self, delivery: Delivery) -> Recorded:
+        """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""
+        event, c, s = delivery.event, delivery.classified, self.settings
+        obj = event["data"]["object"]
+        pk = c.payment_key or ""
+        job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
+        script_keys = [
+            keys.event(event["id"]),
+            keys.STATS,
+            keys.request(delivery.request_id),
+            keys.EVENT_INDEX,
+            keys.payment(pk) if pk else "",
+            keys.PAYMENT_INDEX,
+            keys.PAYMENT_STATES,
+            keys.DUE,
+        ]
+        args = [
+            event["id"],
+            event["type"],
+            _scalar(event.get("created")),
+            "1" if event.get("livemode") is True else "0",
+            _scalar(event.get("api_version")),
+            pk,
+            c.role,
+            "1" if c.paid else "0",
+            delivery.secret_index,
+            delivery.source,
+            hashlib.sha256(delivery.body).hexdigest(),
+            compress_payload(delivery.body),
+            s.EVENT_RETENTION_DAYS * 86400,
+            defaults.REQUEST_ID_TTL,
+            s.PAYMENT_RETENTION_DAYS * 86400,
+            s.QUEUED_GRACE_SECONDS * 1000,
+            _scalar(_amount(obj)),
+            _scalar(obj.get("currency")),
+            job_id,
+            *commands,
+        ]
+        try:
+            n, dup, conflict, enqueued, state = self._record(keys=script_keys, args=args)
+        except RedisError as exc:
+            raise LedgerUnavailable(str(exc)) from exc
+        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), _text(state))
+
+    def record_rejection(self, reason: str, record: dict[str, Any], request_id: str) -> bool:
+        """Count a rejection; returns False (and loses only the count) if Redis is down."""
+        try:
+            self._reject(
+                keys=[keys.STATS, keys.REJECTIONS, keys.request(request_id)],
+                args=[
+                    reason,
+                    orjson.dumps(record),
+                    defaults.RECENT_REJECTIONS,
+                    defaults.REQUEST_ID_TTL,
+                ],
+            )
+        except RedisError:
+            return False
+        return True
+
+
+def _amount(obj: dict[str, Any]) -> object:
+    for name in ("amount_received", "amount_captured", "amount_total", "amount_paid", "amount"):
+        value = obj.get(name)
+        if isinstance(value, int) and value:
+            return value
+    return obj.get("amount")
+
+
+def _scalar(value: object) -> str:
+    """A JSON scalar as the string Redis stores; anything else becomes ''."""
+    if value is None or isinstance(value, dict | list):
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)[:255]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")

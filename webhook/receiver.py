@@ -1,0 +1,90 @@
+"""The Stripe-facing blueprint: verify, record, answer. No fulfilment happens here."""
+
+import hashlib
+import logging
+import time
+
+import orjson
+from flask import Blueprint, Response, current_app, request
+
+from webhook.defaults import REPLAY_HEADER
+from webhook.events import classify
+from webhook.exceptions import LedgerUnavailable, Rejected
+from webhook.intake import delivery_source, parse_event, read_body
+from webhook.ledger import Delivery, new_request_id
+from webhook.settings import Settings
+from webhook.store import get_ledger
+
+bp = Blueprint("receiver", __name__)
+log = logging.getLogger("webhook.delivery")
+ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def json_response(payload: dict[str, object], status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+
+
+@bp.route("/webhooks/stripe", methods=ANY_METHOD)
+def stripe_webhook() -> Response:
+    started = time.perf_counter()
+    settings: Settings = current_app.config["SETTINGS"]
+    request_id = new_request_id()
+    body = b""
+    try:
+        body = read_body(request, settings.MAX_BODY_BYTES)
+        event, secret_index = parse_event(body, request.headers.get("Stripe-Signature"), settings)
+    except Rejected as rejected:
+        return reject(rejected, body, request_id)
+    delivery = Delivery(
+        event=event,
+        body=body,
+        classified=classify(event, settings.PAID_EVENT_TYPES),
+        secret_index=secret_index,
+        source=delivery_source(
+            request.headers.get("User-Agent", ""),
+            request.headers.get(REPLAY_HEADER),
+            settings.secret_labels[secret_index],
+        ),
+        request_id=request_id,
+    )
+    try:
+        recorded = get_ledger().record_delivery(delivery)
+    except LedgerUnavailable as exc:
+        log.error(orjson.dumps({"event_id": event["id"], "status": 503, "error": str(exc)}))
+        return json_response({"error": "ledger_unavailable", "retry": True}, 503)
+    log.info(
+        orjson.dumps(
+            {
+                "event_id": event["id"],
+                "type": event["type"],
+                "payment": delivery.classified.payment_key,
+                "deliveries": recorded.deliveries,
+                "status": 200,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            }
+        ).decode()
+    )
+    return json_response(
+        {
+            "event_id": event["id"],
+            "deliveries": recorded.deliveries,
+            "duplicate": recorded.duplicate,
+        }
+    )
+
+
+def reject(rejected: Rejected, body: bytes, request_id: str) -> Response:
+    """Count the rejection (never the body itself) and answer with its reason."""
+    record = {
+        "reason": rejected.reason,
+        "status": rejected.status,
+        "size": len(body) if body else (request.content_length or 0),
+        "sha256": hashlib.sha256(body).hexdigest() if body else None,
+        "remote": request.remote_addr,
+        "method": request.method,
+    }
+    get_ledger().record_rejection(rejected.reason, record, request_id)
+    payload: dict[str, object] = {"error": rejected.reason}
+    if rejected.detail:
+        payload["detail"] = rejected.detail
+    return json_response(payload, rejected.status)

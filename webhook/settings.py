@@ -1,0 +1,75 @@
+"""Settings read from the environment, shared by the web app, the worker and the CLI."""
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+
+from webhook import defaults
+
+
+@dataclass(frozen=True)
+class Settings:
+    REDIS_URL: str = defaults.REDIS_URL
+    REDIS_SOCKET_TIMEOUT: float = defaults.REDIS_SOCKET_TIMEOUT
+    REDIS_RETRIES: int = defaults.REDIS_RETRIES
+    STRIPE_WEBHOOK_SECRET: str = ""
+    STRIPE_WEBHOOK_SECRET_LABELS: str = ""
+    STRIPE_WEBHOOK_TOLERANCE: int = defaults.STRIPE_WEBHOOK_TOLERANCE
+    MAX_BODY_BYTES: int = defaults.MAX_BODY_BYTES
+    EVENT_RETENTION_DAYS: int = defaults.EVENT_RETENTION_DAYS
+    PAYMENT_RETENTION_DAYS: int = defaults.PAYMENT_RETENTION_DAYS
+    OPS_TOKEN: str = ""
+    QUEUE_NAME: str = defaults.QUEUE_NAME
+    FULFILMENT_ACTION: str = defaults.FULFILMENT_ACTION
+    FULFILMENT_REPLAY_SAFE: bool = defaults.FULFILMENT_REPLAY_SAFE
+    FULFILMENT_TIMEOUT: float = defaults.FULFILMENT_TIMEOUT
+    LEASE_SECONDS: int = defaults.LEASE_SECONDS
+    MAX_ATTEMPTS: int = defaults.MAX_ATTEMPTS
+    RETRY_BASE_SECONDS: float = defaults.RETRY_BASE_SECONDS
+    RETRY_MAX_SECONDS: float = defaults.RETRY_MAX_SECONDS
+    QUEUED_GRACE_SECONDS: int = defaults.QUEUED_GRACE_SECONDS
+    SWEEP_INTERVAL: float = defaults.SWEEP_INTERVAL
+    PAID_EVENT_TYPES: tuple[str, ...] = field(default=defaults.PAID_EVENT_TYPES)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The webhook secrets in the order given; a delivery records the index that matched."""
+        return [s.strip() for s in self.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
+
+    @property
+    def secret_labels(self) -> list[str]:
+        """A name per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its position."""
+        given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
+        return [given[i] if i < len(given) else str(i) for i in range(len(self.secrets))]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _convert(raw: str, kind: object) -> object:
+    if kind is bool or kind == "bool":
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if kind is int or kind == "int":
+        return int(raw)
+    if kind is float or kind == "float":
+        return float(raw)
+    if str(kind).startswith("tuple"):
+        return tuple(s.strip() for s in raw.split(",") if s.strip())
+    return raw
+
+
+def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build settings from defaults, then the environment, then explicit overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for f in fields(Settings):
+        if f.name in env:
+            values[f.name] = _convert(env[f.name], f.type)
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def from_config(config: Mapping[str, object]) -> Settings:
+    """Settings from a Flask config (which was filled from :func:`load`)."""
+    names = {f.name for f in fields(Settings)}
+    return Settings(**{k: v for k, v in config.items() if k in names})  # type: ignore[arg-type]
