@@ -45,6 +45,16 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.
         proc.wait(timeout)
 
 
+def spawn(argv: list[str], env: dict[str, str], log: Path | None) -> subprocess.Popen:
+    """Start a process in the project root, its output appended to ``log``."""
+    if log is None:
+        return subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
+
+
 class RedisServer:
     """A redis-server on a free port with the shipped config, data in ``workdir``."""
 
@@ -111,13 +121,10 @@ class Gunicorn:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "Gunicorn":
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), "webhook.wsgi:app"],
-            env=self.env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=out,
+            self.env,
+            self.log,
         )
         wait_for_port(self.port, proc=self.proc)
         return self

@@ -104,7 +104,10 @@ class Ledger:
         event, c, s = delivery.event, delivery.classified, self.settings
         obj = event["data"]["object"]
         pk = c.payment_key or ""
-        job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
+        try:
+            job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
+        except RedisError as exc:  # RQ asks the server's version once per process
+            raise LedgerUnavailable(str(exc)) from exc
         script_keys = [
             keys.event(event["id"]),
             keys.STATS,

@@ -1,0 +1,138 @@
+"""End to end over real HTTP to gunicorn (2 workers) and a real redis-server."""
+
+import hashlib
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+import requests
+
+from tests.conftest import OPS_TOKEN, SECRET
+from tests.helpers import STRIPE_UA, paid_event, signed_headers, stats
+from tests.processes import Gunicorn, free_port, service_env
+from webhook import keys
+from webhook.ledger import decompress_payload
+
+
+def test_case_study_control(web, redis, rng) -> None:  # noqa: ANN001
+    """1 original + 2 signed replays of the same bytes + 1 invalid signature."""
+    event, body = paid_event(rng)
+    url = f"{web.url}/webhooks/stripe"
+    answers = [requests.post(url, data=body, headers=signed_headers(body)) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert [a.json()["deliveries"] for a in answers] == [1, 2, 3]
+    forged = requests.post(url, data=body, headers=signed_headers(body, secret="whsec_forged"))
+    assert forged.status_code == 400 and forged.json() == {"error": "signature_mismatch"}
+
+    counters = stats(redis)
+    assert counters["deliveries"] == 3
+    assert counters["events"] == 1
+    assert counters["duplicates"] == 2
+    assert counters["rejected"] == 1 and counters["rejected:signature_mismatch"] == 1
+    stored = redis.hget(keys.event(event["id"]), "body")
+    assert (
+        hashlib.sha256(decompress_payload(stored)).hexdigest() == hashlib.sha256(body).hexdigest()
+    )
+    summary = requests.get(
+        f"{web.url}/ops/api/summary", headers={"Authorization": f"Bearer {OPS_TOKEN}"}
+    ).json()
+    assert (summary["deliveries"], summary["events"], summary["rejected"]) == (3, 1, 1)
+    assert summary["rejected_by_reason"] == {"signature_mismatch": 1}
+
+
+def test_stripe_cli_shaped_requests(web, redis, rng) -> None:  # noqa: ANN001
+    """Exactly as `stripe listen` forwards: charset, Stripe UA, v1 and v0, gzip accepted."""
+    event, body = paid_event(rng)
+    headers = {
+        "Content-Type": "application/json; charset=utf-8",
+        "User-Agent": STRIPE_UA,
+        "Stripe-Signature": signed_headers(body, v0=True)["Stripe-Signature"],
+        "Accept-Encoding": "gzip",
+        "Accept": "*/*; q=0.5, application/xml",
+        "Cache-Control": "no-cache",
+    }
+    assert ",v0=" in headers["Stripe-Signature"]
+    answer = requests.post(f"{web.url}/webhooks/stripe", data=body, headers=headers)
+    assert answer.status_code == 200
+    assert answer.json() == {"event_id": event["id"], "deliveries": 1, "duplicate": False}
+    assert redis.hget(keys.event(event["id"]), "src:stripe") == b"1"
+
+
+def test_fifty_concurrent_copies_over_http(web, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    url = f"{web.url}/webhooks/stripe"
+    start = threading.Barrier(50)
+
+    def send(_: int) -> int:
+        start.wait()
+        answer = requests.post(url, data=body, headers=signed_headers(body), timeout=30)
+        assert answer.status_code == 200
+        return int(answer.json()["deliveries"])
+
+    with ThreadPoolExecutor(50) as pool:
+        seen = sorted(pool.map(send, range(50)))
+    assert seen == list(range(1, 51))
+    counters = stats(redis)
+    assert (counters["deliveries"], counters["events"], counters["duplicates"]) == (50, 1, 49)
+    assert redis.hget(keys.event(event["id"]), "n") == b"50"
+    assert redis.llen("rq:queue:fulfilment") == 1
+
+
+def test_redis_down_answers_503_fast_and_recovers(redis_server, redis, rng, tmp_path) -> None:  # noqa: ANN001
+    """Nothing is acknowledged that the ledger did not record; the service heals by itself."""
+    from tests.processes import RedisServer
+
+    port = free_port()
+    env = service_env(
+        f"redis://127.0.0.1:{port}/0", {"STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN}
+    )
+    web = Gunicorn(env, workers=1, log=tmp_path / "web.log").start()
+    try:
+        event, body = paid_event(rng)
+        url = f"{web.url}/webhooks/stripe"
+        began = time.monotonic()
+        down = requests.post(url, data=body, headers=signed_headers(body), timeout=10)
+        assert down.status_code == 503 and down.json()["error"] == "ledger_unavailable"
+        assert time.monotonic() - began < 3
+        assert requests.get(f"{web.url}/readyz").status_code == 503
+        assert requests.get(f"{web.url}/healthz").status_code == 200
+        late = RedisServer(tmp_path / "late", port=port).start()
+        try:
+            up = requests.post(url, data=body, headers=signed_headers(body), timeout=10)
+            assert up.status_code == 200 and up.json()["deliveries"] == 1
+            assert requests.get(f"{web.url}/readyz").status_code == 200
+        finally:
+            late.stop()
+    finally:
+        web.stop()
+
+
+def test_ops_summary_needs_the_token(web, redis) -> None:  # noqa: ANN001
+    url = f"{web.url}/ops/api/summary"
+    assert requests.get(url).status_code == 401
+    assert requests.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert requests.get(url, headers={"Authorization": f"Bearer {OPS_TOKEN}"}).status_code == 200
+
+
+def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    requests.post(f"{web.url}/webhooks/stripe", data=body, headers=signed_headers(body))
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "summary", "--json"],
+        env=service_env(redis_server.url),
+        capture_output=True,
+        check=True,
+    )
+    data = orjson.loads(out.stdout)
+    assert (data["deliveries"], data["events"], data["payments"]["queued"]) == (1, 1, 1)
+    table = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "summary"],
+        env=service_env(redis_server.url),
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    assert "deliveries" in table.stdout and "queued" in table.stdout
