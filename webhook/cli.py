@@ -79,5 +79,91 @@ def summary(ctx: Context, as_json: bool) -> None:
     emit(data, as_json, kv_table("Webhook ledger", rows))
 
 
+@main.command()
+@click.argument("payment_key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
+    """One payment: state, events, attempts, receipt."""
+    record = run(lambda: readout.payment(ctx.redis, payment_key))
+    if record is None:
+        console.print(f"no payment {payment_key}")
+        sys.exit(EXIT_NOT_FOUND)
+    rows = {k: v for k, v in record.items() if k != "attempts"}
+    table = kv_table(f"Payment {payment_key}", rows)
+    for attempt in record["attempts"]:
+        table.add_row("attempt", attempt)
+    emit(record, as_json, table)
+
+
+def _decide(ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...]) -> None:
+    from workers.attempts import Attempts
+
+    verdict, state = run(
+        lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
+    )
+    if verdict != "ok":
+        console.print(f"refused: {payment_key} is {state or 'unknown'}, not {' or '.join(allowed)}")
+        sys.exit(EXIT_NOT_FOUND)
+    console.print(f"{payment_key}: {state}")
+
+
+@main.command()
+@click.argument("payment_key")
+@click.pass_obj
+def retry(ctx: Context, payment_key: str) -> None:
+    """Re-queue a failed payment with a fresh attempt budget."""
+    _decide(ctx, payment_key, "retry", ("failed",))
+
+
+@main.command()
+@click.argument("payment_key")
+@click.option("--fulfilled", "decision", flag_value="fulfilled", help="The effect happened.")
+@click.option("--retry", "decision", flag_value="retry", help="Run the action again.")
+@click.pass_obj
+def resolve(ctx: Context, payment_key: str, decision: str | None) -> None:
+    """A person's decision on an interrupted payment (checked the downstream by hand)."""
+    if decision is None:
+        raise click.UsageError("say --fulfilled or --retry")
+    _decide(ctx, payment_key, decision, ("interrupted",))
+
+
+@main.command()
+@click.option("--loop", is_flag=True, help="Keep sweeping every SWEEP_INTERVAL seconds.")
+@click.pass_obj
+def sweep(ctx: Context, loop: bool) -> None:
+    """Re-enqueue lost jobs, due retries and expired leases; surface interrupted payments."""
+    from workers.attempts import Attempts
+    from workers.sweeper import run_forever, sweep_once
+
+    attempts = Attempts(ctx.redis, ctx.settings)
+    if loop:
+        run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
+    done = run(lambda: sweep_once(attempts))
+    console.print(dict(done) or "nothing due")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def downstream(ctx: Context, as_json: bool) -> None:
+    """The built-in SQLite downstream's own record: calls and applied effects per payment."""
+    from workers.downstream import read_downstream
+
+    spec = ctx.settings.FULFILMENT_ACTION
+    if not spec.startswith("sqlite:///"):
+        console.print("FULFILMENT_ACTION is not the built-in SQLite downstream")
+        sys.exit(EXIT_NOT_FOUND)
+    data = read_downstream(spec.removeprefix("sqlite:///"))
+    table = Table(title="Downstream (SQLite)")
+    for column in ("payment", "calls", "applied", "already_applied", "effects"):
+        table.add_column(column, justify="right" if column != "payment" else "left")
+    for key, row in data["payments"].items():
+        table.add_row(
+            key, *(str(row[c]) for c in ("calls", "applied", "already_applied", "effects"))
+        )
+    emit(data, as_json, table)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,48 @@
+"""Named fault points, off unless ``FAULTPOINT`` names them (tests and the soak use them).
+
+``FAULTPOINT=after_action`` kills the process (SIGKILL) when it reaches that point;
+``FAULTPOINT=after_lease:sleep:40`` sleeps 40 s there instead. Several points may be
+given, comma-separated. ``FAULT_PROBABILITY`` (default 1) fires each one at random.
+"""
+
+import os
+import random
+import signal
+import time
+
+POINTS = (
+    "receiver_after_verify",
+    "receiver_after_record",
+    "after_lease",
+    "before_action",
+    "after_action",
+    "during_record",
+    "sweeper_mid_scan",
+)
+
+
+def _armed() -> dict[str, list[str]]:
+    spec = os.environ.get("FAULTPOINT", "")
+    armed: dict[str, list[str]] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, *action = item.split(":")
+        if name not in POINTS:
+            raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+        armed[name] = action or ["kill"]
+    return armed
+
+
+ARMED = _armed()
+
+
+def fault(name: str) -> None:
+    """Fire the fault point ``name`` if it is armed; a no-op otherwise."""
+    action = ARMED.get(name)
+    if action is None:
+        return
+    if random.random() >= float(os.environ.get("FAULT_PROBABILITY", "1")):
+        return
+    if action[0] == "sleep":
+        time.sleep(float(action[1]))
+        return
+    os.kill(os.getpid(), signal.SIGKILL)

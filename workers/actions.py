@@ -1,0 +1,173 @@
+"""Downstream actions: what "fulfilling a payment" does, and whether it is replay-safe.
+
+An action is called with a :class:`Call` and returns a receipt (a small JSON-able
+dict). It raises TransientDownstreamError to be retried and PermanentDownstreamError
+to fail. ``replay_safe`` says whether calling it twice with the same idempotency key
+has one effect; only then is an interrupted attempt re-run automatically.
+"""
+
+import importlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import requests
+
+from workers.exceptions import (
+    ActionConfigError,
+    PermanentDownstreamError,
+    TransientDownstreamError,
+)
+
+Receipt = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    payment_key: str
+    idempotency_key: str
+    token: int
+    amount: int | None
+    currency: str
+    livemode: bool
+    event_ids: list[str]
+
+
+class Action(Protocol):
+    replay_safe: bool
+
+    def __call__(self, call: Call) -> Receipt: ...
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    payment_key TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('applied', 'already_applied'))
+);
+CREATE TABLE IF NOT EXISTS orders (
+    idempotency_key TEXT PRIMARY KEY,
+    payment_key TEXT NOT NULL,
+    amount INTEGER,
+    currency TEXT,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
+"""
+
+
+def open_downstream(path: str | Path) -> sqlite3.Connection:
+    """The SQLite order system, created on first use (WAL, so readers never block it)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA busy_timeout=10000")
+    db.executescript(SCHEMA)
+    return db
+
+
+class SqliteAction:
+    """A real order table: every call logged, the order row applied once per idempotency key."""
+
+    replay_safe = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, call: Call) -> Receipt:
+        db = open_downstream(self.path)
+        try:
+            now = time.time()
+            db.execute("BEGIN IMMEDIATE")
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    call.idempotency_key,
+                    call.payment_key,
+                    call.amount,
+                    call.currency,
+                    call.token,
+                    now,
+                ),
+            ).rowcount
+            outcome = "applied" if inserted else "already_applied"
+            row = db.execute(
+                "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (call.payment_key, call.idempotency_key, call.token, now, outcome),
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise TransientDownstreamError(f"sqlite: {exc}") from exc
+        finally:
+            db.close()
+        return {"outcome": outcome, "call_id": row.lastrowid}
+
+
+class HttpAction:
+    """POST the payment as JSON with a stable Idempotency-Key header."""
+
+    def __init__(self, url: str, timeout: float, replay_safe: bool) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.replay_safe = replay_safe
+
+    def __call__(self, call: Call) -> Receipt:
+        try:
+            answer = requests.post(
+                self.url,
+                json=asdict(call),
+                headers={"Idempotency-Key": call.idempotency_key},
+                timeout=self.timeout,
+            )
+        except requests.RequestException as exc:
+            raise TransientDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+        receipt = {"status": answer.status_code, "body": answer.text[:200]}
+        if 200 <= answer.status_code < 300 or answer.status_code == 409:
+            return receipt
+        if answer.status_code >= 500 or answer.status_code == 429:
+            raise TransientDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
+        raise PermanentDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
+
+
+class CallableAction:
+    """A user's ``module:function`` taking the call as a dict; same contract as the others."""
+
+    def __init__(self, target: str, replay_safe: bool) -> None:
+        module, _, name = target.partition(":")
+        try:
+            self.fn: Callable[[dict[str, Any]], Any] = getattr(
+                importlib.import_module(module), name
+            )
+        except (ImportError, AttributeError) as exc:
+            raise ActionConfigError(f"cannot import {target}: {exc}") from exc
+        self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
+
+    def __call__(self, call: Call) -> Receipt:
+        try:
+            result = self.fn(asdict(call))
+        except (TransientDownstreamError, PermanentDownstreamError):
+            raise
+        except Exception as exc:  # a user's bug or outage: retry, bounded by MAX_ATTEMPTS
+            raise TransientDownstreamError(f"{type(exc).__name__}: {exc}") from exc
+        return result if isinstance(result, dict) else {"result": result}
+
+
+def build_action(spec: str, timeout: float, replay_safe: bool) -> Action:
+    """The action named by FULFILMENT_ACTION."""
+    if spec.startswith("sqlite:///"):
+        return SqliteAction(spec.removeprefix("sqlite:///"))
+    if spec.startswith(("http://", "https://")):
+        return HttpAction(spec, timeout, replay_safe)
+    if ":" in spec:
+        return CallableAction(spec, replay_safe)
+    raise ActionConfigError(
+        f"FULFILMENT_ACTION {spec!r}: use sqlite:///PATH, http(s)://URL or module:function"
+    )

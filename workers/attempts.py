@@ -1,0 +1,127 @@
+"""The fulfilment state machine, kept in the ledger and changed only by Lua scripts.
+
+queued -> in_progress -> fulfilled, with retrying, failed (dead letter) and interrupted.
+Each attempt takes a lease and a fencing token; only the current token may call the
+downstream (mark_calling) or record the outcome (finish).
+"""
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import orjson
+from redis import Redis
+from rq.job import Job
+
+from webhook import defaults, keys
+from webhook.ledger import Ledger
+from webhook.settings import Settings
+
+
+def _script(name: str) -> str:
+    lua = resources.files("workers").joinpath("lua")
+    return lua.joinpath("common.lua").read_text() + "\n" + lua.joinpath(name).read_text()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Start:
+    verdict: str
+    token: int = 0
+    reason: str = ""
+
+
+class Attempts:
+    """One per process; every method is one atomic script call."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.ledger = Ledger(redis, settings)
+        names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator")
+        self.scripts = {n: redis.register_script(_script(f"{n}.lua")) for n in names}
+
+    def _keys(self, payment_key: str) -> list[str]:
+        return [
+            keys.payment(payment_key),
+            keys.attempts(payment_key),
+            keys.PAYMENT_STATES,
+            keys.DUE,
+            keys.STATS,
+        ]
+
+    def start(self, payment_key: str, job_id: str, replay_safe: bool) -> Start:
+        lease_ms = int(self.settings.LEASE_SECONDS * 1000)
+        args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key]
+        reply = self.scripts["start_attempt"](keys=self._keys(payment_key), args=args)
+        verdict, token, *reason = reply
+        return Start(_text(verdict), int(token), _text(reason[0]) if reason else "")
+
+    def mark_calling(self, payment_key: str, token: int) -> bool:
+        lease_ms = int(self.settings.LEASE_SECONDS * 1000)
+        script_keys = [keys.payment(payment_key), keys.attempts(payment_key)]
+        return bool(self.scripts["mark_calling"](keys=script_keys, args=[token, lease_ms]))
+
+    def finish(
+        self, payment_key: str, token: int, outcome: str, detail: str, call_ms: float
+    ) -> tuple[str, str]:
+        s = self.settings
+        args: list[Any] = [
+            token,
+            outcome,
+            detail,
+            round(call_ms, 2),
+            s.MAX_ATTEMPTS,
+            int(s.RETRY_BASE_SECONDS * 1000),
+            int(s.RETRY_MAX_SECONDS * 1000),
+            payment_key,
+            defaults.RECENT_LATENCIES,
+        ]
+        script_keys = [*self._keys(payment_key), keys.LATENCIES]
+        verdict, state = self.scripts["finish_attempt"](keys=script_keys, args=args)
+        return _text(verdict), _text(state)
+
+    def recover(self, payment_key: str) -> str:
+        """The sweeper's step for one due payment; returns what it did."""
+        job_id, commands = self.ledger.enqueue_commands(payment_key)
+        args: list[Any] = [
+            payment_key,
+            self.settings.QUEUED_GRACE_SECONDS * 1000,
+            Job.redis_job_namespace_prefix,
+            job_id,
+            *commands,
+        ]
+        script_keys = [*self._keys(payment_key), self.ledger.queue.key]
+        (verdict,) = self.scripts["recover"](keys=script_keys, args=args)
+        return _text(verdict)
+
+    def decide(
+        self, payment_key: str, decision: str, allowed: tuple[str, ...], note: str
+    ) -> tuple[str, str]:
+        """A person's retry or resolution; refused unless the payment is in ``allowed``."""
+        job_id, commands = self.ledger.enqueue_commands(payment_key)
+        args: list[Any] = [
+            payment_key,
+            decision,
+            " ".join(allowed),
+            note,
+            self.settings.QUEUED_GRACE_SECONDS * 1000,
+            job_id,
+            *commands,
+        ]
+        verdict, state = self.scripts["operator"](keys=self._keys(payment_key), args=args)
+        return _text(verdict), _text(state)
+
+    def payment_call_fields(self, payment_key: str) -> dict[str, str]:
+        raw = self.redis.hmget(
+            keys.payment(payment_key), ["amount", "currency", "livemode", "events"]
+        )
+        names = ("amount", "currency", "livemode", "events")
+        return {n: _text(v) if v is not None else "" for n, v in zip(names, raw, strict=True)}
+
+
+def encode_receipt(receipt: dict[str, Any]) -> str:
+    return orjson.dumps(receipt).decode()

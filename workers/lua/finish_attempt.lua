@@ -1,0 +1,56 @@
+-- Record how an attempt ended, only if its fencing token is still the payment's.
+-- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 latencies
+-- ARGV: 1 token, 2 outcome (fulfilled|retry|failed), 3 receipt or error, 4 call ms,
+--       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap
+-- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
+local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, outcome, detail = ARGV[1], ARGV[2], ARGV[3]
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+local current = redis.call('HGET', pay, 'token')
+if redis.call('HGET', pay, 'finished_token') == token then
+  return {'already', state}  -- a client retry of this same call
+end
+-- A late receipt for the same token after its lease expired still proves the effect.
+local late = state == 'interrupted' and current == token and outcome == 'fulfilled'
+if current ~= token or (state ~= 'in_progress' and not late) then
+  redis.call('HINCRBY', pay, 'stale_finishes', 1)
+  redis.call('HINCRBY', stats, 'stale_finishes', 1)
+  update_attempt(attempts, token, {stale = true, stale_outcome = outcome, stale_at = now})
+  return {'stale', state or ''}
+end
+
+redis.call('HSET', pay, 'finished_token', token)
+redis.call('HINCRBY', pay, 'attempts_finished', 1)
+redis.call('HINCRBY', stats, 'attempts_finished', 1)
+redis.call('HINCRBY', stats, 'attempt_outcome:' .. outcome, 1)
+update_attempt(attempts, token, {outcome = outcome, ended = now, ms = tonumber(ARGV[4]),
+  detail = detail, late = late or nil})
+redis.call('HDEL', pay, 'lease_until', 'phase')
+
+if outcome == 'fulfilled' then
+  move(pay, states, 'fulfilled')
+  local paid_at = tonumber(redis.call('HGET', pay, 'paid_at') or now)
+  redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now, 'latency_ms', now - paid_at)
+  redis.call('HDEL', pay, 'last_error')
+  redis.call('HINCRBY', stats, 'effects', 1)
+  redis.call('LPUSH', KEYS[6], now - paid_at)
+  redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[9]) - 1)
+  redis.call('ZREM', due, ARGV[8])
+  return {'fulfilled', 'fulfilled'}
+end
+
+redis.call('HSET', pay, 'last_error', detail)
+local used = tonumber(redis.call('HGET', pay, 'attempts_started') or '0')
+  - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
+if outcome == 'retry' and used < tonumber(ARGV[5]) then
+  local delay = math.min(tonumber(ARGV[6]) * 2 ^ (used - 1), tonumber(ARGV[7]))
+  move(pay, states, 'retrying')
+  redis.call('HSET', pay, 'next_at', now + math.floor(delay))
+  redis.call('ZADD', due, now + math.floor(delay), ARGV[8])
+  return {'retry', 'retrying'}
+end
+move(pay, states, 'failed')
+redis.call('HINCRBY', stats, 'dead_letters', 1)
+redis.call('ZREM', due, ARGV[8])
+return {outcome, 'failed'}

@@ -1,0 +1,24 @@
+-- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
+-- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
+-- ARGV: 1 payment key, 2 decision (retry|fulfilled), 3 allowed states (space-separated),
+--       4 note, 5 grace ms, 6 new job id, 7.. enqueue commands
+-- Returns {'ok', new state} or {'refused', current state}
+local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+if not state or not string.find(' ' .. ARGV[3] .. ' ', ' ' .. state .. ' ', 1, true) then
+  return {'refused', state or ''}
+end
+redis.call('HSET', pay, 'resolved_by', ARGV[4] .. ' at ' .. now .. ' (' .. ARGV[2] .. ' from '
+  .. state .. ')')
+if ARGV[2] == 'fulfilled' then
+  move(pay, states, 'fulfilled')
+  redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARGV[4]}), 'fulfilled_at', now)
+  redis.call('HINCRBY', stats, 'resolved_fulfilled', 1)
+  redis.call('ZREM', due, ARGV[1])
+  return {'ok', 'fulfilled'}
+end
+-- A fresh attempt budget for the retry.
+redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'attempts_started') or 0)
+requeue(pay, states, due, stats, ARGV[1], ARGV[6], 7, tonumber(ARGV[5]), now, 'operator')
+return {'ok', 'queued'}

@@ -1,0 +1,44 @@
+-- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
+-- whose lease expired (when that is safe), or mark it interrupted, or push it back.
+-- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 RQ queue list
+-- ARGV: 1 payment key, 2 grace ms, 3 RQ job key prefix, 4 new job id, 5.. enqueue commands
+-- Returns {verdict}
+local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pk, grace = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+local function again(at, verdict)
+  redis.call('ZADD', due, at, pk)
+  return {verdict}
+end
+
+if state == 'queued' then
+  local job = redis.call('HGET', pay, 'job')
+  local status = job and redis.call('HGET', ARGV[3] .. job, 'status')
+  if status == 'queued' and redis.call('LPOS', KEYS[6], job) then
+    return again(now + grace, 'waiting')
+  end
+  if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then
+    -- Picked up but no lease yet: give the worker one more grace period.
+    redis.call('HSET', pay, 'sweep_seen', job)
+    return again(now + grace, 'watching')
+  end
+  requeue(pay, states, due, stats, pk, ARGV[4], 5, grace, now, 'lost_job')
+  return {'requeued'}
+elseif state == 'in_progress' then
+  local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
+  if lease > now then return again(lease, 'leased') end
+  if expire_lease(pay, states, stats, attempts, now) then
+    redis.call('ZREM', due, pk)
+    return {'interrupted'}
+  end
+  requeue(pay, states, due, stats, pk, ARGV[4], 5, grace, now, 'lease_expired')
+  return {'requeued'}
+elseif state == 'retrying' then
+  local next_at = tonumber(redis.call('HGET', pay, 'next_at') or '0')
+  if next_at > now then return again(next_at, 'not_due') end
+  requeue(pay, states, due, stats, pk, ARGV[4], 5, grace, now, 'retry')
+  return {'requeued'}
+end
+redis.call('ZREM', due, pk)
+return {'settled'}

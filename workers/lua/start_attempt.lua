@@ -1,0 +1,47 @@
+-- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
+-- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
+-- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key
+-- Returns {'go', token} | {'skip', 0, reason} | {'interrupted', 0} | {'missing', 0}
+local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+if not state then return {'missing', 0} end
+
+local function skip(reason)
+  redis.call('HINCRBY', pay, 'skipped:' .. reason, 1)
+  redis.call('HSET', pay, 'last_skip', reason .. ' job ' .. ARGV[1] .. ' at ' .. now)
+  redis.call('HINCRBY', stats, 'jobs_skipped:' .. reason, 1)
+  return {'skip', 0, reason}
+end
+
+if state == 'fulfilled' or state == 'failed' or state == 'interrupted' or state == 'pending' then
+  return skip(state)
+end
+if state == 'in_progress' then
+  if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
+    if redis.call('HGET', pay, 'job') == ARGV[1] then
+      return {'go', tonumber(redis.call('HGET', pay, 'token'))}  -- a client retry of this call
+    end
+    return skip('leased')
+  end
+  if expire_lease(pay, states, stats, attempts, now) then
+    redis.call('ZREM', due, ARGV[4])
+    return {'interrupted', 0}
+  end
+end
+if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then
+  return skip('not_due')
+end
+
+local lease_until = now + tonumber(ARGV[2])
+local token = redis.call('HINCRBY', pay, 'token', 1)
+move(pay, states, 'in_progress')
+redis.call('HSET', pay, 'lease_until', lease_until, 'phase', 'leased', 'replay_safe', ARGV[3],
+  'job', ARGV[1], 'attempt_at', now)
+redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+redis.call('HINCRBY', pay, 'attempts_started', 1)
+redis.call('HINCRBY', stats, 'attempts_started', 1)
+redis.call('ZADD', due, lease_until, ARGV[4])
+redis.call('RPUSH', attempts, cjson.encode({token = token, job = ARGV[1], started = now,
+  outcome = 'started'}))
+return {'go', token}

@@ -1,0 +1,47 @@
+"""The sweeper: re-enqueues payments whose job was lost, whose retry is due, or whose
+lease expired, and surfaces interrupted ones. Independent of RQ's own abandoned-job
+detection. Any number may run at once: each step is one atomic script per payment.
+"""
+
+import logging
+import time
+from collections import Counter
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from webhook import keys
+from webhook.faults import fault
+from workers.attempts import Attempts
+
+log = logging.getLogger("webhook.sweeper")
+BATCH = 500
+
+
+def due_payments(redis: Redis, limit: int = BATCH) -> list[str]:
+    seconds, micros = redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    due = redis.zrangebyscore(keys.DUE, "-inf", now_ms, start=0, num=limit)
+    return [k.decode() if isinstance(k, bytes) else str(k) for k in due]
+
+
+def sweep_once(attempts: Attempts) -> Counter[str]:
+    """One pass over the payments that are due; returns what was done, by verdict."""
+    done: Counter[str] = Counter()
+    for index, payment_key in enumerate(due_payments(attempts.redis)):
+        if index == 1:
+            fault("sweeper_mid_scan")
+        done[attempts.recover(payment_key)] += 1
+    return done
+
+
+def run_forever(attempts: Attempts, interval: float) -> None:
+    """Sweep every ``interval`` seconds until killed; Redis outages are waited out."""
+    while True:
+        try:
+            done = sweep_once(attempts)
+            if done:
+                log.info("sweep %s", dict(done))
+        except RedisError as exc:
+            log.warning("sweep skipped: %s", exc)
+        time.sleep(interval)
