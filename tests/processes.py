@@ -84,6 +84,8 @@ class RedisServer:
                 "no",
                 "--logfile",
                 "redis.log",
+                "--enable-debug-command",
+                "local",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -132,3 +134,62 @@ class Gunicorn:
     def stop(self) -> None:
         if self.proc is not None:
             stop(self.proc)
+
+
+class RqWorker:
+    """``rq worker`` (SimpleWorker, as shipped) on the fulfilment queue, in its own process."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None, burst: bool = False) -> None:
+        self.env = env
+        self.log = log
+        self.burst = burst
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RqWorker":
+        argv = [
+            str(BIN / "rq"),
+            "worker",
+            "-w",
+            "rq.worker.SimpleWorker",
+            "-u",
+            self.env["REDIS_URL"],
+        ]
+        argv += ["--burst"] if self.burst else []
+        self.proc = spawn([*argv, "fulfilment"], self.env, self.log)
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+class Sweeper:
+    """``webhook-ledger sweep --loop`` in its own process."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Sweeper":
+        self.proc = spawn([str(BIN / "webhook-ledger"), "sweep", "--loop"], self.env, self.log)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):  # noqa: ANN001, ANN201
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")

@@ -2,6 +2,7 @@
 
 import hashlib
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -41,18 +42,25 @@ def test_same_request_id_counts_once(redis: Redis, redis_server, rng) -> None:  
 
 
 def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
-    """Redis holds the write past the client's timeout; redis-py retries; one delivery counts."""
+    """Redis runs the write after the client gave up on it; redis-py sends it again.
+
+    DEBUG SLEEP stalls the server with our EVALSHA already in its socket: the first copy
+    is executed late (its reply lost to the client's timeout), the retry is executed too.
+    The request id makes the second execution return the first answer unchanged.
+    """
     ledger = make_ledger(redis_server.url, REDIS_SOCKET_TIMEOUT=0.2, REDIS_RETRIES=5)
     event, body = paid_event(rng)
-    ledger.redis.ping()
+    ledger.record_delivery(delivery(*paid_event(rng)))  # scripts loaded, connection open
     redis.config_resetstat()
-    redis.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+    stall = threading.Thread(target=redis.execute_command, args=("DEBUG", "SLEEP", "0.6"))
+    stall.start()
+    time.sleep(0.05)
     recorded = ledger.record_delivery(delivery(event, body))
-    calls = redis.info("commandstats")["cmdstat_evalsha"]["calls"]
-    assert calls >= 2, "the client should have timed out and retried"
+    stall.join()
+    assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] == 2, "executed twice"
     assert recorded.deliveries == 1
     assert redis.hget(keys.event(event["id"]), "n") == b"1"
-    assert stats(redis)["deliveries"] == 1
+    assert stats(redis)["deliveries"] == 2  # the warm-up delivery and this one
 
 
 def test_concurrent_copies_are_counted_exactly(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001

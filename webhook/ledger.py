@@ -85,7 +85,9 @@ class Ledger:
         job = self.queue.create_job(
             FULFIL_JOB,
             args=(payment_key,),
-            timeout=int(self.settings.LEASE_SECONDS),
+            # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
+            # given up, and a stale attempt is fenced off when it comes back.
+            timeout=int(self.settings.LEASE_SECONDS + self.settings.FULFILMENT_TIMEOUT + 5),
             result_ttl=3600,
             failure_ttl=7 * 86400,
             description=f"fulfil {payment_key}",

@@ -1,0 +1,277 @@
+"""Exactly-once fulfilment with real gunicorn, real RQ worker processes and a real sweeper."""
+
+import itertools
+import signal
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import orjson
+import pytest
+import requests
+from redis import Redis
+
+from tests.downstream_server import CountingDownstream
+from tests.helpers import signed_headers
+from tests.processes import Gunicorn, RqWorker, Sweeper, service_env, wait_until
+from webhook import keys, readout, samples
+from workers.downstream import read_downstream
+
+FAST = {
+    "LEASE_SECONDS": "2",
+    "FULFILMENT_TIMEOUT": "1",
+    "RETRY_BASE_SECONDS": "0.1",
+    "SWEEP_INTERVAL": "0.1",
+    "QUEUED_GRACE_SECONDS": "1",
+}
+
+
+class Stack:
+    """gunicorn + workers + sweeper sharing one env; each part can be started on its own."""
+
+    def __init__(self, env: dict[str, str], logs: Path, exits: ExitStack) -> None:
+        self.env, self.logs, self.exits = env, logs, exits
+        self.web: Gunicorn | None = None
+
+    def start_web(self) -> Gunicorn:
+        self.web = Gunicorn(self.env, workers=2, log=self.logs / "web.log").start()
+        self.exits.callback(self.web.stop)
+        return self.web
+
+    def start_worker(self, **extra: str) -> RqWorker:
+        worker = RqWorker({**self.env, **extra}, log=self.logs / "worker.log").start()
+        self.exits.callback(worker.stop)
+        return worker
+
+    def start_sweeper(self) -> Sweeper:
+        sweeper = Sweeper(self.env, log=self.logs / "sweeper.log").start()
+        self.exits.callback(sweeper.stop)
+        return sweeper
+
+    def send(self, body: bytes) -> requests.Response:
+        assert self.web is not None
+        return requests.post(
+            f"{self.web.url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=30
+        )
+
+
+@pytest.fixture
+def stack(
+    config: dict[str, object], redis: Redis, tmp_path: Path
+) -> Iterator[Callable[..., Stack]]:
+    with ExitStack() as exits:
+
+        def make(**extra: str) -> Stack:
+            env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+            return Stack({**env, **FAST, **extra}, tmp_path, exits)
+
+        yield make
+
+
+def state_of(redis: Redis, payment_key: str) -> str:
+    value = redis.hget(keys.payment(payment_key), "state")
+    return value.decode() if value else ""
+
+
+def settled(redis: Redis, payment_keys: list[str], state: str = "fulfilled") -> bool:
+    return all(state_of(redis, pk) == state for pk in payment_keys)
+
+
+def sqlite_path(config: dict[str, object]) -> str:
+    return str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///")
+
+
+def pk_of(events: list[dict]) -> str:
+    return str(events[0]["data"]["object"]["id"])
+
+
+def test_every_order_of_all_paid_events_fulfils_once(stack, redis, config, rng) -> None:  # noqa: ANN001
+    s = stack()
+    s.start_web()
+    payments = []
+    for order in itertools.permutations(range(3)):
+        events = samples.payment_events(rng, checkout=True)
+        paid = [e for e in events if e["type"] in samples.PAID_TYPES]
+        for index in order:
+            for _ in range(3):
+                assert s.send(samples.encode(paid[index])).status_code == 200
+        payments.append(pk_of(events))
+    jobs = redis.lrange("rq:queue:fulfilment", 0, -1)
+    assert len(jobs) == len(payments) == 6
+    s.start_worker()
+    wait_until(lambda: settled(redis, payments), what="all payments fulfilled")
+    down = read_downstream(sqlite_path(config))
+    assert down["totals"] == {"calls": 6, "effects": 6}
+    for pk in payments:
+        assert down["payments"][pk] == {
+            "calls": 1,
+            "applied": 1,
+            "already_applied": 0,
+            "effects": 1,
+        }
+        record = readout.payment(redis, pk)
+        assert record is not None
+        assert record["attempts_started"] == "1" and len(record["events"]) == 3
+        assert orjson.loads(record["receipt"])["outcome"] == "applied"
+
+
+def test_fifty_concurrent_copies_one_job_one_call_one_effect(stack, redis, config, rng) -> None:  # noqa: ANN001
+    s = stack()
+    s.start_web()
+    events = samples.payment_events(rng)
+    body = samples.encode(events[2])
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(lambda _: s.send(body).status_code, range(50)))
+    assert answers == [200] * 50
+    assert redis.llen("rq:queue:fulfilment") == 1
+    s.start_worker()
+    wait_until(lambda: settled(redis, [pk_of(events)]))
+    down = read_downstream(sqlite_path(config))
+    assert down["payments"][pk_of(events)]["calls"] == 1
+    assert down["totals"]["effects"] == 1
+
+
+def test_non_deduping_downstream_is_called_once_per_payment(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream() as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        s.start_worker()
+        s.start_worker()
+        s.start_sweeper()
+        deliveries, payments = [], []
+        for _ in range(100):
+            events = samples.payment_events(rng, checkout=rng.random() < 0.5)
+            payments.append(pk_of(events))
+            deliveries += [e for e in events for _ in range(rng.randint(1, 3))]
+        rng.shuffle(deliveries)
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda e: s.send(samples.encode(e)).status_code, deliveries))
+        assert set(statuses) == {200}
+        wait_until(lambda: settled(redis, payments), timeout=60)
+        assert len(downstream.calls) == 100
+        assert set(downstream.calls.values()) == {1}
+        assert set(downstream.idempotency_keys) == {f"fulfil:{pk}" for pk in payments}
+        summary = readout.summary(redis, "fulfilment")
+        assert summary["payments"]["fulfilled"] == 100 and summary["effects"] == 100
+
+
+def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rng) -> None:  # noqa: ANN001
+    s = stack()
+    s.start_web()
+    events = samples.payment_events(rng)
+    s.send(samples.encode(events[2]))
+    doomed = s.start_worker(FAULTPOINT="after_action")
+    assert doomed.proc is not None
+    assert doomed.proc.wait(20) == -signal.SIGKILL
+    pk = pk_of(events)
+    assert read_downstream(sqlite_path(config))["payments"][pk]["effects"] == 1
+    assert state_of(redis, pk) == "in_progress"
+    s.start_worker()
+    s.start_sweeper()
+    wait_until(lambda: settled(redis, [pk]))
+    down = read_downstream(sqlite_path(config))["payments"][pk]
+    assert down == {"calls": 2, "applied": 1, "already_applied": 1, "effects": 1}
+    record = readout.payment(redis, pk)
+    assert record is not None and record["token"] == "2"
+    first, second = (orjson.loads(a) for a in record["attempts"])
+    assert first["outcome"] == "lease_expired" and first["phase"] == "calling"
+    assert second["outcome"] == "fulfilled"
+    assert orjson.loads(record["receipt"])["outcome"] == "already_applied"
+
+
+def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tmp_path) -> None:  # noqa: ANN001
+    with CountingDownstream() as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        events = samples.payment_events(rng)
+        s.send(samples.encode(events[2]))
+        doomed = s.start_worker(FAULTPOINT="after_action")
+        assert doomed.proc is not None and doomed.proc.wait(20) == -signal.SIGKILL
+        s.start_worker()
+        s.start_sweeper()
+        pk = pk_of(events)
+        wait_until(lambda: state_of(redis, pk) == "interrupted")
+        wait_until(lambda: redis.zscore(keys.DUE, pk) is None, what="no longer due")
+        assert downstream.calls[pk] == 1
+        record = readout.payment(redis, pk)
+        assert record is not None and "not replay-safe" in record["last_error"]
+        assert readout.summary(redis, "fulfilment")["payments"]["interrupted"] == 1
+
+
+def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream() as downstream:
+        gate = downstream.hold_first_call()
+        s = stack(
+            FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true", FULFILMENT_TIMEOUT="30"
+        )
+        s.start_web()
+        events = samples.payment_events(rng)
+        pk = pk_of(events)
+        s.send(samples.encode(events[2]))
+        paused = s.start_worker()
+        wait_until(lambda: downstream.calls[pk] == 1, what="first call in flight")
+        paused.signal(signal.SIGSTOP)
+        gate.set()
+        s.start_sweeper()
+        s.start_worker()
+        wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
+        newer = readout.payment(redis, pk)
+        assert newer is not None and newer["token"] == "2"
+        paused.signal(signal.SIGCONT)
+        wait_until(
+            lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"
+        )
+        after = readout.payment(redis, pk)
+        assert after is not None
+        assert (after["state"], after["token"], after["receipt"]) == (
+            "fulfilled",
+            "2",
+            newer["receipt"],
+        )
+        first = orjson.loads(after["attempts"][0])
+        assert first["stale"] is True and first["stale_outcome"] == "fulfilled"
+        assert downstream.calls[pk] == 2
+
+
+def test_transient_failures_retry_then_fulfil(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream(script=[500, 500]) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        s.start_worker()
+        s.start_sweeper()
+        events = samples.payment_events(rng)
+        pk = pk_of(events)
+        s.send(samples.encode(events[2]))
+        wait_until(lambda: settled(redis, [pk]))
+        record = readout.payment(redis, pk)
+        assert record is not None and record["attempts_started"] == "3"
+        outcomes = [orjson.loads(a)["outcome"] for a in record["attempts"]]
+        assert outcomes == ["retry", "retry", "fulfilled"]
+        assert downstream.calls[pk] == 3
+
+
+def test_always_failing_downstream_dead_letters_then_retry_recovers(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream(default=500) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url, MAX_ATTEMPTS="3")
+        s.start_web()
+        s.start_worker()
+        s.start_sweeper()
+        events = samples.payment_events(rng)
+        pk = pk_of(events)
+        s.send(samples.encode(events[2]))
+        wait_until(lambda: settled(redis, [pk], "failed"))
+        record = readout.payment(redis, pk)
+        assert record is not None and record["last_error"].startswith("http 500")
+        assert downstream.calls[pk] == 3
+        downstream.default = 200
+        from click.testing import CliRunner
+
+        from webhook.cli import main as cli
+
+        result = CliRunner().invoke(cli, ["retry", pk], env={"REDIS_URL": s.env["REDIS_URL"]})
+        assert result.exit_code == 0, result.output
+        wait_until(lambda: settled(redis, [pk]))
+        assert downstream.calls[pk] == 4
+        refused = CliRunner().invoke(cli, ["retry", pk], env={"REDIS_URL": s.env["REDIS_URL"]})
+        assert refused.exit_code == 1
