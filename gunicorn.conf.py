@@ -2,7 +2,9 @@
 
 import os
 
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+# WEB_PORT, not PORT: honcho hands every process its own PORT.
+_port = os.environ.get("WEB_PORT") or os.environ.get("PORT", "8000")
+bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_port}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
@@ -15,3 +17,5 @@ errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info")
 # Verified bodies are at most MAX_BODY_BYTES; headers stay within gunicorn's limits.
 limit_request_field_size = 8190
+# Several servers may run on one machine (tests, benchmarks): no shared control socket.
+control_socket_disable = True

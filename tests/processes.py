@@ -114,7 +114,7 @@ class Gunicorn:
 
     def __init__(self, env: dict[str, str], workers: int = 2, log: Path | None = None) -> None:
         self.port = free_port()
-        self.env = {**env, "WEB_CONCURRENCY": str(workers), "PORT": str(self.port)}
+        self.env = {**env, "WEB_CONCURRENCY": str(workers), "WEB_PORT": str(self.port)}
         self.log = log
         self.proc: subprocess.Popen | None = None
 

@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 """
 
 import sys
+import time
 from typing import Any
 
 import click
@@ -77,6 +78,23 @@ def summary(ctx: Context, as_json: bool) -> None:
     rows |= {f"fulfil latency {k} (ms)": v for k, v in data["fulfil_latency_ms"].items()}
     rows["queue length"] = data["queue_length"]
     emit(data, as_json, kv_table("Webhook ledger", rows))
+
+
+@main.command("wait-redis")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait.")
+@click.pass_obj
+def wait_redis(ctx: Context, timeout: float) -> None:
+    """Wait until Redis answers (used by the Procfile so processes start in any order)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ctx.redis.ping()
+            return
+        except RedisError:
+            if time.monotonic() > deadline:
+                console.print(f"Redis at {ctx.settings.REDIS_URL} did not answer in {timeout}s")
+                sys.exit(EXIT_REDIS)
+            time.sleep(0.2)
 
 
 @main.command()
