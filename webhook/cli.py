@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -181,6 +182,34 @@ def downstream(ctx: Context, as_json: bool) -> None:
             key, *(str(row[c]) for c in ("calls", "applied", "already_applied", "effects"))
         )
     emit(data, as_json, table)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_obj
+def export(ctx: Context, directory: Path) -> None:
+    """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
+    from webhook.bundle import export as export_bundle
+
+    counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.FULFILMENT_ACTION))
+    console.print(f"exported to {directory}: {counts}")
+
+
+@main.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def verify(directory: Path, as_json: bool) -> None:
+    """Re-check a bundle's hashes and cross-file relations (no Redis needed)."""
+    from webhook.bundle import verify as verify_bundle
+
+    result = verify_bundle(directory)
+    if as_json:
+        emit({"passed": result.passed, "failures": result.failures}, True)
+    else:
+        for failure in result.failures:
+            console.print(f"[red]FAIL[/red] {failure}")
+        console.print(f"{result.passed} assertions passed, {len(result.failures)} failed")
+    sys.exit(1 if result.failures else 0)
 
 
 if __name__ == "__main__":

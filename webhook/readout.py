@@ -20,12 +20,13 @@ PAYMENT_STATES = (
 COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected")
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A Redis reply as str (clients here do not decode responses)."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _decode_hash(raw: dict[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items() if _text(k) not in skip}
+    return {text(k): text(v) for k, v in raw.items() if text(k) not in skip}
 
 
 def percentiles(samples: list[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
@@ -91,5 +92,5 @@ def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
     record: dict[str, Any] = _decode_hash(raw)
     record["key"] = payment_key
     record["events"] = record.get("events", "").split()
-    record["attempts"] = [_text(a) for a in attempts]
+    record["attempts"] = [text(a) for a in attempts]
     return record
