@@ -106,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
         shape.add_argument(f"--{probe}", type=int, default=0, metavar="N", help=f"N {probe} probes")
     rep = p.add_argument_group("report")
     rep.add_argument(
+        "--downstream-db", help="SQLite record of effects (default: FULFILMENT_ACTION's, if SQLite)"
+    )
+    rep.add_argument(
         "--settle-timeout", type=float, default=60.0, help="seconds to wait for fulfilment"
     )
     rep.add_argument("--no-wait", action="store_true", help="do not wait for fulfilment")
@@ -223,9 +226,8 @@ def run(args: argparse.Namespace) -> int:
     after = report.summary_now(redis, settings.QUEUE_NAME)
     counts_after = report.event_counts(redis, event_ids)
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
-    layers, findings = report.build(
-        answers, before, after, recorded, paid, redis, settings.FULFILMENT_ACTION
-    )
+    db = report.downstream_db(settings.FULFILMENT_ACTION, args.downstream_db)
+    layers, findings = report.build(answers, before, after, recorded, paid, redis, db)
     if not args.quiet:
         Console().print(report.table(layers, findings))
         if not settled:
@@ -246,11 +248,14 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json_path:
         write_json(args.json_path, record)
-    if args.expect_once and not findings.ok:
+    unacked = sum(1 for a in answers if a.kind == "valid" and not 200 <= a.status < 300)
+    if args.expect_once and (unacked or not findings.ok):
         for item in findings.duplicated + findings.lost:
             console.print(f"[red]failing:[/red] {item}")
         for pk in findings.unfulfilled + findings.unexpected:
             console.print(f"[red]failing:[/red] {pk}")
+        if unacked:
+            console.print(f"[red]failing:[/red] {unacked} valid deliveries were not acknowledged")
         return 1
     return 0
 
@@ -260,7 +265,7 @@ def write_json(path: Path, record: dict[str, Any]) -> None:
     from webhook.bundle import add_to_manifest
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    path.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
     add_to_manifest(path)
 
 

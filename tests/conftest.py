@@ -63,3 +63,6 @@ def web(config: dict[str, object], redis: Redis, tmp_path: Path) -> Iterator[Gun
     server = Gunicorn(env, workers=2, log=tmp_path / "gunicorn.log").start()
     yield server
     server.stop()
+
+
+from tests.stack import stack  # noqa: E402, F401  (fixture shared by the process tests)

@@ -2,71 +2,15 @@
 
 import itertools
 import signal
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from pathlib import Path
 
 import orjson
-import pytest
-import requests
 from redis import Redis
 
 from tests.downstream_server import CountingDownstream
-from tests.helpers import signed_headers
-from tests.processes import Gunicorn, RqWorker, Sweeper, service_env, wait_until
+from tests.processes import wait_until
 from webhook import keys, readout, samples
 from workers.downstream import read_downstream
-
-FAST = {
-    "LEASE_SECONDS": "2",
-    "FULFILMENT_TIMEOUT": "1",
-    "RETRY_BASE_SECONDS": "0.1",
-    "SWEEP_INTERVAL": "0.1",
-    "QUEUED_GRACE_SECONDS": "1",
-}
-
-
-class Stack:
-    """gunicorn + workers + sweeper sharing one env; each part can be started on its own."""
-
-    def __init__(self, env: dict[str, str], logs: Path, exits: ExitStack) -> None:
-        self.env, self.logs, self.exits = env, logs, exits
-        self.web: Gunicorn | None = None
-
-    def start_web(self) -> Gunicorn:
-        self.web = Gunicorn(self.env, workers=2, log=self.logs / "web.log").start()
-        self.exits.callback(self.web.stop)
-        return self.web
-
-    def start_worker(self, **extra: str) -> RqWorker:
-        worker = RqWorker({**self.env, **extra}, log=self.logs / "worker.log").start()
-        self.exits.callback(worker.stop)
-        return worker
-
-    def start_sweeper(self) -> Sweeper:
-        sweeper = Sweeper(self.env, log=self.logs / "sweeper.log").start()
-        self.exits.callback(sweeper.stop)
-        return sweeper
-
-    def send(self, body: bytes) -> requests.Response:
-        assert self.web is not None
-        return requests.post(
-            f"{self.web.url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=30
-        )
-
-
-@pytest.fixture
-def stack(
-    config: dict[str, object], redis: Redis, tmp_path: Path
-) -> Iterator[Callable[..., Stack]]:
-    with ExitStack() as exits:
-
-        def make(**extra: str) -> Stack:
-            env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
-            return Stack({**env, **FAST, **extra}, tmp_path, exits)
-
-        yield make
 
 
 def state_of(redis: Redis, payment_key: str) -> str:

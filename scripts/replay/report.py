@@ -57,12 +57,19 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
     return dict(totals)
 
 
+def downstream_db(action: str, given: str | None) -> str | None:
+    """The SQLite file holding the downstream's own record, if there is one."""
+    if given:
+        return given
+    return action.removeprefix("sqlite:///") if action.startswith("sqlite:///") else None
+
+
 def downstream_effects(
-    action: str, payment_keys: list[str], states: dict[str, str]
+    db: str | None, payment_keys: list[str], states: dict[str, str]
 ) -> tuple[str, dict[str, int], int]:
     """Effects per payment from the downstream's own record when it keeps one."""
-    if action.startswith("sqlite:///"):
-        data = read_downstream(action.removeprefix("sqlite:///"))["payments"]
+    if db:
+        data = read_downstream(db)["payments"]
         rows = {pk: data.get(pk, {}) for pk in payment_keys}
         effects = {pk: int(r.get("effects", 0)) for pk, r in rows.items()}
         return "downstream (sqlite)", effects, sum(int(r.get("calls", 0)) for r in rows.values())
@@ -81,7 +88,7 @@ def build(
     recorded: dict[str, int],
     paid: set[str],
     redis: Redis,
-    action: str,
+    db: str | None,
 ) -> tuple[dict[str, Any], Findings]:
     """All layers of one run, and the checker's findings."""
     sent = Counter(a.kind for a in answers)
@@ -89,7 +96,7 @@ def build(
     acked = Counter(a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300)
     pks = sorted(paid)
     states = payment_states(redis, pks)
-    source, effects, calls = downstream_effects(action, pks, states)
+    source, effects, calls = downstream_effects(db, pks, states)
     rejected = {
         k: v - before["rejected_by_reason"].get(k, 0)
         for k, v in after["rejected_by_reason"].items()
