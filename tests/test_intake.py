@@ -184,3 +184,16 @@ def test_user_agent_alone_does_not_make_a_delivery_stripe(client, redis, rng) ->
     post(client, body, headers)
     assert redis.hget(keys.event(event["id"]), "src:other") == b"1"
     assert STRIPE_UA.startswith("Stripe/")
+
+
+def test_sources_replay_header_and_cli_secret_label(config, redis, rng) -> None:  # noqa: ANN001
+    from webhook import create_app
+
+    client = create_app({**config, "STRIPE_WEBHOOK_SECRET_LABELS": "dashboard,cli"}).test_client()
+    event, body = paid_event(rng)
+    post(client, body, signed_headers(body, secret=OLD_SECRET))
+    replayed = signed_headers(body) | {"X-Webhook-Replay": "run-1"}
+    post(client, body, replayed)
+    record = redis.hgetall(keys.event(event["id"]))
+    assert record[b"src:stripe-cli"] == b"1" and record[b"src:replay"] == b"1"
+    assert stats(redis)["source:stripe-cli"] == 1 and stats(redis)["source:replay"] == 1
