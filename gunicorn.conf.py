@@ -19,3 +19,16 @@ loglevel = os.environ.get("LOG_LEVEL", "info")
 limit_request_field_size = 8190
 # Several servers may run on one machine (tests, benchmarks): no shared control socket.
 control_socket_disable = True
+
+# Prometheus multiprocess mode: each worker writes its samples to files in one directory,
+# /metrics aggregates them, so request latency agrees whichever worker is scraped.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    import tempfile
+
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
+
+
+def child_exit(server, worker):  # noqa: ANN001, ANN201
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

@@ -12,7 +12,7 @@ from tests.helpers import signed_headers
 from tests.processes import Gunicorn, RqWorker, Sweeper, service_env
 
 FAST = {
-    "LEASE_SECONDS": "2",
+    "LEASE_SECONDS": "3",
     "FULFILMENT_TIMEOUT": "1",
     "RETRY_BASE_SECONDS": "0.1",
     "SWEEP_INTERVAL": "0.1",

@@ -25,7 +25,8 @@ def assert_rejected(response, redis, reason: str, status: int = 400) -> None:  #
     assert counters["rejected"] == 1
     assert counters[f"rejected:{reason}"] == 1
     assert "deliveries" not in counters and "events" not in counters
-    remaining = {k for k in ledger_keys(redis) if not k.startswith(keys.request(""))}
+    transient = (keys.request(""), keys.SERIES_PREFIX)
+    remaining = {k for k in ledger_keys(redis) if not k.startswith(transient)}
     assert remaining == NO_EVENT_KEYS
     record = json.loads(redis.lindex(keys.REJECTIONS, 0))
     assert record["reason"] == reason and "at" in record and "remote" in record

@@ -120,7 +120,7 @@ def test_ledger_sources_resend_the_stored_bytes(service, redis) -> None:  # noqa
         by_type["layers"]["ledger"]["duplicates"] == 2
         and by_type["layers"]["ledger"]["events"] == 0
     )
-    payment = redis.zrange("wl:payments:index", 0, 0)[0].decode()
+    payment = redis.zrange("wl:payments:state:fulfilled", 0, 0)[0].decode()
     _, by_payment = replay(s.env, url, "--from-ledger", "--payment", payment)
     assert by_payment["layers"]["sent"]["valid"] == 3
     _, everything = replay(s.env, url, "--from-ledger", "--since", "0", "--expect-once")

@@ -42,9 +42,11 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
 
     store.init_app(app)
 
-    from webhook import ops, receiver
+    from webhook import dashboard, metrics, ops, receiver
 
     app.register_blueprint(receiver.bp)
     app.register_blueprint(ops.health_bp)
-    app.register_blueprint(ops.ops_bp)
+    app.register_blueprint(ops.api_bp)
+    app.register_blueprint(dashboard.bp)
+    app.register_blueprint(metrics.bp)
     return app

@@ -46,7 +46,11 @@ def _events(redis: Redis) -> list[dict[str, Any]]:
 
 
 def _payments(redis: Redis) -> list[dict[str, Any]]:
-    keys_seen = [readout.text(k) for k in redis.zrange(keys.PAYMENT_INDEX, 0, -1)]
+    keys_seen = [
+        readout.text(k)
+        for state in readout.PAYMENT_STATES
+        for k in redis.zrange(keys.state_index(state), 0, -1)
+    ]
     records = [readout.payment(redis, pk) for pk in keys_seen]
     return sorted((r for r in records if r is not None), key=lambda r: r["key"])
 

@@ -36,6 +36,9 @@ RECENT_REJECTIONS = 1000
 RECENT_LATENCIES = 10000
 """Fulfil latency samples kept for percentiles."""
 
+FULFIL_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+"""Bucket bounds (ms) of the fulfil latency histogram kept in Redis for Prometheus."""
+
 QUEUE_NAME = "fulfilment"
 """The RQ queue that fulfilment jobs go to."""
 

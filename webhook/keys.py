@@ -19,14 +19,27 @@ REJECTIONS = PREFIX + "rejections"
 EVENT_INDEX = PREFIX + "events:index"
 """Sorted set: event id scored by first delivery (ms); trimmed to the retention window."""
 
-PAYMENT_INDEX = PREFIX + "payments:index"
-"""Sorted set: payment key scored by first event (ms)."""
+STATE_INDEX_PREFIX = PREFIX + "payments:state:"
+"""Sorted sets ``wl:payments:state:{state}``: payment keys in that state, scored by when they
+entered it (ms). Every state change moves the key (see ``move`` in workers/lua/common.lua)."""
 
 DUE = PREFIX + "payments:due"
 """Sorted set: payments the sweeper must look at, scored by when (ms)."""
 
+FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
+"""Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
+
 LATENCIES = PREFIX + "fulfil:latency_ms"
 """Capped list of first-paid-delivery -> fulfilled latencies (ms), newest first."""
+
+SERIES_PREFIX = PREFIX + "series:"
+"""Per-hour hashes ``wl:series:{hour}`` of per-minute counts (``d:{minute}`` deliveries,
+``r:{minute}`` rejections; epoch minutes), kept 48 hours. The scripts append the hour."""
+
+
+def series(hour: int) -> str:
+    """The per-minute counts of one hour (epoch hours)."""
+    return f"{SERIES_PREFIX}{hour}"
 
 
 def event(event_id: str) -> str:
@@ -49,6 +62,13 @@ def request(request_id: str) -> str:
     return f"{PREFIX}req:{request_id}"
 
 
-def payment_prefix() -> str:
-    """Prefix handed to Lua scripts that derive payment keys themselves."""
-    return f"{PREFIX}pay:"
+def state_index(state: str) -> str:
+    return f"{STATE_INDEX_PREFIX}{state}"
+
+
+def lua_constants() -> str:
+    """Key prefixes for Lua scripts that derive keys themselves, prepended to each script."""
+    return (
+        f"local PAYMENT_PREFIX = '{payment('')}'\n"
+        f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
+    )

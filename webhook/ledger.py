@@ -72,7 +72,9 @@ class Ledger:
         self.redis = redis
         self.settings = settings
         self.queue = Queue(settings.QUEUE_NAME, connection=redis)
-        self._record = redis.register_script(load_script("webhook", "record_delivery.lua"))
+        self._record = redis.register_script(
+            keys.lua_constants() + load_script("webhook", "record_delivery.lua")
+        )
         self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
 
     def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
@@ -116,7 +118,7 @@ class Ledger:
             keys.request(delivery.request_id),
             keys.EVENT_INDEX,
             keys.payment(pk) if pk else "",
-            keys.PAYMENT_INDEX,
+            keys.state_index("pending"),
             keys.PAYMENT_STATES,
             keys.DUE,
         ]
@@ -140,6 +142,7 @@ class Ledger:
             _scalar(_amount(obj)),
             _scalar(obj.get("currency")),
             job_id,
+            keys.SERIES_PREFIX,
             *commands,
         ]
         try:
@@ -158,6 +161,7 @@ class Ledger:
                     orjson.dumps(record),
                     defaults.RECENT_REJECTIONS,
                     defaults.REQUEST_ID_TTL,
+                    keys.SERIES_PREFIX,
                 ],
             )
         except RedisError:

@@ -1,17 +1,31 @@
-"""The people-facing blueprint: health probes and the ops JSON API (bearer OPS_TOKEN)."""
+"""People-facing JSON: health probes and the ops API under /ops/api (OPS_TOKEN required).
 
-import hmac
+Read-only, except retry/resolve, which need POST and the CSRF token.
+"""
+
+from importlib import resources
+from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from redis.exceptions import RedisError
 
 from webhook import readout
+from webhook.auth import csrf_ok, presented_token, token_ok
 from webhook.receiver import json_response
 from webhook.settings import Settings
 from webhook.store import get_redis
 
 health_bp = Blueprint("health", __name__)
-ops_bp = Blueprint("ops", __name__, url_prefix="/ops")
+api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
+# action -> (decisions it accepts, states it is allowed from)
+ACTIONS = {
+    "retry": (("retry",), ("failed",)),
+    "resolve": (("fulfilled", "retry"), ("interrupted",)),
+}
+
+
+def settings() -> Settings:
+    return current_app.config["SETTINGS"]
 
 
 @health_bp.get("/healthz")
@@ -28,27 +42,105 @@ def readyz() -> Response:
     return json_response({"status": "ready"})
 
 
-def token_ok(expected: str, header: str) -> bool:
-    """Constant-time check of ``Authorization: Bearer <token>``."""
-    scheme, _, given = header.partition(" ")
-    return (
-        bool(expected)
-        and scheme.lower() == "bearer"
-        and hmac.compare_digest(given.strip().encode(), expected.encode())
-    )
+def unauthorized(challenge: str) -> Response:
+    response = json_response({"error": "unauthorized"}, 401)
+    response.headers["WWW-Authenticate"] = f'{challenge} realm="ops"'
+    return response
 
 
-@ops_bp.before_request
+@api_bp.before_request
 def require_token() -> Response | None:
-    settings: Settings = current_app.config["SETTINGS"]
-    if not token_ok(settings.OPS_TOKEN, request.headers.get("Authorization", "")):
-        response = json_response({"error": "unauthorized"}, 401)
-        response.headers["WWW-Authenticate"] = 'Bearer realm="ops"'
-        return response
+    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
+        return unauthorized("Bearer")
     return None
 
 
-@ops_bp.get("/api/summary")
+def int_arg(name: str, default: int, high: int = 10**13) -> int:
+    try:
+        return max(0, min(high, int(request.args.get(name, default))))
+    except ValueError:
+        return default
+
+
+@api_bp.get("/summary")
 def api_summary() -> Response:
-    settings: Settings = current_app.config["SETTINGS"]
-    return json_response(readout.summary(get_redis(), settings.QUEUE_NAME))
+    redis = get_redis()
+    data = readout.summary(redis, settings().QUEUE_NAME)
+    data["workers"] = readout.workers_state(redis, settings().QUEUE_NAME)
+    return json_response(data)
+
+
+@api_bp.get("/events")
+def api_events() -> Response:
+    rows = readout.events(
+        get_redis(),
+        request.args.get("type") or None,
+        int_arg("since", 0) or None,
+        int_arg("until", 0) or None,
+        int_arg("offset", 0),
+        int_arg("limit", 50, 500),
+    )
+    return json_response({"events": rows, "offset": int_arg("offset", 0)})
+
+
+@api_bp.get("/events/<event_id>")
+def api_event(event_id: str) -> Response:
+    record = readout.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
+    return json_response(record) if record else json_response({"error": "not_found"}, 404)
+
+
+@api_bp.get("/payments")
+def api_payments() -> Response:
+    state = request.args.get("state") or None
+    if state and state not in readout.PAYMENT_STATES:
+        return json_response(
+            {"error": "unknown_state", "states": list(readout.PAYMENT_STATES)}, 400
+        )
+    rows = readout.payments(get_redis(), state, int_arg("offset", 0), int_arg("limit", 50, 500))
+    return json_response({"payments": rows, "offset": int_arg("offset", 0)})
+
+
+@api_bp.get("/payments/<payment_key>")
+def api_payment(payment_key: str) -> Response:
+    record = readout.payment(get_redis(), payment_key)
+    return json_response(record) if record else json_response({"error": "not_found"}, 404)
+
+
+@api_bp.get("/rejections")
+def api_rejections() -> Response:
+    return json_response(
+        {"rejections": readout.rejections(get_redis(), int_arg("limit", 100, 1000))}
+    )
+
+
+@api_bp.get("/series")
+def api_series() -> Response:
+    return json_response({"series": readout.series(get_redis(), int_arg("minutes", 60, 2880))})
+
+
+@api_bp.get("/openapi.yaml")
+def api_openapi() -> Response:
+    spec = resources.files("webhook").joinpath("openapi.yaml").read_bytes()
+    return Response(spec, mimetype="application/yaml")
+
+
+def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict[str, Any], int]:
+    """Apply a person's decision; refused (409) unless the payment is in an allowed state."""
+    from workers.attempts import Attempts
+
+    decisions, allowed = ACTIONS[action]
+    if decision not in decisions:
+        return {"error": "unknown_decision", "decisions": list(decisions)}, 400
+    verdict, state = Attempts(get_redis(), settings()).decide(payment_key, decision, allowed, who)
+    if verdict != "ok":
+        return {"error": "refused", "state": state, "allowed_from": list(allowed)}, 409
+    return {"payment": payment_key, "state": state}, 200
+
+
+@api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
+def api_decide(payment_key: str, action: str) -> Response:
+    if not csrf_ok(settings().OPS_TOKEN, request):
+        return json_response({"error": "csrf_token_missing_or_wrong"}, 403)
+    decision = "retry" if action == "retry" else request.values.get("as", "")
+    body, status = decide(payment_key, action, decision, "ops-api")
+    return json_response(body, status)

@@ -3,6 +3,7 @@
 import math
 from typing import Any
 
+import orjson
 from redis import Redis
 
 from webhook import keys
@@ -94,3 +95,125 @@ def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
     record["events"] = record.get("events", "").split()
     record["attempts"] = [text(a) for a in attempts]
     return record
+
+
+def events(
+    redis: Redis,
+    event_type: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """Latest events first, optionally of one type or within a time range (first delivery)."""
+    high = until_ms if until_ms is not None else "+inf"
+    low = since_ms if since_ms is not None else "-inf"
+    found: list[dict[str, Any]] = []
+    start = offset if event_type is None else 0
+    while len(found) < limit:
+        batch = redis.zrevrangebyscore(
+            keys.EVENT_INDEX, high, low, start=start, num=max(limit, 200)
+        )
+        if not batch:
+            break
+        start += len(batch)
+        pipe = redis.pipeline(transaction=False)
+        for event_id in batch:
+            pipe.hmget(keys.event(text(event_id)), EVENT_FIELDS)
+        for event_id, values in zip(batch, pipe.execute(), strict=True):
+            record = {
+                f: text(v) if v is not None else ""
+                for f, v in zip(EVENT_FIELDS, values, strict=True)
+            }
+            if not record["n"] or (event_type and record["type"] != event_type):
+                continue
+            found.append({"id": text(event_id), **record})
+        if event_type is None:
+            break
+    return found[offset : offset + limit] if event_type else found[:limit]
+
+
+EVENT_FIELDS = ("type", "n", "first", "last", "pk", "secret", "livemode", "conflicts", "role")
+
+
+def payments(
+    redis: Redis, state: str | None = None, offset: int = 0, limit: int = 50
+) -> list[dict[str, Any]]:
+    """Payments, most recent state change first; all states merged when ``state`` is None."""
+    states = [state] if state else list(PAYMENT_STATES)
+    pipe = redis.pipeline(transaction=False)
+    for s in states:
+        pipe.zrevrange(keys.state_index(s), 0, offset + limit - 1, withscores=True)
+    merged = sorted(
+        ((text(pk), score) for batch in pipe.execute() for pk, score in batch),
+        key=lambda item: -item[1],
+    )[offset : offset + limit]
+    pipe = redis.pipeline(transaction=False)
+    for pk, _ in merged:
+        pipe.hmget(keys.payment(pk), PAYMENT_FIELDS)
+    rows = []
+    for (pk, since), values in zip(merged, pipe.execute(), strict=True):
+        record = {
+            f: text(v) if v is not None else "" for f, v in zip(PAYMENT_FIELDS, values, strict=True)
+        }
+        rows.append({"key": pk, "state_since": int(since), **record})
+    return rows
+
+
+PAYMENT_FIELDS = (
+    "state",
+    "deliveries",
+    "attempts_started",
+    "last_error",
+    "paid_at",
+    "fulfilled_at",
+    "latency_ms",
+    "amount",
+    "currency",
+)
+
+
+def rejections(redis: Redis, limit: int = 100) -> list[dict[str, Any]]:
+    return [orjson.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, limit - 1)]
+
+
+def series(redis: Redis, minutes: int = 60) -> list[dict[str, int]]:
+    """Deliveries and rejections per minute for the last ``minutes`` minutes (oldest first)."""
+    seconds, _ = redis.time()
+    now_minute = seconds // 60
+    first = now_minute - minutes + 1
+    hours = sorted({m // 60 for m in range(first, now_minute + 1)})
+    pipe = redis.pipeline(transaction=False)
+    for hour in hours:
+        pipe.hgetall(keys.series(hour))
+    counts = {text(k): int(v) for batch in pipe.execute() for k, v in batch.items()}
+    return [
+        {
+            "minute": m * 60,
+            "deliveries": counts.get(f"d:{m}", 0),
+            "rejected": counts.get(f"r:{m}", 0),
+        }
+        for m in range(first, now_minute + 1)
+    ]
+
+
+def workers_state(redis: Redis, queue_name: str) -> dict[str, Any]:
+    """Queue length, live RQ workers and the age of the oldest queued job."""
+    from rq import Queue, Worker
+
+    queue = Queue(queue_name, connection=redis)
+    head = redis.lindex(queue.key, 0)
+    oldest_s = None
+    if head is not None:
+        job = queue.fetch_job(text(head))
+        if job is not None and job.enqueued_at is not None:
+            seconds, _ = redis.time()
+            oldest_s = round(seconds - job.enqueued_at.timestamp(), 1)
+    workers = Worker.all(connection=redis, queue=queue)
+    return {
+        "queue_length": queue.count,
+        "workers": len(workers),
+        "workers_busy": sum(1 for w in workers if w.get_state() == "busy"),
+        "oldest_queued_age_s": oldest_s,
+        "due_for_sweeper": redis.zcard(keys.DUE),
+    }

@@ -19,6 +19,7 @@ class Settings:
     EVENT_RETENTION_DAYS: int = defaults.EVENT_RETENTION_DAYS
     PAYMENT_RETENTION_DAYS: int = defaults.PAYMENT_RETENTION_DAYS
     OPS_TOKEN: str = ""
+    METRICS_TOKEN: str = ""
     QUEUE_NAME: str = defaults.QUEUE_NAME
     FULFILMENT_ACTION: str = defaults.FULFILMENT_ACTION
     FULFILMENT_REPLAY_SAFE: bool = defaults.FULFILMENT_REPLAY_SAFE

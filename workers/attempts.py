@@ -20,7 +20,8 @@ from webhook.settings import Settings
 
 def _script(name: str) -> str:
     lua = resources.files("workers").joinpath("lua")
-    return lua.joinpath("common.lua").read_text() + "\n" + lua.joinpath(name).read_text()
+    common = lua.joinpath("common.lua").read_text()
+    return keys.lua_constants() + common + "\n" + lua.joinpath(name).read_text()
 
 
 def _text(value: Any) -> str:
@@ -79,8 +80,9 @@ class Attempts:
             int(s.RETRY_MAX_SECONDS * 1000),
             payment_key,
             defaults.RECENT_LATENCIES,
+            " ".join(str(b) for b in defaults.FULFIL_BUCKETS_MS),
         ]
-        script_keys = [*self._keys(payment_key), keys.LATENCIES]
+        script_keys = [*self._keys(payment_key), keys.LATENCIES, keys.FULFIL_HISTOGRAM]
         verdict, state = self.scripts["finish_attempt"](keys=script_keys, args=args)
         return _text(verdict), _text(state)
 

@@ -2,11 +2,13 @@
 -- Idempotent per request id: a retried call returns the first answer unchanged.
 --
 -- KEYS: 1 event hash, 2 stats, 3 request answer, 4 event index,
---       5 payment hash (or ""), 6 payment index, 7 payment states, 8 due set
+--       5 payment hash (or ""), 6 pending index, 7 payment states, 8 due set
+-- (state indexes are named from STATE_INDEX_PREFIX, prepended from webhook/keys.py)
 -- ARGV: 1 event id, 2 type, 3 created, 4 livemode, 5 api_version, 6 payment key,
 --       7 role, 8 paid (0/1), 9 secret index, 10 source, 11 sha256, 12 payload,
 --       13 event ttl s, 14 request ttl s, 15 payment ttl s (0 = keep), 16 grace ms,
---       17 amount, 18 currency, 19 job id, 20.. enqueue commands as (n, arg1..argn)*
+--       17 amount, 18 currency, 19 job id, 20 series key prefix,
+--       21.. enqueue commands as (n, arg1..argn)*
 local cached = redis.call('GET', KEYS[3])
 if cached then
   return cjson.decode(cached)
@@ -52,7 +54,7 @@ if pk ~= '' then
   if not state then
     state = 'pending'
     redis.call('HSET', pay, 'state', state, 'created', now, 'token', 0)
-    redis.call('ZADD', KEYS[6], now, pk)
+    redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
     redis.call('HINCRBY', KEYS[7], state, 1)
     if tonumber(ARGV[15]) > 0 then redis.call('EXPIRE', pay, tonumber(ARGV[15])) end
   end
@@ -73,9 +75,11 @@ if pk ~= '' then
       state = 'queued'
       redis.call('HSET', pay, 'state', state, 'job', ARGV[19], 'queued_at', now)
       redis.call('HINCRBY', KEYS[7], 'pending', -1)
+      redis.call('ZREM', STATE_INDEX_PREFIX .. 'pending', pk)
+      redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
       redis.call('HINCRBY', KEYS[7], state, 1)
       redis.call('ZADD', KEYS[8], now + tonumber(ARGV[16]), pk)
-      local i = 20
+      local i = 21
       while i <= #ARGV do
         local count = tonumber(ARGV[i])
         redis.call(unpack(ARGV, i + 1, i + count))
@@ -84,6 +88,13 @@ if pk ~= '' then
       enqueued = 1
     end
   end
+end
+
+-- Per-minute delivery counts for the dashboard's chart: one hash per hour, kept 48 hours.
+local minute = math.floor(now / 60000)
+local series = ARGV[20] .. math.floor(minute / 60)
+if redis.call('HINCRBY', series, 'd:' .. minute, 1) == 1 then
+  redis.call('EXPIRE', series, 172800)
 end
 
 local answer = {n, dup, conflict, enqueued, state}

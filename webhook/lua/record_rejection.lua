@@ -1,6 +1,6 @@
 -- Count one rejected request by reason and keep a capped, body-free record of it.
 -- KEYS: 1 stats, 2 rejections list, 3 request answer
--- ARGV: 1 reason, 2 JSON record (without time), 3 cap, 4 request ttl s
+-- ARGV: 1 reason, 2 JSON record (without time), 3 cap, 4 request ttl s, 5 series key prefix
 if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
   return 0
 end
@@ -12,4 +12,9 @@ local record = cjson.decode(ARGV[2])
 record['at'] = now
 redis.call('LPUSH', KEYS[2], cjson.encode(record))
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+local minute = math.floor(now / 60000)
+local series = ARGV[5] .. math.floor(minute / 60)
+if redis.call('HINCRBY', series, 'r:' .. minute, 1) == 1 then
+  redis.call('EXPIRE', series, 172800)
+end
 return 1

@@ -6,12 +6,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Change a payment's state: the hash, the count per state and the per-state index.
 local function move(pay, states, to)
   local from = redis.call('HGET', pay, 'state')
   if from == to then return end
+  local pk = string.sub(pay, #PAYMENT_PREFIX + 1)
+  local t = redis.call('TIME')
   redis.call('HSET', pay, 'state', to)
-  if from then redis.call('HINCRBY', states, from, -1) end
+  if from then
+    redis.call('HINCRBY', states, from, -1)
+    redis.call('ZREM', STATE_INDEX_PREFIX .. from, pk)
+  end
   redis.call('HINCRBY', states, to, 1)
+  redis.call('ZADD', STATE_INDEX_PREFIX .. to, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), pk)
 end
 
 -- Merge fields into the JSON record of attempt `token` (list index token - 1).

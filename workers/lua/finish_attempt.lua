@@ -1,7 +1,8 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
--- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 latencies
+-- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 latencies, 7 latency histogram
 -- ARGV: 1 token, 2 outcome (fulfilled|retry|failed), 3 receipt or error, 4 call ms,
---       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap
+--       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap,
+--       10 histogram bucket bounds in ms (space-separated, ascending)
 -- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
 local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, outcome, detail = ARGV[1], ARGV[2], ARGV[3]
@@ -36,6 +37,12 @@ if outcome == 'fulfilled' then
   redis.call('HINCRBY', stats, 'effects', 1)
   redis.call('LPUSH', KEYS[6], now - paid_at)
   redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[9]) - 1)
+  local bucket = 'le:inf'
+  for bound in string.gmatch(ARGV[10], '%d+') do
+    if now - paid_at <= tonumber(bound) then bucket = 'le:' .. bound break end
+  end
+  redis.call('HINCRBY', KEYS[7], bucket, 1)
+  redis.call('HINCRBY', KEYS[7], 'sum_ms', now - paid_at)
   redis.call('ZREM', due, ARGV[8])
   return {'fulfilled', 'fulfilled'}
 end

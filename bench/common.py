@@ -1,0 +1,460 @@
+"""Shared pieces of the benchmarks: processes on free loopback ports, CPU accounting,
+run alternation, statistics and result files.
+
+Everything here starts processes itself and stops them by PID (never by name). The
+process helpers mirror tests/processes.py but are kept here so the benchmarks do not
+depend on the test suite's internals.
+"""
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+BIN = Path(sys.executable).parent
+SECRET = "whsec_bench_0123456789abcdef0123456789abcdef"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def log(*parts: object) -> None:
+    print(time.strftime("%H:%M:%S"), *parts, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+    """Stop a process this harness started, by its PID; SIGKILL if it does not go in time."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def spawn(argv: list[str], env: Mapping[str, str], logfile: Path | None) -> subprocess.Popen:
+    if logfile is None:
+        return subprocess.Popen(
+            argv, env=dict(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    with open(logfile, "ab") as out:
+        return subprocess.Popen(argv, env=dict(env), cwd=ROOT, stdout=out, stderr=out)
+
+
+class RedisServer:
+    """redis-server with the shipped config/redis.conf on a free port, data in ``workdir``.
+
+    ``appendfsync`` / ``appendonly`` override the shipped durability settings for the
+    comparisons that need it; ``None`` keeps the shipped value.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        appendfsync: str | None = None,
+        appendonly: str | None = None,
+        extra: Iterable[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.appendfsync = appendfsync
+        self.appendonly = appendonly
+        self.extra = list(extra)
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server not found: run scripts/bootstrap.sh")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            exe,
+            str(ROOT / "config" / "redis.conf"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "redis.log",
+        ]
+        if self.appendfsync:
+            argv += ["--appendfsync", self.appendfsync]
+        if self.appendonly:
+            argv += ["--appendonly", self.appendonly]
+        argv += self.extra
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def client(self):  # noqa: ANN201
+        from redis import Redis
+
+        return Redis.from_url(self.url, socket_timeout=120)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def service_env(redis_url: str, workdir: Path, extra: Mapping[str, str] | None = None) -> dict:
+    """Environment of the web and worker processes under test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTPOINT")}
+    env.update(
+        {
+            "REDIS_URL": redis_url,
+            "PYTHONPATH": str(ROOT),
+            "STRIPE_WEBHOOK_SECRET": SECRET,
+            "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+class Gunicorn:
+    """A WSGI app under the shipped gunicorn.conf.py on a free loopback port."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        app: str = "webhook.wsgi:app",
+        workers: int = 2,
+        worker_class: str = "gthread",
+        threads: int = 4,
+        logfile: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.app = app
+        self.env = {
+            **env,
+            "WEB_CONCURRENCY": str(workers),
+            "WEB_PORT": str(self.port),
+            "HOST": "127.0.0.1",
+            "GUNICORN_WORKER_CLASS": worker_class,
+            "GUNICORN_THREADS": str(threads),
+        }
+        self.workers = workers
+        self.logfile = logfile
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Gunicorn":
+        argv = [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), self.app]
+        self.proc = spawn(argv, self.env, self.logfile)
+        wait_for_port(self.port, proc=self.proc)
+        # The port is bound by the master before the workers have imported the app.
+        deadline = time.monotonic() + 30
+        while len(descendants(self.proc.pid)) < self.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def pids(self) -> list[int]:
+        assert self.proc is not None
+        return [self.proc.pid, *descendants(self.proc.pid)]
+
+    def worker_pids(self) -> list[int]:
+        assert self.proc is not None
+        return descendants(self.proc.pid)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def rq_worker(
+    env: Mapping[str, str],
+    worker_class: str = "rq.worker.SimpleWorker",
+    queue: str = "fulfilment",
+    burst: bool = True,
+    logfile: Path | None = None,
+) -> subprocess.Popen:
+    """``rq worker`` as the Procfile runs it (SimpleWorker), or another worker class."""
+    argv = [str(BIN / "rq"), "worker", "-w", worker_class, "-u", env["REDIS_URL"]]
+    argv += ["--burst"] if burst else []
+    argv += ["--logging_level", "WARNING", queue]
+    return spawn(argv, env, logfile)
+
+
+# ---------------------------------------------------------------------------- CPU
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, utime+stime ticks) of a live process, or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    return int(rest[1]), int(rest[11]) + int(rest[12])
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds so far of these (live) processes, all their threads."""
+    total = 0
+    for pid in pids:
+        st = _stat(pid)
+        if st is not None:
+            total += st[1]
+    return total / TICKS
+
+
+class CpuMeter:
+    """CPU seconds used by named process groups between start() and stop()."""
+
+    def __init__(self, groups: Mapping[str, Callable[[], list[int]]]) -> None:
+        self.groups = groups
+        self.before: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.before = {name: cpu_seconds(get()) for name, get in self.groups.items()}
+
+    def stop(self) -> dict[str, float]:
+        return {name: cpu_seconds(get()) - self.before[name] for name, get in self.groups.items()}
+
+
+def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
+    """Run a load generator to completion: (stdout, stderr, wall s, its CPU s, exit code).
+
+    Its CPU is the RUSAGE_CHILDREN delta: nothing else this process started is reaped
+    while it runs (servers and workers are still up).
+    """
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=dict(env) if env is not None else None,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"{argv[0]} did not finish in {timeout}s") from None
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out.decode(), err.decode(), wall, cpu, proc.returncode
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def median(values: Iterable[float]) -> float:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def spread(values: Iterable[float]) -> dict[str, float]:
+    """Median, min, max and the relative range ((max - min) / median) of repeated runs."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    med = statistics.median(vals)
+    return {
+        "median": med,
+        "min": min(vals),
+        "max": max(vals),
+        "rel_range": (max(vals) - min(vals)) / med if med else float("nan"),
+        "n": len(vals),
+        "runs": vals,
+    }
+
+
+def ratio_runs(a: list[float], b: list[float]) -> dict[str, float]:
+    """Ratio of medians, plus the spread of the paired per-round ratios a[i] / b[i]."""
+    paired = [x / y for x, y in zip(a, b, strict=False) if x is not None and y]
+    out = spread(paired)
+    out["ratio_of_medians"] = median(a) / median(b) if median(b) else float("nan")
+    return out
+
+
+def alternate(
+    variants: Mapping[str, Callable[[int], dict[str, Any]]],
+    runs: int,
+    between: Callable[[], None] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Run every variant once per round, A B C A B C ..., ``runs`` rounds."""
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for round_no in range(runs):
+        for name, fn in variants.items():
+            if between is not None:
+                between()
+            result = fn(round_no)
+            results[name].append(result)
+            log(f"  round {round_no + 1}/{runs} {name}: {short(result)}")
+    return results
+
+
+def short(result: Mapping[str, Any]) -> str:
+    keys = ("rps", "p50_ms", "p99_ms", "rate", "us_per_call", "errors")
+    return " ".join(
+        f"{k}={result[k]:.4g}" if isinstance(result.get(k), float) else f"{k}={result[k]}"
+        for k in keys
+        if k in result
+    )
+
+
+def column(results: list[dict[str, Any]], key: str) -> list[float]:
+    return [r[key] for r in results if r.get(key) is not None]
+
+
+def target(name: str, measured: float, goal: float, higher_is_better: bool, why: str = "") -> dict:
+    met = measured >= goal if higher_is_better else measured <= goal
+    return {
+        "target": name,
+        "measured": round(measured, 3),
+        "goal": ("≥ " if higher_is_better else "≤ ") + f"{goal:g}",
+        "met": bool(met),
+        "why": why,
+    }
+
+
+# ---------------------------------------------------------------------------- files
+
+
+@dataclass
+class Workdir:
+    path: Path
+
+    @classmethod
+    def make(cls, name: str) -> "Workdir":
+        # On the same disk as the project (fsync costs are real), never a tmpfs.
+        base = Path(os.environ.get("BENCH_WORKDIR", tempfile.gettempdir()))
+        return cls(Path(tempfile.mkdtemp(prefix=f"wlbench-{name}-", dir=base)))
+
+    def sub(self, name: str) -> Path:
+        p = self.path / name
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def _cmd(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    pkgs = {}
+    for name in ("flask", "gunicorn", "gevent", "redis", "hiredis", "rq", "stripe", "orjson"):
+        try:
+            pkgs[name] = version(name)
+        except PackageNotFoundError:
+            pkgs[name] = None
+    fs = _cmd(["df", "-T", tempfile.gettempdir()]).splitlines()
+    return {
+        "nproc": _cmd(["nproc"]),
+        "lscpu": _cmd(["lscpu"]).splitlines()[:15],
+        "memory": _cmd(["free", "-h"]).splitlines()[1:2],
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "redis": _cmd(["redis-server", "--version"]),
+        "wrk": (_cmd(["sh", "-c", "wrk -v 2>&1 | head -1"]) or None),
+        "packages": pkgs,
+        "workdir_fs": fs[-1] if fs else "",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "git": _cmd(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        "git_dirty": bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain"])),
+    }
+
+
+class Stack(ExitStack):
+    """ExitStack that stops every process registered with it, last started first."""
+
+    def start(self, thing):  # noqa: ANN001, ANN201
+        thing.start()
+        self.callback(thing.stop)
+        return thing
+
+    def popen(self, proc: subprocess.Popen) -> subprocess.Popen:
+        self.callback(stop, proc)
+        return proc
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[k]

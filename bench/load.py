@@ -1,0 +1,146 @@
+"""Load runs against one server: peak (closed loop, wrk) and paced (open loop, fixed rate).
+
+Each run returns throughput, latency percentiles and CPU per request of the server
+(gunicorn master + workers), of Redis and of the load generator itself, measured from
+/proc over the run.
+"""
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import BENCH, CpuMeter, run_measured
+
+WRK_LUA = BENCH / "wrk_pool.lua"
+PATH = "/webhooks/stripe"
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None and os.environ.get("BENCH_NO_WRK") != "1"
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON result in load generator output: {text[-500:]!r}")
+
+
+def peak(
+    port: int,
+    server_pids: Callable[[], list[int]],
+    redis_pid: int | None,
+    pool: Path,
+    duration: float,
+    connections: int = 16,
+) -> dict[str, Any]:
+    """Closed-loop maximum throughput: ``connections`` clients sending back to back."""
+    meter = CpuMeter(
+        {"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []}
+    )
+    url = f"http://127.0.0.1:{port}{PATH}"
+    if have_wrk():
+        argv = [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{duration:g}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(WRK_LUA),
+            url,
+        ]
+        env = {**os.environ, "WLBENCH_POOL": str(pool)}
+    else:
+        argv = [sys.executable, "-m", "bench.paced", "--pool", str(pool), "--port", str(port)]
+        argv += ["--rate", "1", "--duration", f"{duration:g}", "--closed", str(connections)]
+        env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    meter.start()
+    out, err, wall, gen_cpu, rc = run_measured(argv, timeout=duration + 90, env=env)
+    cpu = meter.stop()
+    if rc != 0:
+        raise RuntimeError(f"load generator failed ({rc}): {err[-1000:]}")
+    data = _last_json(out)
+    if have_wrk():
+        n = data["requests"]
+        secs = data["duration_us"] / 1e6
+        errors = {k: data[k] for k in ("connect", "read", "write", "status", "timeout") if data[k]}
+        lat = {k: data[f"{k}_us"] / 1000 for k in ("p50", "p90", "p99", "max")}
+    else:
+        n = data["completed"]
+        secs = n / data["achieved_rate"] if data["achieved_rate"] else duration
+        errors = dict(data["errors"])
+        bad = sum(v for k, v in data["statuses"].items() if not k.startswith("2"))
+        if bad:
+            errors["status"] = bad
+        lat = {k: data[f"{k}_ms"] for k in ("p50", "p90", "p99", "max")}
+    return _result(n, secs, errors, lat, cpu, gen_cpu, "wrk" if have_wrk() else "python")
+
+
+def paced(
+    port: int,
+    server_pids: Callable[[], list[int]],
+    redis_pid: int | None,
+    pool: Path,
+    rate: float,
+    duration: float,
+    max_conns: int = 64,
+) -> dict[str, Any]:
+    """Open-loop fixed rate: latency measured from each request's due time."""
+    meter = CpuMeter(
+        {"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []}
+    )
+    argv = [sys.executable, "-m", "bench.paced", "--pool", str(pool), "--port", str(port)]
+    argv += ["--rate", f"{rate:.1f}", "--duration", f"{duration:g}"]
+    argv += ["--max-conns", str(max_conns)]
+    meter.start()
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    out, err, wall, gen_cpu, rc = run_measured(argv, timeout=duration + 90, env=env)
+    cpu = meter.stop()
+    if rc != 0:
+        raise RuntimeError(f"paced load generator failed ({rc}): {err[-1000:]}")
+    data = _last_json(out)
+    errors = dict(data["errors"])
+    bad = sum(v for k, v in data["statuses"].items() if not k.startswith("2"))
+    if bad:
+        errors["status"] = bad
+    lat = {k: data[f"{k}_ms"] for k in ("p50", "p90", "p99", "max")}
+    result = _result(data["completed"], duration, errors, lat, cpu, gen_cpu, "python-paced")
+    result["target_rate"] = rate
+    result["achieved_rate"] = data["achieved_rate"]
+    return result
+
+
+def _result(
+    n: int,
+    secs: float,
+    errors: dict[str, int],
+    lat: dict[str, float],
+    cpu: dict[str, float],
+    gen_cpu: float,
+    generator: str,
+) -> dict[str, Any]:
+    per = 1e6 / n if n else float("nan")
+    return {
+        "requests": n,
+        "seconds": round(secs, 3),
+        "rps": n / secs if secs else 0.0,
+        "p50_ms": lat["p50"],
+        "p90_ms": lat["p90"],
+        "p99_ms": lat["p99"],
+        "max_ms": lat["max"],
+        "errors": sum(errors.values()),
+        "error_detail": errors,
+        "server_cpu_us_per_req": cpu["server"] * per,
+        "redis_cpu_us_per_req": cpu["redis"] * per,
+        "loadgen_cpu_us_per_req": gen_cpu * per,
+        "server_cores": cpu["server"] / secs if secs else 0.0,
+        "redis_cores": cpu["redis"] / secs if secs else 0.0,
+        "loadgen_cores": gen_cpu / secs if secs else 0.0,
+        "generator": generator,
+    }

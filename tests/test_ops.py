@@ -1,0 +1,221 @@
+"""The ops surface: API routes, dashboard pages, tokens, CSRF, CLI commands, /metrics."""
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
+
+from tests.conftest import OPS_TOKEN
+from tests.helpers import paid_event, signed_headers
+from tests.processes import Gunicorn, service_env
+from webhook import keys, readout
+from webhook import settings as settings_module
+from webhook.auth import csrf_token
+from workers.attempts import Attempts
+
+BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
+BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
+API_ROUTES = ["summary", "events", "payments", "rejections", "series", "openapi.yaml"]
+
+
+def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
+    event, body = paid_event(rng)
+    for _ in range(copies):
+        assert (
+            client.post("/webhooks/stripe", data=body, headers=signed_headers(body)).status_code
+            == 200
+        )
+    return event
+
+
+def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:
+    """Put a payment in ``state`` through the real scripts (a worker's attempt that fails)."""
+    s = settings_module.load({}, **{k: v for k, v in config.items() if k == "REDIS_URL"})
+    attempts = Attempts(Redis.from_url(s.REDIS_URL), s)
+    start = attempts.start(payment_key, "job-test", replay_safe=state != "interrupted")
+    assert start.verdict == "go"
+    if state == "interrupted":
+        attempts.mark_calling(payment_key, start.token)
+        redis.hset(keys.payment(payment_key), "lease_until", 0)
+        assert attempts.recover(payment_key) == "interrupted"
+    else:
+        attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
+
+
+@pytest.mark.parametrize("route", API_ROUTES)
+def test_api_routes_need_the_token(client, redis, route: str) -> None:  # noqa: ANN001
+    assert client.get(f"/ops/api/{route}").status_code == 401
+    assert (
+        client.get(f"/ops/api/{route}", headers={"Authorization": "Bearer nope"}).status_code == 401
+    )
+    assert client.get(f"/ops/api/{route}", headers=BEARER).status_code == 200
+    assert client.get(f"/ops/api/{route}", headers=BASIC).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "page", ["/ops/", "/ops/events", "/ops/payments", "/ops/payments?state=failed"]
+)
+def test_dashboard_pages_need_the_token(client, redis, rng, page: str) -> None:  # noqa: ANN001
+    deliver(client, rng)
+    denied = client.get(page)
+    assert denied.status_code == 401 and denied.headers["WWW-Authenticate"].startswith("Basic")
+    assert client.get(page, headers=BASIC).status_code == 200
+
+
+def test_api_mirrors_the_ledger(client, redis, rng) -> None:  # noqa: ANN001
+    event = deliver(client, rng, copies=2)
+    pk = event["data"]["object"]["id"]
+    summary = client.get("/ops/api/summary", headers=BEARER).get_json()
+    assert (summary["deliveries"], summary["events"], summary["duplicates"]) == (2, 1, 1)
+    assert summary["workers"]["queue_length"] == 1
+    rows = client.get("/ops/api/events?limit=5", headers=BEARER).get_json()["events"]
+    assert [(r["id"], r["n"]) for r in rows] == [(event["id"], "2")]
+    assert (
+        client.get("/ops/api/events?type=charge.succeeded", headers=BEARER).get_json()["events"]
+        == []
+    )
+    one = client.get(f"/ops/api/events/{event['id']}?payload=1", headers=BEARER).get_json()
+    assert json.loads(one["payload"])["id"] == event["id"]
+    assert client.get("/ops/api/events/evt_nope", headers=BEARER).status_code == 404
+    payments = client.get("/ops/api/payments?state=queued", headers=BEARER).get_json()["payments"]
+    assert [p["key"] for p in payments] == [pk]
+    assert client.get("/ops/api/payments?state=bogus", headers=BEARER).status_code == 400
+    assert client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()["events"] == [
+        event["id"]
+    ]
+    series = client.get("/ops/api/series?minutes=5", headers=BEARER).get_json()["series"]
+    assert sum(p["deliveries"] for p in series) == 2 and len(series) == 5
+
+
+def test_events_paging_and_time_filter(client, redis, rng) -> None:  # noqa: ANN001
+    ids = [deliver(client, rng)["id"] for _ in range(5)]
+    page1 = client.get("/ops/api/events?limit=2", headers=BEARER).get_json()["events"]
+    page2 = client.get("/ops/api/events?limit=2&offset=2", headers=BEARER).get_json()["events"]
+    seen = [r["id"] for r in page1 + page2]
+    assert len(set(seen)) == 4 and set(seen) <= set(ids)
+    future = client.get("/ops/api/events?since=99999999999999", headers=BEARER).get_json()["events"]
+    assert future == []
+
+
+def test_openapi_documents_every_api_route(app) -> None:  # noqa: ANN001
+    spec = yaml.safe_load(Path(app.root_path, "openapi.yaml").read_text())
+    documented = {"/ops/api" + p.replace("{", "<").replace("}", ">") for p in spec["paths"]}
+    rules = [r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/ops/api")]
+    for rule in rules:
+        for action in ("retry", "resolve"):
+            assert rule.replace("<any(retry, resolve):action>", action) in documented, rule
+
+
+def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:  # noqa: ANN001
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk)
+    url = f"/ops/api/payments/{pk}/retry"
+    assert client.get(url, headers=BEARER).status_code == 405
+    assert client.post(url, headers=BEARER).status_code == 403
+    assert client.post(url, headers={**BEARER, "X-CSRF-Token": "forged"}).status_code == 403
+    assert client.post(url).status_code == 401
+    ok = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
+    assert ok.status_code == 200 and ok.get_json()["state"] == "queued"
+    again = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
+    assert again.status_code == 409 and again.get_json()["state"] == "queued"
+
+
+def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: ANN001
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk, "interrupted")
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    assert "interrupted" in page and csrf_token(OPS_TOKEN) in page
+    url = f"/ops/payments/{pk}/resolve"
+    assert client.post(url, data={"as": "fulfilled"}, headers=BASIC).status_code == 403
+    done = client.post(
+        url, data={"as": "fulfilled", "csrf_token": csrf_token(OPS_TOKEN)}, headers=BASIC
+    )
+    assert done.status_code == 303
+    assert readout.payment(redis, pk)["state"] == "fulfilled"
+
+
+def total(families: dict, name: str) -> float:
+    return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args], env=env, capture_output=True, text=True
+    )
+
+
+def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noqa: ANN001
+    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+    event = deliver(client, rng, copies=2)
+    pk = event["data"]["object"]["id"]
+    client.post("/webhooks/stripe", data=b"{}", headers=signed_headers(b"{}", secret="whsec_x"))
+    assert json.loads(cli(env, "summary", "--json").stdout)["deliveries"] == 2
+    assert json.loads(cli(env, "events", "--json").stdout)[0]["n"] == "2"
+    assert json.loads(cli(env, "event", event["id"], "--payload", "--json").stdout)["payload"]
+    assert cli(env, "event", "evt_missing").returncode == 1
+    assert json.loads(cli(env, "payments", "--state", "queued", "--json").stdout)[0]["key"] == pk
+    assert json.loads(cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
+    assert cli(env, "payment", "pi_missing").returncode == 1
+    assert json.loads(cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
+    assert cli(env, "retry", pk).returncode == 1  # queued, not failed
+    fail_payment(redis, config, pk)
+    assert cli(env, "retry", pk).returncode == 0 and readout.payment(redis, pk)["state"] == "queued"
+    assert cli(env, "resolve", pk).returncode == 2  # neither --fulfilled nor --retry
+    assert cli(env, "resolve", pk, "--fulfilled").returncode == 1  # not interrupted
+    assert cli(env, "sweep").returncode == 0
+    assert json.loads(cli(env, "downstream", "--json").stdout)["totals"] == {
+        "calls": 0,
+        "effects": 0,
+    }
+    assert cli(env, "export", str(tmp_path / "b")).returncode == 0
+    assert cli(env, "verify", str(tmp_path / "b")).returncode == 0
+    for command in ("summary", "events", "payments", "rejections", "downstream"):
+        table = cli(env, command)
+        assert table.returncode == 0 and ("│" in table.stdout or "┃" in table.stdout), command
+    down = service_env("redis://127.0.0.1:1/0")
+    assert cli(down, "summary").returncode == 3
+
+
+def test_metrics_agree_with_summary_across_two_gunicorn_workers(
+    config, redis, rng, tmp_path
+) -> None:  # noqa: ANN001
+    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+    web = Gunicorn(env, workers=2, log=tmp_path / "web.log").start()
+    try:
+        url = f"{web.url}/webhooks/stripe"
+        sent = 0
+        for _ in range(20):
+            event, body = paid_event(rng)
+            for _ in range(2):
+                assert (
+                    requests.post(url, data=body, headers=signed_headers(body)).status_code == 200
+                )
+                sent += 1
+        for _ in range(3):
+            requests.post(url, data=b"{}", headers={"Content-Type": "application/json"})
+            sent += 1
+        assert requests.get(f"{web.url}/metrics").status_code == 401
+        summary = requests.get(f"{web.url}/ops/api/summary", headers=BEARER).json()
+        for _ in range(4):  # whichever worker answers, the figures are the same
+            text = requests.get(f"{web.url}/metrics", headers=BEARER).text
+            families = {f.name: f for f in text_string_to_metric_families(text)}
+            assert total(families, "webhook_deliveries") == summary["deliveries"] == 40
+            assert total(families, "webhook_duplicates") == summary["duplicates"] == 20
+            assert total(families, "webhook_rejections") == summary["rejected"] == 3
+            states = {s.labels["state"]: s.value for s in families["webhook_payments"].samples}
+            assert states["queued"] == summary["payments"]["queued"] == 20
+            count = [
+                s
+                for s in families["webhook_request_duration_seconds"].samples
+                if s.name.endswith("_count")
+            ]
+            assert sum(s.value for s in count) == sent
+    finally:
+        web.stop()

@@ -1,0 +1,130 @@
+"""The ops dashboard: server-rendered HTML under /ops/, refreshing itself; no build step.
+
+Browsers sign in with HTTP basic auth (any user name, OPS_TOKEN as password). Pages only
+read; the retry/resolve buttons POST with the CSRF token.
+"""
+
+from datetime import UTC, datetime
+
+from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from webhook import readout
+from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
+from webhook.ops import decide, int_arg, settings, unauthorized
+from webhook.store import get_redis
+
+bp = Blueprint("dashboard", __name__, url_prefix="/ops")
+PAGE = 25
+
+
+@bp.before_request
+def require_token() -> Response | None:
+    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
+        return unauthorized("Basic")
+    return None
+
+
+@bp.app_template_filter("when")
+def when(ms: object) -> str:
+    """Epoch milliseconds as UTC time of day (date too when not today)."""
+    try:
+        moment = datetime.fromtimestamp(int(str(ms)) / 1000, UTC)
+    except ValueError:
+        return ""
+    today = datetime.now(UTC).date() == moment.date()
+    return moment.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S")
+
+
+@bp.app_template_filter("reject_offset")
+def reject_offset(args: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in args.items() if k != "offset"}
+
+
+@bp.context_processor
+def common() -> dict[str, object]:
+    return {"csrf": csrf_token(settings().OPS_TOKEN), "states": readout.PAYMENT_STATES}
+
+
+@bp.get("/")
+def index() -> str:
+    redis, queue = get_redis(), settings().QUEUE_NAME
+    return render_template(
+        "ops/index.html",
+        summary=readout.summary(redis, queue),
+        workers=readout.workers_state(redis, queue),
+        series=readout.series(redis, 60),
+        events=readout.events(redis, limit=15),
+        attention=readout.payments(redis, "interrupted", 0, 10)
+        + readout.payments(redis, "failed", 0, 10),
+        rejections=readout.rejections(redis, 10),
+        labels=settings().secret_labels,
+    )
+
+
+@bp.get("/events")
+def events() -> str:
+    offset = int_arg("offset", 0)
+    rows = readout.events(
+        get_redis(), request.args.get("type") or None, _ms("since"), _ms("until"), offset, PAGE
+    )
+    return render_template(
+        "ops/events.html", rows=rows, offset=offset, page=PAGE, args=request.args
+    )
+
+
+@bp.get("/events/<event_id>")
+def event(event_id: str) -> str:
+    record = readout.event(get_redis(), event_id, with_payload=True)
+    if record is None:
+        abort(404)
+    sources = {k[4:]: v for k, v in record.items() if k.startswith("src:")}
+    return render_template(
+        "ops/event.html", e=record, sources=sources, labels=settings().secret_labels
+    )
+
+
+@bp.get("/payments")
+def payments() -> str:
+    state = request.args.get("state") or None
+    if state and state not in readout.PAYMENT_STATES:
+        abort(400)
+    offset = int_arg("offset", 0)
+    rows = readout.payments(get_redis(), state, offset, PAGE)
+    return render_template("ops/payments.html", rows=rows, state=state, offset=offset, page=PAGE)
+
+
+@bp.get("/payments/<payment_key>")
+def payment(payment_key: str) -> str:
+    record = readout.payment(get_redis(), payment_key)
+    if record is None:
+        abort(404)
+    return render_template("ops/payment.html", p=record, downstream=_downstream(payment_key))
+
+
+@bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
+def act(payment_key: str, action: str) -> WerkzeugResponse:
+    if not csrf_ok(settings().OPS_TOKEN, request):
+        abort(403)
+    decision = "retry" if action == "retry" else request.form.get("as", "")
+    decide(payment_key, action, decision, "dashboard")
+    return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
+
+
+def _ms(name: str) -> int | None:
+    value = request.args.get(name, "")
+    if not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def _downstream(payment_key: str) -> dict[str, int] | None:
+    action = settings().FULFILMENT_ACTION
+    if not action.startswith("sqlite:///"):
+        return None
+    from workers.downstream import read_downstream
+
+    return read_downstream(action.removeprefix("sqlite:///"))["payments"].get(payment_key)

@@ -1,0 +1,120 @@
+"""Prometheus ``/metrics``: ledger figures read from Redis (so every process agrees) plus the
+request latency histogram, aggregated across gunicorn workers by the client's multiprocess
+mode when PROMETHEUS_MULTIPROC_DIR is set (gunicorn.conf.py sets it)."""
+
+import os
+import time
+from collections.abc import Iterator
+
+from flask import Blueprint, Flask, Response, current_app, g, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from webhook import defaults, keys, readout
+from webhook.auth import presented_token, token_ok
+from webhook.ops import unauthorized
+from webhook.store import get_redis
+
+bp = Blueprint("metrics", __name__)
+REQUEST_LATENCY = Histogram(
+    "webhook_request_duration_seconds",
+    "Time to answer a request to the Stripe endpoint, by status class.",
+    ["status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
+
+class LedgerCollector(Collector):
+    """Reads the shared counters from Redis at scrape time."""
+
+    def __init__(self, redis, queue_name: str) -> None:  # noqa: ANN001
+        self.redis, self.queue_name = redis, queue_name
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        s = readout.summary(self.redis, self.queue_name)
+        deliveries = CounterMetricFamily(
+            "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
+        )
+        for event_type, n in sorted(s["deliveries_by_type"].items()):
+            deliveries.add_metric([event_type], n)
+        yield deliveries
+        rejected = CounterMetricFamily(
+            "webhook_rejections", "Rejected requests, by reason.", labels=["reason"]
+        )
+        for reason, n in sorted(s["rejected_by_reason"].items()):
+            rejected.add_metric([reason], n)
+        yield rejected
+        yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s["events"])
+        yield CounterMetricFamily(
+            "webhook_duplicates", "Deliveries of an event already recorded.", value=s["duplicates"]
+        )
+        yield CounterMetricFamily(
+            "webhook_conflicts", "Deliveries with a known id but other bytes.", value=s["conflicts"]
+        )
+        states = GaugeMetricFamily("webhook_payments", "Payments by state.", labels=["state"])
+        for state, n in s["payments"].items():
+            states.add_metric([state], n)
+        yield states
+        attempts = CounterMetricFamily(
+            "webhook_fulfil_attempts", "Fulfilment attempts.", labels=["phase"]
+        )
+        attempts.add_metric(["started"], s["attempts"]["started"])
+        attempts.add_metric(["finished"], s["attempts"]["finished"])
+        yield attempts
+        yield CounterMetricFamily(
+            "webhook_fulfil_effects", "Payments recorded fulfilled.", value=s["effects"]
+        )
+        yield GaugeMetricFamily(
+            "webhook_queue_depth", "Jobs waiting in the RQ queue.", value=s["queue_length"]
+        )
+        yield self._latency()
+
+    def _latency(self) -> HistogramMetricFamily:
+        raw = {
+            readout.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
+        }
+        cumulative, buckets = 0, []
+        for bound in defaults.FULFIL_BUCKETS_MS:
+            cumulative += raw.get(f"le:{bound}", 0)
+            buckets.append((str(bound / 1000), cumulative))
+        buckets.append(("+Inf", cumulative + raw.get("le:inf", 0)))
+        return HistogramMetricFamily(
+            "webhook_fulfil_latency_seconds",
+            "First paid delivery to fulfilled.",
+            buckets=buckets,
+            sum_value=raw.get("sum_ms", 0) / 1000,
+        )
+
+
+@bp.before_app_request
+def start_timer() -> None:
+    g.started = time.perf_counter()
+
+
+@bp.after_app_request
+def observe(response: Response) -> Response:
+    if request.endpoint == "receiver.stripe_webhook" and "started" in g:
+        REQUEST_LATENCY.labels(f"{response.status_code // 100}xx").observe(
+            time.perf_counter() - g.started
+        )
+    return response
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    s = current_app.config["SETTINGS"]
+    if not token_ok(s.METRICS_TOKEN or s.OPS_TOKEN, presented_token(request)):
+        return unauthorized("Bearer")
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)
+    else:
+        registry.register(REQUEST_LATENCY)
+    registry.register(LedgerCollector(get_redis(), s.QUEUE_NAME))
+    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+def init_app(app: Flask) -> None:
+    """Nothing to set up: the histogram is process-global, the rest is read from Redis."""
