@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.poolfile import read_pool  # noqa: F401  (re-exported)
 from webhook import samples
 
 ID_RE = re.compile(
@@ -86,17 +87,6 @@ def write_pool(path: Path, bodies: list[bytes], secret: str) -> float:
             out.write(raw)
             out.write(body)
     return stamp
-
-
-def read_pool(path: Path) -> list[tuple[str, bytes]]:
-    with open(path, "rb") as f:
-        head = f.readline().split()
-        assert head[0] == b"WLPOOL", path
-        items = []
-        for _ in range(int(head[1])):
-            n_sig, n_body = (int(x) for x in f.readline().split())
-            items.append((f.read(n_sig).decode(), f.read(n_body)))
-    return items
 
 
 class Pool:

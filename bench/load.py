@@ -39,9 +39,7 @@ def peak(
     connections: int = 16,
 ) -> dict[str, Any]:
     """Closed-loop maximum throughput: ``connections`` clients sending back to back."""
-    meter = CpuMeter(
-        {"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []}
-    )
+    meter = CpuMeter({"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []})
     url = f"http://127.0.0.1:{port}{PATH}"
     if have_wrk():
         argv = [
@@ -92,9 +90,7 @@ def paced(
     max_conns: int = 64,
 ) -> dict[str, Any]:
     """Open-loop fixed rate: latency measured from each request's due time."""
-    meter = CpuMeter(
-        {"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []}
-    )
+    meter = CpuMeter({"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []})
     argv = [sys.executable, "-m", "bench.paced", "--pool", str(pool), "--port", str(port)]
     argv += ["--rate", f"{rate:.1f}", "--duration", f"{duration:g}"]
     argv += ["--max-conns", str(max_conns)]
@@ -142,5 +138,10 @@ def _result(
         "server_cores": cpu["server"] / secs if secs else 0.0,
         "redis_cores": cpu["redis"] / secs if secs else 0.0,
         "loadgen_cores": gen_cpu / secs if secs else 0.0,
+        # Busy CPU of everything else on the machine during the run (other users'
+        # processes; for a quiet machine this is ~0): a noisy-run indicator.
+        "other_cores": max(0.0, cpu["machine"] - cpu["server"] - cpu["redis"] - gen_cpu) / secs
+        if secs
+        else 0.0,
         "generator": generator,
     }

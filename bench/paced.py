@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from bench.events import read_pool
+from bench.poolfile import read_pool  # no heavy imports: its CPU is measured
 
 HOST = "127.0.0.1"
 
@@ -51,11 +51,11 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
 
 
 async def run(args: argparse.Namespace) -> dict:
-    pool = read_pool(Path(args.pool))
-    requests = [build(args.path, args.port, sig, body) for sig, body in pool]
     total = min(int(args.rate * args.duration), args.max_requests)
     if args.closed:
         total = args.max_requests
+    pool = read_pool(Path(args.pool), limit=total)
+    requests = [build(args.path, args.port, sig, body) for sig, body in pool]
     loop = asyncio.get_running_loop()
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     gate = asyncio.Semaphore(args.max_conns)

@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# The browser test drives Debian's Chromium (Playwright's own browser download is not used).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "test: installing chromium for the browser test" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .

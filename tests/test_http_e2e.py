@@ -136,3 +136,21 @@ def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # 
         text=True,
     )
     assert "deliveries" in table.stdout and "queued" in table.stdout
+
+
+def test_logs_are_json_lines_without_secrets_signatures_or_payloads(web, redis, rng) -> None:  # noqa: ANN001
+    event, body = paid_event(rng)
+    headers = signed_headers(body)
+    url = f"{web.url}/webhooks/stripe"
+    requests.post(url, data=body, headers=headers)
+    requests.post(url, data=body, headers=signed_headers(body, secret="whsec_forged_one"))
+    web.stop()
+    assert web.log is not None
+    text = web.log.read_text()
+    lines = [orjson.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    delivery = next(ln for ln in lines if ln.get("status") == 200)
+    assert {"event_id", "type", "payment", "deliveries", "status", "ms"} <= set(delivery)
+    assert any(ln.get("reason") == "signature_mismatch" for ln in lines)
+    signature = headers["Stripe-Signature"].split("v1=")[1]
+    for secret in (SECRET, "whsec_forged_one", signature, '"object": "payment_intent"'):
+        assert secret not in text

@@ -83,7 +83,8 @@ def reject(rejected: Rejected, body: bytes, request_id: str) -> Response:
         "remote": request.remote_addr,
         "method": request.method,
     }
-    get_ledger().record_rejection(rejected.reason, record, request_id)
+    counted = get_ledger().record_rejection(rejected.reason, record, request_id)
+    log.info(orjson.dumps({**record, "counted": counted}).decode())
     payload: dict[str, object] = {"error": rejected.reason}
     if rejected.detail:
         payload["detail"] = rejected.detail
