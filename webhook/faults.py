@@ -35,14 +35,21 @@ def _armed() -> dict[str, list[str]]:
 ARMED = _armed()
 
 
-def fault(name: str) -> None:
-    """Fire the fault point ``name`` if it is armed; a no-op otherwise."""
-    action = ARMED.get(name)
-    if action is None:
-        return
-    if random.random() >= float(os.environ.get("FAULT_PROBABILITY", "1")):
-        return
+def fires(name: str) -> bool:
+    """Whether the fault point ``name`` is armed and, by FAULT_PROBABILITY, fires now."""
+    return name in ARMED and random.random() < float(os.environ.get("FAULT_PROBABILITY", "1"))
+
+
+def act(name: str) -> None:
+    """Do what the armed point says: sleep, or SIGKILL this process."""
+    action = ARMED[name]
     if action[0] == "sleep":
         time.sleep(float(action[1]))
         return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault(name: str) -> None:
+    """Fire the fault point ``name`` if it is armed; a no-op otherwise."""
+    if fires(name):
+        act(name)

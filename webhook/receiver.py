@@ -10,6 +10,7 @@ from flask import Blueprint, Response, current_app, request
 from webhook.defaults import REPLAY_HEADER
 from webhook.events import classify
 from webhook.exceptions import LedgerUnavailable, Rejected
+from webhook.faults import fault
 from webhook.intake import delivery_source, parse_event, read_body
 from webhook.ledger import Delivery, new_request_id
 from webhook.settings import Settings
@@ -35,6 +36,7 @@ def stripe_webhook() -> Response:
         event, secret_index = parse_event(body, request.headers.get("Stripe-Signature"), settings)
     except Rejected as rejected:
         return reject(rejected, body, request_id)
+    fault("receiver_after_verify")
     delivery = Delivery(
         event=event,
         body=body,
@@ -50,8 +52,11 @@ def stripe_webhook() -> Response:
     try:
         recorded = get_ledger().record_delivery(delivery)
     except LedgerUnavailable as exc:
-        log.error(orjson.dumps({"event_id": event["id"], "status": 503, "error": str(exc)}))
+        log.error(
+            orjson.dumps({"event_id": event["id"], "status": 503, "error": str(exc)}).decode()
+        )
         return json_response({"error": "ledger_unavailable", "retry": True}, 503)
+    fault("receiver_after_record")
     log.info(
         orjson.dumps(
             {

@@ -18,6 +18,7 @@ import requests
 
 from workers.exceptions import (
     ActionConfigError,
+    AmbiguousDownstreamError,
     PermanentDownstreamError,
     TransientDownstreamError,
 )
@@ -127,14 +128,24 @@ class HttpAction:
                 headers={"Idempotency-Key": call.idempotency_key},
                 timeout=self.timeout,
             )
-        except requests.RequestException as exc:
-            raise TransientDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+        except (requests.ConnectionError, requests.ConnectTimeout) as exc:
+            if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
+                raise TransientDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+            raise AmbiguousDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+        except requests.RequestException as exc:  # read timeout and the like: it may have applied
+            raise AmbiguousDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
         receipt = {"status": answer.status_code, "body": answer.text[:200]}
         if 200 <= answer.status_code < 300 or answer.status_code == 409:
             return receipt
         if answer.status_code >= 500 or answer.status_code == 429:
             raise TransientDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
         raise PermanentDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
+
+
+def _never_sent(exc: requests.ConnectionError) -> bool:
+    """True when the connection itself failed (refused, DNS), so the request never left."""
+    text = str(exc)
+    return any(s in text for s in ("Connection refused", "NewConnectionError", "Name or service"))
 
 
 class CallableAction:
@@ -155,8 +166,8 @@ class CallableAction:
             result = self.fn(asdict(call))
         except (TransientDownstreamError, PermanentDownstreamError):
             raise
-        except Exception as exc:  # a user's bug or outage: retry, bounded by MAX_ATTEMPTS
-            raise TransientDownstreamError(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # unknown how far it got: retried only if replay-safe
+            raise AmbiguousDownstreamError(f"{type(exc).__name__}: {exc}") from exc
         return result if isinstance(result, dict) else {"result": result}
 
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from redis.commands.core import Script
 from rq.job import Job
 
-from webhook import defaults, keys
+from webhook import defaults, faults, keys
 from webhook.ledger import Ledger
 from webhook.settings import Settings
 
@@ -83,8 +84,17 @@ class Attempts:
             " ".join(str(b) for b in defaults.FULFIL_BUCKETS_MS),
         ]
         script_keys = [*self._keys(payment_key), keys.LATENCIES, keys.FULFIL_HISTOGRAM]
+        if faults.fires("during_record"):
+            self._send_and_die(self.scripts["finish_attempt"], script_keys, args)
         verdict, state = self.scripts["finish_attempt"](keys=script_keys, args=args)
         return _text(verdict), _text(state)
+
+    def _send_and_die(self, script: Script, script_keys: list[str], args: list[Any]) -> None:
+        """Fault point ``during_record``: the write is on the wire when the process dies."""
+        self.redis.script_load(script.script)
+        connection = self.redis.connection_pool.get_connection()
+        connection.send_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
+        faults.act("during_record")
 
     def recover(self, payment_key: str) -> str:
         """The sweeper's step for one due payment; returns what it did."""

@@ -18,7 +18,11 @@ from webhook.faults import fault
 from webhook.store import connect
 from workers.actions import Action, Call, build_action
 from workers.attempts import Attempts, encode_receipt
-from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
+from workers.exceptions import (
+    AmbiguousDownstreamError,
+    PermanentDownstreamError,
+    TransientDownstreamError,
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ def run_action(action: Action, call: Call) -> tuple[str, str]:
     """Call the downstream once; map its result to an outcome and a detail string."""
     try:
         return "fulfilled", encode_receipt(action(call))
+    except AmbiguousDownstreamError as exc:
+        return ("retry" if action.replay_safe else "interrupted"), str(exc)
     except TransientDownstreamError as exc:
         return "retry", str(exc)
     except PermanentDownstreamError as exc:
@@ -84,5 +90,4 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)
-    fault("during_record")
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

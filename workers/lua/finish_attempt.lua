@@ -1,6 +1,6 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
 -- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 latencies, 7 latency histogram
--- ARGV: 1 token, 2 outcome (fulfilled|retry|failed), 3 receipt or error, 4 call ms,
+-- ARGV: 1 token, 2 outcome (fulfilled|retry|failed|interrupted), 3 receipt or error, 4 call ms,
 --       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap,
 --       10 histogram bucket bounds in ms (space-separated, ascending)
 -- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
@@ -48,6 +48,13 @@ if outcome == 'fulfilled' then
 end
 
 redis.call('HSET', pay, 'last_error', detail)
+if outcome == 'interrupted' then
+  -- The downstream may have applied it and may not dedupe: a person decides.
+  move(pay, states, 'interrupted')
+  redis.call('HINCRBY', stats, 'interrupted', 1)
+  redis.call('ZREM', due, ARGV[8])
+  return {'interrupted', 'interrupted'}
+end
 local used = tonumber(redis.call('HGET', pay, 'attempts_started') or '0')
   - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
 if outcome == 'retry' and used < tonumber(ARGV[5]) then
