@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -10,8 +11,11 @@ from typing import Any
 class CountingDownstream:
     """Answers each call with the next status of ``script`` (then ``default``)."""
 
-    def __init__(self, script: list[int] | None = None, default: int = 200) -> None:
+    def __init__(
+        self, script: list[int] | None = None, default: int = 200, delays: list[float] | None = None
+    ) -> None:
         self.script = list(script or [])
+        self.delays = list(delays or [])
         self.default = default
         self.calls: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
@@ -43,8 +47,10 @@ class CountingDownstream:
                     outer.bodies.append(body)
                     outer.idempotency_keys.append(self.headers.get("Idempotency-Key", ""))
                     status = outer.script.pop(0) if outer.script else outer.default
+                    delay = outer.delays.pop(0) if outer.delays else 0.0
                 if first and outer.gate is not None:
                     outer.gate.wait(60)
+                time.sleep(delay)
                 payload = json.dumps({"order": f"ord_{len(outer.bodies)}"}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

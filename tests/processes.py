@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -129,7 +130,20 @@ class Gunicorn:
             self.log,
         )
         wait_for_port(self.port, proc=self.proc)
+        self.wait_ready()
         return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Until a worker answers: the master listens before its workers have booted."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"gunicorn on {self.port} not ready after {timeout}s")
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -139,10 +153,17 @@ class Gunicorn:
 class RqWorker:
     """``rq worker`` (SimpleWorker, as shipped) on the fulfilment queue, in its own process."""
 
-    def __init__(self, env: dict[str, str], log: Path | None = None, burst: bool = False) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path | None = None,
+        burst: bool = False,
+        worker_class: str = "rq.worker.SimpleWorker",
+    ) -> None:
         self.env = env
         self.log = log
         self.burst = burst
+        self.worker_class = worker_class
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "RqWorker":
@@ -150,7 +171,7 @@ class RqWorker:
             str(BIN / "rq"),
             "worker",
             "-w",
-            "rq.worker.SimpleWorker",
+            self.worker_class,
             "-u",
             self.env["REDIS_URL"],
         ]
@@ -182,6 +203,19 @@ class Sweeper:
     def stop(self) -> None:
         if self.proc is not None:
             stop(self.proc)
+
+
+def children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (read from /proc, no extra tools needed)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):  # noqa: ANN001, ANN201

@@ -27,18 +27,20 @@ class Stack:
         self.env, self.logs, self.exits = env, logs, exits
         self.web: Gunicorn | None = None
 
-    def start_web(self) -> Gunicorn:
-        self.web = Gunicorn(self.env, workers=2, log=self.logs / "web.log").start()
+    def start_web(self, **extra: str) -> Gunicorn:
+        env = {**self.env, **extra}
+        self.web = Gunicorn(env, workers=2, log=self.logs / "web.log").start()
         self.exits.callback(self.web.stop)
         return self.web
 
-    def start_worker(self, **extra: str) -> RqWorker:
-        worker = RqWorker({**self.env, **extra}, log=self.logs / "worker.log").start()
+    def start_worker(self, worker_class: str = "rq.worker.SimpleWorker", **extra: str) -> RqWorker:
+        env = {**self.env, **extra}
+        worker = RqWorker(env, log=self.logs / "worker.log", worker_class=worker_class).start()
         self.exits.callback(worker.stop)
         return worker
 
-    def start_sweeper(self) -> Sweeper:
-        sweeper = Sweeper(self.env, log=self.logs / "sweeper.log").start()
+    def start_sweeper(self, **extra: str) -> Sweeper:
+        sweeper = Sweeper({**self.env, **extra}, log=self.logs / "sweeper.log").start()
         self.exits.callback(sweeper.stop)
         return sweeper
 
