@@ -1,6 +1,7 @@
 """The fault matrix: each cell a real fault in real processes, with the outcome the README
 promises. Expected outcomes are tabled in docs/RELIABILITY.md."""
 
+import json
 import signal
 import threading
 import time
@@ -328,3 +329,37 @@ def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None: 
     wait_until(lambda: settled(redis, pk_of(event), "failed"))
     record = readout.payment(redis, pk_of(event))
     assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
+
+
+def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
+    """The CI-sized soak: about 40 s of traffic with random faults, then the checker."""
+    import subprocess
+    import sys
+
+    from tests.processes import ROOT
+
+    out = tmp_path / "soak.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "soak.py"),
+            "--duration",
+            "40",
+            "--fault-interval",
+            "3",
+            "--settle",
+            "90",
+            "--workdir",
+            str(tmp_path / "soak"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0, result["findings"]
+    assert result["lost"] == 0 and result["duplicated"] == 0
+    assert result["findings"]["unfulfilled"] == []
+    assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000

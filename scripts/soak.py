@@ -1,0 +1,297 @@
+"""Soak: the whole service under traffic while random faults are injected, then the checker.
+
+    python scripts/soak.py --duration 600 --json var/soak.json
+
+Starts its own redis-server (shipped config, append-only), gunicorn (2 workers), 2 RQ
+workers and the sweeper on free loopback ports, restarts whatever dies, and injects:
+SIGKILL of a gunicorn worker, of an RQ worker, of the sweeper and of redis-server
+(restarted from its append-only file); SIGSTOP of an RQ worker past its lease; and the
+workers' own fault points (FAULTPOINT, at random). The client behaves like Stripe: every
+delivery not answered 2xx is sent again later. Exit 0 when nothing acknowledged is lost,
+no payment has two effects and every paid payment is fulfilled or surfaced as interrupted.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import requests
+from redis import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env  # noqa: E402
+from webhook import keys, samples  # noqa: E402
+from webhook.checker import check  # noqa: E402
+from workers.downstream import read_downstream  # noqa: E402
+
+WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
+FAST = {
+    "LEASE_SECONDS": "3",
+    "FULFILMENT_TIMEOUT": "1",
+    "SWEEP_INTERVAL": "0.5",
+    "QUEUED_GRACE_SECONDS": "2",
+}
+
+
+class Service:
+    """The processes under test, each restarted by ``heal`` when it has died."""
+
+    def __init__(self, workdir: Path, secret: str) -> None:
+        self.workdir = workdir
+        self.redis = RedisServer(workdir / "redis").start()
+        self.env = service_env(
+            self.redis.url,
+            {
+                **FAST,
+                "STRIPE_WEBHOOK_SECRET": secret,
+                "OPS_TOKEN": "soak",
+                "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
+            },
+        )
+        self.worker_env = {**self.env, "FAULTPOINT": WORKER_FAULTS, "FAULT_PROBABILITY": "0.01"}
+        self.web = Gunicorn(self.env, workers=2, log=workdir / "web.log").start()
+        self.workers = [
+            RqWorker(self.worker_env, log=workdir / "worker.log").start() for _ in range(2)
+        ]
+        self.sweeper = Sweeper(self.env, log=workdir / "sweeper.log").start()
+        self.lock = threading.Lock()
+        self.self_inflicted = 0
+
+    def heal(self) -> None:
+        with self.lock:
+            if self.redis.proc is not None and self.redis.proc.poll() is not None:
+                self.redis = RedisServer(self.workdir / "redis", self.redis.port).start()
+            for i, worker in enumerate(self.workers):
+                if worker.proc is not None and worker.proc.poll() is not None:
+                    if worker.proc.returncode == -signal.SIGKILL and not getattr(
+                        worker, "killed", False
+                    ):
+                        self.self_inflicted += 1
+                    self.workers[i] = RqWorker(
+                        self.worker_env, log=self.workdir / "worker.log"
+                    ).start()
+            if self.sweeper.proc is not None and self.sweeper.proc.poll() is not None:
+                self.sweeper = Sweeper(self.env, log=self.workdir / "sweeper.log").start()
+
+    def stop(self) -> None:
+        self.sweeper.stop()
+        for worker in self.workers:
+            worker.stop()
+        self.web.stop()
+        self.redis.stop()
+
+
+def inject(service: Service, rng: random.Random) -> str:
+    """One random fault; returns its name."""
+    kind = rng.choice(
+        ["kill_web_worker", "kill_rq_worker", "pause_rq_worker", "kill_redis", "kill_sweeper"]
+    )
+    with service.lock:
+        if kind == "kill_web_worker" and service.web.proc is not None:
+            pids = children(service.web.proc.pid)
+            if pids:
+                os.kill(rng.choice(pids), signal.SIGKILL)
+        elif kind in ("kill_rq_worker", "pause_rq_worker"):
+            worker = rng.choice(service.workers)
+            if worker.proc is None or worker.proc.poll() is not None:
+                return kind
+            if kind == "kill_rq_worker":
+                worker.killed = True  # type: ignore[attr-defined]
+                worker.proc.send_signal(signal.SIGKILL)
+            else:
+                worker.proc.send_signal(signal.SIGSTOP)
+                threading.Timer(
+                    4.0, lambda p=worker.proc: p.poll() is None and p.send_signal(signal.SIGCONT)
+                ).start()
+        elif kind == "kill_redis":
+            service.redis.kill()
+        elif service.sweeper.proc is not None:
+            service.sweeper.proc.send_signal(signal.SIGKILL)
+    return kind
+
+
+class Client:
+    """Sends deliveries like Stripe: anything not answered 2xx is retried later."""
+
+    def __init__(self, url: str, secret: str) -> None:
+        self.url, self.secret = url, secret
+        self.acked: Counter[str] = Counter()
+        self.sent = 0
+        self.statuses: Counter[str] = Counter()
+        self.pending: list[tuple[str, bytes]] = []
+        self.paid: set[str] = set()
+        self.lock = threading.Lock()
+        self.session = threading.local()
+
+    def post(self, event_id: str, body: bytes) -> None:
+        session = getattr(self.session, "s", None) or requests.Session()
+        self.session.s = session
+        headers = {
+            "Content-Type": "application/json",
+            "Stripe-Signature": samples.sign(body, self.secret),
+        }
+        try:
+            status = session.post(self.url, data=body, headers=headers, timeout=10).status_code
+        except requests.RequestException:
+            status = 0
+        with self.lock:
+            self.sent += 1
+            self.statuses[str(status)] += 1
+            if 200 <= status < 300:
+                self.acked[event_id] += 1
+            else:
+                self.pending.append((event_id, body))
+
+    def retry_pending(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for event_id, body in pending:
+            self.post(event_id, body)
+
+
+def traffic(
+    client: Client, rng: random.Random, until: float, batch: int, copies: int, concurrency: int
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        while time.monotonic() < until:
+            plan = []
+            for _ in range(batch):
+                events = samples.payment_events(rng, checkout=rng.random() < 0.5)
+                client.paid.add(str(events[0]["data"]["object"]["id"]))
+                plan += [
+                    (e["id"], samples.encode(e))
+                    for e in events
+                    for _ in range(rng.randint(1, copies))
+                ]
+            rng.shuffle(plan)
+            list(pool.map(lambda item: client.post(*item), plan))
+            client.retry_pending()
+
+
+def settle(client: Client, redis_url: str, timeout: float) -> dict[str, str]:
+    """Re-send until everything is acknowledged, then wait until every payment settles."""
+    deadline = time.monotonic() + timeout
+    while client.pending and time.monotonic() < deadline:
+        client.retry_pending()
+        time.sleep(0.5)
+    redis = Redis.from_url(redis_url)
+    pks = sorted(client.paid)
+    while True:
+        pipe = redis.pipeline(transaction=False)
+        for pk in pks:
+            pipe.hget(keys.payment(pk), "state")
+        states = {pk: (s or b"").decode() for pk, s in zip(pks, pipe.execute(), strict=True)}
+        if (
+            all(s in ("fulfilled", "interrupted", "failed") for s in states.values())
+            or time.monotonic() > deadline
+        ):
+            return states
+        time.sleep(0.5)
+
+
+def keep_healing(service: Service, done: threading.Event) -> None:
+    while not done.wait(0.5):
+        service.heal()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    secret = f"whsec_soak_{rng.getrandbits(128):032x}"
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="webhook-soak-"))
+    service = Service(workdir, secret)
+    client = Client(f"{service.web.url}/webhooks/stripe", secret)
+    faults: Counter[str] = Counter()
+    began = time.monotonic()
+    until = began + args.duration
+    sender = threading.Thread(
+        target=traffic, args=(client, rng, until, args.batch, args.copies, args.concurrency)
+    )
+    sender.start()
+    try:
+        next_fault = began + args.fault_interval
+        while sender.is_alive():
+            time.sleep(0.2)
+            service.heal()
+            if time.monotonic() >= next_fault and time.monotonic() < until:
+                faults[inject(service, rng)] += 1
+                next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * args.fault_interval
+        sender.join()
+        for _ in range(20):  # let restarted processes come back before settling
+            service.heal()
+            time.sleep(0.25)
+        healed = threading.Event()
+        threading.Thread(target=keep_healing, args=(service, healed), daemon=True).start()
+        states = settle(client, service.redis.url, args.settle)
+        healed.set()
+        redis = Redis.from_url(service.redis.url)
+        pipe = redis.pipeline(transaction=False)
+        event_ids = sorted(client.acked)
+        for event_id in event_ids:
+            pipe.hget(keys.event(event_id), "n")
+        recorded = {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
+        down = read_downstream(str(workdir / "downstream.sqlite3"))["payments"]
+        effects = {pk: row["effects"] for pk, row in down.items()}
+        found = check(client.acked, recorded, client.paid, effects, states)
+    finally:
+        service.heal()
+        faults["self_inflicted_worker_kill"] += service.self_inflicted
+        service.stop()
+    return {
+        "duration_s": round(time.monotonic() - began, 1),
+        "seed": args.seed,
+        "deliveries_sent": client.sent,
+        "deliveries_acked": sum(client.acked.values()),
+        "answers": dict(client.statuses),
+        "payments": len(client.paid),
+        "faults": dict(faults),
+        "faults_total": sum(faults.values()),
+        "downstream_calls": sum(row["calls"] for row in down.values()),
+        "states": dict(Counter(states.values())),
+        "findings": found.as_dict(),
+        "lost": len(found.lost),
+        "duplicated": len(found.duplicated),
+        "workdir": str(workdir),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of traffic and faults")
+    p.add_argument("--fault-interval", type=float, default=5.0, help="mean seconds between faults")
+    p.add_argument("--batch", type=int, default=20, help="payments per traffic batch")
+    p.add_argument("--copies", type=int, default=3, help="up to this many copies per event")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument(
+        "--settle", type=float, default=120.0, help="seconds allowed to settle afterwards"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--workdir", help="where Redis, logs and the downstream live (default: a temp dir)"
+    )
+    p.add_argument("--json", type=Path, help="write the result here")
+    args = p.parse_args(argv)
+    result = run(args)
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    sys.exit(0 if result["findings"]["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
