@@ -198,3 +198,16 @@ def test_sources_replay_header_and_cli_secret_label(config, redis, rng) -> None:
     record = redis.hgetall(keys.event(event["id"]))
     assert record[b"src:stripe-cli"] == b"1" and record[b"src:replay"] == b"1"
     assert stats(redis)["source:stripe-cli"] == 1 and stats(redis)["source:replay"] == 1
+
+
+def test_non_ascii_signature_is_a_clean_rejection(client, redis, rng) -> None:  # noqa: ANN001
+    body, headers = body_and_headers(rng)
+    headers["Stripe-Signature"] = f"t={int(time.time())},v1=é"
+    assert_rejected(post(client, body, headers), redis, "malformed_signature_header")
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "TRACE", "PROPFIND"])
+def test_every_other_method_is_405_json_and_counted(client, redis, method: str) -> None:  # noqa: ANN001
+    assert_rejected(
+        client.open("/webhooks/stripe", method=method), redis, "method_not_allowed", 405
+    )

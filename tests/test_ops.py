@@ -219,3 +219,9 @@ def test_metrics_agree_with_summary_across_two_gunicorn_workers(
             assert sum(s.value for s in count) == sent
     finally:
         web.stop()
+
+
+def test_dashboard_cannot_be_framed(client, redis) -> None:  # noqa: ANN001
+    page = client.get("/ops/", headers=BASIC)
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]

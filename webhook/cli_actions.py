@@ -34,6 +34,10 @@ def _decide(ctx: Context, payment_key: str, decision: str, allowed: tuple[str, .
     verdict, state = run(
         lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
     )
+    if verdict == "wait":
+        wait_s = max(0.0, int(state) / 1000 - time.time())
+        console.print(f"refused: its last call may still be running; try again in {wait_s:.0f} s")
+        sys.exit(EXIT_NOT_FOUND)
     if verdict != "ok":
         console.print(f"refused: {payment_key} is {state or 'unknown'}, not {' or '.join(allowed)}")
         sys.exit(EXIT_NOT_FOUND)

@@ -25,6 +25,15 @@ def require_token() -> Response | None:
     return None
 
 
+@bp.after_request
+def no_framing(response: WerkzeugResponse) -> WerkzeugResponse:
+    """The pages carry the CSRF token and act with cached credentials: never in a frame."""
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 @bp.app_template_filter("when")
 def when(ms: object) -> str:
     """Epoch milliseconds as UTC time of day (date too when not today)."""

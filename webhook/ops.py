@@ -55,7 +55,10 @@ def require_token() -> Response | None:
     return None
 
 
-def int_arg(name: str, default: int, high: int = 10**13) -> int:
+MAX_OFFSET = 10_000
+
+
+def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
     try:
         return max(0, min(high, int(request.args.get(name, default))))
     except ValueError:
@@ -75,8 +78,8 @@ def api_events() -> Response:
     rows = readout.events(
         get_redis(),
         request.args.get("type") or None,
-        int_arg("since", 0) or None,
-        int_arg("until", 0) or None,
+        int_arg("since", 0, 10**14) or None,
+        int_arg("until", 0, 10**14) or None,
         int_arg("offset", 0),
         int_arg("limit", 50, 500),
     )
@@ -132,6 +135,8 @@ def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict
     if decision not in decisions:
         return {"error": "unknown_decision", "decisions": list(decisions)}, 400
     verdict, state = Attempts(get_redis(), settings()).decide(payment_key, decision, allowed, who)
+    if verdict == "wait":
+        return {"error": "attempt_may_still_be_running", "retry_after_ms": int(state)}, 409
     if verdict != "ok":
         return {"error": "refused", "state": state, "allowed_from": list(allowed)}, 409
     return {"payment": payment_key, "state": state}, 200

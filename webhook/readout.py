@@ -109,11 +109,11 @@ def events(
     high = until_ms if until_ms is not None else "+inf"
     low = since_ms if since_ms is not None else "-inf"
     found: list[dict[str, Any]] = []
+    # Without a type filter the index pages directly; with one, scan (bounded) and page.
+    wanted = limit if event_type is None else offset + limit
     start = offset if event_type is None else 0
-    while len(found) < limit:
-        batch = redis.zrevrangebyscore(
-            keys.EVENT_INDEX, high, low, start=start, num=max(limit, 200)
-        )
+    while len(found) < wanted and start - (offset if event_type is None else 0) < MAX_SCAN:
+        batch = redis.zrevrangebyscore(keys.EVENT_INDEX, high, low, start=start, num=200)
         if not batch:
             break
         start += len(batch)
@@ -128,11 +128,11 @@ def events(
             if not record["n"] or (event_type and record["type"] != event_type):
                 continue
             found.append({"id": text(event_id), **record})
-        if event_type is None:
-            break
-    return found[offset : offset + limit] if event_type else found[:limit]
+    return found[:limit] if event_type is None else found[offset : offset + limit]
 
 
+MAX_SCAN = 20_000
+"""Most index entries one filtered events query reads."""
 EVENT_FIELDS = ("type", "n", "first", "last", "pk", "secret", "livemode", "conflicts", "role")
 
 

@@ -18,14 +18,14 @@ from webhook.store import get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
-ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def json_response(payload: dict[str, object], status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
-@bp.route("/webhooks/stripe", methods=ANY_METHOD)
+@bp.route("/webhooks/stripe", methods=ANY_METHOD, provide_automatic_options=False)
 def stripe_webhook() -> Response:
     started = time.perf_counter()
     settings: Settings = current_app.config["SETTINGS"]
@@ -76,6 +76,14 @@ def stripe_webhook() -> Response:
             "duplicate": recorded.duplicate,
         }
     )
+
+
+@bp.app_errorhandler(405)
+def method_not_allowed(error: Exception) -> Response:
+    """Methods routing refuses before the view (TRACE, PROPFIND, ...): same answer, counted."""
+    if request.path == "/webhooks/stripe":
+        return reject(Rejected("method_not_allowed", 405, "use POST"), b"", new_request_id())
+    return json_response({"error": "method_not_allowed"}, 405)
 
 
 def reject(rejected: Rejected, body: bytes, request_id: str) -> Response:

@@ -12,6 +12,8 @@ _STAMP = re.compile(r"-?[0-9]{1,20}")
 
 def header_timestamp(header: str) -> int:
     """The header's ``t=``; raises Rejected for a malformed header or one without v1."""
+    if not header.isascii():  # signatures are hex; stripe's compare_digest raises on non-ASCII
+        raise Rejected("malformed_signature_header", detail="non-ASCII characters")
     stamps: list[str] = []
     has_v1 = False
     for item in header.split(","):

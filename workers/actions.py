@@ -137,6 +137,8 @@ class HttpAction:
         receipt = {"status": answer.status_code, "body": answer.text[:200]}
         if 200 <= answer.status_code < 300 or answer.status_code == 409:
             return receipt
+        if answer.status_code in (502, 504):  # a gateway's answer: the origin may have applied it
+            raise AmbiguousDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
         if answer.status_code >= 500 or answer.status_code == 429:
             raise TransientDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
         raise PermanentDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")

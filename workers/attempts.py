@@ -5,6 +5,7 @@ Each attempt takes a lease and a fencing token; only the current token may call 
 downstream (mark_calling) or record the outcome (finish).
 """
 
+import os
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -56,8 +57,11 @@ class Attempts:
         ]
 
     def start(self, payment_key: str, job_id: str, replay_safe: bool) -> Start:
+        """Take a lease for one run of a job; ``execution`` tells a client retry of this very
+        call (answered ``go`` again) from a second run of the same RQ job (skipped)."""
         lease_ms = int(self.settings.LEASE_SECONDS * 1000)
-        args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key]
+        execution = f"{job_id}:{os.urandom(6).hex()}"
+        args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution]
         reply = self.scripts["start_attempt"](keys=self._keys(payment_key), args=args)
         verdict, token, *reason = reply
         return Start(_text(verdict), int(token), _text(reason[0]) if reason else "")
@@ -113,15 +117,19 @@ class Attempts:
     def decide(
         self, payment_key: str, decision: str, allowed: tuple[str, ...], note: str
     ) -> tuple[str, str]:
-        """A person's retry or resolution; refused unless the payment is in ``allowed``."""
+        """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
+        (an interrupted call may still be in flight until the returned time, epoch ms)."""
+        s = self.settings
         job_id, commands = self.ledger.enqueue_commands(payment_key)
+        in_flight_ms = int((s.LEASE_SECONDS + s.FULFILMENT_TIMEOUT + 5) * 1000)
         args: list[Any] = [
             payment_key,
             decision,
             " ".join(allowed),
             note,
-            self.settings.QUEUED_GRACE_SECONDS * 1000,
+            s.QUEUED_GRACE_SECONDS * 1000,
             job_id,
+            in_flight_ms,
             *commands,
         ]
         verdict, state = self.scripts["operator"](keys=self._keys(payment_key), args=args)

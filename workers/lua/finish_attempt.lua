@@ -12,8 +12,10 @@ local current = redis.call('HGET', pay, 'token')
 if redis.call('HGET', pay, 'finished_token') == token then
   return {'already', state}  -- a client retry of this same call
 end
--- A late receipt for the same token after its lease expired still proves the effect.
-local late = state == 'interrupted' and current == token and outcome == 'fulfilled'
+-- A late receipt for the same token after its lease expired still proves the effect (also
+-- after a person re-queued it, as long as no newer attempt has started).
+local late = (state == 'interrupted' or state == 'queued') and current == token
+  and outcome == 'fulfilled'
 if current ~= token or (state ~= 'in_progress' and not late) then
   redis.call('HINCRBY', pay, 'stale_finishes', 1)
   redis.call('HINCRBY', stats, 'stale_finishes', 1)

@@ -7,6 +7,9 @@ local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 local pk, grace = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
+if redis.call('HGET', pay, 'job') == ARGV[4] then
+  return {'requeued'}  -- a client retry of this same call: its new job is already queued
+end
 local function again(at, verdict)
   redis.call('ZADD', due, at, pk)
   return {verdict}

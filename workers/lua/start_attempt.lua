@@ -1,6 +1,6 @@
 -- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
 -- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
--- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key
+-- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key, 5 execution id (unique per run)
 -- Returns {'go', token} | {'skip', 0, reason} | {'interrupted', 0} | {'missing', 0}
 local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
@@ -19,7 +19,7 @@ if state == 'fulfilled' or state == 'failed' or state == 'interrupted' or state 
 end
 if state == 'in_progress' then
   if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
-    if redis.call('HGET', pay, 'job') == ARGV[1] then
+    if redis.call('HGET', pay, 'attempt_id') == ARGV[5] then
       return {'go', tonumber(redis.call('HGET', pay, 'token'))}  -- a client retry of this call
     end
     return skip('leased')
@@ -37,7 +37,7 @@ local lease_until = now + tonumber(ARGV[2])
 local token = redis.call('HINCRBY', pay, 'token', 1)
 move(pay, states, 'in_progress')
 redis.call('HSET', pay, 'lease_until', lease_until, 'phase', 'leased', 'replay_safe', ARGV[3],
-  'job', ARGV[1], 'attempt_at', now)
+  'job', ARGV[1], 'attempt_id', ARGV[5], 'attempt_at', now)
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', pay, 'attempts_started', 1)
 redis.call('HINCRBY', stats, 'attempts_started', 1)

@@ -1,0 +1,77 @@
+"""The fulfilment scripts called directly: retries of the same call are harmless, a second
+run of the same job is not let through, a person cannot race a call still in flight."""
+
+from redis import Redis
+
+from tests.helpers import paid_event
+from webhook import keys, settings
+from webhook.events import classify
+from webhook.ledger import Delivery, Ledger, new_request_id
+from workers.attempts import Attempts
+
+
+def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
+    s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x")
+    client = Redis.from_url(s.REDIS_URL)
+    event, body = paid_event(rng)
+    c = classify(event, s.PAID_EVENT_TYPES)
+    Ledger(client, s).record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
+    return Attempts(client, s), str(c.payment_key)
+
+
+def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+    attempts, pk = queued_payment(redis_server, rng)
+    redis.delete("rq:queue:fulfilment")
+    job_id, commands = attempts.ledger.enqueue_commands(pk)
+    args = [pk, 1000, "rq:job:", job_id, *commands]
+    script_keys = [*attempts._keys(pk), "rq:queue:fulfilment"]
+    first = attempts.scripts["recover"](keys=script_keys, args=args)
+    again = attempts.scripts["recover"](keys=script_keys, args=args)
+    assert first == again == [b"requeued"]
+    assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job_id.encode()]
+
+
+def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
+    redis: Redis, redis_server, rng
+) -> None:  # noqa: ANN001
+    attempts, pk = queued_payment(redis_server, rng)
+    script_keys = attempts._keys(pk)
+    args = ["job-1", 30000, 1, pk, "job-1:aaaa"]
+    first = attempts.scripts["start_attempt"](keys=script_keys, args=args)
+    retried = attempts.scripts["start_attempt"](keys=script_keys, args=args)
+    assert first == retried == [b"go", 1]
+    second_run = attempts.scripts["start_attempt"](
+        keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb"]
+    )
+    assert second_run == [b"skip", 0, b"leased"]
+    assert redis.hget(keys.payment(pk), "attempts_started") == b"1"
+
+
+def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
+    redis: Redis, redis_server, rng
+) -> None:  # noqa: ANN001
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert attempts.recover(pk) == "interrupted"
+    verdict, until = attempts.decide(pk, "retry", ("interrupted",), "test")
+    assert verdict == "wait" and int(until) > 0
+    assert redis.hget(keys.payment(pk), "state") == b"interrupted"
+    # the stalled worker comes back with its receipt: accepted, it proves the effect
+    assert attempts.finish(pk, start.token, "fulfilled", '{"late": 1}', 5.0) == (
+        "fulfilled",
+        "fulfilled",
+    )
+
+
+def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=True)
+    attempts.finish(pk, start.token, "failed", "http 400", 1.0)
+    job_id, commands = attempts.ledger.enqueue_commands(pk)
+    args = [pk, "retry", "failed", "test", 1000, job_id, 60000, *commands]
+    first = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
+    again = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
+    assert first == again == [b"ok", b"queued"]
+    assert redis.hget(keys.STATS, "requeued:operator") == b"1"
