@@ -209,7 +209,10 @@ def run(args: argparse.Namespace) -> int:
         acked_ids = {a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300}
         paid = {
             c.payment_key
-            for c in (classify(by_id[i], settings.PAID_EVENT_TYPES) for i in acked_ids)
+            for c in (
+                classify(by_id[i], settings.PAID_EVENT_TYPES, settings.FULFIL_UNLINKED_INVOICES)
+                for i in acked_ids
+            )
             if c.paid and c.payment_key
         }
         settle_s, settled = 0.0, True

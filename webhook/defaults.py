@@ -78,5 +78,12 @@ PAID_EVENT_TYPES = (
 )
 """Event types that mean "paid" (each with its own condition, see events.py)."""
 
+FULFIL_UNLINKED_INVOICES = False
+"""Whether an ``invoice.paid`` without ``payment_intent`` (API 2025-03-31.basil and later)
+triggers fulfilment under the invoice id. Off by default: the invoice's PaymentIntent sends
+its own paid events under the pi_ id, and the two cannot be tied together, so both would
+fulfil. Turn it on only when ``payment_intent.succeeded`` and ``charge.succeeded`` are not
+in PAID_EVENT_TYPES."""
+
 REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""

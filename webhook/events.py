@@ -20,6 +20,10 @@ class Rule:
     """``paid`` (may trigger fulfilment), ``failed``, ``refund`` or ``info``."""
     paid_when: Callable[[Obj], bool] = lambda obj: True
     """Extra condition for a ``paid`` rule."""
+    unlinked_invoice: bool = False
+    """An invoice rule: without ``payment_intent`` (API 2025-03-31.basil and later) the
+    invoice cannot be tied to its PaymentIntent, whose own paid events would make a second
+    payment, so it counts as paid only with ``FULFIL_UNLINKED_INVOICES``."""
 
 
 def _field(name: str) -> Callable[[Obj], str | None]:
@@ -29,6 +33,15 @@ def _field(name: str) -> Callable[[Obj], str | None]:
 def _invoice_key(obj: Obj) -> str | None:
     # API 2025-03-31.basil removed invoice.payment_intent: fall back to the invoice id.
     return obj.get("payment_intent") or obj.get("id") or None
+
+
+def _session_paid(obj: Obj) -> bool:
+    # A subscription-mode session is paid by its first invoice, which sends its own paid
+    # events for the same PaymentIntent: counting the session too would fulfil twice.
+    return obj.get("mode", "payment") != "subscription" and obj.get("payment_status") in (
+        "paid",
+        "no_payment_required",
+    )
 
 
 def _session_key(obj: Obj) -> str | None:
@@ -52,13 +65,13 @@ RULES: dict[str, Rule] = {
     "charge.dispute.": Rule(_pi_of, "refund"),
     "charge.": Rule(_pi_of, "info"),
     "refund.": Rule(_pi_of, "refund"),
-    "checkout.session.completed": Rule(
-        _session_key, "paid", lambda o: o.get("payment_status") in ("paid", "no_payment_required")
+    "checkout.session.completed": Rule(_session_key, "paid", _session_paid),
+    "checkout.session.async_payment_succeeded": Rule(
+        _session_key, "paid", lambda o: o.get("mode", "payment") != "subscription"
     ),
-    "checkout.session.async_payment_succeeded": Rule(_session_key, "paid"),
     "checkout.session.async_payment_failed": Rule(_session_key, "failed"),
     "checkout.session.expired": Rule(_session_key, "failed"),
-    "invoice.paid": Rule(_invoice_key, "paid"),
+    "invoice.paid": Rule(_invoice_key, "paid", unlinked_invoice=True),
     "invoice.payment_succeeded": Rule(_invoice_key, "info"),
     "invoice.payment_failed": Rule(_invoice_key, "failed"),
 }
@@ -79,7 +92,7 @@ class Classified:
     paid: bool
 
 
-def classify(event: Obj, paid_types: Iterable[str]) -> Classified:
+def classify(event: Obj, paid_types: Iterable[str], unlinked_invoices: bool = False) -> Classified:
     """Map a parsed event to its payment key, role and whether it counts as paid."""
     obj = event["data"]["object"]
     rule = rule_for(event["type"])
@@ -93,6 +106,7 @@ def classify(event: Obj, paid_types: Iterable[str]) -> Classified:
         and rule.role == "paid"
         and event["type"] in paid_types
         and rule.paid_when(obj)
+        and (not rule.unlinked_invoice or bool(obj.get("payment_intent")) or unlinked_invoices)
     )
     role = rule.role if rule.role != "paid" or paid else "info"
     return Classified(key, role, paid)

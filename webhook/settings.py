@@ -31,6 +31,7 @@ class Settings:
     QUEUED_GRACE_SECONDS: int = defaults.QUEUED_GRACE_SECONDS
     SWEEP_INTERVAL: float = defaults.SWEEP_INTERVAL
     PAID_EVENT_TYPES: tuple[str, ...] = field(default=defaults.PAID_EVENT_TYPES)
+    FULFIL_UNLINKED_INVOICES: bool = False
 
     @property
     def secrets(self) -> list[str]:
