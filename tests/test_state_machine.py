@@ -75,3 +75,24 @@ def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_se
     again = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
     assert first == again == [b"ok", b"queued"]
     assert redis.hget(keys.STATS, "requeued:operator") == b"1"
+
+
+def test_retention_purges_settled_payments_and_keeps_counts(
+    redis: Redis, redis_server, rng
+) -> None:  # noqa: ANN001
+    import pytest
+
+    with pytest.raises(ValueError, match="PAYMENT_RETENTION_DAYS"):
+        settings.load({}, PAYMENT_RETENTION_DAYS=30, EVENT_RETENTION_DAYS=30)
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=True)
+    attempts.finish(pk, start.token, "fulfilled", "{}", 1.0)
+    kept = Attempts(
+        attempts.redis, settings.load({}, REDIS_URL=redis_server.url, PAYMENT_RETENTION_DAYS=31)
+    )
+    assert kept.purge() == 0  # fulfilled just now
+    redis.zadd(keys.state_index("fulfilled"), {pk: 1})  # as if it settled long ago
+    assert kept.purge() == 1
+    assert not redis.exists(keys.payment(pk), keys.attempts(pk))
+    assert redis.hget(keys.PAYMENT_STATES, "fulfilled") == b"0"
+    assert redis.zcard(keys.state_index("fulfilled")) == 0

@@ -25,7 +25,9 @@ EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
 
 PAYMENT_RETENTION_DAYS = 0
-"""0 keeps payment records for ever: a late resend must never fulfil twice."""
+"""0 keeps payment records for ever. Otherwise the sweeper deletes fulfilled and never-paid
+payments this many days after they settled; it must exceed EVENT_RETENTION_DAYS so that no
+resend of one of their events can arrive afterwards and fulfil them again."""
 
 REQUEST_ID_TTL = 3600
 """Seconds a request id's answer is kept so a retried ledger write is not counted twice."""

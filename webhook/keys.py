@@ -52,9 +52,12 @@ def payment(payment_key: str) -> str:
     return f"{PREFIX}pay:{payment_key}"
 
 
+ATTEMPTS_SUFFIX = ":attempts"
+
+
 def attempts(payment_key: str) -> str:
     """List of one payment's attempts (JSON), oldest first."""
-    return f"{PREFIX}pay:{payment_key}:attempts"
+    return f"{PREFIX}pay:{payment_key}{ATTEMPTS_SUFFIX}"
 
 
 def request(request_id: str) -> str:
@@ -71,4 +74,5 @@ def lua_constants() -> str:
     return (
         f"local PAYMENT_PREFIX = '{payment('')}'\n"
         f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
+        f"local ATTEMPTS_SUFFIX = '{ATTEMPTS_SUFFIX}'\n"
     )

@@ -137,7 +137,6 @@ class Ledger:
             compress_payload(delivery.body),
             s.EVENT_RETENTION_DAYS * 86400,
             defaults.REQUEST_ID_TTL,
-            s.PAYMENT_RETENTION_DAYS * 86400,
             s.QUEUED_GRACE_SECONDS * 1000,
             _scalar(_amount(obj)),
             _scalar(obj.get("currency")),

@@ -68,7 +68,18 @@ def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Setti
         if f.name in env:
             values[f.name] = _convert(env[f.name], f.type)
     values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    return validated(Settings(**values))  # type: ignore[arg-type]
+
+
+def validated(settings: Settings) -> Settings:
+    """Refuse settings that would break a guarantee."""
+    days = settings.PAYMENT_RETENTION_DAYS
+    if 0 < days <= settings.EVENT_RETENTION_DAYS:
+        raise ValueError(
+            f"PAYMENT_RETENTION_DAYS={days} must be 0 (keep) or more than EVENT_RETENTION_DAYS="
+            f"{settings.EVENT_RETENTION_DAYS}: a late resend must never fulfil a payment twice"
+        )
+    return settings
 
 
 def from_config(config: Mapping[str, object]) -> Settings:

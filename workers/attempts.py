@@ -44,7 +44,7 @@ class Attempts:
         self.redis = redis
         self.settings = settings
         self.ledger = Ledger(redis, settings)
-        names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator")
+        names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
         self.scripts = {n: redis.register_script(_script(f"{n}.lua")) for n in names}
 
     def _keys(self, payment_key: str) -> list[str]:
@@ -134,6 +134,15 @@ class Attempts:
         ]
         verdict, state = self.scripts["operator"](keys=self._keys(payment_key), args=args)
         return _text(verdict), _text(state)
+
+    def purge(self, limit: int = 500) -> int:
+        """Delete settled payments older than PAYMENT_RETENTION_DAYS (0 keeps them for ever)."""
+        days = self.settings.PAYMENT_RETENTION_DAYS
+        if days <= 0:
+            return 0
+        seconds, _ = self.redis.time()
+        cutoff_ms = (seconds - days * 86400) * 1000
+        return int(self.scripts["purge"](keys=[keys.PAYMENT_STATES], args=[cutoff_ms, limit]))
 
     def payment_call_fields(self, payment_key: str) -> dict[str, str]:
         raw = self.redis.hmget(

@@ -32,6 +32,9 @@ def sweep_once(attempts: Attempts) -> Counter[str]:
         if index == 1:
             fault("sweeper_mid_scan")
         done[attempts.recover(payment_key)] += 1
+    purged = attempts.purge()
+    if purged:
+        done["purged"] = purged
     return done
 
 

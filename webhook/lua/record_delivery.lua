@@ -6,9 +6,10 @@
 -- (state indexes are named from STATE_INDEX_PREFIX, prepended from webhook/keys.py)
 -- ARGV: 1 event id, 2 type, 3 created, 4 livemode, 5 api_version, 6 payment key,
 --       7 role, 8 paid (0/1), 9 secret index, 10 source, 11 sha256, 12 payload,
---       13 event ttl s, 14 request ttl s, 15 payment ttl s (0 = keep), 16 grace ms,
---       17 amount, 18 currency, 19 job id, 20 series key prefix,
---       21.. enqueue commands as (n, arg1..argn)*
+--       13 event ttl s, 14 request ttl s, 15 grace ms, 16 amount, 17 currency, 18 job id,
+--       19 series key prefix, 20.. enqueue commands as (n, arg1..argn)*
+-- Payment records never expire here; the sweeper purges settled ones after
+-- PAYMENT_RETENTION_DAYS (workers/lua/purge.lua), keeping every index consistent.
 local cached = redis.call('GET', KEYS[3])
 if cached then
   return cjson.decode(cached)
@@ -56,7 +57,6 @@ if pk ~= '' then
     redis.call('HSET', pay, 'state', state, 'created', now, 'token', 0)
     redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
     redis.call('HINCRBY', KEYS[7], state, 1)
-    if tonumber(ARGV[15]) > 0 then redis.call('EXPIRE', pay, tonumber(ARGV[15])) end
   end
   if n == 1 then
     local ev = redis.call('HGET', pay, 'events')
@@ -68,18 +68,18 @@ if pk ~= '' then
   end
   if ARGV[8] == '1' then
     if redis.call('HSETNX', pay, 'paid_at', now) == 1 then
-      redis.call('HSET', pay, 'paid_by', id, 'amount', ARGV[17], 'currency', ARGV[18],
+      redis.call('HSET', pay, 'paid_by', id, 'amount', ARGV[16], 'currency', ARGV[17],
         'livemode', ARGV[4])
     end
-    if state == 'pending' and ARGV[19] ~= '' then
+    if state == 'pending' and ARGV[18] ~= '' then
       state = 'queued'
-      redis.call('HSET', pay, 'state', state, 'job', ARGV[19], 'queued_at', now)
+      redis.call('HSET', pay, 'state', state, 'job', ARGV[18], 'queued_at', now)
       redis.call('HINCRBY', KEYS[7], 'pending', -1)
       redis.call('ZREM', STATE_INDEX_PREFIX .. 'pending', pk)
       redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
       redis.call('HINCRBY', KEYS[7], state, 1)
-      redis.call('ZADD', KEYS[8], now + tonumber(ARGV[16]), pk)
-      local i = 21
+      redis.call('ZADD', KEYS[8], now + tonumber(ARGV[15]), pk)
+      local i = 20
       while i <= #ARGV do
         local count = tonumber(ARGV[i])
         redis.call(unpack(ARGV, i + 1, i + count))
@@ -92,7 +92,7 @@ end
 
 -- Per-minute delivery counts for the dashboard's chart: one hash per hour, kept 48 hours.
 local minute = math.floor(now / 60000)
-local series = ARGV[20] .. math.floor(minute / 60)
+local series = ARGV[19] .. math.floor(minute / 60)
 if redis.call('HINCRBY', series, 'd:' .. minute, 1) == 1 then
   redis.call('EXPIRE', series, 172800)
 end
