@@ -159,25 +159,26 @@ class Client:
             self.post(event_id, body)
 
 
-def traffic(
-    client: Client, rng: random.Random, until: float, batch: int, copies: int, concurrency: int
-) -> None:
+def traffic(client: Client, rng: random.Random, until: float, args: argparse.Namespace) -> None:
+    """Batches of payments at about ``args.rate`` payments per second until ``until``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(concurrency) as pool:
+    with ThreadPoolExecutor(args.concurrency) as pool:
         while time.monotonic() < until:
+            began = time.monotonic()
             plan = []
-            for _ in range(batch):
+            for _ in range(args.batch):
                 events = samples.payment_events(rng, checkout=rng.random() < 0.5)
                 client.paid.add(str(events[0]["data"]["object"]["id"]))
                 plan += [
                     (e["id"], samples.encode(e))
                     for e in events
-                    for _ in range(rng.randint(1, copies))
+                    for _ in range(rng.randint(1, args.copies))
                 ]
             rng.shuffle(plan)
             list(pool.map(lambda item: client.post(*item), plan))
             client.retry_pending()
+            time.sleep(max(0.0, args.batch / args.rate - (time.monotonic() - began)))
 
 
 def settle(client: Client, redis_url: str, timeout: float) -> dict[str, str]:
@@ -215,9 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     faults: Counter[str] = Counter()
     began = time.monotonic()
     until = began + args.duration
-    sender = threading.Thread(
-        target=traffic, args=(client, rng, until, args.batch, args.copies, args.concurrency)
-    )
+    sender = threading.Thread(target=traffic, args=(client, rng, until, args))
     sender.start()
     try:
         next_fault = began + args.fault_interval
@@ -273,6 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of traffic and faults")
     p.add_argument("--fault-interval", type=float, default=5.0, help="mean seconds between faults")
     p.add_argument("--batch", type=int, default=20, help="payments per traffic batch")
+    p.add_argument(
+        "--rate", type=float, default=6.0, help="payments per second (fulfilment must keep up)"
+    )
     p.add_argument("--copies", type=int, default=3, help="up to this many copies per event")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument(
