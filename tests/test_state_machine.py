@@ -39,7 +39,7 @@ def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
     args = ["job-1", 30000, 1, pk, "job-1:aaaa"]
     first = attempts.scripts["start_attempt"](keys=script_keys, args=args)
     retried = attempts.scripts["start_attempt"](keys=script_keys, args=args)
-    assert first == retried == [b"go", 1]
+    assert first == retried and first[:2] == [b"go", 1]
     second_run = attempts.scripts["start_attempt"](
         keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb"]
     )

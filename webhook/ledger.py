@@ -90,7 +90,7 @@ class Ledger:
             # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
             # given up, and a stale attempt is fenced off when it comes back.
             timeout=int(self.settings.LEASE_SECONDS + self.settings.FULFILMENT_TIMEOUT + 5),
-            result_ttl=3600,
+            result_ttl=0,  # the outcome lives in the ledger; RQ need not keep the job
             failure_ttl=7 * 86400,
             description=f"fulfil {payment_key}",
         )

@@ -7,6 +7,7 @@ has one effect; only then is an interrupted attempt re-run automatically.
 """
 
 import importlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -81,9 +82,16 @@ class SqliteAction:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._db: tuple[int, sqlite3.Connection] | None = None
+
+    def connection(self) -> sqlite3.Connection:
+        """One connection per process (opened again after a fork)."""
+        if self._db is None or self._db[0] != os.getpid():
+            self._db = (os.getpid(), open_downstream(self.path))
+        return self._db[1]
 
     def __call__(self, call: Call) -> Receipt:
-        db = open_downstream(self.path)
+        db = self.connection()
         try:
             now = time.time()
             db.execute("BEGIN IMMEDIATE")
@@ -105,10 +113,10 @@ class SqliteAction:
                 (call.payment_key, call.idempotency_key, call.token, now, outcome),
             )
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
+            if db.in_transaction:
+                db.rollback()
             raise TransientDownstreamError(f"sqlite: {exc}") from exc
-        finally:
-            db.close()
         return {"outcome": outcome, "call_id": row.lastrowid}
 
 

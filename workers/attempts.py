@@ -35,6 +35,8 @@ class Start:
     verdict: str
     token: int = 0
     reason: str = ""
+    call_fields: dict[str, str] | None = None
+    """amount, currency, livemode, events: what the downstream call needs (with ``go``)."""
 
 
 class Attempts:
@@ -63,8 +65,13 @@ class Attempts:
         execution = f"{job_id}:{os.urandom(6).hex()}"
         args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution]
         reply = self.scripts["start_attempt"](keys=self._keys(payment_key), args=args)
-        verdict, token, *reason = reply
-        return Start(_text(verdict), int(token), _text(reason[0]) if reason else "")
+        verdict, token, *rest = reply
+        if _text(verdict) == "go":
+            fields = dict(
+                zip(("amount", "currency", "livemode", "events"), map(_text, rest), strict=True)
+            )
+            return Start("go", int(token), call_fields=fields)
+        return Start(_text(verdict), int(token), _text(rest[0]) if rest else "")
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         lease_ms = int(self.settings.LEASE_SECONDS * 1000)
@@ -143,13 +150,6 @@ class Attempts:
         seconds, _ = self.redis.time()
         cutoff_ms = (seconds - days * 86400) * 1000
         return int(self.scripts["purge"](keys=[keys.PAYMENT_STATES], args=[cutoff_ms, limit]))
-
-    def payment_call_fields(self, payment_key: str) -> dict[str, str]:
-        raw = self.redis.hmget(
-            keys.payment(payment_key), ["amount", "currency", "livemode", "events"]
-        )
-        names = ("amount", "currency", "livemode", "events")
-        return {n: _text(v) if v is not None else "" for n, v in zip(names, raw, strict=True)}
 
 
 def encode_receipt(receipt: dict[str, Any]) -> str:

@@ -48,8 +48,7 @@ def idempotency_key(payment_key: str) -> str:
     return f"fulfil:{payment_key}"
 
 
-def build_call(ctx: Context, payment_key: str, token: int) -> Call:
-    fields = ctx.attempts.payment_call_fields(payment_key)
+def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
     return Call(
         payment_key=payment_key,
         idempotency_key=idempotency_key(payment_key),
@@ -86,7 +85,9 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fault("before_action")
     began = time.perf_counter()
-    outcome, detail = run_action(ctx.action, build_call(ctx, payment_key, start.token))
+    assert start.call_fields is not None  # always set with "go"
+    call = build_call(payment_key, start.token, start.call_fields)
+    outcome, detail = run_action(ctx.action, call)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)

@@ -1,10 +1,15 @@
 -- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
 -- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
 -- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key, 5 execution id (unique per run)
--- Returns {'go', token} | {'skip', 0, reason} | {'interrupted', 0} | {'missing', 0}
+-- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
+--       | {'interrupted', 0} | {'missing', 0}
 local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
+local function go(token)
+  local call = redis.call('HMGET', pay, 'amount', 'currency', 'livemode', 'events')
+  return {'go', token, call[1] or '', call[2] or '', call[3] or '', call[4] or ''}
+end
 if not state then return {'missing', 0} end
 
 local function skip(reason)
@@ -20,7 +25,7 @@ end
 if state == 'in_progress' then
   if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
     if redis.call('HGET', pay, 'attempt_id') == ARGV[5] then
-      return {'go', tonumber(redis.call('HGET', pay, 'token'))}  -- a client retry of this call
+      return go(tonumber(redis.call('HGET', pay, 'token')))  -- a client retry of this call
     end
     return skip('leased')
   end
@@ -44,4 +49,4 @@ redis.call('HINCRBY', stats, 'attempts_started', 1)
 redis.call('ZADD', due, lease_until, ARGV[4])
 redis.call('RPUSH', attempts, cjson.encode({token = token, job = ARGV[1], started = now,
   outcome = 'started'}))
-return {'go', token}
+return go(token)
