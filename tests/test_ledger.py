@@ -1,6 +1,7 @@
 """The ledger script: exact counts under retries and concurrency, payment records, retention."""
 
 import hashlib
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -133,3 +134,43 @@ def test_events_without_a_payment_are_recorded_and_ignored(
     assert ledger.record_delivery(delivery(event, body)).payment_state == ""
     assert redis.hget(keys.event("evt_x1"), "pk") == b""
     assert not list(redis.scan_iter(match=keys.payment("*")))
+
+
+def test_payloads_compress_well_even_unlike_the_dictionary() -> None:
+    """The preset dictionary is made of the shipped templates; an event from elsewhere
+    (a subscription invoice from another project's fixtures) still round-trips and shrinks."""
+    from webhook.ledger import compress_payload, decompress_payload
+
+    other = json.dumps(
+        {
+            "id": "evt_1KJqKB",
+            "object": "event",
+            "type": "invoice.paid",
+            "data": {
+                "object": {
+                    "id": "in_1KJqKB",
+                    "object": "invoice",
+                    "billing_reason": "subscription_cycle",
+                    "lines": {
+                        "data": [
+                            {
+                                "id": "il_1",
+                                "amount": 1500,
+                                "description": "1 x Pro (at $15.00 / month)",
+                                "period": {"start": 1642000000, "end": 1644678400},
+                            }
+                        ]
+                        * 3
+                    },
+                    "status": "paid",
+                    "paid": True,
+                    "amount_paid": 1500,
+                    "currency": "usd",
+                }
+            },
+        },
+        indent=2,
+    ).encode()
+    packed = compress_payload(other)
+    assert decompress_payload(packed) == other
+    assert len(packed) < len(other) / 3

@@ -29,8 +29,9 @@ PAYMENT_RETENTION_DAYS = 0
 payments this many days after they settled; it must exceed EVENT_RETENTION_DAYS so that no
 resend of one of their events can arrive afterwards and fulfil them again."""
 
-REQUEST_ID_TTL = 3600
-"""Seconds a request id's answer is kept so a retried ledger write is not counted twice."""
+REQUEST_ID_TTL = 300
+"""Seconds a request id's answer is kept so a retried ledger write is not counted twice
+(redis-py retries within seconds; the answer is one small string per delivery)."""
 
 RECENT_REJECTIONS = 1000
 """Length of the capped list of recent rejections."""
