@@ -22,10 +22,18 @@ control_socket_disable = True
 
 # Prometheus multiprocess mode: each worker writes its samples to files in one directory,
 # /metrics aggregates them, so request latency agrees whichever worker is scraped.
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+_own_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if _own_metrics_dir:
     import tempfile
 
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
+
+
+def on_exit(server):  # noqa: ANN001, ANN201
+    if _own_metrics_dir:
+        import shutil
+
+        shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
 def child_exit(server, worker):  # noqa: ANN001, ANN201

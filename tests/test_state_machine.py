@@ -96,3 +96,20 @@ def test_retention_purges_settled_payments_and_keeps_counts(
     assert not redis.exists(keys.payment(pk), keys.attempts(pk))
     assert redis.hget(keys.PAYMENT_STATES, "fulfilled") == b"0"
     assert redis.zcard(keys.state_index("fulfilled")) == 0
+
+
+def test_job_commands_are_what_rq_builds(redis: Redis, redis_server) -> None:  # noqa: ANN001
+    from webhook.enqueue import JobCommands, _without_times
+
+    s = settings.load({}, REDIS_URL=redis_server.url)
+    jobs = Ledger(Redis.from_url(s.REDIS_URL), s).jobs
+    job_id, _ = jobs.commands("pi_a")
+    assert jobs._trusted is True
+    _, by_rq = jobs.by_rq("pi_b", job_id="fixed-id")
+    stamped = jobs.stamped("pi_b", "fixed-id", "2026-01-01T00:00:00.000000Z")
+    assert _without_times(stamped) == _without_times(by_rq)
+    jobs._template = ("nope", [["HSET", "rq:job:x", "data", b"?"]])  # a format RQ never had
+    broken = JobCommands(jobs.queue, jobs.func, **jobs.options)
+    broken.stamped = lambda *a: [["HSET", "wrong"]]  # type: ignore[method-assign]
+    job_id, commands = broken.commands("pi_c")
+    assert broken._trusted is False and f"rq:job:{job_id}" in commands  # RQ built it

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from webhook import defaults, keys
+from webhook.enqueue import JobCommands
 from webhook.events import Classified
 from webhook.exceptions import LedgerUnavailable
 from webhook.settings import Settings
@@ -84,36 +85,24 @@ class Ledger:
         self.redis = redis
         self.settings = settings
         self.queue = Queue(settings.QUEUE_NAME, connection=redis)
+        self.jobs = JobCommands(
+            self.queue,
+            FULFIL_JOB,
+            # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
+            # given up, and a stale attempt is fenced off when it comes back.
+            timeout=int(settings.LEASE_SECONDS + settings.FULFILMENT_TIMEOUT + 5),
+            result_ttl=0,  # the outcome lives in the ledger; RQ need not keep the job
+            failure_ttl=7 * 86400,
+        )
         self._record = redis.register_script(
             keys.lua_constants() + load_script("webhook", "record_delivery.lua")
         )
         self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
 
     def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
-        """The RQ commands that enqueue a fulfilment job, captured rather than sent.
-
-        RQ writes the job through a pipeline; we build it with RQ's own code and hand
-        the captured commands to the ledger script, which runs them only if this
-        delivery is the one that moves the payment to ``queued``.
-        """
-        job = self.queue.create_job(
-            FULFIL_JOB,
-            args=(payment_key,),
-            # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
-            # given up, and a stale attempt is fenced off when it comes back.
-            timeout=int(self.settings.LEASE_SECONDS + self.settings.FULFILMENT_TIMEOUT + 5),
-            result_ttl=0,  # the outcome lives in the ledger; RQ need not keep the job
-            failure_ttl=7 * 86400,
-            description=f"fulfil {payment_key}",
-        )
-        pipe = self.redis.pipeline(transaction=False)
-        self.queue.enqueue_job(job, pipeline=pipe)
-        flat: list[Any] = []
-        for args, _options in pipe.command_stack:
-            flat.append(len(args))
-            flat.extend(args)
-        pipe.reset()
-        return job.id, flat
+        """The RQ commands that enqueue a fulfilment job, captured rather than sent: the
+        ledger script runs them only if this delivery moves the payment to ``queued``."""
+        return self.jobs.commands(payment_key)
 
     def record_delivery(self, delivery: Delivery) -> Recorded:
         """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""

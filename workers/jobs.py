@@ -81,7 +81,8 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
-    if not ctx.attempts.mark_calling(payment_key, start.token):
+    fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
+    if not fenced:
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fault("before_action")
     began = time.perf_counter()

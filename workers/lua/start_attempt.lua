@@ -41,7 +41,10 @@ end
 local lease_until = now + tonumber(ARGV[2])
 local token = redis.call('HINCRBY', pay, 'token', 1)
 move(pay, states, 'in_progress')
-redis.call('HSET', pay, 'lease_until', lease_until, 'phase', 'leased', 'replay_safe', ARGV[3],
+-- A replay-safe action needs no separate fence before its call: re-running it is harmless,
+-- so the attempt is `calling` from the start (one round trip less per job).
+local phase = ARGV[3] == '1' and 'calling' or 'leased'
+redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase, 'replay_safe', ARGV[3],
   'job', ARGV[1], 'attempt_id', ARGV[5], 'attempt_at', now)
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', pay, 'attempts_started', 1)
