@@ -92,6 +92,7 @@ def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
         return None
     record: dict[str, Any] = _decode_hash(raw)
     record["key"] = payment_key
+    record["latency_ms"] = latency_ms(record)
     record["events"] = record.get("events", "").split()
     record["attempts"] = [text(a) for a in attempts]
     return record
@@ -156,7 +157,9 @@ def payments(
         record = {
             f: text(v) if v is not None else "" for f, v in zip(PAYMENT_FIELDS, values, strict=True)
         }
-        rows.append({"key": pk, "state_since": int(since), **record})
+        rows.append(
+            {"key": pk, "state_since": int(since), **record, "latency_ms": latency_ms(record)}
+        )
     return rows
 
 
@@ -167,10 +170,15 @@ PAYMENT_FIELDS = (
     "last_error",
     "paid_at",
     "fulfilled_at",
-    "latency_ms",
     "amount",
     "currency",
 )
+
+
+def latency_ms(record: dict[str, Any]) -> int | None:
+    """First paid delivery to fulfilled, from the two times the payment keeps."""
+    paid, done = record.get("paid_at", ""), record.get("fulfilled_at", "")
+    return int(done) - int(paid) if paid.isdigit() and done.isdigit() else None
 
 
 def rejections(redis: Redis, limit: int = 100) -> list[dict[str, Any]]:

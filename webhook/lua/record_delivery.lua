@@ -54,7 +54,7 @@ if pk ~= '' then
   state = redis.call('HGET', pay, 'state')
   if not state then
     state = 'pending'
-    redis.call('HSET', pay, 'state', state, 'created', now, 'token', 0)
+    redis.call('HSET', pay, 'state', state, 'token', 0)
     redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
     redis.call('HINCRBY', KEYS[7], state, 1)
   end
@@ -73,7 +73,7 @@ if pk ~= '' then
     end
     if state == 'pending' and ARGV[18] ~= '' then
       state = 'queued'
-      redis.call('HSET', pay, 'state', state, 'job', ARGV[18], 'queued_at', now)
+      redis.call('HSET', pay, 'state', state, 'job', ARGV[18])
       redis.call('HINCRBY', KEYS[7], 'pending', -1)
       redis.call('ZREM', STATE_INDEX_PREFIX .. 'pending', pk)
       redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)

@@ -52,7 +52,7 @@ end
 -- Put the payment back in the queue with a new RQ job whose commands start at ARGV[first].
 local function requeue(pay, states, due, stats, pk, job_id, first, grace, now, why)
   move(pay, states, 'queued')
-  redis.call('HSET', pay, 'job', job_id, 'queued_at', now)
+  redis.call('HSET', pay, 'job', job_id)
   redis.call('HDEL', pay, 'sweep_seen', 'next_at')
   local i = first
   while i <= #ARGV do

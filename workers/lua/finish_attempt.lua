@@ -34,8 +34,9 @@ redis.call('HDEL', pay, 'lease_until', 'phase')
 if outcome == 'fulfilled' then
   move(pay, states, 'fulfilled')
   local paid_at = tonumber(redis.call('HGET', pay, 'paid_at') or now)
-  redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now, 'latency_ms', now - paid_at)
-  redis.call('HDEL', pay, 'last_error')
+  redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
+  -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
+  redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen')
   redis.call('HINCRBY', stats, 'effects', 1)
   redis.call('LPUSH', KEYS[6], now - paid_at)
   redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[9]) - 1)

@@ -45,11 +45,10 @@ move(pay, states, 'in_progress')
 -- so the attempt is `calling` from the start (one round trip less per job).
 local phase = ARGV[3] == '1' and 'calling' or 'leased'
 redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase, 'replay_safe', ARGV[3],
-  'job', ARGV[1], 'attempt_id', ARGV[5], 'attempt_at', now)
+  'job', ARGV[1], 'attempt_id', ARGV[5])
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', pay, 'attempts_started', 1)
 redis.call('HINCRBY', stats, 'attempts_started', 1)
 redis.call('ZADD', due, lease_until, ARGV[4])
-redis.call('RPUSH', attempts, cjson.encode({token = token, job = ARGV[1], started = now,
-  outcome = 'started'}))
+redis.call('RPUSH', attempts, cjson.encode({token = token, started = now, outcome = 'started'}))
 return go(token)
