@@ -138,7 +138,8 @@ def test_signed_arbitrary_json_is_never_a_server_error(client, redis, value) -> 
     body = json.dumps(value).encode()
     answer = client.post("/webhooks/stripe", data=body, headers=signed_headers(body))
     assert answer.status_code in REJECTION_STATUSES
-    assert answer.get_json()["error"] == "not_a_stripe_event"
+    # NaN/Infinity and integers beyond 64 bits are not JSON to a strict parser
+    assert answer.get_json()["error"] in {"not_a_stripe_event", "invalid_json"}
 
 
 def test_captured_delivery_replayed_inside_and_outside_the_window(client, redis, rng) -> None:  # noqa: ANN001
