@@ -170,8 +170,16 @@ class Gunicorn:
     ) -> None:
         self.port = free_port()
         self.app = app
+        # gunicorn.conf.py makes a Prometheus multiprocess directory in /tmp unless one
+        # is given: give each server its own, next to its log, so nothing is left behind.
+        prom = {}
+        if logfile is not None:
+            prom_dir = logfile.parent / f"prometheus-{self.port}"
+            prom_dir.mkdir(parents=True, exist_ok=True)
+            prom = {"PROMETHEUS_MULTIPROC_DIR": str(prom_dir)}
         self.env = {
             **env,
+            **prom,
             "WEB_CONCURRENCY": str(workers),
             "WEB_PORT": str(self.port),
             "HOST": "127.0.0.1",
@@ -226,13 +234,14 @@ def rq_worker(
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, utime+stime ticks) of a live process, or None."""
+    """(ppid, CPU ticks of it and its reaped children) of a live process, or None."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     rest = raw[raw.rfind(")") + 2 :].split()
-    return int(rest[1]), int(rest[11]) + int(rest[12])
+    # utime + stime + cutime + cstime: a forking RQ worker's horses are reaped by it.
+    return int(rest[1]), int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
 
 
 def descendants(pid: int) -> list[int]:
@@ -260,8 +269,17 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / TICKS
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (all cores, all processes)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICKS
+
+
 class CpuMeter:
-    """CPU seconds used by named process groups between start() and stop()."""
+    """CPU seconds used by named process groups between start() and stop(), plus
+    ``machine``: the whole machine's busy CPU seconds over the same interval (so the
+    CPU used by processes this harness did not start can be reported)."""
 
     def __init__(self, groups: Mapping[str, Callable[[], list[int]]]) -> None:
         self.groups = groups
@@ -269,9 +287,12 @@ class CpuMeter:
 
     def start(self) -> None:
         self.before = {name: cpu_seconds(get()) for name, get in self.groups.items()}
+        self.before["machine"] = machine_busy()
 
     def stop(self) -> dict[str, float]:
-        return {name: cpu_seconds(get()) - self.before[name] for name, get in self.groups.items()}
+        out = {name: cpu_seconds(get()) - self.before[name] for name, get in self.groups.items()}
+        out["machine"] = machine_busy() - self.before["machine"]
+        return out
 
 
 def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
@@ -311,7 +332,7 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
-def spread(values: Iterable[float]) -> dict[str, float]:
+def spread(values: Iterable[float]) -> dict[str, Any]:
     """Median, min, max and the relative range ((max - min) / median) of repeated runs."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
@@ -327,7 +348,7 @@ def spread(values: Iterable[float]) -> dict[str, float]:
     }
 
 
-def ratio_runs(a: list[float], b: list[float]) -> dict[str, float]:
+def ratio_runs(a: list[float], b: list[float]) -> dict[str, Any]:
     """Ratio of medians, plus the spread of the paired per-round ratios a[i] / b[i]."""
     paired = [x / y for x, y in zip(a, b, strict=False) if x is not None and y]
     out = spread(paired)
@@ -415,7 +436,7 @@ def _cmd(argv: list[str]) -> str:
 def machine() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
-    pkgs = {}
+    pkgs: dict[str, str | None] = {}
     for name in ("flask", "gunicorn", "gevent", "redis", "hiredis", "rq", "stripe", "orjson"):
         try:
             pkgs[name] = version(name)

@@ -46,7 +46,7 @@ def peak(
             "wrk",
             "-t1",
             f"-c{connections}",
-            f"-d{duration:g}s",
+            f"-d{max(1, round(duration))}s",  # wrk takes whole seconds
             "--timeout",
             "10s",
             "-s",

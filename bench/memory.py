@@ -1,0 +1,224 @@
+"""Section 4: Redis memory per recorded event and per payment.
+
+100,000 realistic events (whole payments, 3-4 events each, 2-6 KB as Stripe sends them)
+are recorded through the real ``Ledger.record_delivery`` into a fresh Redis (2
+processes x 4 threads). Then:
+
+- bytes per event, all-in: ``INFO memory`` used_memory after - before, over the events
+  (everything the recording created: event hashes, payment records, indexes, request
+  answers (kept 1 h), RQ jobs (until run, then result_ttl 1 h), counters);
+- ``MEMORY USAGE`` (exact, SAMPLES 0) of sampled keys of each kind, and the per-entry
+  cost of the indexes;
+- per payment: a sample of payments is fulfilled by the real job
+  (``workers.jobs.fulfil_payment`` with the built-in SQLite action), then the payment
+  hash + its ``:attempts`` list are measured.
+
+Redis runs with ``appendonly no`` here: the AOF changes disk, not memory.
+
+    .venv/bin/python -m bench.memory [--quick]
+"""
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    RESULTS,
+    RedisServer,
+    Stack,
+    Workdir,
+    log,
+    service_env,
+    target,
+    write_json,
+)
+
+SAMPLE = 500
+
+
+def _record_share(args: tuple[dict[str, str], int, int]) -> tuple[int, int, float]:
+    """In a child process: record ``n`` events (whole payments) with 4 threads."""
+    from bench.events import EventFactory
+    from bench.recording import recorder
+
+    env, seed, n = args
+    factory = EventFactory(seed=seed)
+    bodies = factory.events(n)
+    record = recorder(env)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        # Each payment's events in order on one thread, as Stripe would send them.
+        list(pool.map(record, bodies, chunksize=64))
+    return len(bodies), sum(map(len, bodies)), time.perf_counter() - started
+
+
+def _usage(client, keys: list[str]) -> float:  # noqa: ANN001
+    if not keys:
+        return float("nan")
+    with client.pipeline(transaction=False) as pipe:
+        for k in keys:
+            pipe.memory_usage(k, samples=0)
+        sizes = [s for s in pipe.execute() if s is not None]
+    return sum(sizes) / len(sizes) if sizes else float("nan")
+
+
+def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[str]:  # noqa: ANN001
+    out = []
+    for key in client.scan_iter(match=pattern, count=2000):
+        k = key.decode()
+        if exclude and exclude in k:
+            continue
+        out.append(k)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    n_events = 20_000 if quick else 100_000
+    wd = Workdir.make("memory")
+    try:
+        with Stack() as st:
+            redis = st.start(RedisServer(wd.sub("redis"), appendonly="no", extra=["--save", ""]))
+            env = service_env(redis.url, wd.path)
+            client = redis.client()
+            client.flushall()
+            client.memory_purge()
+            before = client.info("memory")
+            log(f"memory: recording {n_events} events through Ledger.record_delivery")
+            started = time.perf_counter()
+            shares = [(env, 100 + i, n_events // 2) for i in range(2)]
+            with get_context("spawn").Pool(2) as procs:
+                done = procs.map(_record_share, shares)
+            elapsed = time.perf_counter() - started
+            events = sum(d[0] for d in done)
+            raw_bytes = sum(d[1] for d in done)
+            after = client.info("memory")
+            stats = {k.decode(): v.decode() for k, v in client.hgetall("wl:stats").items()}
+            states = {k.decode(): int(v) for k, v in client.hgetall("wl:payments:by_state").items()}
+            payments = sum(v for v in states.values() if v > 0)
+            used = after["used_memory"] - before["used_memory"]
+            dataset = after["used_memory_dataset"] - before["used_memory_dataset"]
+            kinds = {
+                "event hash wl:evt:*": _usage(client, _scan(client, "wl:evt:*", SAMPLE)),
+                "request answer wl:req:* (1 h)": _usage(client, _scan(client, "wl:req:*", SAMPLE)),
+                "payment hash wl:pay:* (queued)": _usage(
+                    client, _scan(client, "wl:pay:*", SAMPLE, exclude=":attempts")
+                ),
+                "RQ job rq:job:* (queued)": _usage(client, _scan(client, "rq:job:*", SAMPLE)),
+            }
+            counts = {
+                "keys": client.dbsize(),
+                "events": int(stats.get("events", 0)),
+                "deliveries": int(stats.get("deliveries", 0)),
+                "payments": payments,
+            }
+            indexes = {}
+            for key in ("wl:events:index", "wl:payments:due", "rq:queue:fulfilment"):
+                size = client.memory_usage(key, samples=0) or 0
+                kind = client.type(key).decode()
+                n = (
+                    client.zcard(key)
+                    if kind == "zset"
+                    else client.llen(key)
+                    if kind == "list"
+                    else 0
+                )
+                indexes[key] = {"bytes": size, "entries": n, "per_entry": size / n if n else None}
+            for key in client.scan_iter(match="wl:payments:state:*", count=1000):
+                k = key.decode()
+                n = client.zcard(k) if client.type(k) == b"zset" else 0
+                size = client.memory_usage(k, samples=0) or 0
+                indexes[k] = {"bytes": size, "entries": n, "per_entry": size / n if n else None}
+
+            # Fulfil a sample of payments with the real job, then measure their records.
+            log(f"memory: fulfilling {SAMPLE} payments with workers.jobs.fulfil_payment")
+            pay_keys = [
+                k.removeprefix("wl:pay:")
+                for k in _scan(client, "wl:pay:*", SAMPLE * 3, exclude=":attempts")
+            ][:SAMPLE]
+            verdicts: dict[str, int] = {}
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                from workers.jobs import fulfil_payment
+
+                for pk in pay_keys:
+                    v = str(fulfil_payment(pk).get("verdict"))
+                    verdicts[v] = verdicts.get(v, 0) + 1
+            finally:
+                for k, old in saved.items():
+                    if old is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = old
+            pay_hash = _usage(client, [f"wl:pay:{pk}" for pk in pay_keys])
+            attempts = _usage(client, [f"wl:pay:{pk}:attempts" for pk in pay_keys])
+            fields = client.hlen(f"wl:pay:{pay_keys[0]}") if pay_keys else 0
+            encoding = client.object("encoding", f"wl:pay:{pay_keys[0]}") if pay_keys else b""
+            evt_key = _scan(client, "wl:evt:*", 1)
+            evt_encoding = client.object("encoding", evt_key[0]) if evt_key else b""
+            client.close()
+    finally:
+        wd.remove()
+    per_event = used / events
+    raw_per_event = raw_bytes / events
+    per_payment = pay_hash + attempts
+    result = {
+        "section": "memory",
+        "quick": quick,
+        "events": events,
+        "record_seconds": elapsed,
+        "record_rate": events / elapsed,
+        "counts": counts,
+        "raw_bytes_per_event": raw_per_event,
+        "used_memory_delta": used,
+        "used_memory_dataset_delta": dataset,
+        "bytes_per_event_all_in": per_event,
+        "dataset_bytes_per_event": dataset / events,
+        "ratio_to_raw": per_event / raw_per_event,
+        "memory_usage_by_kind": kinds,
+        "indexes": indexes,
+        "fulfilled_sample": {
+            "payments": len(pay_keys),
+            "verdicts": verdicts,
+            "payment_hash_bytes": pay_hash,
+            "attempts_list_bytes": attempts,
+            "per_payment_bytes": per_payment,
+            "payment_hash_fields": fields,
+            "payment_hash_encoding": encoding.decode() if isinstance(encoding, bytes) else encoding,
+            "event_hash_encoding": evt_encoding.decode()
+            if isinstance(evt_encoding, bytes)
+            else evt_encoding,
+        },
+        "config": {"redis": "config/redis.conf with appendonly no", "sample": SAMPLE},
+    }
+    result["targets"] = [
+        target(
+            "4. Redis bytes per event / raw payload bytes", per_event / raw_per_event, 0.5, False
+        ),
+        target("4. bytes per fulfilled payment record (hash + attempts)", per_payment, 512, False),
+    ]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Memory benchmark (section 4)")
+    p.add_argument("--quick", action="store_true", help="20,000 events instead of 100,000")
+    p.add_argument("--out", type=Path, default=RESULTS / "memory.json")
+    args = p.parse_args(argv)
+    write_json(args.out, run(args.quick))
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

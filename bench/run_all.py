@@ -1,0 +1,105 @@
+"""Run every benchmark and write bench/results/latest.json, latest.md and the results
+region of docs/BENCHMARKS.md.
+
+    .venv/bin/python bench/run_all.py            # everything, about 10 minutes on 2 cores
+    .venv/bin/python bench/run_all.py --quick    # fewer, shorter runs (about 5 minutes)
+    .venv/bin/python bench/run_all.py --only intake --only memory   # merged into latest
+
+Needs redis-server (scripts/bootstrap.sh), and for full coverage wrk
+(``apt-get install -y wrk``; else a Python load generator is used), gevent and py-spy
+(``.venv/bin/pip install gevent py-spy``; else that worker class / the profile is
+skipped). Every process is started on 127.0.0.1 and stopped by PID.
+"""
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import fulfilment, intake, memory, profile, report, scale
+from bench.common import RESULTS, log, machine, write_json
+from bench.load import have_wrk
+
+SECTIONS = {
+    "intake": lambda quick: intake.run(quick),
+    "fulfilment": lambda quick: fulfilment.run(quick),
+    "memory": lambda quick: memory.run(quick),
+    "scale": lambda quick: scale.run(quick),
+    "profile": lambda quick: profile.run(quick),
+}
+
+
+def preflight() -> list[str]:
+    notes = []
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server not found: run scripts/bootstrap.sh first")
+    if not have_wrk():
+        notes.append("wrk not found (apt-get install -y wrk): peak load from the Python generator")
+    if importlib.util.find_spec("gevent") is None:
+        notes.append("gevent not installed (.venv/bin/pip install gevent): gevent class skipped")
+    if not profile.have_pyspy():
+        notes.append("py-spy not installed (.venv/bin/pip install py-spy): no sampling profile")
+    for n in notes:
+        log("note:", n)
+    return notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Run all benchmarks")
+    p.add_argument("--quick", action="store_true", help="fewer and shorter runs")
+    p.add_argument("--only", action="append", choices=list(SECTIONS), help="run only these")
+    p.add_argument("--no-docs", action="store_true", help="do not update docs/BENCHMARKS.md")
+    args = p.parse_args(argv)
+    notes = preflight()
+    started = time.perf_counter()
+    data: dict[str, Any] = {
+        "quick": args.quick,
+        "machine": machine(),
+        "notes": notes,
+        "sections": {},
+        "section_seconds": {},
+    }
+    for name in args.only or list(SECTIONS):
+        log(f"== {name}")
+        t = time.perf_counter()
+        try:
+            data["sections"][name] = SECTIONS[name](args.quick)
+        except Exception as exc:  # keep the other sections' results
+            log(f"section {name} failed: {exc!r}")
+            data["sections"][name] = {"error": repr(exc), "traceback": traceback.format_exc()}
+        data["section_seconds"][name] = round(time.perf_counter() - t, 1)
+        write_json(RESULTS / f"{name}.json", data["sections"][name])
+    data["seconds"] = round(time.perf_counter() - started, 1)
+    latest = RESULTS / "latest.json"
+    if args.only and latest.exists():
+        # Merge into the previous full run: the other sections keep their results.
+        previous = json.loads(latest.read_text())
+        if previous.get("quick") == args.quick:
+            rerun = {name: data["machine"]["date"] for name in data["sections"]}
+            previous["sections"].update(data["sections"])
+            previous["section_seconds"].update(data["section_seconds"])
+            previous.setdefault("rerun", {}).update(rerun)
+            data = previous
+    data["targets"] = [t for s in data["sections"].values() for t in s.get("targets", [])]
+    write_json(RESULTS / "latest.json", data)
+    md = report.render(data)
+    (RESULTS / "latest.md").write_text(md + "\n")
+    if not args.no_docs and report.update_doc(md):
+        log("updated docs/BENCHMARKS.md")
+    log(f"wrote {RESULTS / 'latest.json'} and latest.md in {data['seconds']:.0f} s")
+    for t in data["targets"]:
+        verdict = "met   " if t["met"] else "MISSED"
+        log(f"  {verdict} {t['target']}: {t['measured']} (goal {t['goal']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
