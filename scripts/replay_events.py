@@ -252,10 +252,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path:
         write_json(args.json_path, record)
     unacked = sum(1 for a in answers if a.kind == "valid" and not 200 <= a.status < 300)
-    if args.expect_once and (unacked or not findings.ok):
+    # An interrupted payment is surfaced, not hidden, but its effect count is not 1.
+    if args.expect_once and (unacked or not findings.ok or findings.interrupted):
         for item in findings.duplicated + findings.lost:
             console.print(f"[red]failing:[/red] {item}")
-        for pk in findings.unfulfilled + findings.unexpected:
+        for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
             console.print(f"[red]failing:[/red] {pk}")
         if unacked:
             console.print(f"[red]failing:[/red] {unacked} valid deliveries were not acknowledged")

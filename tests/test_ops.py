@@ -165,6 +165,9 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     assert cli(env, "payment", "pi_missing").returncode == 1
     assert json.loads(cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
     assert cli(env, "retry", pk).returncode == 1  # queued, not failed
+    refused = cli(env, "retry", pk, "--json")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["verdict"] == "refused"
+    assert json.loads(cli(env, "sweep", "--json").stdout) == {}
     fail_payment(redis, config, pk)
     assert cli(env, "retry", pk).returncode == 0 and readout.payment(redis, pk)["state"] == "queued"
     assert cli(env, "resolve", pk).returncode == 2  # neither --fulfilled nor --retry
@@ -174,7 +177,8 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
         "calls": 0,
         "effects": 0,
     }
-    assert cli(env, "export", str(tmp_path / "b")).returncode == 0
+    exported = cli(env, "export", str(tmp_path / "b"), "--json")
+    assert json.loads(exported.stdout)["records"]["events.json"] == 1
     assert cli(env, "verify", str(tmp_path / "b")).returncode == 0
     for command in ("summary", "events", "payments", "rejections", "downstream"):
         table = cli(env, command)

@@ -28,7 +28,12 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             time.sleep(0.2)
 
 
-def _decide(ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...]) -> None:
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _decide(
+    ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...], as_json: bool
+) -> None:
     from workers.attempts import Attempts
 
     verdict, state = run(
@@ -36,38 +41,45 @@ def _decide(ctx: Context, payment_key: str, decision: str, allowed: tuple[str, .
     )
     if verdict == "wait":
         wait_s = max(0.0, int(state) / 1000 - time.time())
-        console.print(f"refused: its last call may still be running; try again in {wait_s:.0f} s")
-        sys.exit(EXIT_NOT_FOUND)
-    if verdict != "ok":
-        console.print(f"refused: {payment_key} is {state or 'unknown'}, not {' or '.join(allowed)}")
-        sys.exit(EXIT_NOT_FOUND)
-    console.print(f"{payment_key}: {state}")
+        message = f"refused: its last call may still be running; try again in {wait_s:.0f} s"
+    elif verdict != "ok":
+        message = f"refused: {payment_key} is {state or 'unknown'}, not {' or '.join(allowed)}"
+    else:
+        message = f"{payment_key}: {state}"
+    if as_json:
+        emit({"payment": payment_key, "verdict": verdict, "state": state}, True)
+    else:
+        console.print(message)
+    sys.exit(0 if verdict == "ok" else EXIT_NOT_FOUND)
 
 
 @main.command()
 @click.argument("payment_key")
+@JSON_OPTION
 @click.pass_obj
-def retry(ctx: Context, payment_key: str) -> None:
+def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
     """Re-queue a failed payment with a fresh attempt budget."""
-    _decide(ctx, payment_key, "retry", ("failed",))
+    _decide(ctx, payment_key, "retry", ("failed",), as_json)
 
 
 @main.command()
 @click.argument("payment_key")
 @click.option("--fulfilled", "decision", flag_value="fulfilled", help="The effect happened.")
 @click.option("--retry", "decision", flag_value="retry", help="Run the action again.")
+@JSON_OPTION
 @click.pass_obj
-def resolve(ctx: Context, payment_key: str, decision: str | None) -> None:
+def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool) -> None:
     """A person's decision on an interrupted payment (checked the downstream by hand)."""
     if decision is None:
         raise click.UsageError("say --fulfilled or --retry")
-    _decide(ctx, payment_key, decision, ("interrupted",))
+    _decide(ctx, payment_key, decision, ("interrupted",), as_json)
 
 
 @main.command()
 @click.option("--loop", is_flag=True, help="Keep sweeping every SWEEP_INTERVAL seconds.")
+@JSON_OPTION
 @click.pass_obj
-def sweep(ctx: Context, loop: bool) -> None:
+def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     """Re-enqueue lost jobs, due retries and expired leases; surface interrupted payments."""
     from workers.attempts import Attempts
     from workers.sweeper import run_forever, sweep_once
@@ -76,7 +88,7 @@ def sweep(ctx: Context, loop: bool) -> None:
     if loop:
         run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
     done = run(lambda: sweep_once(attempts))
-    console.print(dict(done) or "nothing due")
+    emit(dict(done), True) if as_json else console.print(dict(done) or "nothing due")
 
 
 @main.command()
@@ -103,13 +115,17 @@ def downstream(ctx: Context, as_json: bool) -> None:
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@JSON_OPTION
 @click.pass_obj
-def export(ctx: Context, directory: Path) -> None:
+def export(ctx: Context, directory: Path, as_json: bool) -> None:
     """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
     from webhook.bundle import export as export_bundle
 
     counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.FULFILMENT_ACTION))
-    console.print(f"exported to {directory}: {counts}")
+    if as_json:
+        emit({"directory": str(directory), "records": counts}, True)
+    else:
+        console.print(f"exported to {directory}: {counts}")
 
 
 @main.command()
