@@ -91,7 +91,7 @@ class Ledger:
             # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
             # given up, and a stale attempt is fenced off when it comes back.
             timeout=int(settings.LEASE_SECONDS + settings.FULFILMENT_TIMEOUT + 5),
-            result_ttl=0,  # the outcome lives in the ledger; RQ need not keep the job
+            result_ttl=settings.RQ_RESULT_TTL,
             failure_ttl=7 * 86400,
         )
         self._record = redis.register_script(

@@ -21,6 +21,7 @@ class Settings:
     OPS_TOKEN: str = ""
     METRICS_TOKEN: str = ""
     QUEUE_NAME: str = defaults.QUEUE_NAME
+    RQ_RESULT_TTL: int = defaults.RQ_RESULT_TTL
     FULFILMENT_ACTION: str = defaults.FULFILMENT_ACTION
     FULFILMENT_REPLAY_SAFE: bool = defaults.FULFILMENT_REPLAY_SAFE
     FULFILMENT_TIMEOUT: float = defaults.FULFILMENT_TIMEOUT
