@@ -44,9 +44,13 @@ PAYLOAD_DICT = resources.files("webhook").joinpath("payload-v1.zdict").read_byte
 event repeats, so even a 2 KB event compresses well. Never edit it: add a v2."""
 
 
+# Loading a 32 KB dictionary costs ~0.1 ms; copying a primed compressor does not.
+_PRIMED = zlib.compressobj(PAYLOAD_COMPRESSION_LEVEL, zdict=PAYLOAD_DICT)
+
+
 def compress_payload(body: bytes) -> bytes:
     """Payloads are stored once, zlib-compressed with a preset dictionary of Stripe JSON."""
-    packer = zlib.compressobj(PAYLOAD_COMPRESSION_LEVEL, zdict=PAYLOAD_DICT)
+    packer = _PRIMED.copy()
     return PAYLOAD_FORMAT + packer.compress(body) + packer.flush()
 
 
