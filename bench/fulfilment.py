@@ -10,7 +10,7 @@ class and count, and with the default forking ``rq.worker.Worker``.
 
 Latency: the shipped stack (gunicorn, 2 x SimpleWorker, sweeper) receives whole
 payments over HTTP at half of the pipeline's peak; for each payment the ledger records
-first paid delivery -> fulfilled (``latency_ms``, Redis clock).
+first paid delivery -> fulfilled (``fulfilled_at - paid_at``, Redis clock).
 
     .venv/bin/python -m bench.fulfilment [--quick]
 """
@@ -294,8 +294,11 @@ class Fulfilment:
                 while True:
                     with client.pipeline(transaction=False) as pipe:
                         for k in keys:
-                            pipe.hget(k, "latency_ms")
-                        got = pipe.execute()
+                            pipe.hmget(k, ["paid_at", "fulfilled_at"])
+                        got = [
+                            int(done) - int(paid) if paid and done else None
+                            for paid, done in pipe.execute()
+                        ]
                     if all(v is not None for v in got) or time.monotonic() > deadline:
                         break
                     time.sleep(0.1)
