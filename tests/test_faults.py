@@ -363,3 +363,16 @@ def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
     assert result["lost"] == 0 and result["duplicated"] == 0
     assert result["findings"]["unfulfilled"] == []
     assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000
+
+
+def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream(default=502) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        s.start_worker()
+        s.start_sweeper()
+        event = samples.payment_events(rng)[2]
+        s.send(samples.encode(event))
+        wait_until(lambda: settled(redis, pk_of(event), "interrupted"))
+        time.sleep(1)
+        assert downstream.calls[pk_of(event)] == 1
