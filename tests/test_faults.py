@@ -331,6 +331,7 @@ def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None: 
     assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
 
 
+@pytest.mark.timeout(400)
 def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
     """The CI-sized soak: about 40 s of traffic with random faults, then the checker."""
     import subprocess
