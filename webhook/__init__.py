@@ -1,8 +1,9 @@
 """Stripe webhook intake with an exact Redis delivery ledger.
 
 Reading order for one request: receiver.py (the view) -> intake.py (checks) ->
-verify.py (signature) -> events.py (payment key) -> ledger.py + lua/record_delivery.lua
-(the one Redis round trip, which also enqueues the RQ job) -> workers/jobs.py.
+verify.py (signature) -> events.py (payment key) -> ledger.py + enqueue.py +
+lua/record_delivery.lua (the one Redis round trip, which also enqueues the RQ job) ->
+workers/jobs.py.
 """
 
 import logging
