@@ -10,8 +10,6 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,44 +36,8 @@ def log(*parts: object) -> None:
 # ---------------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
-
-
-def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
-    """Stop a process this harness started, by its PID; SIGKILL if it does not go in time."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout)
-
-
-def spawn(argv: list[str], env: Mapping[str, str], logfile: Path | None) -> subprocess.Popen:
-    if logfile is None:
-        return subprocess.Popen(
-            argv, env=dict(env), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-    with open(logfile, "ab") as out:
-        return subprocess.Popen(argv, env=dict(env), cwd=ROOT, stdout=out, stderr=out)
+# The same helpers the tests use to start and stop real processes.
+from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
 
 
 class RedisServer:

@@ -34,9 +34,9 @@ def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     """Stop a process we started, by its PID; SIGKILL if it does not go in time."""
-    if proc.poll() is not None:
+    if proc is None or proc.poll() is not None:
         return
     proc.send_signal(sig)
     try:
@@ -46,8 +46,9 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.
         proc.wait(timeout)
 
 
-def spawn(argv: list[str], env: dict[str, str], log: Path | None) -> subprocess.Popen:
+def spawn(argv: list[str], env: Mapping[str, str], log: Path | None) -> subprocess.Popen:
     """Start a process in the project root, its output appended to ``log``."""
+    env = dict(env)
     if log is None:
         return subprocess.Popen(
             argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
