@@ -3,6 +3,7 @@
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 
 from webhook import defaults
 
@@ -34,12 +35,12 @@ class Settings:
     PAID_EVENT_TYPES: tuple[str, ...] = field(default=defaults.PAID_EVENT_TYPES)
     FULFIL_UNLINKED_INVOICES: bool = False
 
-    @property
+    @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
         """The webhook secrets in the order given; a delivery records the index that matched."""
         return [s.strip() for s in self.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
 
-    @property
+    @cached_property
     def secret_labels(self) -> list[str]:
         """A name per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its position."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
