@@ -37,11 +37,12 @@ def log(*parts: object) -> None:
 
 
 # The same helpers the tests use to start and stop real processes.
+from tests import processes  # noqa: E402
 from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
 
 
-class RedisServer:
-    """redis-server with the shipped config/redis.conf on a free port, data in ``workdir``.
+class RedisServer(processes.RedisServer):
+    """The tests' redis-server (shipped config, free port), with the benchmark's overrides.
 
     ``appendfsync`` / ``appendonly`` override the shipped durability settings for the
     comparisons that need it; ``None`` keeps the shipped value.
@@ -54,52 +55,14 @@ class RedisServer:
         appendonly: str | None = None,
         extra: Iterable[str] = (),
     ) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.appendfsync = appendfsync
-        self.appendonly = appendonly
-        self.extra = list(extra)
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> "RedisServer":
-        exe = shutil.which("redis-server")
-        if exe is None:
-            raise RuntimeError("redis-server not found: run scripts/bootstrap.sh")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = [
-            exe,
-            str(ROOT / "config" / "redis.conf"),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.workdir),
-            "--daemonize",
-            "no",
-            "--logfile",
-            "redis.log",
-        ]
-        if self.appendfsync:
-            argv += ["--appendfsync", self.appendfsync]
-        if self.appendonly:
-            argv += ["--appendonly", self.appendonly]
-        argv += self.extra
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.port, proc=self.proc)
-        return self
+        overrides = ["--appendfsync", appendfsync] if appendfsync else []
+        overrides += ["--appendonly", appendonly] if appendonly else []
+        super().__init__(workdir, extra=[*overrides, *extra])
 
     def client(self):  # noqa: ANN201
         from redis import Redis
 
         return Redis.from_url(self.url, socket_timeout=120)
-
-    def stop(self) -> None:
-        stop(self.proc)
 
 
 def service_env(redis_url: str, workdir: Path, extra: Mapping[str, str] | None = None) -> dict:

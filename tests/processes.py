@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +60,10 @@ def spawn(argv: list[str], env: Mapping[str, str], log: Path | None) -> subproce
 class RedisServer:
     """A redis-server on a free port with the shipped config, data in ``workdir``."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, extra: Iterable[str] = ()) -> None:
         self.workdir = workdir
         self.port = port or free_port()
+        self.extra = list(extra)  # more redis-server arguments, after the shipped config
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -88,6 +89,7 @@ class RedisServer:
                 "redis.log",
                 "--enable-debug-command",
                 "local",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
