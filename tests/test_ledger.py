@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 
 from tests.helpers import paid_event, stats
-from webhook import keys, samples, settings
+from webhook import keys, readout, samples, settings
 from webhook.events import classify
 from webhook.ledger import Delivery, Ledger, decompress_payload, new_request_id
 from webhook.store import connect
@@ -114,7 +114,8 @@ def test_payment_groups_its_events_and_queues_once(redis: Redis, redis_server, r
     record = redis.hgetall(keys.payment(pk))
     assert record[b"state"] == b"queued"
     assert set(record[b"events"].decode().split()) == {e["id"] for e in events}
-    assert record[b"paid_by"].decode() == events[-1]["id"]
+    assert record[b"paid_by_n"] == b"1"  # the paid event came first (reversed order)
+    assert readout.payment(redis, pk)["paid_by"] == events[-1]["id"]
     assert redis.hgetall(keys.PAYMENT_STATES) == {b"queued": b"1", b"pending": b"0"}
     job_id = record[b"job"].decode()
     assert redis.lrange(f"rq:queue:{ledger.settings.QUEUE_NAME}", 0, -1) == [job_id.encode()]

@@ -1,10 +1,12 @@
 """The fulfilment scripts called directly: retries of the same call are harmless, a second
 run of the same job is not let through, a person cannot race a call still in flight."""
 
+import json
+
 from redis import Redis
 
 from tests.helpers import paid_event
-from webhook import keys, settings
+from webhook import keys, readout, settings
 from webhook.events import classify
 from webhook.ledger import Delivery, Ledger, new_request_id
 from workers.attempts import Attempts
@@ -44,7 +46,7 @@ def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
         keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb"]
     )
     assert second_run == [b"skip", 0, b"leased"]
-    assert redis.hget(keys.payment(pk), "attempts_started") == b"1"
+    assert redis.hget(keys.payment(pk), "token") == b"1"
 
 
 def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
@@ -93,7 +95,7 @@ def test_retention_purges_settled_payments_and_keeps_counts(
     assert kept.purge() == 0  # fulfilled just now
     redis.zadd(keys.state_index("fulfilled"), {pk: 1})  # as if it settled long ago
     assert kept.purge() == 1
-    assert not redis.exists(keys.payment(pk), keys.attempts(pk))
+    assert not redis.exists(keys.payment(pk))
     assert redis.hget(keys.PAYMENT_STATES, "fulfilled") == b"0"
     assert redis.zcard(keys.state_index("fulfilled")) == 0
 
@@ -113,3 +115,33 @@ def test_job_commands_are_what_rq_builds(redis: Redis, redis_server) -> None:  #
     broken.stamped = lambda *a: [["HSET", "wrong"]]  # type: ignore[method-assign]
     job_id, commands = broken.commands("pi_c")
     assert broken._trusted is False and f"rq:job:{job_id}" in commands  # RQ built it
+
+
+def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
+    redis: Redis, redis_server, rng
+) -> None:  # noqa: ANN001
+    attempts, pk = queued_payment(redis_server, rng)
+    first = attempts.start(pk, "job-1", replay_safe=True)
+    assert attempts.finish(pk, first.token, "retry", "http 503", 2.0) == ("retry", "retrying")
+    assert attempts.finish(pk, first.token, "retry", "http 503", 2.0) == ("already", "retrying")
+    redis.hset(keys.payment(pk), "next_at", 0)
+    second = attempts.start(pk, "job-2", replay_safe=True)
+    receipt = '{"call_id": 7}'
+    assert attempts.finish(pk, second.token, "fulfilled", receipt, 3.5) == (
+        "fulfilled",
+        "fulfilled",
+    )
+    assert attempts.finish(pk, second.token, "fulfilled", receipt, 3.5)[0] == "already"
+    raw = redis.hgetall(keys.payment(pk))
+    assert {b"attempt:1", b"attempt:2"} <= raw.keys() and b"stale_finishes" not in raw
+    stored = json.loads(raw[b"attempt:2"])
+    assert "detail" not in stored and "ended" not in stored  # kept once: receipt, fulfilled_at
+    record = readout.payment(redis, pk)
+    assert record is not None
+    retried, done = (json.loads(a) for a in record["attempts"])
+    assert (retried["token"], retried["outcome"], retried["detail"]) == (1, "retry", "http 503")
+    assert (done["token"], done["outcome"], done["detail"]) == (2, "fulfilled", receipt)
+    assert done["ended"] == int(record["fulfilled_at"]) and done["ms"] == 3.5
+    assert (record["attempts_started"], record["attempts_finished"]) == ("2", "2")
+    assert record["paid_by"] == record["events"][0]
+    assert redis.hget(keys.STATS, "attempts_finished") == b"2"

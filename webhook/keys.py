@@ -48,16 +48,8 @@ def event(event_id: str) -> str:
 
 
 def payment(payment_key: str) -> str:
-    """Hash of one payment: state, fencing token, lease, events, receipt, timings."""
+    """Hash of one payment: state, fencing token, lease, events, receipt, timings, attempts."""
     return f"{PREFIX}pay:{payment_key}"
-
-
-ATTEMPTS_SUFFIX = ":attempts"
-
-
-def attempts(payment_key: str) -> str:
-    """List of one payment's attempts (JSON), oldest first."""
-    return f"{PREFIX}pay:{payment_key}{ATTEMPTS_SUFFIX}"
 
 
 def request(request_id: str) -> str:
@@ -74,5 +66,4 @@ def lua_constants() -> str:
     return (
         f"local PAYMENT_PREFIX = '{payment('')}'\n"
         f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
-        f"local ATTEMPTS_SUFFIX = '{ATTEMPTS_SUFFIX}'\n"
     )

@@ -84,17 +84,38 @@ def event(redis: Redis, event_id: str, with_payload: bool = False) -> dict[str, 
 
 def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
     """One payment record with its event ids and attempts."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.hgetall(keys.payment(payment_key))
-    pipe.lrange(keys.attempts(payment_key), 0, -1)
-    raw, attempts = pipe.execute()
-    if not raw:
-        return None
-    record: dict[str, Any] = _decode_hash(raw)
+    raw: dict[bytes, bytes] = redis.hgetall(keys.payment(payment_key))  # type: ignore[assignment]
+    return payment_record(payment_key, raw) if raw else None
+
+
+FINISHED_OUTCOMES = {"fulfilled", "retry", "failed", "interrupted"}
+
+
+def payment_record(payment_key: str, raw: dict[bytes, bytes]) -> dict[str, Any]:
+    """A payment hash as read by people: ``attempt:{n}`` fields become an ordered list of
+    JSON records (with their token, and a fulfilled one's receipt), counts are derived."""
+    record: dict[str, Any] = {}
+    attempts: dict[int, dict[str, Any]] = {}
+    for field, value in _decode_hash(raw).items():
+        name, _, token = field.partition(":")
+        if name == "attempt" and token.isdigit():
+            attempts[int(token)] = {"token": int(token), **orjson.loads(value)}
+        else:
+            record[field] = value
+    for done in attempts.values():
+        if done.get("outcome") == "fulfilled":  # at most one; its end and receipt are kept once
+            done.setdefault("ended", int(record.get("fulfilled_at", 0)) or None)
+            done.setdefault("detail", record.get("receipt"))
     record["key"] = payment_key
     record["latency_ms"] = latency_ms(record)
     record["events"] = record.get("events", "").split()
-    record["attempts"] = [text(a) for a in attempts]
+    nth = record.pop("paid_by_n", "")
+    if nth.isdigit() and 0 < int(nth) <= len(record["events"]):
+        record["paid_by"] = record["events"][int(nth) - 1]
+    record["attempts_started"] = record.get("token", "0")
+    finished = sum(1 for a in attempts.values() if a.get("outcome") in FINISHED_OUTCOMES)
+    record["attempts_finished"] = str(finished)
+    record["attempts"] = [orjson.dumps(attempts[t]).decode() for t in sorted(attempts)]
     return record
 
 
@@ -157,6 +178,7 @@ def payments(
         record = {
             f: text(v) if v is not None else "" for f, v in zip(PAYMENT_FIELDS, values, strict=True)
         }
+        record["attempts_started"] = record.pop("token") or "0"
         rows.append(
             {"key": pk, "state_since": int(since), **record, "latency_ms": latency_ms(record)}
         )
@@ -166,7 +188,7 @@ def payments(
 PAYMENT_FIELDS = (
     "state",
     "deliveries",
-    "attempts_started",
+    "token",
     "last_error",
     "paid_at",
     "fulfilled_at",

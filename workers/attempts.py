@@ -52,7 +52,6 @@ class Attempts:
     def _keys(self, payment_key: str) -> list[str]:
         return [
             keys.payment(payment_key),
-            keys.attempts(payment_key),
             keys.PAYMENT_STATES,
             keys.DUE,
             keys.STATS,
@@ -75,7 +74,7 @@ class Attempts:
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         lease_ms = int(self.settings.LEASE_SECONDS * 1000)
-        script_keys = [keys.payment(payment_key), keys.attempts(payment_key)]
+        script_keys = [keys.payment(payment_key)]
         return bool(self.scripts["mark_calling"](keys=script_keys, args=[token, lease_ms]))
 
     def finish(

@@ -48,12 +48,13 @@ def wait_settled(
 def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
     pipe = redis.pipeline(transaction=False)
     for pk in payment_keys:
-        pipe.hmget(keys.payment(pk), ["attempts_started", "attempts_finished", "stale_finishes"])
+        pipe.hgetall(keys.payment(pk))
     totals = Counter[str]()
-    for started, finished, stale in pipe.execute():
-        totals["started"] += int(started or 0)
-        totals["finished"] += int(finished or 0)
-        totals["stale"] += int(stale or 0)
+    for pk, raw in zip(payment_keys, pipe.execute(), strict=True):
+        record = readout.payment_record(pk, raw)
+        totals["started"] += int(record["attempts_started"])
+        totals["finished"] += int(record["attempts_finished"])
+        totals["stale"] += int(record.get("stale_finishes", 0))
     return dict(totals)
 
 

@@ -58,8 +58,9 @@ if pk ~= '' then
     redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
     redis.call('HINCRBY', KEYS[7], state, 1)
   end
+  local ev = redis.call('HGET', pay, 'events')
+  local position = ev and select(2, string.gsub(ev, ' ', '')) + 2 or 1
   if n == 1 then
-    local ev = redis.call('HGET', pay, 'events')
     redis.call('HSET', pay, 'events', ev and (ev .. ' ' .. id) or id)
   end
   redis.call('HINCRBY', pay, 'deliveries', 1)
@@ -67,9 +68,10 @@ if pk ~= '' then
     redis.call('HSET', pay, 'last_' .. role, etype)
   end
   if ARGV[8] == '1' then
+    -- The paying event is named by its position in `events`, not by its id again (memory).
     if redis.call('HSETNX', pay, 'paid_at', now) == 1 then
-      redis.call('HSET', pay, 'paid_by', id, 'amount', ARGV[16], 'currency', ARGV[17],
-        'livemode', ARGV[4])
+      redis.call('HSET', pay, 'paid_by_n', position, 'amount', ARGV[16],
+        'currency', ARGV[17], 'livemode', ARGV[4])
     end
     if state == 'pending' and ARGV[18] ~= '' then
       state = 'queued'

@@ -1,6 +1,10 @@
 -- Shared helpers, prepended to every fulfilment script (scripts cannot call each other).
--- Payment hash fields: state, token (fencing counter), lease_until, phase (leased|calling),
--- replay_safe, job, attempts_started, attempts_finished, next_at, last_error, receipt.
+-- Payment hash fields: state, token (fencing counter = attempts started), lease_until,
+-- phase (leased|calling), replay_safe, job, next_at, last_error, receipt, fulfilled_at,
+-- and one `attempt:{token}` JSON record per attempt (in the hash: a key each would cost more).
+-- Attempt outcomes written by the attempt's own worker (finish_attempt.lua).
+local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true}
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -21,22 +25,21 @@ local function move(pay, states, to)
   redis.call('ZADD', STATE_INDEX_PREFIX .. to, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), pk)
 end
 
--- Merge fields into the JSON record of attempt `token` (list index token - 1).
-local function update_attempt(attempts, token, fields)
-  local index = tonumber(token) - 1
-  local raw = redis.call('LINDEX', attempts, index)
+-- Merge fields into the JSON record of attempt `token`.
+local function update_attempt(pay, token, fields)
+  local raw = redis.call('HGET', pay, 'attempt:' .. token)
   if not raw then return end
   local record = cjson.decode(raw)
   for k, v in pairs(fields) do record[k] = v end
-  redis.call('LSET', attempts, index, cjson.encode(record))
+  redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
 end
 
 -- The lease of the current attempt has expired. Returns true if the payment is now
 -- `interrupted`: the downstream call may have happened and the action is not replay-safe.
-local function expire_lease(pay, states, stats, attempts, now)
+local function expire_lease(pay, states, stats, now)
   local phase = redis.call('HGET', pay, 'phase')
   local token = redis.call('HGET', pay, 'token')
-  update_attempt(attempts, token, {outcome = 'lease_expired', ended = now, phase = phase})
+  update_attempt(pay, token, {outcome = 'lease_expired', ended = now, phase = phase})
   redis.call('HINCRBY', stats, 'leases_expired', 1)
   redis.call('HDEL', pay, 'lease_until', 'phase')
   if phase == 'calling' and redis.call('HGET', pay, 'replay_safe') ~= '1' then

@@ -1,16 +1,17 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
--- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 latencies, 7 latency histogram
+-- KEYS: 1 payment, 2 states, 3 due, 4 stats, 5 latencies, 6 latency histogram
 -- ARGV: 1 token, 2 outcome (fulfilled|retry|failed|interrupted), 3 receipt or error, 4 call ms,
 --       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap,
 --       10 histogram bucket bounds in ms (space-separated, ascending)
 -- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
-local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, outcome, detail = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 local current = redis.call('HGET', pay, 'token')
-if redis.call('HGET', pay, 'finished_token') == token then
-  return {'already', state}  -- a client retry of this same call
+local record = redis.call('HGET', pay, 'attempt:' .. token)
+if record and FINISHED[cjson.decode(record)['outcome']] then
+  return {'already', state}  -- a client retry of this same call: one worker per token
 end
 -- A late receipt for the same token after its lease expired still proves the effect (also
 -- after a person re-queued it, as long as no newer attempt has started).
@@ -19,16 +20,17 @@ local late = (state == 'interrupted' or state == 'queued') and current == token
 if current ~= token or (state ~= 'in_progress' and not late) then
   redis.call('HINCRBY', pay, 'stale_finishes', 1)
   redis.call('HINCRBY', stats, 'stale_finishes', 1)
-  update_attempt(attempts, token, {stale = true, stale_outcome = outcome, stale_at = now})
+  update_attempt(pay, token, {stale = true, stale_outcome = outcome, stale_at = now})
   return {'stale', state or ''}
 end
 
-redis.call('HSET', pay, 'finished_token', token)
-redis.call('HINCRBY', pay, 'attempts_finished', 1)
 redis.call('HINCRBY', stats, 'attempts_finished', 1)
 redis.call('HINCRBY', stats, 'attempt_outcome:' .. outcome, 1)
-update_attempt(attempts, token, {outcome = outcome, ended = now, ms = tonumber(ARGV[4]),
-  detail = detail, late = late or nil})
+-- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
+-- once, there (webhook/readout.py joins them back).
+local fulfilled = outcome == 'fulfilled'
+update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
+  ms = tonumber(ARGV[4]), detail = (not fulfilled) and detail or nil, late = late or nil})
 redis.call('HDEL', pay, 'lease_until', 'phase')
 
 if outcome == 'fulfilled' then
@@ -38,14 +40,14 @@ if outcome == 'fulfilled' then
   -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
   redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen')
   redis.call('HINCRBY', stats, 'effects', 1)
-  redis.call('LPUSH', KEYS[6], now - paid_at)
-  redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[9]) - 1)
+  redis.call('LPUSH', KEYS[5], now - paid_at)
+  redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[9]) - 1)
   local bucket = 'le:inf'
   for bound in string.gmatch(ARGV[10], '%d+') do
     if now - paid_at <= tonumber(bound) then bucket = 'le:' .. bound break end
   end
-  redis.call('HINCRBY', KEYS[7], bucket, 1)
-  redis.call('HINCRBY', KEYS[7], 'sum_ms', now - paid_at)
+  redis.call('HINCRBY', KEYS[6], bucket, 1)
+  redis.call('HINCRBY', KEYS[6], 'sum_ms', now - paid_at)
   redis.call('ZREM', due, ARGV[8])
   return {'fulfilled', 'fulfilled'}
 end
@@ -58,7 +60,7 @@ if outcome == 'interrupted' then
   redis.call('ZREM', due, ARGV[8])
   return {'interrupted', 'interrupted'}
 end
-local used = tonumber(redis.call('HGET', pay, 'attempts_started') or '0')
+local used = tonumber(current)
   - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
 if outcome == 'retry' and used < tonumber(ARGV[5]) then
   local delay = math.min(tonumber(ARGV[6]) * 2 ^ (used - 1), tonumber(ARGV[7]))

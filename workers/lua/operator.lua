@@ -1,10 +1,10 @@
 -- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
--- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
+-- KEYS: 1 payment, 2 states, 3 due, 4 stats
 -- ARGV: 1 payment key, 2 decision (retry|fulfilled), 3 allowed states (space-separated),
 --       4 note, 5 grace ms, 6 new job id (also this decision's id), 7 ms an interrupted
 --       attempt may still be running after its call started, 8.. enqueue commands
 -- Returns {'ok', new state} or {'refused', current state}
-local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 if redis.call('HGET', pay, 'decision_id') == ARGV[6] then
@@ -15,7 +15,7 @@ if not state or not string.find(' ' .. ARGV[3] .. ' ', ' ' .. state .. ' ', 1, t
 end
 if ARGV[2] == 'retry' and state == 'interrupted' then
   -- Its call may still be in flight (a stalled worker keeps its fenced call): wait it out.
-  local raw = redis.call('LINDEX', attempts, tonumber(redis.call('HGET', pay, 'token') or '1') - 1)
+  local raw = redis.call('HGET', pay, 'attempt:' .. (redis.call('HGET', pay, 'token') or '1'))
   local started = raw and cjson.decode(raw)['calling']
   if started and now < tonumber(started) + tonumber(ARGV[7]) then
     return {'wait', tostring(tonumber(started) + tonumber(ARGV[7]))}
@@ -32,6 +32,6 @@ if ARGV[2] == 'fulfilled' then
   return {'ok', 'fulfilled'}
 end
 -- A fresh attempt budget for the retry.
-redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'attempts_started') or 0)
+redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
 requeue(pay, states, due, stats, ARGV[1], ARGV[6], 8, tonumber(ARGV[5]), now, 'operator')
 return {'ok', 'queued'}

@@ -1,5 +1,5 @@
 -- Delete settled payments (fulfilled, or never paid) older than the retention window, with
--- their attempts, their index entry and their count. Only with PAYMENT_RETENTION_DAYS > 0,
+-- their index entry and their count. Only with PAYMENT_RETENTION_DAYS > 0,
 -- which settings require to exceed EVENT_RETENTION_DAYS: Stripe cannot resend an event
 -- older than that, so a purged payment cannot be paid again by a late delivery.
 -- KEYS: 1 payment states   ARGV: 1 cutoff (ms), 2 most payments per call
@@ -9,7 +9,7 @@ for _, state in ipairs({'fulfilled', 'pending'}) do
   local index = STATE_INDEX_PREFIX .. state
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
   for _, pk in ipairs(old) do
-    redis.call('DEL', PAYMENT_PREFIX .. pk, PAYMENT_PREFIX .. pk .. ATTEMPTS_SUFFIX)
+    redis.call('DEL', PAYMENT_PREFIX .. pk)
     redis.call('ZREM', index, pk)
     redis.call('HINCRBY', KEYS[1], state, -1)
     purged = purged + 1

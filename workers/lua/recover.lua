@@ -1,9 +1,9 @@
 -- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
 -- whose lease expired (when that is safe), or mark it interrupted, or push it back.
--- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats, 6 RQ queue list
+-- KEYS: 1 payment, 2 states, 3 due, 4 stats, 5 RQ queue list
 -- ARGV: 1 payment key, 2 grace ms, 3 RQ job key prefix, 4 new job id, 5.. enqueue commands
 -- Returns {verdict}
-local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk, grace = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -18,7 +18,7 @@ end
 if state == 'queued' then
   local job = redis.call('HGET', pay, 'job')
   local status = job and redis.call('HGET', ARGV[3] .. job, 'status')
-  if status == 'queued' and redis.call('LPOS', KEYS[6], job) then
+  if status == 'queued' and redis.call('LPOS', KEYS[5], job) then
     return again(now + grace, 'waiting')
   end
   if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then
@@ -31,7 +31,7 @@ if state == 'queued' then
 elseif state == 'in_progress' then
   local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
   if lease > now then return again(lease, 'leased') end
-  if expire_lease(pay, states, stats, attempts, now) then
+  if expire_lease(pay, states, stats, now) then
     redis.call('ZREM', due, pk)
     return {'interrupted'}
   end

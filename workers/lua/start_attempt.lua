@@ -1,9 +1,9 @@
 -- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
--- KEYS: 1 payment, 2 attempts, 3 states, 4 due, 5 stats
+-- KEYS: 1 payment, 2 states, 3 due, 4 stats
 -- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key, 5 execution id (unique per run)
 -- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
 --       | {'interrupted', 0} | {'missing', 0}
-local pay, attempts, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 local function go(token)
@@ -29,7 +29,7 @@ if state == 'in_progress' then
     end
     return skip('leased')
   end
-  if expire_lease(pay, states, stats, attempts, now) then
+  if expire_lease(pay, states, stats, now) then
     redis.call('ZREM', due, ARGV[4])
     return {'interrupted', 0}
   end
@@ -47,8 +47,7 @@ local phase = ARGV[3] == '1' and 'calling' or 'leased'
 redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase, 'replay_safe', ARGV[3],
   'job', ARGV[1], 'attempt_id', ARGV[5])
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
-redis.call('HINCRBY', pay, 'attempts_started', 1)
 redis.call('HINCRBY', stats, 'attempts_started', 1)
 redis.call('ZADD', due, lease_until, ARGV[4])
-redis.call('RPUSH', attempts, cjson.encode({token = token, started = now, outcome = 'started'}))
+redis.call('HSET', pay, 'attempt:' .. token, cjson.encode({started = now, outcome = 'started'}))
 return go(token)
