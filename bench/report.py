@@ -250,11 +250,26 @@ def render(data: dict[str, Any]) -> str:
                 rows.append([f"{k} per entry ({num(v['entries'])} entries)", num(v["per_entry"])])
         rows += [
             [
-                f"fulfilled payment: hash ({f['payment_hash_fields']} fields, {f['payment_hash_encoding']}) + :attempts",
-                f"{num(f['payment_hash_bytes'])} + {num(f['attempts_list_bytes'])} = **{num(f['per_payment_bytes'])}** (target ≤ 512)",
+                f"fulfilled payment: one hash ({f['payment_hash_fields']} fields, {f['payment_hash_encoding']}), attempts included",
+                f"**{num(f['per_payment_bytes'])}** mean (target ≤ 512); max "
+                f"{num(f.get('payment_bytes_max', 0))}, {100 * f.get('share_over_512', 0):.0f}% over 512",
             ],
             ["event hash encoding", str(f["event_hash_encoding"])],
         ]
+        comp = mem.get("compression")
+        if comp:
+            held = ", ".join(f"{k} {v:.3f}" for k, v in comp["held_out_files"].items())
+            rows += [
+                [
+                    "payload compressed / raw: generated events · real payloads not in the dictionary",
+                    f"{comp['generated_ratio']:.3f} · {held}",
+                ],
+                [
+                    "per event, all-in, if payloads compressed like the worst held-out one (estimate)",
+                    f"{num(mem['bytes_per_event_held_out_estimate'])} "
+                    f"(**{num(mem['bytes_per_event_held_out_estimate'] / mem['raw_bytes_per_event'], 2)}×** raw)",
+                ],
+            ]
         lines += table(["what", "bytes"], rows)
     scale = sec.get("scale")
     if scale:
