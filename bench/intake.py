@@ -2,6 +2,7 @@
 
 1. Ours vs baseline A (bare endpoint) vs baseline B (quick-start receiver), per gunicorn
    worker class (sync, gthread, gevent): peak requests/s, p50/p99, CPU per request;
+   for gthread also the bare endpoint + one Redis SET (the floor of storing anything);
    then p99 at half of our peak rate, ours vs bare, open loop. Plus a duplicate-heavy
    mix (gthread).
 2. Durability: ours on Redis with the shipped ``appendfsync always`` vs ``everysec``.
@@ -40,6 +41,7 @@ from bench.events import EventFactory, Pool
 OURS = "webhook.wsgi:app"
 BARE = "bench.baseline_bare:app"
 QUICK = "bench.baseline_quickstart:app"
+STORE = "bench.baseline_store:app"
 METRICS = (
     "rps",
     "p50_ms",
@@ -128,7 +130,12 @@ class Intake:
                             logfile=self.wd.path / f"{name}-{cls}.log",
                         )
                     )
-                    for name, app in (("ours", OURS), ("bare", BARE), ("quickstart", QUICK))
+                    for name, app in (
+                        ("ours", OURS),
+                        ("bare", BARE),
+                        ("quickstart", QUICK),
+                        *((("bare_set", STORE),) if cls == "gthread" else ()),
+                    )
                 }
                 for server in servers.values():  # warm-up: imports, connections
                     load.peak(server.port, server.pids, None, self.pool.fresh(), 1.0)
@@ -141,6 +148,7 @@ class Intake:
                     variants["ours_duplicates"] = self._peak(
                         servers["ours"], redis, self.dup_pool, True
                     )
+                    variants["bare_set"] = self._peak(servers["bare_set"], redis, self.pool, True)
                 peak = alternate(variants, self.runs)
                 ours_rps = spread(column(peak["ours"], "rps"))["median"]
                 half = ours_rps / 2
@@ -176,6 +184,13 @@ class Intake:
             if "ours_duplicates" in peak:
                 out[cls]["ratios"]["ours duplicates/bare rps"] = ratio_runs(
                     column(peak["ours_duplicates"], "rps"), column(peak["bare"], "rps")
+                )
+            if "bare_set" in peak:
+                out[cls]["ratios"]["bare+SET/bare rps"] = ratio_runs(
+                    column(peak["bare_set"], "rps"), column(peak["bare"], "rps")
+                )
+                out[cls]["ratios"]["ours/bare+SET rps"] = ratio_runs(
+                    column(peak["ours"], "rps"), column(peak["bare_set"], "rps")
                 )
         return out
 

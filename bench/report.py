@@ -138,6 +138,9 @@ def render(data: dict[str, Any]) -> str:
                     ratio(r["ours duplicates/bare rps"])
                     if "ours duplicates/bare rps" in r
                     else "–",
+                    f"{ratio(r['bare+SET/bare rps'])} · {ratio(r['ours/bare+SET rps'])}"
+                    if "bare+SET/bare rps" in r
+                    else "–",
                     num(d["half_load_rate"]),
                     f"{sp(h['ours']['p50_ms'], 1)} / {sp(h['ours']['p99_ms'], 1)}",
                     f"{sp(h['bare']['p50_ms'], 1)} / {sp(h['bare']['p99_ms'], 1)}",
@@ -151,6 +154,7 @@ def render(data: dict[str, Any]) -> str:
                 "ours/quick-start",
                 "quick-start/bare",
                 "duplicates-only/bare",
+                "bare+SET/bare · ours/bare+SET",
                 "half load req/s",
                 "ours p50 / p99 ms",
                 "bare p50 / p99 ms",
