@@ -289,6 +289,7 @@ def steps(wd: Workdir, n: int) -> dict[str, Any]:
         env = service_env(redis.url, wd.path)
         ledger = ledger_for(env)
         settings = ledger.settings
+        out |= round_trip_cpu(ledger.redis)
         events = [orjson.loads(b) for b in bodies]
         timed(
             "decode UTF-8 + verify signature (webhook.verify)",
@@ -336,6 +337,31 @@ def steps(wd: Workdir, n: int) -> dict[str, Any]:
             ),
             pairs,
         )
+    return out
+
+
+def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
+    """CPU of one bare Redis round trip, this process (user + sys) and Redis's own: what any
+    receiver that writes to Redis pays before doing anything else."""
+
+    def redis_cpu() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    body = b"x" * 1200
+    out = {}
+    for name, call in (
+        ("PING", client.ping),
+        ("SET of 1.2 KB (appendfsync always)", lambda: client.set("bench:rtt", body)),
+    ):
+        cpu, server = time.process_time(), redis_cpu()
+        for _ in range(n):
+            call()
+        out[f"one Redis round trip, {name}: client CPU"] = round(
+            (time.process_time() - cpu) / n * 1e6, 1
+        )
+        out[f"one Redis round trip, {name}: Redis CPU"] = round((redis_cpu() - server) / n * 1e6, 1)
+    client.delete("bench:rtt")
     return out
 
 
