@@ -326,7 +326,10 @@ def render(data: dict[str, Any]) -> str:
     if prof:
         lines += ["### Where the time goes", ""]
         if prof.get("steps_us"):
-            lines += ["Receiver steps, median µs per call, in-process, one call at a time (round trips: mean CPU µs per call):", ""]
+            lines += [
+                "Receiver steps, median µs per call, in-process, one call at a time (round trips: mean CPU µs per call):",
+                "",
+            ]
             lines += table(["step", "µs"], [[k, str(v)] for k, v in prof["steps_us"].items()])
         rec = prof.get("receiver")
         if rec:
