@@ -58,9 +58,8 @@ if pk ~= '' then
     redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, pk)
     redis.call('HINCRBY', KEYS[7], state, 1)
   end
-  local ev = redis.call('HGET', pay, 'events')
-  local position = ev and select(2, string.gsub(ev, ' ', '')) + 2 or 1
   if n == 1 then
+    local ev = redis.call('HGET', pay, 'events')
     redis.call('HSET', pay, 'events', ev and (ev .. ' ' .. id) or id)
   end
   redis.call('HINCRBY', pay, 'deliveries', 1)
@@ -70,7 +69,9 @@ if pk ~= '' then
   if ARGV[8] == '1' then
     -- The paying event is named by its position in `events`, not by its id again (memory).
     if redis.call('HSETNX', pay, 'paid_at', now) == 1 then
-      redis.call('HSET', pay, 'paid_by_n', position, 'amount', ARGV[16],
+      -- Once per payment: this event's place among the payment's events (ids separated by ' ').
+      local _, spaces = string.gsub(redis.call('HGET', pay, 'events'), ' ', '')
+      redis.call('HSET', pay, 'paid_by_n', spaces + 1, 'amount', ARGV[16],
         'currency', ARGV[17], 'livemode', ARGV[4])
     end
     if state == 'pending' and ARGV[18] ~= '' then
