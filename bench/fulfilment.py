@@ -98,6 +98,19 @@ def _rq_time(raw: bytes | None) -> float | None:
     return stamp.replace(tzinfo=UTC).timestamp()
 
 
+def redis_work_per_job(
+    before: dict[str, Any], after: dict[str, Any], n: int, harness_calls: int
+) -> dict[str, float]:
+    """Redis commands and round trips (read events) per job, the harness's own polls taken
+    out: RQ's bookkeeping and ours are counted the same way."""
+    commands = after["total_commands_processed"] - before["total_commands_processed"]
+    reads = after["total_reads_processed"] - before["total_reads_processed"]
+    return {
+        "redis_commands_per_job": (commands - harness_calls) / n,
+        "redis_round_trips_per_job": (reads - harness_calls) / n,
+    }
+
+
 class Fulfilment:
     def __init__(self, quick: bool) -> None:
         self.quick = quick
@@ -153,16 +166,20 @@ class Fulfilment:
                 assert redis_proc is not None
                 meter = CpuMeter({"workers": pids, "redis": lambda: [redis_proc.pid]})
                 meter.start()
+                before = client.info("stats")
                 released = time.time()
                 client.eval(RELEASE, 2, HELD, queue_key)
                 finished = f"rq:finished:{QUEUE}"
                 deadline = time.monotonic() + 300
+                polls = 0
                 while client.zcard(finished) + client.zcard(f"rq:failed:{QUEUE}") < n:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"drain of {n} {kind} jobs did not finish")
+                    polls += 1
                     time.sleep(0.01)
                 done_wall = time.time() - released
                 cpu = meter.stop()
+                after = client.info("stats")
             finally:
                 for p in procs:
                     stop(p)
@@ -192,6 +209,7 @@ class Fulfilment:
                 "worker_cpu_us_per_job": cpu["workers"] / n * 1e6,
                 "redis_cpu_us_per_job": cpu["redis"] / n * 1e6,
                 "other_cores": max(0.0, cpu["machine"] - cpu["workers"] - cpu["redis"]) / done_wall,
+                **redis_work_per_job(before, after, n, harness_calls=2 * (polls + 1) + 2),
             }
             if kind == "ours":
                 states = {
@@ -230,6 +248,8 @@ class Fulfilment:
                         "rate_whole_window",
                         "worker_cpu_us_per_job",
                         "redis_cpu_us_per_job",
+                        "redis_commands_per_job",
+                        "redis_round_trips_per_job",
                         "other_cores",
                     )
                 }

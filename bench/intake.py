@@ -2,7 +2,8 @@
 
 1. Ours vs baseline A (bare endpoint) vs baseline B (quick-start receiver), per gunicorn
    worker class (sync, gthread, gevent): peak requests/s, p50/p99, CPU per request;
-   for gthread also the bare endpoint + one Redis SET (the floor of storing anything);
+   for gthread and gevent also the bare endpoint + one Redis PING (the floor of any
+   Redis round trip) and + one SET of the body (the floor of storing anything);
    then p99 at half of our peak rate, ours vs bare, open loop. Plus a duplicate-heavy
    mix (gthread).
 2. Durability: ours on Redis with the shipped ``appendfsync always`` vs ``everysec``.
@@ -42,6 +43,9 @@ OURS = "webhook.wsgi:app"
 BARE = "bench.baseline_bare:app"
 QUICK = "bench.baseline_quickstart:app"
 STORE = "bench.baseline_store:app"
+PING = "bench.baseline_store:ping_app"
+FLOOR_CLASSES = ("gthread", "gevent")
+"""Worker classes that also run the floors (bare + PING, bare + SET)."""
 METRICS = (
     "rps",
     "p50_ms",
@@ -134,7 +138,11 @@ class Intake:
                         ("ours", OURS),
                         ("bare", BARE),
                         ("quickstart", QUICK),
-                        *((("bare_set", STORE),) if cls == "gthread" else ()),
+                        *(
+                            (("bare_ping", PING), ("bare_set", STORE))
+                            if cls in FLOOR_CLASSES
+                            else ()
+                        ),
                     )
                 }
                 for server in servers.values():  # warm-up: imports, connections
@@ -147,6 +155,10 @@ class Intake:
                 if cls == "gthread":
                     variants["ours_duplicates"] = self._peak(
                         servers["ours"], redis, self.dup_pool, True
+                    )
+                if cls in FLOOR_CLASSES:
+                    variants["bare_ping"] = self._peak(
+                        servers["bare_ping"], redis, self.pool, False
                     )
                     variants["bare_set"] = self._peak(servers["bare_set"], redis, self.pool, True)
                 peak = alternate(variants, self.runs)
@@ -186,6 +198,9 @@ class Intake:
                     column(peak["ours_duplicates"], "rps"), column(peak["bare"], "rps")
                 )
             if "bare_set" in peak:
+                out[cls]["ratios"]["bare+PING/bare rps"] = ratio_runs(
+                    column(peak["bare_ping"], "rps"), column(peak["bare"], "rps")
+                )
                 out[cls]["ratios"]["bare+SET/bare rps"] = ratio_runs(
                     column(peak["bare_set"], "rps"), column(peak["bare"], "rps")
                 )

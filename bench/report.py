@@ -36,6 +36,11 @@ def sp(s: dict[str, Any] | None, digits: int = 0) -> str:
     return f"{num(s['median'], digits)} [{num(s['min'], digits)}–{num(s['max'], digits)}]"
 
 
+def med(s: dict[str, Any] | None, digits: int = 1) -> str:
+    """The median alone, for figures that barely vary between runs."""
+    return num(s["median"], digits) if s and s.get("n") else "–"
+
+
 def ratio(r: dict[str, Any], digits: int = 2) -> str:
     """ratio of medians (paired per-round ratios min–max)."""
     return f"**{num(r['ratio_of_medians'], digits)}** ({num(r['min'], digits)}–{num(r['max'], digits)})"
@@ -45,6 +50,12 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out + [""]
+
+
+def floors(r: dict[str, Any]) -> str:
+    """The bare endpoint plus one Redis round trip, as a share of the bare endpoint."""
+    names = ("bare+PING/bare rps", "bare+SET/bare rps", "ours/bare+SET rps")
+    return " · ".join(ratio(r[n]) if n in r else "–" for n in names) if names[1] in r else "–"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -138,9 +149,7 @@ def render(data: dict[str, Any]) -> str:
                     ratio(r["ours duplicates/bare rps"])
                     if "ours duplicates/bare rps" in r
                     else "–",
-                    f"{ratio(r['bare+SET/bare rps'])} · {ratio(r['ours/bare+SET rps'])}"
-                    if "bare+SET/bare rps" in r
-                    else "–",
+                    floors(r),
                     num(d["half_load_rate"]),
                     f"{sp(h['ours']['p50_ms'], 1)} / {sp(h['ours']['p99_ms'], 1)}",
                     f"{sp(h['bare']['p50_ms'], 1)} / {sp(h['bare']['p99_ms'], 1)}",
@@ -154,7 +163,7 @@ def render(data: dict[str, Any]) -> str:
                 "ours/quick-start",
                 "quick-start/bare",
                 "duplicates-only/bare",
-                "bare+SET/bare · ours/bare+SET",
+                "floors: bare+PING/bare · bare+SET/bare · ours/bare+SET",
                 "half load req/s",
                 "ours p50 / p99 ms",
                 "bare p50 / p99 ms",
@@ -202,6 +211,7 @@ def render(data: dict[str, Any]) -> str:
                 "jobs/s whole window",
                 "worker CPU µs/job",
                 "Redis CPU µs/job",
+                "Redis commands · round trips /job",
                 "other cores",
             ],
             [
@@ -211,6 +221,8 @@ def render(data: dict[str, Any]) -> str:
                     sp(s.get("rate_whole_window"), 1),
                     sp(s["worker_cpu_us_per_job"]),
                     sp(s["redis_cpu_us_per_job"]),
+                    f"{med(s.get('redis_commands_per_job'))} · "
+                    f"{med(s.get('redis_round_trips_per_job'))}",
                     sp(s["other_cores"], 2),
                 ]
                 for name, s in ful["drain"]["summary"].items()
