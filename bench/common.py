@@ -1,5 +1,5 @@
-"""Shared pieces of the benchmarks: processes on free loopback ports, CPU accounting,
-run alternation, statistics and result files.
+"""Shared pieces of the benchmarks: processes on free loopback ports, work directories,
+result files and the machine description (CPU: bench/cpu.py; statistics: bench/stats.py).
 
 Everything here starts processes itself and stops them by PID (never by name). The
 process helpers mirror tests/processes.py but are kept here so the benchmarks do not
@@ -10,12 +10,11 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ def log(*parts: object) -> None:
 
 
 # The same helpers the tests use to start and stop real processes.
+from bench.cpu import descendants  # noqa: E402
 from tests import processes  # noqa: E402
 from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
 
@@ -141,9 +141,13 @@ class Gunicorn:
         stop(self.proc)
 
 
+SIMPLE = "rq.worker.SimpleWorker"
+"""The worker class the Procfile runs."""
+
+
 def rq_worker(
     env: Mapping[str, str],
-    worker_class: str = "rq.worker.SimpleWorker",
+    worker_class: str = SIMPLE,
     queue: str = "fulfilment",
     burst: bool = True,
     logfile: Path | None = None,
@@ -153,173 +157,6 @@ def rq_worker(
     argv += ["--burst"] if burst else []
     argv += ["--logging_level", "WARNING", queue]
     return spawn(argv, env, logfile)
-
-
-# ---------------------------------------------------------------------------- CPU
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, CPU ticks of it and its reaped children) of a live process, or None."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    # utime + stime + cutime + cstime: a forking RQ worker's horses are reaped by it.
-    return int(rest[1]), int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None:
-                children.setdefault(st[0], []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cpu_seconds(pids: Iterable[int]) -> float:
-    """User + system CPU seconds so far of these (live) processes, all their threads."""
-    total = 0
-    for pid in pids:
-        st = _stat(pid)
-        if st is not None:
-            total += st[1]
-    return total / TICKS
-
-
-def machine_busy() -> float:
-    """CPU seconds the whole machine has been busy (all cores, all processes)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / TICKS
-
-
-class CpuMeter:
-    """CPU seconds used by named process groups between start() and stop(), plus
-    ``machine``: the whole machine's busy CPU seconds over the same interval (so the
-    CPU used by processes this harness did not start can be reported)."""
-
-    def __init__(self, groups: Mapping[str, Callable[[], list[int]]]) -> None:
-        self.groups = groups
-        self.before: dict[str, float] = {}
-
-    def start(self) -> None:
-        self.before = {name: cpu_seconds(get()) for name, get in self.groups.items()}
-        self.before["machine"] = machine_busy()
-
-    def stop(self) -> dict[str, float]:
-        out = {name: cpu_seconds(get()) - self.before[name] for name, get in self.groups.items()}
-        out["machine"] = machine_busy() - self.before["machine"]
-        return out
-
-
-def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
-    """Run a load generator to completion: (stdout, stderr, wall s, its CPU s, exit code).
-
-    Its CPU is the RUSAGE_CHILDREN delta: nothing else this process started is reaped
-    while it runs (servers and workers are still up).
-    """
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=dict(env) if env is not None else None,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise RuntimeError(f"{argv[0]} did not finish in {timeout}s") from None
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return out.decode(), err.decode(), wall, cpu, proc.returncode
-
-
-# ---------------------------------------------------------------------------- statistics
-
-
-def median(values: Iterable[float]) -> float:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else float("nan")
-
-
-def spread(values: Iterable[float]) -> dict[str, Any]:
-    """Median, min, max and the relative range ((max - min) / median) of repeated runs."""
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
-        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
-    med = statistics.median(vals)
-    return {
-        "median": med,
-        "min": min(vals),
-        "max": max(vals),
-        "rel_range": (max(vals) - min(vals)) / med if med else float("nan"),
-        "n": len(vals),
-        "runs": vals,
-    }
-
-
-def ratio_runs(a: list[float], b: list[float]) -> dict[str, Any]:
-    """Ratio of medians, plus the spread of the paired per-round ratios a[i] / b[i]."""
-    paired = [x / y for x, y in zip(a, b, strict=False) if x is not None and y]
-    out = spread(paired)
-    out["ratio_of_medians"] = median(a) / median(b) if median(b) else float("nan")
-    return out
-
-
-def alternate(
-    variants: Mapping[str, Callable[[int], dict[str, Any]]],
-    runs: int,
-    between: Callable[[], None] | None = None,
-) -> dict[str, list[dict[str, Any]]]:
-    """Run every variant once per round, A B C A B C ..., ``runs`` rounds."""
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
-    for round_no in range(runs):
-        for name, fn in variants.items():
-            if between is not None:
-                between()
-            result = fn(round_no)
-            results[name].append(result)
-            log(f"  round {round_no + 1}/{runs} {name}: {short(result)}")
-    return results
-
-
-def short(result: Mapping[str, Any]) -> str:
-    keys = ("rps", "p50_ms", "p99_ms", "rate", "us_per_call", "errors")
-    return " ".join(
-        f"{k}={result[k]:.4g}" if isinstance(result.get(k), float) else f"{k}={result[k]}"
-        for k in keys
-        if k in result
-    )
-
-
-def column(results: list[dict[str, Any]], key: str) -> list[float]:
-    return [r[key] for r in results if r.get(key) is not None]
-
-
-def target(name: str, measured: float, goal: float, higher_is_better: bool, why: str = "") -> dict:
-    met = measured >= goal if higher_is_better else measured <= goal
-    return {
-        "target": name,
-        "measured": round(measured, 3),
-        "goal": ("≥ " if higher_is_better else "≤ ") + f"{goal:g}",
-        "met": bool(met),
-        "why": why,
-    }
 
 
 # ---------------------------------------------------------------------------- files
@@ -395,12 +232,3 @@ class Stack(ExitStack):
     def popen(self, proc: subprocess.Popen) -> subprocess.Popen:
         self.callback(stop, proc)
         return proc
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by nearest rank; nan for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[k]

@@ -8,9 +8,8 @@ with its imports done. The drain ends when RQ has finished every job. Compared w
 the same number of trivial RQ jobs (``bench.trivial.noop``) drained by the same worker
 class and count, and with the default forking ``rq.worker.Worker``.
 
-Latency: the shipped stack (gunicorn, 2 x SimpleWorker, sweeper) receives whole
-payments over HTTP at half of the pipeline's peak; for each payment the ledger records
-first paid delivery -> fulfilled (``fulfilled_at - paid_at``, Redis clock).
+Latency (``bench/latency.py``): the shipped stack receives whole payments over HTTP at
+half of the pipeline's peak; the ledger records first paid delivery -> fulfilled.
 
     .venv/bin/python -m bench.fulfilment [--quick]
 """
@@ -25,32 +24,25 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import load
 from bench.common import (
-    BIN,
     RESULTS,
-    CpuMeter,
-    Gunicorn,
+    SIMPLE,
     RedisServer,
     Stack,
     Workdir,
-    alternate,
-    column,
     log,
-    pct,
-    ratio_runs,
     rq_worker,
     service_env,
-    spawn,
-    spread,
     stop,
-    target,
     write_json,
 )
-from bench.events import EventFactory, Pool, write_pool
+from bench.cpu import CpuMeter
+from bench.events import EventFactory
+from bench.latency import first_fulfilled
+from bench.recording import recorder
+from bench.stats import alternate, column, ratio_runs, spread, target
 
 QUEUE = "fulfilment"
-SIMPLE = "rq.worker.SimpleWorker"
 FORK = "rq.worker.Worker"
 HELD = "bench:held"
 RELEASE = """
@@ -61,34 +53,6 @@ end
 redis.call('DEL', KEYS[1])
 return #ids
 """
-
-
-def recorder(env: dict[str, str]):  # noqa: ANN201
-    """A function that records one event body through the real ledger, as the view does."""
-    import orjson
-    from redis import Redis
-
-    from webhook.events import classify
-    from webhook.ledger import Delivery, Ledger, new_request_id
-    from webhook.settings import load as load_settings
-
-    settings = load_settings(environ=env)
-    ledger = Ledger(Redis.from_url(env["REDIS_URL"]), settings)
-
-    def record(body: bytes) -> None:
-        event = orjson.loads(body)
-        ledger.record_delivery(
-            Delivery(
-                event=event,
-                body=body,
-                classified=classify(event, settings.PAID_EVENT_TYPES),
-                secret_index=0,
-                source="stripe",
-                request_id=new_request_id(),
-            )
-        )
-
-    return record
 
 
 def _rq_time(raw: bytes | None) -> float | None:
@@ -268,107 +232,6 @@ class Fulfilment:
             },
         }
 
-    def latency(self, drain_rate: float) -> dict[str, Any]:
-        """First paid delivery -> fulfilled at half of the pipeline's peak, over HTTP."""
-        log("fulfilment: latency at half load")
-        runs = 3 if self.quick else 5
-        seconds = 2.0 if self.quick else 3.0
-        with Stack() as st:
-            redis = st.start(RedisServer(self.wd.sub("redis-latency")))
-            env = service_env(redis.url, self.wd.path)
-            web = st.start(Gunicorn(env, logfile=self.wd.path / "latency-web.log"))
-            workers = [st.popen(rq_worker(env, SIMPLE, burst=False)) for _ in range(2)]
-            st.popen(spawn([str(BIN / "webhook-ledger"), "sweep", "--loop"], env, None))
-            client = redis.client()
-            # The pipeline's intake peak with the workers running (3 s of whole payments).
-            peak_payments = self.factory.payments(3000)
-            peak_pool = Pool(
-                self.wd.path / "peak.bin",
-                [b for p in peak_payments for b in p.bodies],
-                env["STRIPE_WEBHOOK_SECRET"],
-            )
-            load.peak(web.port, web.pids, None, peak_pool.fresh(), 1.0)
-            client.flushdb()
-            peak = load.peak(web.port, web.pids, redis.proc.pid, peak_pool.fresh(), 3.0)
-            per_payment = len(peak_pool.bodies) / len(peak_payments)
-            intake_payments = peak["rps"] / per_payment
-            half = 0.5 * min(drain_rate, intake_payments)
-            log(
-                f"  intake peak {peak['rps']:.0f} events/s = {intake_payments:.0f} payments/s; "
-                f"drain {drain_rate:.0f}/s -> half load {half:.0f} payments/s"
-            )
-            self._wait_idle(client)
-            results = []
-            for round_no in range(runs):
-                n_pay = max(10, int(half * seconds))
-                payments = self.factory.payments(n_pay)
-                bodies = [b for p in payments for b in p.bodies]
-                pool = self.wd.path / f"latency-{round_no}.bin"
-                write_pool(pool, bodies, env["STRIPE_WEBHOOK_SECRET"])
-                rate = half * len(bodies) / n_pay
-                sent = load.paced(
-                    web.port, web.pids, redis.proc.pid, pool, rate, len(bodies) / rate
-                )
-                deadline = time.monotonic() + 60
-                keys = [f"wl:pay:{p.key}" for p in payments]
-                while True:
-                    with client.pipeline(transaction=False) as pipe:
-                        for k in keys:
-                            pipe.hmget(k, ["paid_at", "fulfilled_at"])
-                        got = [
-                            int(done) - int(paid) if paid and done else None
-                            for paid, done in pipe.execute()
-                        ]
-                    if all(v is not None for v in got) or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.1)
-                lat = [float(v) for v in got if v is not None]
-                result = {
-                    "payments": n_pay,
-                    "payments_per_s": half,
-                    "events_per_s": rate,
-                    "fulfilled": len(lat),
-                    "p50_ms": pct(lat, 50),
-                    "p99_ms": pct(lat, 99),
-                    "max_ms": max(lat) if lat else float("nan"),
-                    "http_p99_ms": sent["p99_ms"],
-                    "http_errors": sent["errors"],
-                    "other_cores": sent["other_cores"],
-                }
-                results.append(result)
-                log(
-                    f"  round {round_no + 1}/{runs}: {len(lat)}/{n_pay} fulfilled, "
-                    f"p50 {result['p50_ms']:.0f} ms p99 {result['p99_ms']:.0f} ms"
-                )
-            client.close()
-            del workers
-        return {
-            "intake_peak_events_per_s": peak["rps"],
-            "events_per_payment": per_payment,
-            "intake_peak_payments_per_s": intake_payments,
-            "drain_payments_per_s": drain_rate,
-            "half_load_payments_per_s": half,
-            "runs": results,
-            "summary": {
-                m: spread(column(results, m))
-                for m in ("p50_ms", "p99_ms", "max_ms", "http_p99_ms", "other_cores")
-            },
-        }
-
-    @staticmethod
-    def _wait_idle(client) -> None:  # noqa: ANN001
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            states = {k.decode(): int(v) for k, v in client.hgetall("wl:payments:by_state").items()}
-            if (
-                not states.get("queued")
-                and not states.get("in_progress")
-                and not states.get("pending")
-            ):
-                return
-            time.sleep(0.1)
-        log("  WARNING: backlog not drained after 120 s")
-
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     r = result["drain"]["ratios"]
@@ -393,7 +256,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     try:
         drain = bench.drain()
         rate = drain["summary"]["ours 2xSimpleWorker"]["rate"]["median"]
-        latency = bench.latency(rate)
+        latency = first_fulfilled(bench.wd, bench.factory, quick, rate)
     finally:
         bench.close()
     result = {

@@ -24,20 +24,19 @@ if __package__ in (None, ""):
 from bench import load
 from bench.common import (
     RESULTS,
+    SECRET,
     Gunicorn,
     RedisServer,
     Stack,
     Workdir,
-    alternate,
-    column,
     log,
-    ratio_runs,
     service_env,
-    spread,
-    target,
     write_json,
 )
+from bench.durability import durability, gunicorn_workers
 from bench.events import EventFactory, Pool
+from bench.load import summarise
+from bench.stats import alternate, column, ratio_runs, ratios, spread, target
 
 OURS = "webhook.wsgi:app"
 BARE = "bench.baseline_bare:app"
@@ -46,20 +45,17 @@ STORE = "bench.baseline_store:app"
 PING = "bench.baseline_store:ping_app"
 FLOOR_CLASSES = ("gthread", "gevent")
 """Worker classes that also run the floors (bare + PING, bare + SET)."""
-METRICS = (
-    "rps",
-    "p50_ms",
-    "p99_ms",
-    "server_cpu_us_per_req",
-    "redis_cpu_us_per_req",
-    "loadgen_cpu_us_per_req",
-    "loadgen_cores",
-    "other_cores",
-)
-
-
-def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    return {name: {m: spread(column(rs, m)) for m in METRICS} for name, rs in runs.items()}
+CLASS_RATIOS = {
+    "ours/bare rps": ("ours", "bare"),
+    "ours/quickstart rps": ("ours", "quickstart"),
+    "quickstart/bare rps": ("quickstart", "bare"),
+}
+FLOOR_RATIOS = {
+    "bare+PING/bare rps": ("bare_ping", "bare"),
+    "bare+SET/bare rps": ("bare_set", "bare"),
+    "ours/bare+SET rps": ("ours", "bare_set"),
+}
+DUPLICATE_RATIOS = {"ours duplicates/bare rps": ("ours_duplicates", "bare")}
 
 
 class Intake:
@@ -70,15 +66,15 @@ class Intake:
         self.paced_duration = 1.5 if quick else 2.0
         self.wd = Workdir.make("intake")
         factory = EventFactory(seed=1)
-        self.pool = Pool(self.wd.path / "pool.bin", factory.events(14000), _secret())
+        self.pool = Pool(self.wd.path / "pool.bin", factory.events(14000), SECRET)
         # Duplicate-heavy mix: 500 distinct events cycled, so after the first pass every
         # request is a redelivery of a recorded event.
-        self.dup_pool = Pool(self.wd.path / "dup.bin", factory.events(500), _secret())
+        self.dup_pool = Pool(self.wd.path / "dup.bin", factory.events(500), SECRET)
 
     def close(self) -> None:
         self.wd.remove()
 
-    def _peak(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):  # noqa: ANN202
+    def peak_run(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):  # noqa: ANN202
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()
@@ -148,19 +144,21 @@ class Intake:
                 for server in servers.values():  # warm-up: imports, connections
                     load.peak(server.port, server.pids, None, self.pool.fresh(), 1.0)
                 variants = {
-                    "ours": self._peak(servers["ours"], redis, self.pool, True),
-                    "bare": self._peak(servers["bare"], redis, self.pool, False),
-                    "quickstart": self._peak(servers["quickstart"], redis, self.pool, True),
+                    "ours": self.peak_run(servers["ours"], redis, self.pool, True),
+                    "bare": self.peak_run(servers["bare"], redis, self.pool, False),
+                    "quickstart": self.peak_run(servers["quickstart"], redis, self.pool, True),
                 }
                 if cls == "gthread":
-                    variants["ours_duplicates"] = self._peak(
+                    variants["ours_duplicates"] = self.peak_run(
                         servers["ours"], redis, self.dup_pool, True
                     )
                 if cls in FLOOR_CLASSES:
-                    variants["bare_ping"] = self._peak(
+                    variants["bare_ping"] = self.peak_run(
                         servers["bare_ping"], redis, self.pool, False
                     )
-                    variants["bare_set"] = self._peak(servers["bare_set"], redis, self.pool, True)
+                    variants["bare_set"] = self.peak_run(
+                        servers["bare_set"], redis, self.pool, True
+                    )
                 peak = alternate(variants, self.runs)
                 ours_rps = spread(column(peak["ours"], "rps"))["median"]
                 half = ours_rps / 2
@@ -179,14 +177,8 @@ class Intake:
                 "half_load_runs": paced,
                 "half_load": summarise(paced),
                 "ratios": {
-                    "ours/bare rps": ratio_runs(
-                        column(peak["ours"], "rps"), column(peak["bare"], "rps")
-                    ),
-                    "ours/quickstart rps": ratio_runs(
-                        column(peak["ours"], "rps"), column(peak["quickstart"], "rps")
-                    ),
-                    "quickstart/bare rps": ratio_runs(
-                        column(peak["quickstart"], "rps"), column(peak["bare"], "rps")
+                    **ratios(
+                        peak, {**CLASS_RATIOS, **(FLOOR_RATIOS if "bare_set" in peak else {})}
                     ),
                     "ours/bare p99 at half load": ratio_runs(
                         column(paced["ours"], "p99_ms"), column(paced["bare"], "p99_ms")
@@ -194,78 +186,8 @@ class Intake:
                 },
             }
             if "ours_duplicates" in peak:
-                out[cls]["ratios"]["ours duplicates/bare rps"] = ratio_runs(
-                    column(peak["ours_duplicates"], "rps"), column(peak["bare"], "rps")
-                )
-            if "bare_set" in peak:
-                out[cls]["ratios"]["bare+PING/bare rps"] = ratio_runs(
-                    column(peak["bare_ping"], "rps"), column(peak["bare"], "rps")
-                )
-                out[cls]["ratios"]["bare+SET/bare rps"] = ratio_runs(
-                    column(peak["bare_set"], "rps"), column(peak["bare"], "rps")
-                )
-                out[cls]["ratios"]["ours/bare+SET rps"] = ratio_runs(
-                    column(peak["ours"], "rps"), column(peak["bare_set"], "rps")
-                )
+                out[cls]["ratios"].update(ratios(peak, DUPLICATE_RATIOS))
         return out
-
-    def durability(self) -> dict[str, Any]:
-        """Section 2: the shipped appendfsync always vs everysec (gthread, 2 workers)."""
-        log("intake: durability (appendfsync always vs everysec)")
-        with Stack() as st:
-            servers = {}
-            redises = {}
-            for mode in ("always", "everysec"):
-                redises[mode] = st.start(
-                    RedisServer(self.wd.sub(f"redis-{mode}"), appendfsync=mode)
-                )
-                env = service_env(redises[mode].url, self.wd.path)
-                servers[mode] = st.start(Gunicorn(env, logfile=self.wd.path / f"ours-{mode}.log"))
-                load.peak(servers[mode].port, servers[mode].pids, None, self.pool.fresh(), 1.0)
-            runs = alternate(
-                {m: self._peak(servers[m], redises[m], self.pool, True) for m in servers}, self.runs
-            )
-        return {
-            "runs": runs,
-            "summary": summarise(runs),
-            "ratios": {
-                "always/everysec rps": ratio_runs(
-                    column(runs["always"], "rps"), column(runs["everysec"], "rps")
-                )
-            },
-        }
-
-    def workers(self) -> dict[str, Any]:
-        """Section 5b: ours with 1, 2 and 4 gunicorn workers (gthread, 4 threads each)."""
-        log("intake: 1, 2 and 4 gunicorn workers")
-        with Stack() as st:
-            redis = st.start(RedisServer(self.wd.sub("redis-workers")))
-            env = service_env(redis.url, self.wd.path)
-            servers = {}
-            for n in (1, 2, 4):
-                servers[f"{n} worker{'s' if n > 1 else ''}"] = st.start(
-                    Gunicorn(env, workers=n, logfile=self.wd.path / f"ours-w{n}.log")
-                )
-            for server in servers.values():
-                load.peak(server.port, server.pids, None, self.pool.fresh(), 1.0)
-            runs = alternate(
-                {name: self._peak(s, redis, self.pool, True) for name, s in servers.items()},
-                self.runs,
-            )
-        base = column(runs["1 worker"], "rps")
-        return {
-            "runs": runs,
-            "summary": summarise(runs),
-            "ratios": {
-                f"{name}/1 worker rps": ratio_runs(column(runs[name], "rps"), base) for name in runs
-            },
-        }
-
-
-def _secret() -> str:
-    from bench.common import SECRET
-
-    return SECRET
 
 
 def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -329,9 +251,9 @@ def run(
                 classes or ["sync", "gthread", "gevent"]
             )
         if "durability" in only:
-            result["durability"] = bench.durability()
+            result["durability"] = durability(bench)
         if "workers" in only:
-            result["workers"] = bench.workers()
+            result["workers"] = gunicorn_workers(bench)
     finally:
         bench.close()
     result["targets"] = targets(result)

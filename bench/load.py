@@ -7,16 +7,63 @@ Each run returns throughput, latency percentiles and CPU per request of the serv
 
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH, CpuMeter, run_measured
+from bench.common import BENCH, ROOT
+from bench.cpu import CpuMeter
+from bench.stats import column, spread
 
 WRK_LUA = BENCH / "wrk_pool.lua"
 PATH = "/webhooks/stripe"
+
+METRICS = (
+    "rps",
+    "p50_ms",
+    "p99_ms",
+    "server_cpu_us_per_req",
+    "redis_cpu_us_per_req",
+    "loadgen_cpu_us_per_req",
+    "loadgen_cores",
+    "other_cores",
+)
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    return {name: {m: spread(column(rs, m)) for m in METRICS} for name, rs in runs.items()}
+
+
+def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
+    """Run a load generator to completion: (stdout, stderr, wall s, its CPU s, exit code).
+
+    Its CPU is the RUSAGE_CHILDREN delta: nothing else this process started is reaped
+    while it runs (servers and workers are still up).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=dict(env) if env is not None else None,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"{argv[0]} did not finish in {timeout}s") from None
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out.decode(), err.decode(), wall, cpu, proc.returncode
 
 
 def have_wrk() -> bool:

@@ -40,9 +40,9 @@ from bench.common import (
     Workdir,
     log,
     service_env,
-    target,
     write_json,
 )
+from bench.stats import target
 
 SAMPLE = 500
 HELD_OUT = Path(__file__).resolve().parent / "heldout"

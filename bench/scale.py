@@ -28,18 +28,13 @@ from bench.common import (
     RedisServer,
     Stack,
     Workdir,
-    alternate,
-    column,
     log,
-    pct,
-    ratio_runs,
     service_env,
-    spread,
-    target,
     write_json,
 )
 from bench.events import EventFactory
 from bench.recording import Filler, delivery, ledger_for
+from bench.stats import alternate, column, pct, ratio_runs, spread, target
 
 
 def _evalsha(client) -> tuple[int, int]:  # noqa: ANN001
