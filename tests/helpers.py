@@ -30,3 +30,18 @@ def stats(redis: Redis) -> dict[str, int]:
 
 def ledger_keys(redis: Redis) -> set[str]:
     return {k.decode() for k in redis.scan_iter(match="*")}
+
+
+def payment_key_of(event: dict[str, Any]) -> str:
+    """The PaymentIntent id of a sample payment event."""
+    return str(event["data"]["object"]["id"])
+
+
+def state_of(redis: Redis, payment_key: str) -> str:
+    value = redis.hget(keys.payment(payment_key), "state")
+    return value.decode() if value else ""
+
+
+def settled_as(redis: Redis, payment_key: str, state: str) -> bool:
+    """In ``state`` and no longer due for the sweeper."""
+    return state_of(redis, payment_key) == state and redis.zscore(keys.DUE, payment_key) is None

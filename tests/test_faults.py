@@ -13,7 +13,7 @@ import requests
 from redis import Redis
 
 from tests.downstream_server import CountingDownstream
-from tests.helpers import signed_headers
+from tests.helpers import payment_key_of, settled_as, signed_headers, state_of
 from tests.processes import (
     Gunicorn,
     RedisServer,
@@ -33,18 +33,6 @@ JOB_FAULTS = {
     "after_action": {"sqlite": ("fulfilled", 2, 1), "http": ("interrupted", 1, None)},
     "during_record": {"sqlite": ("fulfilled", 1, 1), "http": ("fulfilled", 1, None)},
 }
-
-
-def pk_of(event: dict) -> str:
-    return str(event["data"]["object"]["id"])
-
-
-def state_of(redis: Redis, pk: str) -> str:
-    return (redis.hget(keys.payment(pk), "state") or b"").decode()
-
-
-def settled(redis: Redis, pk: str, state: str) -> bool:
-    return state_of(redis, pk) == state and redis.zscore(keys.DUE, pk) is None
 
 
 def calls_and_effects(
@@ -75,8 +63,8 @@ def test_job_killed_at_fault_point(point: str, action: str, stack, redis, config
         s.start_worker()
         s.start_sweeper()
         state, calls, effects = JOB_FAULTS[point][action]
-        pk = pk_of(event)
-        wait_until(lambda: settled(redis, pk, state), what=f"{pk} {state}")
+        pk = payment_key_of(event)
+        wait_until(lambda: settled_as(redis, pk, state), what=f"{pk} {state}")
         time.sleep(1)  # a further sweep must not change anything
         assert state_of(redis, pk) == state
         assert calls_and_effects(action, config, downstream, pk) == (calls, effects)
@@ -95,14 +83,18 @@ def test_web_killed_at_fault_point(point: str, action: str, stack, redis, config
         s.start_web()
         assert s.send(body).status_code == 200  # the retry
         s.start_worker()
-        wait_until(lambda: settled(redis, pk_of(event), "fulfilled"))
+        wait_until(lambda: settled_as(redis, payment_key_of(event), "fulfilled"))
         recorded = int(redis.hget(keys.event(event["id"]), "n"))
         assert recorded == (1 if point == "receiver_after_verify" else 2)
         found = check(
-            {event["id"]: 1}, {event["id"]: recorded}, {pk_of(event)}, {pk_of(event): 1}, {}
+            {event["id"]: 1},
+            {event["id"]: recorded},
+            {payment_key_of(event)},
+            {payment_key_of(event): 1},
+            {},
         )
         assert found.ok
-        assert calls_and_effects(action, config, downstream, pk_of(event))[0] == 1
+        assert calls_and_effects(action, config, downstream, payment_key_of(event))[0] == 1
 
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
@@ -115,16 +107,16 @@ def test_sweeper_killed_mid_scan(action: str, stack, redis, config, rng) -> None
             s.send(samples.encode(event))
         redis.delete("rq:queue:fulfilment")  # the jobs are lost
         for event in events:
-            redis.zadd(keys.DUE, {pk_of(event): 0})
+            redis.zadd(keys.DUE, {payment_key_of(event): 0})
         doomed = s.start_sweeper(FAULTPOINT="sweeper_mid_scan")
         assert doomed.proc is not None and doomed.proc.wait(20) == -signal.SIGKILL
-        assert sorted(state_of(redis, pk_of(e)) for e in events) == ["queued"] * 3
+        assert sorted(state_of(redis, payment_key_of(e)) for e in events) == ["queued"] * 3
         assert redis.llen("rq:queue:fulfilment") == 1  # one was re-enqueued before the kill
         s.start_sweeper()
         s.start_worker()
         for event in events:
-            wait_until(lambda e=event: settled(redis, pk_of(e), "fulfilled"))
-            assert calls_and_effects(action, config, downstream, pk_of(event))[0] == 1
+            wait_until(lambda e=event: settled_as(redis, payment_key_of(e), "fulfilled"))
+            assert calls_and_effects(action, config, downstream, payment_key_of(event))[0] == 1
 
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
@@ -134,7 +126,7 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
         s = stack(**action_env(action, downstream))
         s.start_web()
         event = samples.payment_events(rng)[2]
-        pk = pk_of(event)
+        pk = payment_key_of(event)
         s.send(samples.encode(event))
         s.start_worker(FAULTPOINT="before_action:sleep:5")
         wait_until(lambda: state_of(redis, pk) == "in_progress")
@@ -146,7 +138,7 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
             )
             assert calls_and_effects(action, config, downstream, pk) == (2, 1)
         else:  # not replay-safe: interrupted, then the late answer of the same token proves it
-            wait_until(lambda: settled(redis, pk, "fulfilled"), what="late receipt")
+            wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="late receipt")
             assert orjson.loads(readout.payment(redis, pk)["attempts"][0])["late"] is True
             assert calls_and_effects(action, config, downstream, pk) == (1, None)
         assert state_of(redis, pk) == "fulfilled"
@@ -159,7 +151,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # n
         s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_TIMEOUT="30")
         s.start_web()
         event = samples.payment_events(rng)[2]
-        pk = pk_of(event)
+        pk = payment_key_of(event)
         s.send(samples.encode(event))
         parent = s.start_worker(worker_class="rq.worker.Worker")
         wait_until(lambda: downstream.calls[pk] == 1, what="call in flight")
@@ -168,7 +160,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # n
         parent.proc.send_signal(signal.SIGKILL)
         parent.proc.wait(10)
         gate.set()
-        wait_until(lambda: settled(redis, pk, "fulfilled"), what="orphaned horse finishes")
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="orphaned horse finishes")
         s.start_worker()
         s.start_sweeper()
         time.sleep(4)  # longer than the lease: nothing may run it again
@@ -284,53 +276,6 @@ def test_slow_redis_timeouts_and_retries_keep_counts_exact(stack, redis, rng) ->
     assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] > 180, "retries happened"
 
 
-@pytest.mark.parametrize("replay_safe", [True, False])
-def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa: ANN001
-    """The first call outlasts FULFILMENT_TIMEOUT: it may have been applied."""
-    with CountingDownstream(delays=[2.0]) as downstream:
-        s = stack(
-            FULFILMENT_ACTION=downstream.url,
-            FULFILMENT_TIMEOUT="0.5",
-            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
-        )
-        s.start_web()
-        s.start_worker()
-        s.start_sweeper()
-        event = samples.payment_events(rng)[2]
-        pk = pk_of(event)
-        s.send(samples.encode(event))
-        state = "fulfilled" if replay_safe else "interrupted"
-        wait_until(lambda: settled(redis, pk, state))
-        assert downstream.calls[pk] == (2 if replay_safe else 1)
-        assert "ReadTimeout" in readout.payment(redis, pk)["attempts"][0]
-
-
-def test_downstream_answering_409_counts_as_done(stack, redis, rng) -> None:  # noqa: ANN001
-    with CountingDownstream(default=409) as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url)
-        s.start_web()
-        s.start_worker()
-        event = samples.payment_events(rng)[2]
-        s.send(samples.encode(event))
-        wait_until(lambda: settled(redis, pk_of(event), "fulfilled"))
-        assert orjson.loads(readout.payment(redis, pk_of(event))["receipt"])["status"] == 409
-        assert downstream.calls[pk_of(event)] == 1
-
-
-def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None:  # noqa: ANN001
-    """Nothing listens: the request never left, so even a non-replay-safe action retries."""
-    port = free_port()
-    s = stack(FULFILMENT_ACTION=f"http://127.0.0.1:{port}/fulfil", MAX_ATTEMPTS="2")
-    s.start_web()
-    s.start_worker()
-    s.start_sweeper()
-    event = samples.payment_events(rng)[2]
-    s.send(samples.encode(event))
-    wait_until(lambda: settled(redis, pk_of(event), "failed"))
-    record = readout.payment(redis, pk_of(event))
-    assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
-
-
 @pytest.mark.timeout(400)
 def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
     """The CI-sized soak: about 40 s of traffic with random faults, then the checker."""
@@ -364,16 +309,3 @@ def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
     assert result["lost"] == 0 and result["duplicated"] == 0
     assert result["findings"]["unfulfilled"] == []
     assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000
-
-
-def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(stack, redis, rng) -> None:  # noqa: ANN001
-    with CountingDownstream(default=502) as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url)
-        s.start_web()
-        s.start_worker()
-        s.start_sweeper()
-        event = samples.payment_events(rng)[2]
-        s.send(samples.encode(event))
-        wait_until(lambda: settled(redis, pk_of(event), "interrupted"))
-        time.sleep(1)
-        assert downstream.calls[pk_of(event)] == 1

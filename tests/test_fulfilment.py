@@ -8,14 +8,10 @@ import orjson
 from redis import Redis
 
 from tests.downstream_server import CountingDownstream
+from tests.helpers import state_of
 from tests.processes import wait_until
 from webhook import keys, readout, samples
 from workers.downstream import read_downstream
-
-
-def state_of(redis: Redis, payment_key: str) -> str:
-    value = redis.hget(keys.payment(payment_key), "state")
-    return value.decode() if value else ""
 
 
 def settled(redis: Redis, payment_keys: list[str], state: str = "fulfilled") -> bool:

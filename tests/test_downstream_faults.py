@@ -1,0 +1,75 @@
+"""A downstream that is slow, refuses connections, answers 409 or a gateway error: each
+outcome is recorded for what it is (done, retried, or `interrupted` when a non-replay-safe
+call may have applied), with real gunicorn, RQ workers and sweeper."""
+
+import time
+
+import orjson
+import pytest
+
+from tests.downstream_server import CountingDownstream
+from tests.helpers import payment_key_of, settled_as
+from tests.processes import free_port, wait_until
+from webhook import readout, samples
+
+
+@pytest.mark.parametrize("replay_safe", [True, False])
+def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa: ANN001
+    """The first call outlasts FULFILMENT_TIMEOUT: it may have been applied."""
+    with CountingDownstream(delays=[2.0]) as downstream:
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_TIMEOUT="0.5",
+            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
+        )
+        s.start_web()
+        s.start_worker()
+        s.start_sweeper()
+        event = samples.payment_events(rng)[2]
+        pk = payment_key_of(event)
+        s.send(samples.encode(event))
+        state = "fulfilled" if replay_safe else "interrupted"
+        wait_until(lambda: settled_as(redis, pk, state))
+        assert downstream.calls[pk] == (2 if replay_safe else 1)
+        assert "ReadTimeout" in readout.payment(redis, pk)["attempts"][0]
+
+
+def test_downstream_answering_409_counts_as_done(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream(default=409) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        s.start_worker()
+        event = samples.payment_events(rng)[2]
+        s.send(samples.encode(event))
+        wait_until(lambda: settled_as(redis, payment_key_of(event), "fulfilled"))
+        assert (
+            orjson.loads(readout.payment(redis, payment_key_of(event))["receipt"])["status"] == 409
+        )
+        assert downstream.calls[payment_key_of(event)] == 1
+
+
+def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None:  # noqa: ANN001
+    """Nothing listens: the request never left, so even a non-replay-safe action retries."""
+    port = free_port()
+    s = stack(FULFILMENT_ACTION=f"http://127.0.0.1:{port}/fulfil", MAX_ATTEMPTS="2")
+    s.start_web()
+    s.start_worker()
+    s.start_sweeper()
+    event = samples.payment_events(rng)[2]
+    s.send(samples.encode(event))
+    wait_until(lambda: settled_as(redis, payment_key_of(event), "failed"))
+    record = readout.payment(redis, payment_key_of(event))
+    assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
+
+
+def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(stack, redis, rng) -> None:  # noqa: ANN001
+    with CountingDownstream(default=502) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)
+        s.start_web()
+        s.start_worker()
+        s.start_sweeper()
+        event = samples.payment_events(rng)[2]
+        s.send(samples.encode(event))
+        wait_until(lambda: settled_as(redis, payment_key_of(event), "interrupted"))
+        time.sleep(1)
+        assert downstream.calls[payment_key_of(event)] == 1
