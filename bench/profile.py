@@ -74,7 +74,7 @@ def steps(wd: Workdir, n: int) -> dict[str, Any]:
         )
         ledger.redis.flushdb()
         out |= _view_step(redis.url, pairs)
-    return out
+    return out | _dispatch_step(pairs)
 
 
 def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[str, float]:
@@ -141,6 +141,42 @@ def _view_step(redis_url: str, pairs: list[Pair]) -> dict[str, float]:
         )
 
     return {"whole view through Flask's test client (no gunicorn)": median_us(post, pairs)}
+
+
+def _dispatch_step(pairs: list[Pair]) -> dict[str, float]:
+    """What Flask itself costs a request: the bare endpoint (a Flask app) called through WSGI
+    against a plain WSGI function that reads the body and answers the same bytes."""
+    import io
+
+    from bench.baseline_bare import app as bare
+
+    def environ(p: Pair) -> dict[str, Any]:
+        return {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/webhooks/stripe",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(p[0]),
+            "wsgi.errors": sys.stderr,
+            "CONTENT_LENGTH": str(len(p[0])),
+            "CONTENT_TYPE": "application/json",
+            "HTTP_STRIPE_SIGNATURE": p[1],
+        }
+
+    def plain(env: dict[str, Any], start_response: Callable[..., object]) -> list[bytes]:
+        env["wsgi.input"].read(int(env["CONTENT_LENGTH"]))
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"received": true}']
+
+    def call(app: Callable[..., Iterable[bytes]]) -> Callable[[Pair], object]:
+        return lambda p: b"".join(app(environ(p), lambda *_: None))
+
+    return {
+        "bare endpoint through Flask (WSGI call, no server)": median_us(call(bare), pairs),
+        "the same as a plain WSGI function": median_us(call(plain), pairs),
+    }
 
 
 def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
