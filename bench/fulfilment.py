@@ -80,7 +80,7 @@ class Fulfilment:
         self.quick = quick
         self.runs = 3 if quick else 5
         self.n_simple = 200 if quick else 400
-        self.n_fork = 20 if quick else 30
+        self.n_fork = 12 if quick else 20  # ~6 jobs/s: more would only lengthen the run
         self.wd = Workdir.make("fulfil")
         self.factory = EventFactory(seed=3)
 

@@ -1,7 +1,7 @@
 """Run every benchmark and write bench/results/latest.json, latest.md and the results
 region of docs/BENCHMARKS.md.
 
-    .venv/bin/python bench/run_all.py            # everything, about 10 minutes on 2 cores
+    .venv/bin/python bench/run_all.py            # everything, about 11 minutes on 2 cores
     .venv/bin/python bench/run_all.py --quick    # fewer, shorter runs (about 5 minutes)
     .venv/bin/python bench/run_all.py --only intake --only memory   # merged into latest
 

@@ -71,7 +71,7 @@ WORKER_OWNERS = [
     ("SQLite action: open_downstream (connect, PRAGMAs, schema) per call", r"open_downstream"),
     ("SQLite action: insert + commit (fsync)", r"SqliteAction|workers/actions\.py"),
     (
-        "our Redis calls: start / HMGET / mark_calling / finish (incl. redis-py)",
+        "our Redis calls: start, finish (+ mark_calling if not replay-safe), incl. redis-py",
         r"workers/attempts\.py",
     ),
     ("job body (workers/jobs.py)", r"workers/jobs\.py"),
