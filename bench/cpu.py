@@ -53,8 +53,9 @@ def machine_busy() -> float:
 
 class CpuMeter:
     """CPU seconds used by named process groups between start() and stop(), plus
-    ``machine``: the whole machine's busy CPU seconds over the same interval (so the
-    CPU used by processes this harness did not start can be reported)."""
+    ``machine``: the whole machine's busy CPU seconds over the same interval, so the rest
+    (other processes, the kernel's interrupt and I/O work, the harness itself) can be
+    reported as ``other``."""
 
     def __init__(self, groups: Mapping[str, Callable[[], list[int]]]) -> None:
         self.groups = groups

@@ -13,6 +13,7 @@ Prints one JSON line.
 import argparse
 import asyncio
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -126,9 +127,11 @@ async def run(args: argparse.Namespace) -> dict:
     latencies.sort()
 
     def q(p: float) -> float:
+        """Nearest rank, as bench.stats.pct (not imported here: this process's CPU counts)."""
         if not latencies:
             return float("nan")
-        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
+        n = len(latencies)
+        return latencies[max(0, min(n - 1, math.ceil(p * n / 100) - 1))] * 1000
 
     return {
         "target_rate": args.rate,

@@ -102,7 +102,8 @@ def intake_section(intake: dict[str, Any]) -> Lines:
         f"load from {cfg.get('generator', '?')}, {cfg.get('peak_seconds', '?')} s per run, "
         f"{cfg.get('runs', '?')} rounds alternating ours / bare / quick-start; {cfg.get('gunicorn', '')}. "
         "CPU is per request: gunicorn (master + workers), Redis, and the load generator; "
-        "'other' is CPU used on the machine by processes the harness did not start.",
+        "'other' is the rest of the machine's busy CPU over the run: other processes, the "
+        "kernel's interrupt and I/O work, and the harness itself.",
         "",
     ]
     lines += table(
