@@ -13,21 +13,28 @@ from tests.processes import free_port, wait_until
 from webhook import readout, samples
 
 
+def pay_once(stack, rng, **env: str) -> str:  # noqa: ANN001
+    """Web, worker and sweeper with ``env``; one paid event sent; its payment key."""
+    s = stack(**env)
+    s.start_web()
+    s.start_worker()
+    s.start_sweeper()
+    event = samples.payment_events(rng)[2]
+    s.send(samples.encode(event))
+    return payment_key_of(event)
+
+
 @pytest.mark.parametrize("replay_safe", [True, False])
 def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa: ANN001
     """The first call outlasts FULFILMENT_TIMEOUT: it may have been applied."""
     with CountingDownstream(delays=[2.0]) as downstream:
-        s = stack(
+        pk = pay_once(
+            stack,
+            rng,
             FULFILMENT_ACTION=downstream.url,
             FULFILMENT_TIMEOUT="0.5",
             FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
         )
-        s.start_web()
-        s.start_worker()
-        s.start_sweeper()
-        event = samples.payment_events(rng)[2]
-        pk = payment_key_of(event)
-        s.send(samples.encode(event))
         state = "fulfilled" if replay_safe else "interrupted"
         wait_until(lambda: settled_as(redis, pk, state))
         assert downstream.calls[pk] == (2 if replay_safe else 1)
@@ -36,40 +43,24 @@ def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa:
 
 def test_downstream_answering_409_counts_as_done(stack, redis, rng) -> None:  # noqa: ANN001
     with CountingDownstream(default=409) as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url)
-        s.start_web()
-        s.start_worker()
-        event = samples.payment_events(rng)[2]
-        s.send(samples.encode(event))
-        wait_until(lambda: settled_as(redis, payment_key_of(event), "fulfilled"))
-        assert (
-            orjson.loads(readout.payment(redis, payment_key_of(event))["receipt"])["status"] == 409
-        )
-        assert downstream.calls[payment_key_of(event)] == 1
+        pk = pay_once(stack, rng, FULFILMENT_ACTION=downstream.url)
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+        assert orjson.loads(readout.payment(redis, pk)["receipt"])["status"] == 409
+        assert downstream.calls[pk] == 1
 
 
 def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None:  # noqa: ANN001
     """Nothing listens: the request never left, so even a non-replay-safe action retries."""
-    port = free_port()
-    s = stack(FULFILMENT_ACTION=f"http://127.0.0.1:{port}/fulfil", MAX_ATTEMPTS="2")
-    s.start_web()
-    s.start_worker()
-    s.start_sweeper()
-    event = samples.payment_events(rng)[2]
-    s.send(samples.encode(event))
-    wait_until(lambda: settled_as(redis, payment_key_of(event), "failed"))
-    record = readout.payment(redis, payment_key_of(event))
+    action = f"http://127.0.0.1:{free_port()}/fulfil"
+    pk = pay_once(stack, rng, FULFILMENT_ACTION=action, MAX_ATTEMPTS="2")
+    wait_until(lambda: settled_as(redis, pk, "failed"))
+    record = readout.payment(redis, pk)
     assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
 
 
 def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(stack, redis, rng) -> None:  # noqa: ANN001
     with CountingDownstream(default=502) as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url)
-        s.start_web()
-        s.start_worker()
-        s.start_sweeper()
-        event = samples.payment_events(rng)[2]
-        s.send(samples.encode(event))
-        wait_until(lambda: settled_as(redis, payment_key_of(event), "interrupted"))
+        pk = pay_once(stack, rng, FULFILMENT_ACTION=downstream.url)
+        wait_until(lambda: settled_as(redis, pk, "interrupted"))
         time.sleep(1)
-        assert downstream.calls[payment_key_of(event)] == 1
+        assert downstream.calls[pk] == 1
