@@ -132,20 +132,23 @@ def profile_steps(steps: dict[str, Any] | None) -> Lines:
     ]
 
 
+def spy_table(heading: str, profile: dict[str, Any], per: str) -> Lines:
+    """A py-spy profile's buckets: share, microseconds per request or job, where."""
+    per_unit = profile[f"us_per_{per}"]
+    rows = [[f"{v}%", num(per_unit[k]), k] for k, v in profile["buckets"].items()]
+    return [heading, "", *table(["share", f"≈ µs/{per.removesuffix('uest')}", "where"], rows)]
+
+
 def profile_receiver(rec: dict[str, Any] | None) -> Lines:
     """Where the gunicorn workers spend their time at peak, from py-spy."""
     if not rec:
         return []
     run = rec["run"]
-    return [
+    heading = (
         f"py-spy (--gil) of both gunicorn workers at peak ({num(run['rps'])} req/s, "
-        f"{num(run['server_cpu_us_per_req'])} µs CPU per request), {rec['samples']} samples:",
-        "",
-        *table(
-            ["share", "≈ µs/req", "where"],
-            [[f"{v}%", num(rec["us_per_request"][k]), k] for k, v in rec["buckets"].items()],
-        ),
-    ]
+        f"{num(run['server_cpu_us_per_req'])} µs CPU per request), {rec['samples']} samples:"
+    )
+    return spy_table(heading, rec, "request")
 
 
 def profile_worker(wk: dict[str, Any] | None) -> Lines:
@@ -153,15 +156,12 @@ def profile_worker(wk: dict[str, Any] | None) -> Lines:
     if not wk:
         return []
     run = wk["run"]
-    return [
+    heading = (
         f"py-spy (--gil) of one SimpleWorker draining {run['jobs']} real jobs "
-        f"({num(run['rate'], 1)} jobs/s, {num(run['cpu_us_per_job'])} µs CPU per job), {wk['samples']} samples:",
-        "",
-        *table(
-            ["share", "≈ µs/job", "where"],
-            [[f"{v}%", num(wk["us_per_job"][k]), k] for k, v in wk["buckets"].items()],
-        ),
-    ]
+        f"({num(run['rate'], 1)} jobs/s, {num(run['cpu_us_per_job'])} µs CPU per job), "
+        f"{wk['samples']} samples:"
+    )
+    return spy_table(heading, wk, "job")
 
 
 def profile_section(prof: dict[str, Any] | None) -> Lines:
