@@ -39,6 +39,8 @@ def log(*parts: object) -> None:
 from bench.cpu import descendants  # noqa: E402
 from tests import processes  # noqa: E402
 from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
+from webhook import keys  # noqa: E402
+from webhook.readout import text  # noqa: E402
 
 
 class RedisServer(processes.RedisServer):
@@ -232,3 +234,8 @@ class Stack(ExitStack):
     def popen(self, proc: subprocess.Popen) -> subprocess.Popen:
         self.callback(stop, proc)
         return proc
+
+
+def payment_states(client) -> dict[str, int]:  # noqa: ANN001
+    """Payments per state, from the ledger's own counters."""
+    return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATES).items()}

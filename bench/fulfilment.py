@@ -31,6 +31,7 @@ from bench.common import (
     Stack,
     Workdir,
     log,
+    payment_states,
     rq_worker,
     service_env,
     stop,
@@ -176,9 +177,7 @@ class Fulfilment:
                 **redis_work_per_job(before, after, n, harness_calls=2 * (polls + 1) + 2),
             }
             if kind == "ours":
-                states = {
-                    k.decode(): int(v) for k, v in client.hgetall("wl:payments:by_state").items()
-                }
+                states = payment_states(client)
                 result["payment_states"] = {k: v for k, v in states.items() if v}
                 result["fulfilled"] = states.get("fulfilled", 0)
                 if result["fulfilled"] != n:

@@ -37,6 +37,7 @@ from bench.durability import durability, gunicorn_workers
 from bench.events import EventFactory, Pool
 from bench.load import summarise
 from bench.stats import alternate, column, ratio_runs, ratios, spread, target
+from webhook import keys
 
 OURS = "webhook.wsgi:app"
 BARE = "bench.baseline_bare:app"
@@ -84,7 +85,7 @@ class Intake:
                 server.port, server.pids, redis.proc.pid, pool.fresh(), self.duration
             )
             if server.app == OURS:
-                stats = client.hgetall("wl:stats")
+                stats = client.hgetall(keys.STATS)
                 dup = int(stats.get(b"duplicates", 0))
                 result["duplicates"] = dup
                 result["deliveries"] = int(stats.get(b"deliveries", 0))

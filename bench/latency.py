@@ -16,12 +16,14 @@ from bench.common import (
     Stack,
     Workdir,
     log,
+    payment_states,
     rq_worker,
     service_env,
     spawn,
 )
 from bench.events import EventFactory, Pool, write_pool
 from bench.stats import column, pct, spread
+from webhook import keys
 
 
 def first_fulfilled(
@@ -66,10 +68,10 @@ def first_fulfilled(
             rate = half * len(bodies) / n_pay
             sent = load.paced(web.port, web.pids, redis.proc.pid, pool, rate, len(bodies) / rate)
             deadline = time.monotonic() + 60
-            keys = [f"wl:pay:{p.key}" for p in payments]
+            pay_keys = [keys.payment(p.key) for p in payments]
             while True:
                 with client.pipeline(transaction=False) as pipe:
-                    for k in keys:
+                    for k in pay_keys:
                         pipe.hmget(k, ["paid_at", "fulfilled_at"])
                     got = [
                         int(done) - int(paid) if paid and done else None
@@ -117,7 +119,7 @@ def wait_idle(client) -> None:  # noqa: ANN001
     the load run cut off stays ``pending`` for ever, so pending ones are not waited for."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        states = {k.decode(): int(v) for k, v in client.hgetall("wl:payments:by_state").items()}
+        states = payment_states(client)
         if not states.get("queued") and not states.get("in_progress"):
             return
         time.sleep(0.1)

@@ -33,16 +33,21 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rq import Queue
+
 from bench.common import (
     RESULTS,
     RedisServer,
     Stack,
     Workdir,
     log,
+    payment_states,
     service_env,
     write_json,
 )
 from bench.stats import target
+from webhook import keys
+from webhook.defaults import QUEUE_NAME, REQUEST_ID_TTL
 
 SAMPLE = 500
 HELD_OUT = Path(__file__).resolve().parent / "heldout"
@@ -123,17 +128,18 @@ def run(quick: bool = False) -> dict[str, Any]:
             events = sum(d[0] for d in done)
             raw_bytes = sum(d[1] for d in done)
             after = client.info("memory")
-            stats = {k.decode(): v.decode() for k, v in client.hgetall("wl:stats").items()}
-            states = {k.decode(): int(v) for k, v in client.hgetall("wl:payments:by_state").items()}
+            stats = {k.decode(): v.decode() for k, v in client.hgetall(keys.STATS).items()}
+            states = payment_states(client)
             payments = sum(v for v in states.values() if v > 0)
             used = after["used_memory"] - before["used_memory"]
             dataset = after["used_memory_dataset"] - before["used_memory_dataset"]
-            kinds = {
-                "event hash wl:evt:*": _usage(client, _scan(client, "wl:evt:*", SAMPLE)),
-                "request answer wl:req:* (1 h)": _usage(client, _scan(client, "wl:req:*", SAMPLE)),
-                "payment hash wl:pay:* (queued)": _usage(client, _scan(client, "wl:pay:*", SAMPLE)),
-                "RQ job rq:job:* (queued)": _usage(client, _scan(client, "rq:job:*", SAMPLE)),
+            patterns = {
+                f"event hash {keys.event('*')}": keys.event("*"),
+                f"request answer {keys.request('*')} ({REQUEST_ID_TTL} s)": keys.request("*"),
+                f"payment hash {keys.payment('*')} (queued)": keys.payment("*"),
+                "RQ job rq:job:* (queued)": "rq:job:*",
             }
+            kinds = {name: _usage(client, _scan(client, p, SAMPLE)) for name, p in patterns.items()}
             counts = {
                 "keys": client.dbsize(),
                 "events": int(stats.get("events", 0)),
@@ -141,7 +147,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "payments": payments,
             }
             indexes = {}
-            for key in ("wl:events:index", "wl:payments:due", "rq:queue:fulfilment"):
+            for key in (keys.EVENT_INDEX, keys.DUE, Queue(QUEUE_NAME, connection=client).key):
                 size = client.memory_usage(key, samples=0) or 0
                 kind = client.type(key).decode()
                 n = (
@@ -152,7 +158,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                     else 0
                 )
                 indexes[key] = {"bytes": size, "entries": n, "per_entry": size / n if n else None}
-            for key in client.scan_iter(match="wl:payments:state:*", count=1000):
+            for key in client.scan_iter(match=keys.state_index("*"), count=1000):
                 k = key.decode()
                 n = client.zcard(k) if client.type(k) == b"zset" else 0
                 size = client.memory_usage(k, samples=0) or 0
@@ -160,9 +166,10 @@ def run(quick: bool = False) -> dict[str, Any]:
 
             # Fulfil a sample of payments with the real job, then measure their records.
             log(f"memory: fulfilling {SAMPLE} payments with workers.jobs.fulfil_payment")
-            pay_keys = [k.removeprefix("wl:pay:") for k in _scan(client, "wl:pay:*", SAMPLE * 3)][
-                :SAMPLE
-            ]
+            pay_prefix = keys.payment("")
+            pay_keys = [
+                k.removeprefix(pay_prefix) for k in _scan(client, keys.payment("*"), SAMPLE * 3)
+            ][:SAMPLE]
             verdicts: dict[str, int] = {}
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
@@ -178,14 +185,14 @@ def run(quick: bool = False) -> dict[str, Any]:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = old
-            pay_hash = _usage(client, [f"wl:pay:{pk}" for pk in pay_keys])
             with client.pipeline(transaction=False) as pipe:
                 for pk in pay_keys:
-                    pipe.memory_usage(f"wl:pay:{pk}", samples=0)
+                    pipe.memory_usage(keys.payment(pk), samples=0)
                 pay_sizes = [int(x) for x in pipe.execute() if x is not None]
-            fields = client.hlen(f"wl:pay:{pay_keys[0]}") if pay_keys else 0
-            encoding = client.object("encoding", f"wl:pay:{pay_keys[0]}") if pay_keys else b""
-            evt_key = _scan(client, "wl:evt:*", 1)
+            pay_hash = sum(pay_sizes) / len(pay_sizes) if pay_sizes else float("nan")
+            fields = client.hlen(keys.payment(pay_keys[0])) if pay_keys else 0
+            encoding = client.object("encoding", keys.payment(pay_keys[0])) if pay_keys else b""
+            evt_key = _scan(client, keys.event("*"), 1)
             evt_encoding = client.object("encoding", evt_key[0]) if evt_key else b""
             client.close()
     finally:

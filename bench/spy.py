@@ -28,6 +28,7 @@ from bench.common import (
     RedisServer,
     Stack,
     Workdir,
+    payment_states,
     rq_worker,
     service_env,
     stop,
@@ -208,7 +209,7 @@ def _keep_collapsed(paths: list[Path], dest: Path) -> None:
 
 
 def _fulfilled(client: Any) -> int:
-    return int(client.hget("wl:payments:by_state", "fulfilled") or 0)
+    return payment_states(client).get("fulfilled", 0)
 
 
 def _wait_fulfilled(client: Any, n: int, timeout: float, poll: float) -> None:
