@@ -9,6 +9,7 @@ from redis import Redis
 
 from webhook.events import classify
 from webhook.ledger import Delivery, Ledger, new_request_id
+from webhook.readout import text
 from webhook.settings import load as load_settings
 
 
@@ -103,7 +104,7 @@ class Filler:
             self.ledger.record_delivery(d)
         finally:
             self.ledger._record = script
-        self.keys = [_text(k) for k in captured["keys"]]
+        self.keys = [text(k) for k in captured["keys"]]
         self.args = [a if isinstance(a, bytes) else str(a) for a in captured["args"]]
         self.ids = {"id": d.event["id"], "pk": d.classified.payment_key or "", "req": "f" * 24}
         if not self.ids["pk"]:
@@ -134,7 +135,3 @@ class Filler:
         for start in range(first, first + count, chunk):
             n = min(chunk, first + count - start)
             r.evalsha(self.sha, 0, *head, start, n, 3, *plan, *self.keys, *self.args)
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

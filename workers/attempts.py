@@ -17,6 +17,7 @@ from rq.job import Job
 
 from webhook import defaults, faults, keys
 from webhook.ledger import Ledger
+from webhook.readout import text
 from webhook.settings import Settings
 
 
@@ -24,10 +25,6 @@ def _script(name: str) -> str:
     lua = resources.files("workers").joinpath("lua")
     common = lua.joinpath("common.lua").read_text()
     return keys.lua_constants() + common + "\n" + lua.joinpath(name).read_text()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -65,12 +62,12 @@ class Attempts:
         args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution]
         reply = self.scripts["start_attempt"](keys=self._keys(payment_key), args=args)
         verdict, token, *rest = reply
-        if _text(verdict) == "go":
+        if text(verdict) == "go":
             fields = dict(
-                zip(("amount", "currency", "livemode", "events"), map(_text, rest), strict=True)
+                zip(("amount", "currency", "livemode", "events"), map(text, rest), strict=True)
             )
             return Start("go", int(token), call_fields=fields)
-        return Start(_text(verdict), int(token), _text(rest[0]) if rest else "")
+        return Start(text(verdict), int(token), text(rest[0]) if rest else "")
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         lease_ms = int(self.settings.LEASE_SECONDS * 1000)
@@ -97,7 +94,7 @@ class Attempts:
         if faults.fires("during_record"):
             self._send_and_die(self.scripts["finish_attempt"], script_keys, args)
         verdict, state = self.scripts["finish_attempt"](keys=script_keys, args=args)
-        return _text(verdict), _text(state)
+        return text(verdict), text(state)
 
     def _send_and_die(self, script: Script, script_keys: list[str], args: list[Any]) -> None:
         """Fault point ``during_record``: the write is on the wire when the process dies."""
@@ -118,7 +115,7 @@ class Attempts:
         ]
         script_keys = [*self._keys(payment_key), self.ledger.queue.key]
         (verdict,) = self.scripts["recover"](keys=script_keys, args=args)
-        return _text(verdict)
+        return text(verdict)
 
     def decide(
         self, payment_key: str, decision: str, allowed: tuple[str, ...], note: str
@@ -139,7 +136,7 @@ class Attempts:
             *commands,
         ]
         verdict, state = self.scripts["operator"](keys=self._keys(payment_key), args=args)
-        return _text(verdict), _text(state)
+        return text(verdict), text(state)
 
     def purge(self, limit: int = 500) -> int:
         """Delete settled payments older than PAYMENT_RETENTION_DAYS (0 keeps them for ever)."""
