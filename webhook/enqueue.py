@@ -11,6 +11,7 @@ every job.
 
 import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,11 @@ from rq.utils import utcformat
 
 STAMPED_TIMES = ("created_at", "enqueued_at")
 STAMPED_FIELDS = {"data", "description", *STAMPED_TIMES}
+
+
+def hset_fields(command: list[Any]) -> Iterable[int]:
+    """Positions of the field names of an HSET command (each value follows its name)."""
+    return range(2, len(command) - 1, 2) if str(command[0]).upper() == "HSET" else ()
 
 
 def flatten(commands: list[list[Any]]) -> list[Any]:
@@ -44,9 +50,8 @@ def _plan(template: list[list[Any]], template_id: str) -> Plan:
     ids, values = [], []
     for c, command in enumerate(template):
         ids += [(c, i) for i, a in enumerate(command) if isinstance(a, str) and template_id in a]
-        if str(command[0]).upper() == "HSET":
-            fields = range(2, len(command) - 1, 2)
-            values += [(c, i + 1, command[i]) for i in fields if command[i] in STAMPED_FIELDS]
+        stamped = [i for i in hset_fields(command) if command[i] in STAMPED_FIELDS]
+        values += [(c, i + 1, command[i]) for i in stamped]
     return Plan(ids, values)
 
 
@@ -92,7 +97,7 @@ class JobCommands:
         self._template = self.by_rq("pi_template")
         probe_id, expected = self.by_rq("pi_probe", job_id="probe-job-id")
         now = next(
-            (c[i + 1] for c in expected for i in range(2, len(c) - 1, 2) if c[i] == "created_at"),
+            (c[i + 1] for c in expected for i in hset_fields(c) if c[i] == "created_at"),
             "",
         )
         got = self.stamped("pi_probe", probe_id, str(now))
@@ -122,11 +127,10 @@ def _comparable(commands: list[list[Any]]) -> list[list[Any]]:
     out = []
     for command in commands:
         new = list(command)
-        if str(new[0]).upper() == "HSET":
-            for i in range(2, len(new) - 1, 2):
-                if new[i] in STAMPED_TIMES:
-                    new[i + 1] = "T"
-                elif new[i] == "data":
-                    new[i + 1] = zlib.decompress(new[i + 1])
+        for i in hset_fields(new):
+            if new[i] in STAMPED_TIMES:
+                new[i + 1] = "T"
+            elif new[i] == "data":
+                new[i + 1] = zlib.decompress(new[i + 1])
         out.append(new)
     return out
