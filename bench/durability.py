@@ -24,7 +24,7 @@ def durability(bench: "Intake") -> dict[str, Any]:
             redises[mode] = st.start(RedisServer(bench.wd.sub(f"redis-{mode}"), appendfsync=mode))
             env = service_env(redises[mode].url, bench.wd.path)
             servers[mode] = st.start(Gunicorn(env, logfile=bench.wd.path / f"ours-{mode}.log"))
-            load.peak(servers[mode].port, servers[mode].pids, None, bench.pool.fresh(), 1.0)
+            load.warm_up(servers[mode], bench.pool)
         runs = alternate(
             {m: bench.peak_run(servers[m], redises[m], bench.pool, True) for m in servers},
             bench.runs,
@@ -48,7 +48,7 @@ def gunicorn_workers(bench: "Intake") -> dict[str, Any]:
                 Gunicorn(env, workers=n, logfile=bench.wd.path / f"ours-w{n}.log")
             )
         for server in servers.values():
-            load.peak(server.port, server.pids, None, bench.pool.fresh(), 1.0)
+            load.warm_up(server, bench.pool)
         runs = alternate(
             {name: bench.peak_run(s, redis, bench.pool, True) for name, s in servers.items()},
             bench.runs,

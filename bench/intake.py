@@ -142,8 +142,8 @@ class Intake:
                         ),
                     )
                 }
-                for server in servers.values():  # warm-up: imports, connections
-                    load.peak(server.port, server.pids, None, self.pool.fresh(), 1.0)
+                for server in servers.values():
+                    load.warm_up(server, self.pool)
                 variants = {
                     "ours": self.peak_run(servers["ours"], redis, self.pool, True),
                     "bare": self.peak_run(servers["bare"], redis, self.pool, False),

@@ -47,7 +47,7 @@ def first_fulfilled(
             [b for p in peak_payments for b in p.bodies],
             env["STRIPE_WEBHOOK_SECRET"],
         )
-        load.peak(web.port, web.pids, None, peak_pool.fresh(), 1.0)
+        load.warm_up(web, peak_pool)
         client.flushdb()
         peak = load.peak(web.port, web.pids, redis.proc.pid, peak_pool.fresh(), 3.0)
         per_payment = len(peak_pool.bodies) / len(peak_payments)

@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH, ROOT
+from bench.common import BENCH, ROOT, Gunicorn
 from bench.cpu import CpuMeter
+from bench.events import Pool
 from bench.stats import column, spread
 
 WRK_LUA = BENCH / "wrk_pool.lua"
@@ -125,6 +126,11 @@ def peak(
             errors["status"] = bad
         lat = {k: data[f"{k}_ms"] for k in ("p50", "p90", "p99", "max")}
     return _result(n, secs, errors, lat, cpu, gen_cpu, "wrk" if have_wrk() else "python")
+
+
+def warm_up(server: Gunicorn, pool: Pool) -> None:
+    """One unmeasured second of peak load: imports, connections and caches are warm after."""
+    peak(server.port, server.pids, None, pool.fresh(), 1.0)
 
 
 def paced(

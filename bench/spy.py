@@ -181,7 +181,7 @@ def receiver(wd: Workdir, seconds: float) -> dict[str, Any]:
         redis = st.start(RedisServer(wd.sub("redis")))
         env = service_env(redis.url, wd.path)
         web = st.start(Gunicorn(env, logfile=wd.path / "web.log"))
-        load.peak(web.port, web.pids, None, pool.fresh(), 1.0)
+        load.warm_up(web, pool)
         redis.client().flushdb()
         pids = web.worker_pids()
         outs = [wd.path / f"receiver-{pid}.txt" for pid in pids]
