@@ -45,3 +45,16 @@ def state_of(redis: Redis, payment_key: str) -> str:
 def settled_as(redis: Redis, payment_key: str, state: str) -> bool:
     """In ``state`` and no longer due for the sweeper."""
     return state_of(redis, payment_key) == state and redis.zscore(keys.DUE, payment_key) is None
+
+
+def sweeps(redis: Redis) -> int:
+    """Sweeper passes completed so far (any sweeper)."""
+    return int(redis.hget(keys.SWEEPER, "sweeps") or 0)
+
+
+def after_sweeps(redis: Redis, passes: int = 2) -> None:
+    """Wait until the sweeper has completed ``passes`` more passes: progress, not time."""
+    from tests.processes import wait_until
+
+    target = sweeps(redis) + passes
+    wait_until(lambda: sweeps(redis) >= target, what=f"{passes} more sweeps")

@@ -3,13 +3,16 @@
 import hashlib
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from redis import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from tests.helpers import paid_event, stats
+from tests.processes import wait_until
 from webhook import keys, readout, samples, settings
 from webhook.events import classify
 from webhook.ledger import Delivery, Ledger, decompress_payload, new_request_id
@@ -42,6 +45,21 @@ def test_same_request_id_counts_once(redis: Redis, redis_server, rng) -> None:  
     assert redis.llen(f"rq:queue:{ledger.settings.QUEUE_NAME}") == 1
 
 
+def _stalled(redis: Redis) -> bool:
+    """Whether the server has stopped answering (it is inside DEBUG SLEEP)."""
+    kwargs = redis.connection_pool.connection_kwargs
+    probe = Redis(
+        host=kwargs["host"], port=kwargs["port"], socket_timeout=0.1, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        probe.ping()
+        return False
+    except RedisTimeoutError:
+        return True
+    finally:
+        probe.close()
+
+
 def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
     """Redis runs the write after the client gave up on it; redis-py sends it again.
 
@@ -55,7 +73,7 @@ def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -
     redis.config_resetstat()
     stall = threading.Thread(target=redis.execute_command, args=("DEBUG", "SLEEP", "0.6"))
     stall.start()
-    time.sleep(0.05)
+    wait_until(lambda: _stalled(redis), what="DEBUG SLEEP running")
     recorded = ledger.record_delivery(delivery(event, body))
     stall.join()
     assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] == 2, "executed twice"

@@ -8,6 +8,7 @@ given, comma-separated. ``FAULT_PROBABILITY`` (default 1) fires each one at rand
 import os
 import random
 import signal
+import sys
 import time
 
 POINTS = (
@@ -44,6 +45,8 @@ def act(name: str) -> None:
     """Do what the armed point says: sleep, or SIGKILL this process."""
     action = ARMED[name]
     if action[0] == "sleep":
+        # Tests wait for this line (progress), never for a guessed amount of time.
+        print(f"fault point {name}: sleeping {action[1]} s", file=sys.stderr, flush=True)
         time.sleep(float(action[1]))
         return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -26,6 +26,9 @@ entered it (ms). Every state change moves the key (see ``move`` in workers/lua/c
 DUE = PREFIX + "payments:due"
 """Sorted set: payments the sweeper must look at, scored by when (ms)."""
 
+SWEEPER = PREFIX + "sweeper"
+"""Hash: ``sweeps`` (passes completed by any sweeper) and ``last_ms`` (when the last ended)."""
+
 FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
 """Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
 
