@@ -75,6 +75,7 @@ def service_env(redis_url: str, workdir: Path, extra: Mapping[str, str] | None =
             "REDIS_URL": redis_url,
             "PYTHONPATH": str(ROOT),
             "STRIPE_WEBHOOK_SECRET": SECRET,
+            "STRIPE_MODE": "test",  # the generated events are test-mode payloads
             "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
             "PYTHONDONTWRITEBYTECODE": "1",
         }

@@ -93,7 +93,7 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
             lambda p: verify(p[0].decode(), p[1], [SECRET], 300), pairs
         ),
         "orjson.loads + check_shape": median_us(lambda b: check_shape(orjson.loads(b)), bodies),
-        "classify": median_us(lambda e: classify(e, settings.PAID_EVENT_TYPES), events),
+        "classify": median_us(lambda e: classify(e, settings.policy), events),
         "sha256 of the body": median_us(lambda b: hashlib.sha256(b).hexdigest(), bodies),
         "compress_payload (zlib level 6)": median_us(compress_payload, bodies),
     }
@@ -105,7 +105,7 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     from webhook.events import classify
 
     out: dict[str, float] = {}
-    paid = [classify(e, ledger.settings.PAID_EVENT_TYPES) for e in events]
+    paid = [classify(e, ledger.settings.policy) for e in events]
     pks = [c.payment_key for c in paid if c.paid and c.payment_key]
     out["enqueue_commands (RQ job built; paid events only)"] = median_us(
         ledger.enqueue_commands, pks

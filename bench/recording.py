@@ -23,7 +23,7 @@ def delivery(ledger: Ledger, body: bytes, request_id: str | None = None) -> Deli
     return Delivery(
         event=event,
         body=body,
-        classified=classify(event, ledger.settings.PAID_EVENT_TYPES),
+        classified=classify(event, ledger.settings.policy),
         secret_index=0,
         source="stripe",
         request_id=request_id or new_request_id(),

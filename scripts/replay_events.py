@@ -209,11 +209,8 @@ def run(args: argparse.Namespace) -> int:
         acked_ids = {a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300}
         paid = {
             c.payment_key
-            for c in (
-                classify(by_id[i], settings.PAID_EVENT_TYPES, settings.FULFIL_UNLINKED_INVOICES)
-                for i in acked_ids
-            )
-            if c.paid and c.payment_key
+            for c in (classify(by_id[i], settings.policy) for i in acked_ids)
+            if c.paid and c.payment_key and not c.hold
         }
         settle_s, settled = 0.0, True
         if not args.no_wait and paid:

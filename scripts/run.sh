@@ -26,6 +26,8 @@ export WEB_PORT="${WEB_PORT:-8000}"
 export STRIPE_WEBHOOK_SECRET="${STRIPE_WEBHOOK_SECRET:-$DEV_WEBHOOK_SECRET}"
 export OPS_TOKEN="${OPS_TOKEN:-$DEV_OPS_TOKEN}"
 export QUEUE_NAME="${QUEUE_NAME:-fulfilment}"
+# Local work forwards test-mode events (stripe listen, the replay script): they must fulfil.
+export STRIPE_MODE="${STRIPE_MODE:-test}"
 export FULFILMENT_ACTION="${FULFILMENT_ACTION:-sqlite:///$PWD/var/downstream.sqlite3}"
 WORKERS="${WORKERS:-2}"
 
@@ -40,5 +42,7 @@ Stripe webhook ledger
   ops token     $OPS_TOKEN   (curl -H "Authorization: Bearer \$OPS_TOKEN" .../ops/api/summary)
   redis         $REDIS_URL (data in var/redis, append-only, fsync always)
   downstream    $FULFILMENT_ACTION
+  stripe mode   $STRIPE_MODE   (events of the other mode are held for a person; production
+                defaults to live: set STRIPE_MODE=live there)
 BANNER
 exec honcho start -f Procfile -c "worker=$WORKERS"

@@ -55,6 +55,7 @@ class Service:
                 **FAST,
                 "STRIPE_WEBHOOK_SECRET": secret,
                 "OPS_TOKEN": "soak",
+                "STRIPE_MODE": "test",  # the generated events are test-mode payloads
                 "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
             },
         )

@@ -7,6 +7,11 @@ from typing import Any
 from workers.actions import open_downstream
 
 
+def exit_worker(call: dict[str, Any]) -> dict[str, Any]:
+    """A poison payment: calling it kills the worker process outright."""
+    os._exit(1)
+
+
 def apply_twice(call: dict[str, Any]) -> dict[str, Any]:
     """Applies two order rows per call (a downstream that ignores the idempotency key)."""
     db = open_downstream(os.environ["BROKEN_DB"])

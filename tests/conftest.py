@@ -37,6 +37,7 @@ def config(redis_server: RedisServer, tmp_path: Path) -> dict[str, object]:
         "REDIS_URL": redis_server.url,
         "STRIPE_WEBHOOK_SECRET": f"{SECRET},{OLD_SECRET}",
         "OPS_TOKEN": OPS_TOKEN,
+        "STRIPE_MODE": "test",  # the shipped sample events are test-mode payloads
         "FULFILMENT_ACTION": f"sqlite:///{tmp_path / 'downstream.sqlite3'}",
     }
 

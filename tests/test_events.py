@@ -1,64 +1,127 @@
-"""The one table: which payment an event belongs to and whether it means paid."""
+"""The one table: which payment an event belongs to, whether it means paid, and when a paid
+event must wait for a person. Payloads are the shipped real test-mode samples, changed only
+where a case needs it (the basil invoice, the manual-capture charge, a setup session...)."""
 
 import json
 
 import pytest
 
 from webhook import defaults, samples
-from webhook.events import classify
+from webhook.events import Policy, classify
 
-PAID = defaults.PAID_EVENT_TYPES
+PI = "pi_000000000000000000000000"
+IN = "in_000000000000000000000000"
+TEST = Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="test")
+LIVE = Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="live")
+UNLINKED = Policy(frozenset(defaults.PAID_EVENT_TYPES), unlinked_invoices=True, mode="test")
 
 
-def sample(event_type: str, **changes: object) -> dict:
+def sample(event_type: str, as_type: str | None = None, **changes: object) -> dict:
     event = json.loads(samples.template(event_type))
+    event["type"] = as_type or event_type
     event["data"]["object"].update(changes)
     return event
 
 
+BASIL_INVOICE = {"payment_intent": None}
+EXPANDED_INVOICE = {
+    "payment_intent": None,
+    "payments": {"data": [{"payment": {"type": "payment_intent", "payment_intent": PI}}]},
+}
+MANUAL_CAPTURE = {"captured": False, "amount_captured": 0, "paid": True, "status": "succeeded"}
+
+
 @pytest.mark.parametrize(
-    ("event_type", "changes", "key", "role", "paid"),
+    ("event_type", "as_type", "changes", "key", "role", "paid"),
     [
-        ("payment_intent.created", {}, "pi_000000000000000000000000", "info", False),
-        ("payment_intent.succeeded", {}, "pi_000000000000000000000000", "paid", True),
-        ("payment_intent.payment_failed", {}, "pi_000000000000000000000000", "failed", False),
-        ("charge.succeeded", {}, "pi_000000000000000000000000", "paid", True),
-        ("charge.succeeded", {"paid": False}, "pi_000000000000000000000000", "info", False),
-        ("charge.failed", {}, "pi_000000000000000000000000", "failed", False),
-        ("charge.refunded", {}, None, "refund", False),
-        ("checkout.session.completed", {}, "pi_000000000000000000000000", "paid", True),
+        ("payment_intent.created", None, {}, PI, "info", False),
+        ("payment_intent.succeeded", None, {}, PI, "paid", True),
+        ("payment_intent.payment_failed", None, {}, PI, "failed", False),
+        # An authorisation is not a payment.
         (
-            "checkout.session.completed",
-            {"payment_status": "unpaid"},
-            "pi_000000000000000000000000",
+            "payment_intent.succeeded",
+            "payment_intent.amount_capturable_updated",
+            {},
+            PI,
             "info",
             False,
         ),
+        ("charge.succeeded", None, {}, PI, "paid", True),
+        ("charge.succeeded", None, {"paid": False}, PI, "info", False),
+        ("charge.succeeded", None, MANUAL_CAPTURE, PI, "info", False),
+        ("charge.succeeded", "charge.captured", {}, PI, "paid", True),
+        ("charge.succeeded", "charge.captured", MANUAL_CAPTURE, PI, "info", False),
+        ("charge.failed", None, {}, PI, "failed", False),
+        ("charge.refunded", None, {}, None, "refund", False),
+        ("checkout.session.completed", None, {}, PI, "paid", True),
+        ("checkout.session.completed", None, {"payment_status": "unpaid"}, PI, "info", False),
+        ("checkout.session.completed", None, {"mode": "subscription"}, PI, "info", False),
         (
             "checkout.session.completed",
-            {"mode": "subscription"},
-            "pi_000000000000000000000000",
+            None,
+            {"mode": "setup", "payment_intent": None, "payment_status": "no_payment_required"},
+            "cs_test_000000000000000000000000000000000000000000000000000000000000",
             "info",
             False,
         ),
-        ("invoice.paid", {}, "pi_000000000000000000000000", "paid", True),
-        ("invoice.paid", {"payment_intent": None}, "in_000000000000000000000000", "info", False),
+        ("invoice.paid", None, {}, PI, "paid", True),
+        ("invoice.paid", None, BASIL_INVOICE, IN, "info", False),
+        ("invoice.paid", None, EXPANDED_INVOICE, PI, "paid", True),
     ],
 )
-def test_mapping(event_type: str, changes: dict, key: str | None, role: str, paid: bool) -> None:
-    c = classify(sample(event_type, **changes), PAID)
+def test_mapping(
+    event_type: str, as_type: str | None, changes: dict, key: str | None, role: str, paid: bool
+) -> None:
+    event = sample(event_type, as_type, **changes)
+    if key and key.startswith("cs_"):
+        key = event["data"]["object"]["id"]
+    c = classify(event, TEST)
     assert (c.payment_key, c.role, c.paid) == (key, role, paid)
 
 
 def test_unlinked_invoices_only_when_configured() -> None:
-    event = sample("invoice.paid", payment_intent=None)
-    assert classify(event, PAID, unlinked_invoices=True).paid
-    assert (
-        classify(event, PAID, unlinked_invoices=True).payment_key == "in_000000000000000000000000"
-    )
+    event = sample("invoice.paid", **BASIL_INVOICE)
+    c = classify(event, UNLINKED)
+    assert c.paid and c.payment_key == IN
+    assert c.fingerprint.startswith("invoice|test:cus_"), "kept to catch a duplicate purchase"
+
+
+def test_a_checkout_session_ties_its_payment_intent_and_invoice() -> None:
+    session = sample("checkout.session.completed", invoice=IN)
+    c = classify(session, UNLINKED)
+    assert c.payment_key == PI and c.linked == (IN,)
+
+
+@pytest.mark.parametrize(
+    ("policy", "livemode", "account", "held"),
+    [
+        (LIVE, False, None, "test-mode event in a live deployment"),
+        (LIVE, True, None, ""),
+        (TEST, True, None, "live-mode event in a test deployment"),
+        (Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="any"), False, None, ""),
+        (TEST, False, "acct_1", "Connect event of account acct_1"),
+        (
+            Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="test", connect=True),
+            False,
+            "acct_1",
+            "",
+        ),
+    ],
+)
+def test_mode_and_connect_holds(
+    policy: Policy, livemode: bool, account: str | None, held: str
+) -> None:
+    event = sample("payment_intent.succeeded")
+    event["livemode"] = livemode
+    if account:
+        event["account"] = account
+    c = classify(event, policy)
+    assert c.paid and c.hold.startswith(held) and bool(c.hold) == bool(held)
+    assert c.account == (account or "")
 
 
 def test_paid_types_are_configurable_and_unknown_types_ignored() -> None:
-    assert not classify(sample("charge.succeeded"), ("payment_intent.succeeded",)).paid
+    only_pi = Policy(frozenset({"payment_intent.succeeded"}), mode="test")
+    assert not classify(sample("charge.succeeded"), only_pi).paid
     other = {"id": "evt_1", "type": "customer.updated", "data": {"object": {"id": "cus_1"}}}
-    assert classify(other, PAID).payment_key is None
+    assert classify(other, TEST).payment_key is None

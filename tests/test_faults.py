@@ -28,7 +28,6 @@ from tests.processes import (
     service_env,
     wait_until,
 )
-from tests.stack import FAST
 from webhook import keys, readout, samples
 from webhook.checker import check
 from workers.downstream import read_downstream
@@ -155,7 +154,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # n
     """RQ's trap: the killed worker's work-horse runs on. The ledger keeps it to one effect."""
     with CountingDownstream() as downstream:
         gate = downstream.hold_first_call()
-        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_TIMEOUT="30")
+        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_TIMEOUT="3", LEASE_SECONDS="5")
         s.start_web()
         event = samples.payment_events(rng)[2]
         pk = payment_key_of(event)
@@ -170,7 +169,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # n
         wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="orphaned horse finishes")
         s.start_worker()
         s.start_sweeper()
-        lease_ms = int(FAST["LEASE_SECONDS"]) * 1000
+        lease_ms = 5000
         wait_until(lambda: redis_ms(redis) > fulfilled_ms(redis, pk) + lease_ms, what="a lease")
         after_sweeps(redis)  # a whole lease later: nothing may run it again
         assert downstream.calls[pk] == 1 and state_of(redis, pk) == "fulfilled"

@@ -139,26 +139,23 @@ def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tm
         assert readout.summary(redis, "fulfilment")["payments"]["interrupted"] == 1
 
 
-def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng) -> None:  # noqa: ANN001
+def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_path) -> None:  # noqa: ANN001
+    """The first worker's call succeeds, then it stalls past its lease before recording it;
+    a newer attempt fulfils; the late success of the old token changes nothing."""
     with CountingDownstream() as downstream:
-        gate = downstream.hold_first_call()
-        s = stack(
-            FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true", FULFILMENT_TIMEOUT="30"
-        )
+        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true")
         s.start_web()
         events = samples.payment_events(rng)
         pk = pk_of(events)
         s.send(samples.encode(events[2]))
-        paused = s.start_worker()
-        wait_until(lambda: downstream.calls[pk] == 1, what="first call in flight")
-        paused.signal(signal.SIGSTOP)
-        gate.set()
+        s.start_worker(FAULTPOINT="after_action:sleep:6")
+        log = tmp_path / "worker.log"
+        wait_until(lambda: log.exists() and "after_action" in log.read_text(), what="stalled")
         s.start_sweeper()
         s.start_worker()
         wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
         newer = readout.payment(redis, pk)
         assert newer is not None and newer["token"] == "2"
-        paused.signal(signal.SIGCONT)
         wait_until(
             lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"
         )

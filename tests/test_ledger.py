@@ -20,7 +20,9 @@ from webhook.store import connect
 
 
 def make_ledger(url: str, **overrides: object) -> Ledger:
-    s = settings.load({}, REDIS_URL=url, STRIPE_WEBHOOK_SECRET="whsec_x", **overrides)
+    s = settings.load(
+        {}, REDIS_URL=url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test", **overrides
+    )
     return Ledger(connect(s), s)
 
 
@@ -28,7 +30,7 @@ def delivery(event: dict, body: bytes, request_id: str | None = None) -> Deliver
     return Delivery(
         event=event,
         body=body,
-        classified=classify(event, settings.load({}).PAID_EVENT_TYPES),
+        classified=classify(event, settings.load({}, STRIPE_MODE="test").policy),
         secret_index=0,
         source="stripe",
         request_id=request_id or new_request_id(),

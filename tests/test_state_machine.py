@@ -13,10 +13,12 @@ from workers.attempts import Attempts
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
-    s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x")
+    s = settings.load(
+        {}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test"
+    )
     client = Redis.from_url(s.REDIS_URL)
     event, body = paid_event(rng)
-    c = classify(event, s.PAID_EVENT_TYPES)
+    c = classify(event, s.policy)
     Ledger(client, s).record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
     return Attempts(client, s), str(c.payment_key)
 
@@ -25,7 +27,7 @@ def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server,
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
     job_id, commands = attempts.ledger.enqueue_commands(pk)
-    args = [pk, 1000, "rq:job:", job_id, *commands]
+    args = [pk, 1000, "rq:job:", job_id, 5, 100, 1000, *commands]
     script_keys = [*attempts._keys(pk), "rq:queue:fulfilment"]
     first = attempts.scripts["recover"](keys=script_keys, args=args)
     again = attempts.scripts["recover"](keys=script_keys, args=args)
@@ -38,12 +40,12 @@ def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
 ) -> None:  # noqa: ANN001
     attempts, pk = queued_payment(redis_server, rng)
     script_keys = attempts._keys(pk)
-    args = ["job-1", 30000, 1, pk, "job-1:aaaa"]
+    args = ["job-1", 30000, 1, pk, "job-1:aaaa", 5]
     first = attempts.scripts["start_attempt"](keys=script_keys, args=args)
     retried = attempts.scripts["start_attempt"](keys=script_keys, args=args)
     assert first == retried and first[:2] == [b"go", 1]
     second_run = attempts.scripts["start_attempt"](
-        keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb"]
+        keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb", 5]
     )
     assert second_run == [b"skip", 0, b"leased"]
     assert redis.hget(keys.payment(pk), "token") == b"1"
@@ -105,7 +107,7 @@ def test_job_commands_are_what_rq_builds(redis: Redis, redis_server) -> None:  #
 
     from webhook.enqueue import JobCommands, _comparable
 
-    s = settings.load({}, REDIS_URL=redis_server.url)
+    s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
     jobs = Ledger(Redis.from_url(s.REDIS_URL), s).jobs
     job_id, _ = jobs.commands("pi_a")
     assert jobs._trusted is True

@@ -106,15 +106,29 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--state", type=click.Choice(readout.PAYMENT_STATES), help="Only this state.")
+@click.option(
+    "--state",
+    type=click.Choice(readout.STATE_FILTERS),
+    help="Only this state; 'attention': what needs a person.",
+)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--offset", default=0)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_obj
 def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Payments, most recent state change first."""
-    rows = run(lambda: readout.payments(ctx.redis, state, offset, limit))
-    columns = ("key", "state", "deliveries", "attempts_started", "latency_ms", "last_error")
+    stuck = ctx.settings.STUCK_QUEUED_SECONDS
+    rows = run(lambda: readout.payments(ctx.redis, state, offset, limit, stuck))
+    columns: tuple[str, ...] = (
+        "key",
+        "state",
+        "deliveries",
+        "attempts_started",
+        "latency_ms",
+        "last_error",
+    )
+    if state == readout.ATTENTION:
+        columns = ("key", "state", "attempts_started", "hold_reason", "last_error")
     emit(rows, as_json, rows_table("Payments", rows, columns))
 
 

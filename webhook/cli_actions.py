@@ -58,8 +58,8 @@ def _decide(
 @JSON_OPTION
 @click.pass_obj
 def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
-    """Re-queue a failed payment with a fresh attempt budget."""
-    _decide(ctx, payment_key, "retry", ("failed",), as_json)
+    """Re-queue a failed (or held) payment with a fresh attempt budget."""
+    _decide(ctx, payment_key, "retry", ("failed", "held"), as_json)
 
 
 @main.command()
@@ -69,10 +69,10 @@ def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
 @JSON_OPTION
 @click.pass_obj
 def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool) -> None:
-    """A person's decision on an interrupted payment (checked the downstream by hand)."""
+    """A person's decision on an interrupted or held payment (checked by hand)."""
     if decision is None:
         raise click.UsageError("say --fulfilled or --retry")
-    _decide(ctx, payment_key, decision, ("interrupted",), as_json)
+    _decide(ctx, payment_key, decision, ("interrupted", "held"), as_json)
 
 
 @main.command()

@@ -64,8 +64,9 @@ def index() -> str:
         workers=readout.workers_state(redis, queue),
         series=readout.series(redis, 60),
         events=readout.events(redis, limit=15),
-        attention=readout.payments(redis, "interrupted", 0, 10)
-        + readout.payments(redis, "failed", 0, 10),
+        attention=readout.payments(
+            redis, readout.ATTENTION, 0, 10, settings().STUCK_QUEUED_SECONDS
+        ),
         rejections=readout.rejections(redis, 10),
         labels=settings().secret_labels,
     )
@@ -96,10 +97,10 @@ def event(event_id: str) -> str:
 @bp.get("/payments")
 def payments() -> str:
     state = request.args.get("state") or None
-    if state and state not in readout.PAYMENT_STATES:
+    if state and state not in readout.STATE_FILTERS:
         abort(400)
     offset = int_arg("offset", 0)
-    rows = readout.payments(get_redis(), state, offset, PAGE)
+    rows = readout.payments(get_redis(), state, offset, PAGE, settings().STUCK_QUEUED_SECONDS)
     return render_template("ops/payments.html", rows=rows, state=state, offset=offset, page=PAGE)
 
 

@@ -57,7 +57,8 @@ FULFILMENT_REPLAY_SAFE = False
 """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
 
 FULFILMENT_TIMEOUT = 10.0
-"""Seconds one downstream call may take."""
+"""Seconds one downstream call may take, in all: a hard wall-clock deadline for the whole
+call (every action type), not per socket read."""
 
 LEASE_SECONDS = 30
 """How long an attempt holds a payment; must exceed FULFILMENT_TIMEOUT."""
@@ -80,6 +81,7 @@ SWEEP_INTERVAL = 2.0
 PAID_EVENT_TYPES = (
     "payment_intent.succeeded",
     "charge.succeeded",
+    "charge.captured",
     "checkout.session.completed",
     "checkout.session.async_payment_succeeded",
     "invoice.paid",
@@ -87,11 +89,31 @@ PAID_EVENT_TYPES = (
 """Event types that mean "paid" (each with its own condition, see events.py)."""
 
 FULFIL_UNLINKED_INVOICES = False
-"""Whether an ``invoice.paid`` without ``payment_intent`` (API 2025-03-31.basil and later)
-triggers fulfilment under the invoice id. Off by default: the invoice's PaymentIntent sends
-its own paid events under the pi_ id, and the two cannot be tied together, so both would
-fulfil. Turn it on only when ``payment_intent.succeeded`` and ``charge.succeeded`` are not
-in PAID_EVENT_TYPES."""
+"""Whether an ``invoice.paid`` without a PaymentIntent (API 2025-03-31.basil and later, unless
+``payments`` is expanded) fulfils under the invoice id. Off by default. When on, the ledger
+ties the invoice to its PaymentIntent wherever Stripe sends both ids (a Checkout session
+carries ``payment_intent`` and ``invoice``; an expanded invoice carries its payments), in
+either order; where nothing ties them, a second paid payment of the same customer, amount
+and currency within DUPLICATE_WINDOW_SECONDS is held for a person as a possible duplicate."""
+
+DUPLICATE_WINDOW_SECONDS = 7 * 86400
+"""How long a paid payment's customer, amount and currency are remembered to catch a
+possible duplicate purchase (only with FULFIL_UNLINKED_INVOICES)."""
+
+STRIPE_MODE = "live"
+"""``live``, ``test`` or ``any``: which events may fulfil. An event of the other mode is
+recorded and counted, but its payment is held for a person. ``scripts/run.sh`` sets test."""
+
+FULFIL_CONNECT = False
+"""Whether events of connected accounts (a top-level ``account``) fulfil; otherwise their
+payments are held for a person."""
+
+STUCK_QUEUED_SECONDS = 300
+"""A payment queued longer than this is listed under "needs a person"."""
+
+LEASE_MARGIN_SECONDS = 2
+"""LEASE_SECONDS must exceed FULFILMENT_TIMEOUT by at least this: the call's hard deadline
+ends it before its lease can expire, so two calls for one payment never overlap."""
 
 REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""

@@ -3,7 +3,7 @@
 Rules are matched by exact type first, then by the longest type prefix ending in ".".
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,15 +30,30 @@ def _field(name: str) -> Callable[[Obj], str | None]:
     return lambda obj: obj.get(name) or None
 
 
+def _invoice_pi(obj: Obj) -> str | None:
+    """The PaymentIntent an invoice names: ``payment_intent`` before API 2025-03-31.basil,
+    else the first PaymentIntent among its ``payments`` (present when expanded)."""
+    if isinstance(obj.get("payment_intent"), str):
+        return str(obj["payment_intent"])
+    payments = obj.get("payments")
+    data = payments.get("data") if isinstance(payments, dict) else None
+    for item in data if isinstance(data, list) else []:
+        payment = item.get("payment") if isinstance(item, dict) else None
+        pi = payment.get("payment_intent") if isinstance(payment, dict) else None
+        if isinstance(pi, str) and pi:
+            return pi
+    return None
+
+
 def _invoice_key(obj: Obj) -> str | None:
-    # API 2025-03-31.basil removed invoice.payment_intent: fall back to the invoice id.
-    return obj.get("payment_intent") or obj.get("id") or None
+    # Without a PaymentIntent (basil and later), the invoice id stands in.
+    return _invoice_pi(obj) or obj.get("id") or None
 
 
 def _session_paid(obj: Obj) -> bool:
-    # A subscription-mode session is paid by its first invoice, which sends its own paid
-    # events for the same PaymentIntent: counting the session too would fulfil twice.
-    return obj.get("mode", "payment") != "subscription" and obj.get("payment_status") in (
+    # Only payment mode pays here: a subscription session is paid by its first invoice, which
+    # sends its own paid events; a setup session takes no payment at all.
+    return obj.get("mode", "payment") == "payment" and obj.get("payment_status") in (
         "paid",
         "no_payment_required",
     )
@@ -49,16 +64,22 @@ def _session_key(obj: Obj) -> str | None:
     return obj.get("payment_intent") or obj.get("id") or None
 
 
+def _captured_charge(obj: Obj) -> bool:
+    # Authorisation is not payment: a manual-capture charge succeeds with captured false.
+    return (
+        obj.get("status") == "succeeded" and obj.get("paid") is True and obj.get("captured") is True
+    )
+
+
 _pi, _pi_of = _field("id"), _field("payment_intent")
 
 RULES: dict[str, Rule] = {
     "payment_intent.succeeded": Rule(_pi, "paid"),
     "payment_intent.payment_failed": Rule(_pi, "failed"),
     "payment_intent.canceled": Rule(_pi, "failed"),
-    "payment_intent.": Rule(_pi, "info"),
-    "charge.succeeded": Rule(
-        _pi_of, "paid", lambda o: o.get("status") == "succeeded" and o.get("paid") is True
-    ),
+    "payment_intent.": Rule(_pi, "info"),  # amount_capturable_updated included: not paid
+    "charge.succeeded": Rule(_pi_of, "paid", _captured_charge),
+    "charge.captured": Rule(_pi_of, "paid", _captured_charge),
     "charge.failed": Rule(_pi_of, "failed"),
     "charge.refunded": Rule(_pi_of, "refund"),
     "charge.refund.": Rule(_pi_of, "refund"),
@@ -67,7 +88,7 @@ RULES: dict[str, Rule] = {
     "refund.": Rule(_pi_of, "refund"),
     "checkout.session.completed": Rule(_session_key, "paid", _session_paid),
     "checkout.session.async_payment_succeeded": Rule(
-        _session_key, "paid", lambda o: o.get("mode", "payment") != "subscription"
+        _session_key, "paid", lambda o: o.get("mode", "payment") == "payment"
     ),
     "checkout.session.async_payment_failed": Rule(_session_key, "failed"),
     "checkout.session.expired": Rule(_session_key, "failed"),
@@ -86,14 +107,36 @@ def rule_for(event_type: str) -> Rule | None:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """What this deployment fulfils: from settings, fixed per process."""
+
+    paid_types: frozenset[str]
+    unlinked_invoices: bool = False
+    mode: str = "live"
+    """``live``, ``test`` or ``any``: events of the other mode are held, never fulfilled."""
+    connect: bool = False
+    """Whether events of connected accounts (top-level ``account``) fulfil."""
+
+
+@dataclass(frozen=True)
 class Classified:
     payment_key: str | None
     role: str
     paid: bool
+    linked: tuple[str, ...] = ()
+    """Other ids Stripe itself ties to this payment (a session's invoice, an invoice's PI)."""
+    hold: str = ""
+    """Why a paid event must wait for a person instead of fulfilling ('' if it need not)."""
+    account: str = ""
+    """The connected account of a Connect event ('' for the platform's own)."""
+    fingerprint: str = ""
+    """For a paid event that Stripe may not tie to its purchase (an invoice without a
+    PaymentIntent, or a PaymentIntent with unlinked invoices on): ``kind|customer|amount``
+    so the ledger can hold a possible duplicate purchase. '' otherwise."""
 
 
-def classify(event: Obj, paid_types: Iterable[str], unlinked_invoices: bool = False) -> Classified:
-    """Map a parsed event to its payment key, role and whether it counts as paid."""
+def classify(event: Obj, policy: Policy) -> Classified:
+    """Map a parsed event to its payment key, role, and whether and how it counts as paid."""
     obj = event["data"]["object"]
     rule = rule_for(event["type"])
     if rule is None:
@@ -101,15 +144,56 @@ def classify(event: Obj, paid_types: Iterable[str], unlinked_invoices: bool = Fa
     key = rule.key(obj)
     if not isinstance(key, str):
         key = None
+    unlinked = rule.unlinked_invoice and not _invoice_pi(obj)
     paid = (
         key is not None
         and rule.role == "paid"
-        and event["type"] in paid_types
+        and event["type"] in policy.paid_types
         and rule.paid_when(obj)
-        and (not rule.unlinked_invoice or bool(obj.get("payment_intent")) or unlinked_invoices)
+        and (not unlinked or policy.unlinked_invoices)
     )
     role = rule.role if rule.role != "paid" or paid else "info"
-    return Classified(key, role, paid)
+    account = str(event["account"]) if isinstance(event.get("account"), str) else ""
+    return Classified(
+        key,
+        role,
+        paid,
+        linked=_linked(obj, key),
+        hold=_hold(event, account, policy) if paid else "",
+        account=account,
+        fingerprint=_fingerprint(obj, event, unlinked) if paid and policy.unlinked_invoices else "",
+    )
+
+
+def _linked(obj: Obj, key: str | None) -> tuple[str, ...]:
+    """Ids this object ties together besides its key: its PaymentIntent, invoice, own id."""
+    found = [obj.get("payment_intent"), obj.get("invoice"), _invoice_pi(obj)]
+    if str(obj.get("id", "")).startswith("in_"):
+        found.append(obj.get("id"))
+    ids = [i for i in found if isinstance(i, str) and i and i != key and len(i) <= 255]
+    return tuple(dict.fromkeys(ids))
+
+
+def _hold(event: Obj, account: str, policy: Policy) -> str:
+    livemode = event.get("livemode") is True
+    if policy.mode == "live" and not livemode:
+        return "test-mode event in a live deployment (STRIPE_MODE=live)"
+    if policy.mode == "test" and livemode:
+        return "live-mode event in a test deployment (STRIPE_MODE=test)"
+    if account and not policy.connect:
+        return f"Connect event of account {account} (FULFIL_CONNECT is off)"
+    return ""
+
+
+def _fingerprint(obj: Obj, event: Obj, unlinked: bool) -> str:
+    customer = obj.get("customer")
+    amount, currency = obj.get("amount_paid") or obj.get("amount_received"), obj.get("currency")
+    amount = amount or obj.get("amount_total") or obj.get("amount")
+    if not isinstance(customer, str) or not isinstance(amount, int) or not currency:
+        return ""
+    kind = "invoice" if unlinked else "pi"
+    mode = "live" if event.get("livemode") is True else "test"
+    return f"{kind}|{mode}:{customer}:{currency}:{amount}"
 
 
 def check_shape(event: object) -> Obj:

@@ -64,9 +64,21 @@ def state_index(state: str) -> str:
     return f"{STATE_INDEX_PREFIX}{state}"
 
 
+ALIAS_PREFIX = PREFIX + "alias:"
+"""Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
+Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment."""
+
+FINGERPRINT_PREFIX = PREFIX + "fp:"
+"""Strings ``wl:fp:{pi|invoice}:{mode}:{customer}:{currency}:{amount}`` -> payment key, kept
+DUPLICATE_WINDOW_SECONDS, to hold a possible duplicate purchase that no id ties (only with
+FULFIL_UNLINKED_INVOICES)."""
+
+
 def lua_constants() -> str:
     """Key prefixes for Lua scripts that derive keys themselves, prepended to each script."""
     return (
         f"local PAYMENT_PREFIX = '{payment('')}'\n"
         f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
+        f"local ALIAS_PREFIX = '{ALIAS_PREFIX}'\n"
+        f"local FP_PREFIX = '{FINGERPRINT_PREFIX}'\n"
     )

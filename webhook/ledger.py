@@ -27,8 +27,13 @@ FULFIL_JOB = "workers.jobs.fulfil_payment"
 PAYLOAD_COMPRESSION_LEVEL = 6
 
 
-def load_script(package: str, name: str) -> str:
-    return resources.files(package).joinpath("lua", name).read_text()
+def load_script(package: str, name: str, *shared: str) -> str:
+    """A script as Redis runs it: the key prefixes, the shared prelude, ``shared`` files of
+    the same package, then the script itself."""
+    lua = resources.files(package).joinpath("lua")
+    prelude = resources.files("webhook").joinpath("lua", "prelude.lua").read_text()
+    parts = [keys.lua_constants(), prelude, *(lua.joinpath(f).read_text() for f in shared)]
+    return "\n".join([*parts, lua.joinpath(name).read_text()])
 
 
 def new_request_id() -> str:
@@ -80,6 +85,8 @@ class Recorded:
     conflict: bool
     enqueued: bool
     payment_state: str
+    payment_key: str
+    """The payment the event joined: its own key, or the one an id Stripe ties it to."""
 
 
 class Ledger:
@@ -98,9 +105,7 @@ class Ledger:
             result_ttl=settings.RQ_RESULT_TTL,
             failure_ttl=7 * 86400,
         )
-        self._record = redis.register_script(
-            keys.lua_constants() + load_script("webhook", "record_delivery.lua")
-        )
+        self._record = redis.register_script(load_script("webhook", "record_delivery.lua"))
         self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
 
     def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
@@ -122,8 +127,6 @@ class Ledger:
             keys.STATS,
             keys.request(delivery.request_id),
             keys.EVENT_INDEX,
-            keys.payment(pk) if pk else "",
-            keys.state_index("pending"),
             keys.PAYMENT_STATES,
             keys.DUE,
         ]
@@ -147,13 +150,18 @@ class Ledger:
             _scalar(obj.get("currency")),
             job_id,
             keys.SERIES_PREFIX,
+            " ".join(c.linked),
+            c.hold,
+            c.account,
+            c.fingerprint,
+            defaults.DUPLICATE_WINDOW_SECONDS,
             *commands,
         ]
         try:
-            n, dup, conflict, enqueued, state = self._record(keys=script_keys, args=args)
+            n, dup, conflict, enqueued, state, key = self._record(keys=script_keys, args=args)
         except RedisError as exc:
             raise LedgerUnavailable(str(exc)) from exc
-        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), _text(state))
+        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), _text(state), _text(key))
 
     def record_rejection(self, reason: str, record: dict[str, Any], request_id: str) -> bool:
         """Count a rejection; returns False (and loses only the count) if Redis is down."""

@@ -19,8 +19,8 @@ health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
 # action -> (decisions it accepts, states it is allowed from)
 ACTIONS = {
-    "retry": (("retry",), ("failed",)),
-    "resolve": (("fulfilled", "retry"), ("interrupted",)),
+    "retry": (("retry",), ("failed", "held")),
+    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
 }
 
 
@@ -95,11 +95,11 @@ def api_event(event_id: str) -> Response:
 @api_bp.get("/payments")
 def api_payments() -> Response:
     state = request.args.get("state") or None
-    if state and state not in readout.PAYMENT_STATES:
-        return json_response(
-            {"error": "unknown_state", "states": list(readout.PAYMENT_STATES)}, 400
-        )
-    rows = readout.payments(get_redis(), state, int_arg("offset", 0), int_arg("limit", 50, 500))
+    if state and state not in readout.STATE_FILTERS:
+        return json_response({"error": "unknown_state", "states": list(readout.STATE_FILTERS)}, 400)
+    offset, limit = int_arg("offset", 0), int_arg("limit", 50, 500)
+    stuck = settings().STUCK_QUEUED_SECONDS
+    rows = readout.payments(get_redis(), state, offset, limit, stuck)
     return json_response({"payments": rows, "offset": int_arg("offset", 0)})
 
 

@@ -6,7 +6,7 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from webhook import keys
+from webhook import defaults, keys
 from webhook.ledger import decompress_payload
 
 PAYMENT_STATES = (
@@ -17,7 +17,14 @@ PAYMENT_STATES = (
     "fulfilled",
     "failed",
     "interrupted",
+    "held",
 )
+ATTENTION = "attention"
+"""The pseudo-state of ``payments``: everything that waits for a person."""
+ATTENTION_STATES = ("interrupted", "held", "failed")
+"""States that wait for a person; a payment queued too long joins them."""
+STATE_FILTERS = (*PAYMENT_STATES, ATTENTION)
+"""What ``payments`` may be filtered by."""
 COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected")
 
 
@@ -160,13 +167,26 @@ EVENT_FIELDS = ("type", "n", "first", "last", "pk", "secret", "livemode", "confl
 
 
 def payments(
-    redis: Redis, state: str | None = None, offset: int = 0, limit: int = 50
+    redis: Redis,
+    state: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+    stuck_after_s: int = defaults.STUCK_QUEUED_SECONDS,
 ) -> list[dict[str, Any]]:
-    """Payments, most recent state change first; all states merged when ``state`` is None."""
+    """Payments, most recent state change first; all states merged when ``state`` is None;
+    ``attention``: the ones that need a person (ATTENTION_STATES, and queued too long)."""
     states = [state] if state else list(PAYMENT_STATES)
+    if state == ATTENTION:
+        states = list(ATTENTION_STATES)
     pipe = redis.pipeline(transaction=False)
     for s in states:
         pipe.zrevrange(keys.state_index(s), 0, offset + limit - 1, withscores=True)
+    if state == ATTENTION:
+        seconds, _ = redis.time()
+        stuck_before = (seconds - stuck_after_s) * 1000
+        pipe.zrevrangebyscore(
+            keys.state_index("queued"), stuck_before, "-inf", 0, offset + limit, withscores=True
+        )
     merged = sorted(
         ((text(pk), score) for batch in pipe.execute() for pk, score in batch),
         key=lambda item: -item[1],
@@ -195,6 +215,8 @@ PAYMENT_FIELDS = (
     "fulfilled_at",
     "amount",
     "currency",
+    "hold_reason",
+    "account",
 )
 
 

@@ -40,7 +40,7 @@ def stripe_webhook() -> Response:
     delivery = Delivery(
         event=event,
         body=body,
-        classified=classify(event, settings.PAID_EVENT_TYPES, settings.FULFIL_UNLINKED_INVOICES),
+        classified=classify(event, settings.policy),
         secret_index=secret_index,
         source=delivery_source(
             request.headers.get("User-Agent", ""),

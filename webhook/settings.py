@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 
 from webhook import defaults
+from webhook.events import Policy
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class Settings:
     QUEUED_GRACE_SECONDS: int = defaults.QUEUED_GRACE_SECONDS
     SWEEP_INTERVAL: float = defaults.SWEEP_INTERVAL
     PAID_EVENT_TYPES: tuple[str, ...] = field(default=defaults.PAID_EVENT_TYPES)
-    FULFIL_UNLINKED_INVOICES: bool = False
+    FULFIL_UNLINKED_INVOICES: bool = defaults.FULFIL_UNLINKED_INVOICES
+    STRIPE_MODE: str = defaults.STRIPE_MODE
+    FULFIL_CONNECT: bool = defaults.FULFIL_CONNECT
+    STUCK_QUEUED_SECONDS: int = defaults.STUCK_QUEUED_SECONDS
 
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
@@ -45,6 +49,16 @@ class Settings:
         """A name per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its position."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
         return [given[i] if i < len(given) else str(i) for i in range(len(self.secrets))]
+
+    @cached_property
+    def policy(self) -> Policy:
+        """What this deployment fulfils (the event table's inputs)."""
+        return Policy(
+            frozenset(self.PAID_EVENT_TYPES),
+            self.FULFIL_UNLINKED_INVOICES,
+            self.STRIPE_MODE,
+            self.FULFIL_CONNECT,
+        )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -80,6 +94,14 @@ def validated(settings: Settings) -> Settings:
         raise ValueError(
             f"PAYMENT_RETENTION_DAYS={days} must be 0 (keep) or more than EVENT_RETENTION_DAYS="
             f"{settings.EVENT_RETENTION_DAYS}: a late resend must never fulfil a payment twice"
+        )
+    if settings.STRIPE_MODE not in ("live", "test", "any"):
+        raise ValueError(f"STRIPE_MODE={settings.STRIPE_MODE!r} must be live, test or any")
+    margin = defaults.LEASE_MARGIN_SECONDS
+    if settings.LEASE_SECONDS < settings.FULFILMENT_TIMEOUT + margin:
+        raise ValueError(
+            f"LEASE_SECONDS={settings.LEASE_SECONDS} must be at least FULFILMENT_TIMEOUT="
+            f"{settings.FULFILMENT_TIMEOUT} + {margin}: a call must end before its lease does"
         )
     return settings
 

@@ -114,9 +114,10 @@ class SqliteAction:
             )
             db.execute("COMMIT")
         except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
+            raise TransientDownstreamError(f"sqlite: {exc}") from exc
+        finally:  # also when the call's deadline interrupts it
             if db.in_transaction:
                 db.rollback()
-            raise TransientDownstreamError(f"sqlite: {exc}") from exc
         return {"outcome": outcome, "call_id": row.lastrowid}
 
 

@@ -7,7 +7,6 @@ downstream (mark_calling) or record the outcome (finish).
 
 import os
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import orjson
@@ -16,15 +15,13 @@ from redis.commands.core import Script
 from rq.job import Job
 
 from webhook import defaults, faults, keys
-from webhook.ledger import Ledger
+from webhook.ledger import Ledger, load_script
 from webhook.readout import text
 from webhook.settings import Settings
 
 
 def _script(name: str) -> str:
-    lua = resources.files("workers").joinpath("lua")
-    common = lua.joinpath("common.lua").read_text()
-    return keys.lua_constants() + common + "\n" + lua.joinpath(name).read_text()
+    return load_script("workers", name, "common.lua")
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,8 @@ class Attempts:
         call (answered ``go`` again) from a second run of the same RQ job (skipped)."""
         lease_ms = int(self.settings.LEASE_SECONDS * 1000)
         execution = f"{job_id}:{os.urandom(6).hex()}"
-        args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution]
+        max_attempts = self.settings.MAX_ATTEMPTS
+        args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution, max_attempts]
         reply = self.scripts["start_attempt"](keys=self._keys(payment_key), args=args)
         verdict, token, *rest = reply
         if text(verdict) == "go":
@@ -105,12 +103,16 @@ class Attempts:
 
     def recover(self, payment_key: str) -> str:
         """The sweeper's step for one due payment; returns what it did."""
+        s = self.settings
         job_id, commands = self.ledger.enqueue_commands(payment_key)
         args: list[Any] = [
             payment_key,
-            self.settings.QUEUED_GRACE_SECONDS * 1000,
+            s.QUEUED_GRACE_SECONDS * 1000,
             Job.redis_job_namespace_prefix,
             job_id,
+            s.MAX_ATTEMPTS,
+            int(s.RETRY_BASE_SECONDS * 1000),
+            int(s.RETRY_MAX_SECONDS * 1000),
             *commands,
         ]
         script_keys = [*self._keys(payment_key), self.ledger.queue.key]

@@ -18,8 +18,10 @@ from webhook.faults import fault
 from webhook.store import connect
 from workers.actions import Action, Call, build_action
 from workers.attempts import Attempts, encode_receipt
+from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
     AmbiguousDownstreamError,
+    FulfilmentError,
     PermanentDownstreamError,
     TransientDownstreamError,
 )
@@ -28,14 +30,23 @@ from workers.exceptions import (
 @dataclass(frozen=True)
 class Context:
     attempts: Attempts
-    action: Action
+    action: Action | None
+    action_error: str
+    """Why the action could not be built ('' when it could): recorded on each payment."""
+    timeout: float
 
 
 @cache
 def _context(pid: int) -> Context:
     s = settings_module.load()
-    action = build_action(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
-    return Context(Attempts(connect(s), s), action)
+    try:
+        action: Action | None = build_action(
+            s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE
+        )
+        error = ""
+    except FulfilmentError as exc:
+        action, error = None, str(exc)
+    return Context(Attempts(connect(s), s), action, error, s.FULFILMENT_TIMEOUT)
 
 
 def context() -> Context:
@@ -60,10 +71,13 @@ def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
     )
 
 
-def run_action(action: Action, call: Call) -> tuple[str, str]:
-    """Call the downstream once; map its result to an outcome and a detail string."""
+def run_action(action: Action, call: Call, timeout: float) -> tuple[str, str]:
+    """Call the downstream once, within ``timeout`` seconds in all; map its result to an
+    outcome and a detail string."""
     try:
-        return "fulfilled", encode_receipt(action(call))
+        return "fulfilled", encode_receipt(call_within(timeout, lambda: action(call)))
+    except DeadlineExceeded as exc:  # it may have been applied: like a timed-out read
+        return ("retry" if action.replay_safe else "interrupted"), f"deadline: {exc}"
     except AmbiguousDownstreamError as exc:
         return ("retry" if action.replay_safe else "interrupted"), str(exc)
     except TransientDownstreamError as exc:
@@ -77,6 +91,8 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     ctx = context()
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
+    if ctx.action is None:
+        return unusable_action(ctx, payment_key, job_id)
     start = ctx.attempts.start(payment_key, job_id, ctx.action.replay_safe)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
@@ -88,8 +104,19 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     began = time.perf_counter()
     assert start.call_fields is not None  # always set with "go"
     call = build_call(payment_key, start.token, start.call_fields)
-    outcome, detail = run_action(ctx.action, call)
+    outcome, detail = run_action(ctx.action, call, ctx.timeout)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)
+    return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
+
+
+def unusable_action(ctx: Context, payment_key: str, job_id: str) -> dict[str, Any]:
+    """FULFILMENT_ACTION cannot be built: fail the payment with that error, without a call,
+    so it waits for a person (retry once the setting is fixed) instead of sitting queued."""
+    start = ctx.attempts.start(payment_key, job_id, replay_safe=False)
+    if start.verdict != "go":
+        return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
+    detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
+    verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

@@ -1,9 +1,15 @@
 -- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
 -- KEYS: 1 payment, 2 states, 3 due, 4 stats
--- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key, 5 execution id (unique per run)
+-- ARGV: 1 job id, 2 lease ms, 3 replay_safe (0/1), 4 payment key, 5 execution id (unique per run),
+--       6 max attempts
 -- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
 --       | {'interrupted', 0} | {'missing', 0}
 local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local job_id, lease_ms, replay_safe = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local max_attempts = tonumber(ARGV[6])
+if not (lease_ms and max_attempts) or (replay_safe ~= '0' and replay_safe ~= '1') then
+  return refuse('start_attempt', 'lease ms and max attempts must be numbers, replay_safe 0 or 1')
+end
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 local function go(token)
@@ -19,8 +25,8 @@ local function skip(reason)
   return {'skip', 0, reason}
 end
 
-if state == 'fulfilled' or state == 'failed' or state == 'interrupted' or state == 'pending' then
-  return skip(state)
+if state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress' then
+  return skip(state)  -- settled, held for a person, or not paid
 end
 if state == 'in_progress' then
   if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
@@ -29,16 +35,17 @@ if state == 'in_progress' then
     end
     return skip('leased')
   end
-  if expire_lease(pay, states, stats, now) then
+  local expired = expire_lease(pay, states, stats, now, max_attempts)
+  if expired ~= 'again' then
     redis.call('ZREM', due, ARGV[4])
-    return {'interrupted', 0}
+    return {expired == 'interrupted' and 'interrupted' or 'spent', 0}
   end
 end
 if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then
   return skip('not_due')
 end
 
-local lease_until = now + tonumber(ARGV[2])
+local lease_until = now + lease_ms
 local token = redis.call('HINCRBY', pay, 'token', 1)
 move(pay, states, 'in_progress')
 -- A replay-safe action needs no separate fence before its call: re-running it is harmless,
