@@ -36,7 +36,8 @@ def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa:
         state = "fulfilled" if replay_safe else "interrupted"
         wait_until(lambda: settled_as(redis, pk, state))
         assert downstream.calls[pk] == (2 if replay_safe else 1)
-        assert "ReadTimeout" in readout.payment(redis, pk)["attempts"][0]
+        first = readout.payment(redis, pk)["attempts"][0]
+        assert "ReadTimeout" in first or "deadline" in first  # whichever of the two fired first
 
 
 def test_downstream_answering_409_counts_as_done(stack, redis, rng) -> None:  # noqa: ANN001

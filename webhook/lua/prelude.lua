@@ -7,6 +7,15 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The commands an RQ enqueue is captured as, with the argument counts each may have
+-- (name included): anything else could fail half-way through a script, so it is refused.
+local CAPTURABLE = {
+  SADD = function(n) return n >= 3 end,
+  RPUSH = function(n) return n >= 3 end,
+  LPUSH = function(n) return n >= 3 end,
+  HSET = function(n) return n >= 4 and n % 2 == 0 end,
+}
+
 -- Whether ARGV[first..] is a well-formed list of captured commands: (count, arg1..argcount)*.
 local function commands_ok(first)
   local i = first
@@ -15,6 +24,8 @@ local function commands_ok(first)
     if not count or count < 1 or count ~= math.floor(count) or i + count > #ARGV then
       return false
     end
+    local arity = CAPTURABLE[string.upper(ARGV[i + 1])]
+    if not arity or not arity(count) then return false end
     i = i + count + 1
   end
   return true
@@ -30,9 +41,25 @@ local function run_commands(first)
   end
 end
 
+-- ARGV value as a whole number of at least `least`, else nil (rejects nan, inf, '1.5', '').
+local function whole(value, least)
+  local n = tonumber(value)
+  if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
+    return nil
+  end
+  if least and n < least then return nil end
+  return n
+end
+
 -- An error reply that writes nothing; call it before the first write.
 local function refuse(script, what)
   return redis.error_reply('ERR ' .. script .. ': ' .. what)
+end
+
+-- Refusal unless at least `n` arguments came (a missing one would fail later, half-way).
+local function too_few(script, n)
+  if #ARGV < n then return refuse(script, 'needs ' .. n .. ' arguments, got ' .. #ARGV) end
+  return nil
 end
 
 -- Change a payment's state: the hash, the count per state and the per-state index.

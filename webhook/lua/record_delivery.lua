@@ -9,19 +9,21 @@ local cached = redis.call('GET', KEYS[3])
 if cached then
   return cjson.decode(cached)
 end
+local short = too_few('record_delivery', 24)
+if short then return short end
 local ek, stats, states, due = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local id, etype, created, livemode, api = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local pk, role, paid_arg, secret, src = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local sha, body = ARGV[11], ARGV[12]
-local event_ttl, request_ttl, grace = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local event_ttl, request_ttl, grace = whole(ARGV[13], 1), whole(ARGV[14], 1), whole(ARGV[15], 0)
 local amount, currency, job_id, series_prefix = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
 local linked, hold, account, fingerprint = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
-local window = tonumber(ARGV[24])
+local window = whole(ARGV[24], 1)
 local FIRST_COMMAND = 25
 
 -- Checked before the first write.
 if not (event_ttl and request_ttl and grace and window) then
-  return refuse('record_delivery', 'event ttl, request ttl, grace and window must be numbers')
+  return refuse('record_delivery', 'event ttl, request ttl, grace and window: whole numbers')
 end
 if paid_arg ~= '0' and paid_arg ~= '1' then
   return refuse('record_delivery', 'paid must be 0 or 1')

@@ -5,9 +5,20 @@
 --       10 histogram bucket bounds in ms (space-separated, ascending)
 -- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
 local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local short = too_few('finish_attempt', 10)
+if short then return short end
 local token, outcome, detail = ARGV[1], ARGV[2], ARGV[3]
+local max_attempts, base_ms, cap_ms = whole(ARGV[5], 1), whole(ARGV[6], 0), whole(ARGV[7], 0)
+local latency_cap = whole(ARGV[9], 1)
+if not (FINISHED[outcome] and max_attempts and base_ms and cap_ms and latency_cap) then
+  return refuse('finish_attempt', 'outcome must be a finished one; budget, backoff and cap numbers')
+end
+if not string.match(ARGV[10] or '', '^[%d ]*$') or (ARGV[4] ~= '' and not tonumber(ARGV[4])) then
+  return refuse('finish_attempt', 'bucket bounds must be whole numbers, call ms a number')
+end
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
+if not state then return {'missing', ''} end
 local current = redis.call('HGET', pay, 'token')
 local record = redis.call('HGET', pay, 'attempt:' .. token)
 if record and FINISHED[cjson.decode(record)['outcome']] then

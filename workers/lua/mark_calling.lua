@@ -3,6 +3,9 @@
 -- KEYS: 1 payment   ARGV: 1 token, 2 lease ms
 -- Returns 1 (go ahead) or 0 (stale: do not call)
 local pay = KEYS[1]
+local short = too_few('mark_calling', 2)
+if short then return short end
+if not whole(ARGV[2], 1) then return refuse('mark_calling', 'lease ms must be a number') end
 local now = now_ms()
 if redis.call('HGET', pay, 'state') ~= 'in_progress'
   or redis.call('HGET', pay, 'token') ~= ARGV[1]

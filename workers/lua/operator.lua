@@ -5,6 +5,14 @@
 --       attempt may still be running after its call started, 8.. enqueue commands
 -- Returns {'ok', new state} or {'refused', current state}
 local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local short = too_few('operator', 7)
+if short then return short end
+if not (whole(ARGV[5], 0) and whole(ARGV[7], 0)) or not commands_ok(8) then
+  return refuse('operator', 'grace and in-flight ms must be numbers; commands well-formed')
+end
+if ARGV[2] ~= 'retry' and ARGV[2] ~= 'fulfilled' then
+  return refuse('operator', 'decision must be retry or fulfilled')
+end
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 if redis.call('HGET', pay, 'decision_id') == ARGV[6] then

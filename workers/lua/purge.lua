@@ -4,6 +4,11 @@
 -- older than that, so a purged payment cannot be paid again by a late delivery.
 -- KEYS: 1 payment states   ARGV: 1 cutoff (ms), 2 most payments per call
 -- Returns the number purged.
+local short = too_few('purge', 2)
+if short then return short end
+if not (whole(ARGV[1]) and whole(ARGV[2], 1)) then
+  return refuse('purge', 'cutoff and limit must be numbers')
+end
 local purged = 0
 for _, state in ipairs({'fulfilled', 'pending'}) do
   local index = STATE_INDEX_PREFIX .. state

@@ -5,8 +5,10 @@
 --       6 backoff base ms, 7 backoff cap ms, 8.. enqueue commands
 -- Returns {verdict}
 local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local pk, grace, job_prefix, job_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local max_attempts, base_ms, cap_ms = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local short = too_few('recover', 7)
+if short then return short end
+local pk, grace, job_prefix, job_id = ARGV[1], whole(ARGV[2], 0), ARGV[3], ARGV[4]
+local max_attempts, base_ms, cap_ms = whole(ARGV[5], 1), whole(ARGV[6], 0), whole(ARGV[7], 0)
 local FIRST_COMMAND = 8
 if not (grace and max_attempts and base_ms and cap_ms) or not commands_ok(FIRST_COMMAND) then
   return refuse('recover', 'grace, max attempts and backoff must be numbers; commands well-formed')

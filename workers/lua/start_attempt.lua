@@ -5,8 +5,10 @@
 -- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
 --       | {'interrupted', 0} | {'missing', 0}
 local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local job_id, lease_ms, replay_safe = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local max_attempts = tonumber(ARGV[6])
+local short = too_few('start_attempt', 6)
+if short then return short end
+local job_id, lease_ms, replay_safe = ARGV[1], whole(ARGV[2], 1), ARGV[3]
+local max_attempts = whole(ARGV[6], 1)
 if not (lease_ms and max_attempts) or (replay_safe ~= '0' and replay_safe ~= '1') then
   return refuse('start_attempt', 'lease ms and max attempts must be numbers, replay_safe 0 or 1')
 end

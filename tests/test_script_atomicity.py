@@ -1,0 +1,125 @@
+"""Every Lua script is all or nothing: Redis does not roll back a script that fails half-way,
+so each checks its arguments before its first write. Each script is driven with hostile
+arguments (wrong types, missing ones, conflicting ids); whenever it errors, a full dump of
+the database must equal the dump taken before the call."""
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from tests.test_purchases import ledger_for, record
+from webhook import samples
+from webhook.ledger import Ledger
+from workers.attempts import Attempts
+
+HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff")
+Captured = dict[str, list[tuple[list[Any], list[Any]]]]
+
+
+def capture(ledger: Ledger, attempts: Attempts) -> Captured:
+    """Wrap every script so each real call's keys and arguments are kept."""
+    calls: Captured = {}
+
+    def keep(name: str, script: Callable[..., Any]) -> Callable[..., Any]:
+        def call(keys: list[Any], args: list[Any], client: Any = None) -> Any:
+            calls.setdefault(name, []).append((list(keys), list(args)))
+            return script(keys=keys, args=args)
+
+        return call
+
+    ledger._record = keep("record_delivery", ledger._record)  # type: ignore[method-assign]
+    ledger._reject = keep("record_rejection", ledger._reject)  # type: ignore[method-assign]
+    for name, script in list(attempts.scripts.items()):
+        attempts.scripts[name] = keep(name, script)  # type: ignore[assignment]
+    return calls
+
+
+def drive(ledger: Ledger, attempts: Attempts, rng: random.Random) -> None:
+    """One of each transition, with real arguments."""
+    event = samples.payment_events(rng)[2]
+    record(ledger, event)
+    pk = event["data"]["object"]["id"]
+    ledger.record_rejection("signature_mismatch", {"status": 400}, "req-x")
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    attempts.mark_calling(pk, start.token)
+    attempts.finish(pk, start.token, "interrupted", "reset", 12.0)
+    attempts.recover(pk)
+    attempts.decide(pk, "fulfilled", ("interrupted",), "test")
+    attempts.purge()
+
+
+def dump(redis: Redis) -> dict[bytes, bytes | None]:
+    return {key: redis.dump(key) for key in sorted(redis.scan_iter(count=1000))}
+
+
+def restore(redis: Redis, snapshot: dict[bytes, bytes | None]) -> None:
+    redis.flushdb()
+    for key, value in snapshot.items():
+        if value is not None:
+            redis.restore(key, 0, value)
+
+
+def variants(args: list[Any]) -> list[list[Any]]:
+    """Each argument replaced by each hostile value, and the list cut short."""
+    out = [args[:cut] for cut in range(len(args))]
+    for i in range(len(args)):
+        out += [[*args[:i], bad, *args[i + 1 :]] for bad in HOSTILE]
+    return out
+
+
+SCRIPTS = (
+    "record_delivery",
+    "record_rejection",
+    "start_attempt",
+    "mark_calling",
+    "finish_attempt",
+    "recover",
+    "operator",
+    "purge",
+)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+    ledger = ledger_for(redis_server.url, PAYMENT_RETENTION_DAYS=31)
+    attempts = Attempts(ledger.redis, ledger.settings)
+    calls = capture(ledger, attempts)
+    drive(ledger, attempts, rng)
+    assert name in calls, f"{name} was not driven"
+    keys, args = calls[name][0]
+    state = dump(redis)
+    script = {"record_delivery": ledger._record, "record_rejection": ledger._reject}.get(
+        name, attempts.scripts.get(name)
+    )
+    errors = 0
+    for n, bad in enumerate(variants(args)):
+        restore(redis, state)
+        before = dump(redis)
+        if name in ("record_delivery", "record_rejection"):  # a new request, not a retry
+            keys = [*keys[:2], f"wl:req:hostile-{n}", *keys[3:]]
+        try:
+            script(keys=keys, args=bad)  # type: ignore[misc]
+        except ResponseError:
+            errors += 1
+            assert dump(redis) == before, f"{name} wrote before failing on {bad!r}"
+    assert errors, f"no hostile argument made {name} fail: the check proves nothing"
+
+
+def test_a_conflicting_copy_answers_and_keeps_the_ledger_whole(
+    redis: Redis,
+    redis_server,  # noqa: ANN001
+    rng,  # noqa: ANN001
+) -> None:
+    """Regression (503 'bad argument #1 to gsub' after the counters were bumped): the same
+    event id with a paid body for another PaymentIntent."""
+    ledger = ledger_for(redis_server.url)
+    event = samples.payment_events(rng)[2]
+    record(ledger, event)
+    other = {**event, "data": {"object": {**event["data"]["object"], "id": "pi_other"}}}
+    answer = record(ledger, other)
+    assert answer.conflict and answer.payment_key == event["data"]["object"]["id"]
+    assert not redis.exists("wl:pay:pi_other")
