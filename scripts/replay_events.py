@@ -9,6 +9,7 @@ an acknowledged delivery is missing from the ledger; 2 usage error; 3 Redis unre
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -207,11 +208,13 @@ def run(args: argparse.Namespace) -> int:
         send_s = time.monotonic() - began
         by_id = {e["id"]: e for e, _ in items}
         acked_ids = {a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300}
-        paid = {
-            c.payment_key
-            for c in (classify(by_id[i], settings.policy) for i in acked_ids)
-            if c.paid and c.payment_key and not c.hold
-        }
+        # The event table says which payments were paid; the ledger says which of them the
+        # server holds for a person (its STRIPE_MODE, FULFIL_CONNECT...): those are not
+        # expected to fulfil.
+        any_mode = dataclasses.replace(settings.policy, mode="any", connect=True)
+        classified = (classify(by_id[i], any_mode) for i in acked_ids)
+        paid = {c.payment_key for c in classified if c.paid and c.payment_key}
+        paid -= report.held(redis, paid)
         settle_s, settled = 0.0, True
         if not args.no_wait and paid:
             waiting = progress.add_task("fulfilling", total=len(paid))

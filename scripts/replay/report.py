@@ -29,6 +29,12 @@ def payment_states(redis: Redis, payment_keys: list[str]) -> dict[str, str]:
     return {pk: (s or b"").decode() for pk, s in zip(payment_keys, pipe.execute(), strict=True)}
 
 
+def held(redis: Redis, payment_keys: set[str]) -> set[str]:
+    """The payments among these that the server holds for a person (state ``held``)."""
+    states = payment_states(redis, sorted(payment_keys))
+    return {pk for pk, state in states.items() if state == "held"}
+
+
 def wait_settled(
     redis: Redis, payment_keys: list[str], timeout: float, tick: Callable[[int], None]
 ) -> bool:
