@@ -1,5 +1,6 @@
 """Settings read from the environment, shared by the web app, the worker and the CLI."""
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -37,17 +38,22 @@ class Settings:
 
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
-        """The webhook secrets in the order given; a delivery records the index that matched."""
+        """The webhook secrets in the order given (tried in that order)."""
         return [s.strip() for s in self.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
 
     @cached_property
     def secret_labels(self) -> list[str]:
-        """A name per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its position."""
+        """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
-        return [given[i] if i < len(given) else str(i) for i in range(len(self.secrets))]
+        return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def fingerprint(secret: str) -> str:
+    """A short name that identifies ``secret`` without revealing it."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
 def _convert(raw: str, kind: object) -> object:
@@ -80,6 +86,14 @@ def validated(settings: Settings) -> Settings:
         raise ValueError(
             f"PAYMENT_RETENTION_DAYS={days} must be 0 (keep) or more than EVENT_RETENTION_DAYS="
             f"{settings.EVENT_RETENTION_DAYS}: a late resend must never fulfil a payment twice"
+        )
+    labels = settings.secret_labels
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"STRIPE_WEBHOOK_SECRET_LABELS: two secrets share a label in {labels}")
+    if any(label.isdigit() for label in labels):
+        raise ValueError(
+            "STRIPE_WEBHOOK_SECRET_LABELS: a label must not be a plain number (the ledger "
+            "recorded secrets by position before labels, and shows those as numbers)"
         )
     return settings
 

@@ -5,7 +5,7 @@
 --       5 payment hash (or ""), 6 pending index, 7 payment states, 8 due set
 -- (state indexes are named from STATE_INDEX_PREFIX, prepended from webhook/keys.py)
 -- ARGV: 1 event id, 2 type, 3 created, 4 livemode, 5 api_version, 6 payment key,
---       7 role, 8 paid (0/1), 9 secret index, 10 source, 11 sha256, 12 payload,
+--       7 role, 8 paid (0/1), 9 secret label, 10 source, 11 sha256, 12 payload,
 --       13 event ttl s, 14 request ttl s, 15 grace ms, 16 amount, 17 currency, 18 job id,
 --       19 series key prefix, 20.. enqueue commands as (n, arg1..argn)*
 -- Payment records never expire here; the sweeper purges settled ones after
