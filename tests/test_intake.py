@@ -144,6 +144,7 @@ def test_rotated_secret_is_accepted_and_recorded_by_its_fingerprint(client, redi
     assert label == "sha256:" + hashlib.sha256(OLD_SECRET.encode()).hexdigest()[:8]
     assert redis.hget(keys.event(event["id"]), "secret") == label.encode()
     assert stats(redis)[f"secret:{label}"] == 1
+    assert redis.hexists(keys.SECRETS_LAST_SEEN, label)
     dump = b"".join(redis.dump(k) or b"" for k in redis.scan_iter())
     assert SECRET.encode() not in dump and OLD_SECRET.encode() not in dump
 

@@ -62,7 +62,8 @@ def common() -> dict[str, object]:
 
 @bp.get("/")
 def index() -> str:
-    redis, queue = get_redis(), settings().QUEUE_NAME
+    s = settings()
+    redis, queue = get_redis(), s.QUEUE_NAME
     return render_template(
         "ops/index.html",
         summary=readout.summary(redis, queue),
@@ -72,6 +73,8 @@ def index() -> str:
         attention=readout.payments(redis, "interrupted", 0, 10)
         + readout.payments(redis, "failed", 0, 10),
         rejections=readout.rejections(redis, 10),
+        secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
+        retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
     )
 
 
