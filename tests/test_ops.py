@@ -12,7 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from tests.conftest import OPS_TOKEN
+from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
 from tests.helpers import paid_event, signed_headers
 from tests.processes import Gunicorn, service_env
 from webhook import keys, readout
@@ -22,7 +22,7 @@ from workers.attempts import Attempts
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
-API_ROUTES = ["summary", "events", "payments", "rejections", "series", "openapi.yaml"]
+API_ROUTES = ["summary", "events", "payments", "rejections", "series", "secrets", "openapi.yaml"]
 
 
 def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
@@ -164,6 +164,11 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     assert json.loads(cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
     assert cli(env, "payment", "pi_missing").returncode == 1
     assert json.loads(cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
+    secrets = json.loads(cli(env, "secrets", "--json").stdout)
+    assert [(r["label"], r["deliveries"], r["status"]) for r in secrets] == [
+        (settings_module.fingerprint(SECRET), 2, "in_use"),
+        (settings_module.fingerprint(OLD_SECRET), 0, "never_seen"),
+    ]
     assert cli(env, "retry", pk).returncode == 1  # queued, not failed
     refused = cli(env, "retry", pk, "--json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["verdict"] == "refused"
@@ -180,7 +185,7 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     exported = cli(env, "export", str(tmp_path / "b"), "--json")
     assert json.loads(exported.stdout)["records"]["events.json"] == 1
     assert cli(env, "verify", str(tmp_path / "b")).returncode == 0
-    for command in ("summary", "events", "payments", "rejections", "downstream"):
+    for command in ("summary", "events", "payments", "rejections", "secrets", "downstream"):
         table = cli(env, command)
         assert table.returncode == 0 and ("│" in table.stdout or "┃" in table.stdout), command
     down = service_env("redis://127.0.0.1:1/0")

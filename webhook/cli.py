@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 """
 
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
-from webhook import readout, settings
+from webhook import readout, secret_usage, settings
 from webhook.store import connect
 
 EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
@@ -158,6 +159,26 @@ def rejections(ctx: Context, limit: int, as_json: bool) -> None:
     rows = run(lambda: readout.rejections(ctx.redis, limit))
     columns = ("at", "reason", "status", "size", "remote", "sha256")
     emit(rows, as_json, rows_table("Rejections", rows, columns))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def secrets(ctx: Context, as_json: bool) -> None:
+    """Deliveries and last use per secret label, and which secrets can be retired."""
+    s = ctx.settings
+    rows = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
+    shown = [
+        {**r, "last_seen": utc(r["last_seen"]), "configured": str(r["configured"])} for r in rows
+    ]
+    columns = ("shown_as", "configured", "deliveries", "last_seen", "status")
+    title = f"Secrets (safe to retire after {s.SECRET_RETIRE_AFTER_DAYS} days unused)"
+    emit(rows, as_json, rows_table(title, shown, columns))
+
+
+def utc(ms: int | None) -> str:
+    """Epoch milliseconds as an ISO time in UTC, or '-'."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else "-"
 
 
 def rows_table(title: str, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> Table:

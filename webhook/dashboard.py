@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from webhook import readout
+from webhook import readout, secret_usage
 from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
 from webhook.ops import decide, int_arg, settings, unauthorized
 from webhook.store import get_redis
@@ -45,6 +45,11 @@ def when(ms: object) -> str:
     return moment.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S")
 
 
+@bp.app_template_filter("secret_label")
+def secret_label(label: object) -> str:
+    return secret_usage.display(str(label)) if label else ""
+
+
 @bp.app_template_filter("reject_offset")
 def reject_offset(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if k != "offset"}
@@ -57,7 +62,8 @@ def common() -> dict[str, object]:
 
 @bp.get("/")
 def index() -> str:
-    redis, queue = get_redis(), settings().QUEUE_NAME
+    s = settings()
+    redis, queue = get_redis(), s.QUEUE_NAME
     return render_template(
         "ops/index.html",
         summary=readout.summary(redis, queue),
@@ -68,7 +74,8 @@ def index() -> str:
             redis, readout.ATTENTION, 0, 10, settings().STUCK_QUEUED_SECONDS
         ),
         rejections=readout.rejections(redis, 10),
-        labels=settings().secret_labels,
+        secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
+        retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
     )
 
 
@@ -89,9 +96,7 @@ def event(event_id: str) -> str:
     if record is None:
         abort(404)
     sources = {k[4:]: v for k, v in record.items() if k.startswith("src:")}
-    return render_template(
-        "ops/event.html", e=record, sources=sources, labels=settings().secret_labels
-    )
+    return render_template("ops/event.html", e=record, sources=sources)
 
 
 @bp.get("/payments")
