@@ -15,10 +15,12 @@ from rq import get_current_job
 
 from webhook import settings as settings_module
 from webhook.faults import fault
+from webhook.redact import redact
 from webhook.store import connect
 from workers.actions import Action, Call, build_action
 from workers.attempts import Attempts, encode_receipt
 from workers.exceptions import (
+    ActionConfigError,
     AmbiguousDownstreamError,
     PermanentDownstreamError,
     TransientDownstreamError,
@@ -34,7 +36,10 @@ class Context:
 @cache
 def _context(pid: int) -> Context:
     s = settings_module.load()
-    action = build_action(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
+    try:
+        action = build_action(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
+    except ActionConfigError as exc:  # RQ logs it, and its message quotes FULFILMENT_ACTION
+        raise ActionConfigError(redact(str(exc))) from None
     return Context(Attempts(connect(s), s), action)
 
 
@@ -62,14 +67,17 @@ def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
 
 def run_action(action: Action, call: Call) -> tuple[str, str]:
     """Call the downstream once; map its result to an outcome and a detail string."""
+    error: Exception
     try:
         return "fulfilled", encode_receipt(action(call))
     except AmbiguousDownstreamError as exc:
-        return ("retry" if action.replay_safe else "interrupted"), str(exc)
+        outcome, error = ("retry" if action.replay_safe else "interrupted"), exc
     except TransientDownstreamError as exc:
-        return "retry", str(exc)
+        outcome, error = "retry", exc
     except PermanentDownstreamError as exc:
-        return "failed", str(exc)
+        outcome, error = "failed", exc
+    # The one place an error becomes the stored last_error / attempt detail.
+    return outcome, redact(str(error))
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:
