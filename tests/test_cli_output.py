@@ -151,8 +151,15 @@ def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path
     directory = tmp_path / f"[bold]bundle{ID.replace('/', '')}"
     exported = cli(hostile_ledger, "export", str(directory))
     assert_literal(exported, 0, f"exported to {directory}")
+    stray = f"[red]stray{ID.replace('/', '')}.json"  # an unlisted file: its name is printed
+    (directory / stray).write_text("{}")
     verified = cli(hostile_ledger, "verify", str(directory))
-    assert_literal(verified, 1, f"FAIL event {EVENT_ID}: payload does not match its SHA-256")
+    assert_literal(
+        verified,
+        1,
+        f"FAIL event {EVENT_ID}: payload does not match its SHA-256",
+        f"FAIL {stray}: in the bundle but not listed in MANIFEST.sha256",
+    )
 
 
 def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> None:  # noqa: ANN001

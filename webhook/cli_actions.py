@@ -8,6 +8,7 @@ import click
 from redis.exceptions import RedisError
 from rich.text import Text
 
+from webhook import defaults
 from webhook.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, main, run
 from webhook.redact import redact
 from webhook.terminal import rows_table, say
@@ -125,12 +126,19 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--max-file-mb",
+    type=click.IntRange(min=1),
+    default=defaults.BUNDLE_MAX_FILE_BYTES // 2**20,
+    show_default=True,
+    help="Largest bundle file read; a larger one fails verification.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def verify(directory: Path, as_json: bool) -> None:
+def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
     """Re-check a bundle's hashes and cross-file relations (no Redis needed)."""
     from webhook.bundle import verify as verify_bundle
 
-    result = verify_bundle(directory)
+    result = verify_bundle(directory, max_file_mb * 2**20)
     if as_json:
         emit({"passed": result.passed, "failures": result.failures}, True)
     else:
