@@ -10,15 +10,13 @@ import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from redis import Redis
 
 from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
-from tests.helpers import paid_event, signed_headers
+from tests.helpers import fail_payment, paid_event, signed_headers
 from tests.processes import Gunicorn, service_env
-from webhook import keys, readout
+from webhook import readout
 from webhook import settings as settings_module
 from webhook.auth import csrf_token
-from workers.attempts import Attempts
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
@@ -33,20 +31,6 @@ def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
             == 200
         )
     return event
-
-
-def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:
-    """Put a payment in ``state`` through the real scripts (a worker's attempt that fails)."""
-    s = settings_module.load({}, **{k: v for k, v in config.items() if k == "REDIS_URL"})
-    attempts = Attempts(Redis.from_url(s.REDIS_URL), s)
-    start = attempts.start(payment_key, "job-test", replay_safe=state != "interrupted")
-    assert start.verdict == "go"
-    if state == "interrupted":
-        attempts.mark_calling(payment_key, start.token)
-        redis.hset(keys.payment(payment_key), "lease_until", 0)
-        assert attempts.recover(payment_key) == "interrupted"
-    else:
-        attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
 
 
 @pytest.mark.parametrize("route", API_ROUTES)
@@ -139,6 +123,27 @@ def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: AN
     )
     assert done.status_code == 303
     assert readout.payment(redis, pk)["state"] == "fulfilled"
+
+
+def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:  # noqa: ANN001
+    """Refused decisions used to answer 303 back to the page with no word of why."""
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk, "interrupted")  # its call started just now
+    form = {"as": "retry", "csrf_token": csrf_token(OPS_TOKEN)}
+    wait = client.post(f"/ops/payments/{pk}/resolve", data=form, headers=BASIC)
+    page = wait.get_data(as_text=True)
+    assert wait.status_code == 409 and 'id="refusal"' in page
+    assert "attempt_may_still_be_running" in page and "may still be running, until" in page
+    assert readout.payment(redis, pk)["state"] == "interrupted"
+    form = {"csrf_token": csrf_token(OPS_TOKEN)}
+    wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
+    page = wrong.get_data(as_text=True)
+    assert wrong.status_code == 409 and "the payment is interrupted" in page
+    assert "applies only to failed payments" in page
+    ok = client.post(f"/ops/payments/{pk}/resolve", data={**form, "as": "fulfilled"}, headers=BASIC)
+    assert ok.status_code == 303 and 'id="refusal"' not in client.get(
+        ok.headers["Location"], headers=BASIC
+    ).get_data(as_text=True)
 
 
 def total(families: dict, name: str) -> float:

@@ -5,6 +5,7 @@ read; the retry/resolve buttons POST with the CSRF token.
 """
 
 from datetime import UTC, datetime
+from typing import Any
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
@@ -111,19 +112,29 @@ def payments() -> str:
 
 @bp.get("/payments/<payment_key>")
 def payment(payment_key: str) -> str:
-    record = readout.payment(get_redis(), payment_key)
-    if record is None:
-        abort(404)
-    return render_template("ops/payment.html", p=record, downstream=_downstream(payment_key))
+    return _payment_page(payment_key)
 
 
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
-def act(payment_key: str, action: str) -> WerkzeugResponse:
+def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
+    """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
     if not csrf_ok(settings().OPS_TOKEN, request):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
-    decide(payment_key, action, decision, "dashboard")
+    answer, status = decide(payment_key, action, decision, "dashboard")
+    if status != 200:
+        return _payment_page(payment_key, refusal=answer), status
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
+
+
+def _payment_page(payment_key: str, refusal: dict[str, Any] | None = None) -> str:
+    """The payment page; ``refusal`` is the ops API's answer to a refused decision."""
+    record = readout.payment(get_redis(), payment_key)
+    if record is None:
+        abort(404)
+    return render_template(
+        "ops/payment.html", p=record, downstream=_downstream(payment_key), refusal=refusal
+    )
 
 
 def _ms(name: str) -> int | None:

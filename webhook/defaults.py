@@ -123,3 +123,7 @@ ends it before its lease can expire, so two calls for one payment never overlap.
 
 REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""
+
+BUNDLE_MAX_FILE_BYTES = 1024 * 1024 * 1024
+"""Largest file ``webhook-ledger verify`` reads from an evidence bundle (``--max-file-mb``);
+a larger one is a verification failure, not an out-of-memory error."""
