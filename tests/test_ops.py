@@ -139,7 +139,7 @@ def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) 
     wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
     page = wrong.get_data(as_text=True)
     assert wrong.status_code == 409 and "the payment is interrupted" in page
-    assert "applies only to failed payments" in page
+    assert "applies only to failed or held payments" in page
     ok = client.post(f"/ops/payments/{pk}/resolve", data={**form, "as": "fulfilled"}, headers=BASIC)
     assert ok.status_code == 303 and 'id="refusal"' not in client.get(
         ok.headers["Location"], headers=BASIC
