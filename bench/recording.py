@@ -24,7 +24,7 @@ def delivery(ledger: Ledger, body: bytes, request_id: str | None = None) -> Deli
         event=event,
         body=body,
         classified=classify(event, ledger.settings.policy),
-        secret_index=0,
+        secret_label="bench",
         source="stripe",
         request_id=request_id or new_request_id(),
     )

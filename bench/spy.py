@@ -43,7 +43,7 @@ Stacks = list[tuple[list[str], int]]
 # (bucket, regex on "function (file)"); the innermost matching frame decides.
 RECEIVER_RULES = [
     (
-        "signature check: stripe.WebhookSignature (HMAC-SHA256, header parsing)",
+        "signature check: webhook.verify (header parsing, HMAC-SHA256)",
         r"stripe/|webhook/verify\.py",
     ),
     (

@@ -22,16 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
-from rich.console import Console
 from rich.progress import Progress
+from rich.text import Text
 
 from scripts.replay import report, sources
 from scripts.replay.sending import PROBES, Plan, send_all
 from webhook import settings as settings_module
+from webhook.checker import Findings
 from webhook.events import classify
+from webhook.redact import redact
 from webhook.store import connect
+from webhook.terminal import line, safe_console
 
-console = Console(stderr=True)
+console = safe_console(stderr=True)
 
 
 def scenario(name: str) -> dict[str, Any]:
@@ -232,9 +235,9 @@ def run(args: argparse.Namespace) -> int:
     db = report.downstream_db(settings.FULFILMENT_ACTION, args.downstream_db)
     layers, findings = report.build(answers, before, after, recorded, paid, redis, db)
     if not args.quiet:
-        Console().print(report.table(layers, findings))
+        safe_console().print(report.table(layers, findings))
         if not settled:
-            console.print(f"[yellow]not settled after {args.settle_timeout}s[/yellow]")
+            console.print(Text(f"not settled after {args.settle_timeout}s", "yellow"))
     record = {
         "script": "replay_events.py",
         "version": metadata.version("stripe-webhook-ledger"),
@@ -254,14 +257,20 @@ def run(args: argparse.Namespace) -> int:
     unacked = sum(1 for a in answers if a.kind == "valid" and not 200 <= a.status < 300)
     # An interrupted payment is surfaced, not hidden, but its effect count is not 1.
     if args.expect_once and (unacked or not findings.ok or findings.interrupted):
-        for item in findings.duplicated + findings.lost:
-            console.print(f"[red]failing:[/red] {item}")
-        for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
-            console.print(f"[red]failing:[/red] {pk}")
-        if unacked:
-            console.print(f"[red]failing:[/red] {unacked} valid deliveries were not acknowledged")
+        print_failing(findings, unacked)
         return 1
     return 0
+
+
+def print_failing(findings: Findings, unacked: int) -> None:
+    """Name every payment and delivery that fails ``--expect-once``, on stderr."""
+    failing = Text("failing:", "red")
+    for item in findings.duplicated + findings.lost:
+        console.print(line(failing, item))
+    for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
+        console.print(line(failing, pk))
+    if unacked:
+        console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sys.exit(run(args))
     except RedisError as exc:
-        console.print(f"[red]Redis unreachable:[/red] {exc}")
+        console.print(line(Text("Redis unreachable:", "red"), redact(str(exc))))
         sys.exit(3)
 
 

@@ -31,18 +31,5 @@ export STRIPE_MODE="${STRIPE_MODE:-test}"
 export FULFILMENT_ACTION="${FULFILMENT_ACTION:-sqlite:///$PWD/var/downstream.sqlite3}"
 WORKERS="${WORKERS:-2}"
 
-cat <<BANNER
-Stripe webhook ledger
-  endpoint      http://127.0.0.1:$WEB_PORT/webhooks/stripe
-  forward with  stripe listen --forward-to localhost:$WEB_PORT/webhooks/stripe
-  secret        the one 'stripe listen' prints; run with both it and the local one:
-                STRIPE_WEBHOOK_SECRET="\$(stripe listen --print-secret),$DEV_WEBHOOK_SECRET" \\
-                STRIPE_WEBHOOK_SECRET_LABELS=cli,local scripts/run.sh
-  local secret  $DEV_WEBHOOK_SECRET   (used by scripts/replay_events.py; kept in var/dev.env)
-  ops token     $OPS_TOKEN   (curl -H "Authorization: Bearer \$OPS_TOKEN" .../ops/api/summary)
-  redis         $REDIS_URL (data in var/redis, append-only, fsync always)
-  downstream    $FULFILMENT_ACTION
-  stripe mode   $STRIPE_MODE   (events of the other mode are held for a person; production
-                defaults to live: set STRIPE_MODE=live there)
-BANNER
+DEV_WEBHOOK_SECRET="$DEV_WEBHOOK_SECRET" python -m scripts.banner
 exec honcho start -f Procfile -c "worker=$WORKERS"

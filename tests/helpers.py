@@ -7,6 +7,8 @@ from redis import Redis
 
 from tests.conftest import SECRET
 from webhook import keys, samples
+from webhook import settings as settings_module
+from workers.attempts import Attempts
 
 STRIPE_UA = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 
@@ -58,3 +60,17 @@ def after_sweeps(redis: Redis, passes: int = 2) -> None:
 
     target = sweeps(redis) + passes
     wait_until(lambda: sweeps(redis) >= target, what=f"{passes} more sweeps")
+
+
+def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:
+    """Put a payment in ``state`` through the real scripts (a worker's attempt that fails)."""
+    s = settings_module.load({}, **{k: v for k, v in config.items() if k == "REDIS_URL"})
+    attempts = Attempts(Redis.from_url(s.REDIS_URL), s)
+    start = attempts.start(payment_key, "job-test", replay_safe=state != "interrupted")
+    assert start.verdict == "go"
+    if state == "interrupted":
+        attempts.mark_calling(payment_key, start.token)
+        redis.hset(keys.payment(payment_key), "lease_until", 0)
+        assert attempts.recover(payment_key) == "interrupted"
+    else:
+        attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)

@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 from playwright.sync_api import sync_playwright
 
 from tests.conftest import OPS_TOKEN, SECRET
+from tests.helpers import fail_payment, paid_event, payment_key_of, signed_headers
 from tests.processes import ROOT, wait_until
 from webhook import readout
 
@@ -100,3 +102,27 @@ def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context
     assert "effects 1" in page.inner_text("#downstream")
     page.screenshot(path=str(tmp_path / "payment.png"), full_page=True)
     assert (tmp_path / "payment.png").stat().st_size > 10_000
+
+
+def test_dashboard_shows_a_refused_decision_and_why(
+    stack, redis, config, rng, browser_context, tmp_path
+) -> None:  # noqa: ANN001
+    """ "Run again" on an interrupted payment whose call may still be running is refused, and
+    the page says so (it used to answer 303 back to the page with no message)."""
+    web = stack().start_web()
+    event, body = paid_event(rng)
+    assert requests.post(
+        f"{web.url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=10
+    ).ok
+    pk = payment_key_of(event)
+    fail_payment(redis, config, pk, "interrupted")  # its call started just now
+
+    page = browser_context.new_page()
+    page.goto(f"{web.url}/ops/payments/{pk}")
+    page.click("text=It was not: run again")
+    page.wait_for_selector("#refusal", timeout=10_000)
+    refusal = page.inner_text("#refusal")
+    assert "attempt_may_still_be_running" in refusal and "may still be running" in refusal
+    assert page.inner_text("#payment-state") == "interrupted"
+    assert readout.payment(redis, pk)["state"] == "interrupted"
+    page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)

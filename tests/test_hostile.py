@@ -212,3 +212,35 @@ def test_fuzz_over_http(web, redis, rng) -> None:  # noqa: ANN001
     assert web.log is not None
     log = web.log.read_text()
     assert "Traceback" not in log and '"status":5' not in log
+
+
+def post_raw(port: int, body: bytes, signature_lines: list[bytes]) -> bytes:
+    """POST ``body`` with these raw ``Stripe-Signature`` lines; the status line comes back."""
+    head = b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"".join(b"Stripe-Signature: " + line + b"\r\n" for line in signature_lines)
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+    return raw_request(port, head + body).split(b"\r\n", 1)[0]
+
+
+def test_signature_header_lines_and_bytes_over_http(web, redis, rng) -> None:  # noqa: ANN001
+    """What gunicorn hands the app: repeated lines joined with ',' and raw bytes as latin-1."""
+    _, body = paid_event(rng)
+    signed = samples.sign(body, SECRET).encode()
+    stamp, v1 = signed.split(b",")
+    accepted = [
+        [signed, signed],  # two lines, each valid
+        [stamp, v1],  # one header split over two lines
+        [signed, b"v0=" + b"0" * 64],
+        [signed + b",x=\xc3\xa9"],  # UTF-8 bytes in an item the libraries ignore
+        [signed + b",\xff"],
+    ]
+    for lines in accepted:
+        assert post_raw(web.port, body, lines) == b"HTTP/1.1 200 OK", lines
+    refused = [[stamp + b",v1=\xc3\xa9"], [stamp + b", " + v1], [v1 + b", " + stamp]]
+    for lines in refused:
+        assert post_raw(web.port, body, lines) == b"HTTP/1.1 400 BAD REQUEST", lines
+    assert stats(redis)["deliveries"] == len(accepted)
+    assert {k: v for k, v in stats(redis).items() if k.startswith("rejected:")} == {
+        "rejected:malformed_signature_header": 2,
+        "rejected:no_v1_signature": 1,
+    }

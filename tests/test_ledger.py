@@ -31,7 +31,7 @@ def delivery(event: dict, body: bytes, request_id: str | None = None) -> Deliver
         event=event,
         body=body,
         classified=classify(event, settings.load({}, STRIPE_MODE="test").policy),
-        secret_index=0,
+        secret_label="primary",
         source="stripe",
         request_id=request_id or new_request_id(),
     )

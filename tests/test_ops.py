@@ -10,19 +10,17 @@ import pytest
 import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from redis import Redis
 
-from tests.conftest import OPS_TOKEN
-from tests.helpers import paid_event, signed_headers
+from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
+from tests.helpers import fail_payment, paid_event, signed_headers
 from tests.processes import Gunicorn, service_env
-from webhook import keys, readout
+from webhook import readout
 from webhook import settings as settings_module
 from webhook.auth import csrf_token
-from workers.attempts import Attempts
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
-API_ROUTES = ["summary", "events", "payments", "rejections", "series", "openapi.yaml"]
+API_ROUTES = ["summary", "events", "payments", "rejections", "series", "secrets", "openapi.yaml"]
 
 
 def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
@@ -33,20 +31,6 @@ def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
             == 200
         )
     return event
-
-
-def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:
-    """Put a payment in ``state`` through the real scripts (a worker's attempt that fails)."""
-    s = settings_module.load({}, **{k: v for k, v in config.items() if k == "REDIS_URL"})
-    attempts = Attempts(Redis.from_url(s.REDIS_URL), s)
-    start = attempts.start(payment_key, "job-test", replay_safe=state != "interrupted")
-    assert start.verdict == "go"
-    if state == "interrupted":
-        attempts.mark_calling(payment_key, start.token)
-        redis.hset(keys.payment(payment_key), "lease_until", 0)
-        assert attempts.recover(payment_key) == "interrupted"
-    else:
-        attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
 
 
 @pytest.mark.parametrize("route", API_ROUTES)
@@ -141,6 +125,27 @@ def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: AN
     assert readout.payment(redis, pk)["state"] == "fulfilled"
 
 
+def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:  # noqa: ANN001
+    """Refused decisions used to answer 303 back to the page with no word of why."""
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk, "interrupted")  # its call started just now
+    form = {"as": "retry", "csrf_token": csrf_token(OPS_TOKEN)}
+    wait = client.post(f"/ops/payments/{pk}/resolve", data=form, headers=BASIC)
+    page = wait.get_data(as_text=True)
+    assert wait.status_code == 409 and 'id="refusal"' in page
+    assert "attempt_may_still_be_running" in page and "may still be running, until" in page
+    assert readout.payment(redis, pk)["state"] == "interrupted"
+    form = {"csrf_token": csrf_token(OPS_TOKEN)}
+    wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
+    page = wrong.get_data(as_text=True)
+    assert wrong.status_code == 409 and "the payment is interrupted" in page
+    assert "applies only to failed or held payments" in page
+    ok = client.post(f"/ops/payments/{pk}/resolve", data={**form, "as": "fulfilled"}, headers=BASIC)
+    assert ok.status_code == 303 and 'id="refusal"' not in client.get(
+        ok.headers["Location"], headers=BASIC
+    ).get_data(as_text=True)
+
+
 def total(families: dict, name: str) -> float:
     return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
 
@@ -164,6 +169,11 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     assert json.loads(cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
     assert cli(env, "payment", "pi_missing").returncode == 1
     assert json.loads(cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
+    secrets = json.loads(cli(env, "secrets", "--json").stdout)
+    assert [(r["label"], r["deliveries"], r["status"]) for r in secrets] == [
+        (settings_module.fingerprint(SECRET), 2, "in_use"),
+        (settings_module.fingerprint(OLD_SECRET), 0, "never_seen"),
+    ]
     assert cli(env, "retry", pk).returncode == 1  # queued, not failed
     refused = cli(env, "retry", pk, "--json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["verdict"] == "refused"
@@ -180,7 +190,7 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     exported = cli(env, "export", str(tmp_path / "b"), "--json")
     assert json.loads(exported.stdout)["records"]["events.json"] == 1
     assert cli(env, "verify", str(tmp_path / "b")).returncode == 0
-    for command in ("summary", "events", "payments", "rejections", "downstream"):
+    for command in ("summary", "events", "payments", "rejections", "secrets", "downstream"):
         table = cli(env, command)
         assert table.returncode == 0 and ("│" in table.stdout or "┃" in table.stdout), command
     down = service_env("redis://127.0.0.1:1/0")

@@ -5,18 +5,28 @@ import hashlib
 import json
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 
-from webhook import keys, readout
+from webhook import defaults, keys, readout
+from webhook.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 
-MANIFEST = "MANIFEST.sha256"
+REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
+OPTIONAL = ("downstream_calls.json", "downstream_orders.json")
+"""The files whose relations verify checks: the first always exported, the others with the
+built-in SQLite downstream."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return _digest(path.read_bytes())
 
 
 def _write(directory: Path, name: str, data: Any) -> Path:
@@ -94,68 +104,175 @@ class Verification:
         self.passed = 0
         self.failures: list[str] = []
 
-    def expect(self, condition: bool, message: str) -> None:
+    def expect(self, condition: bool, message: str) -> bool:
         if condition:
             self.passed += 1
         else:
             self.failures.append(message)
+        return condition
+
+    @contextmanager
+    def records(self, name: str) -> Iterator[None]:
+        """Checks over a file's records: a record not shaped as export writes it is a failure."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            self.failures.append(f"{name}: records not as an export writes them ({why})")
 
 
-def verify(directory: Path) -> Verification:
-    """Check every hash and the cross-file relations of a bundle."""
+def verify(directory: Path, max_bytes: int = defaults.BUNDLE_MAX_FILE_BYTES) -> Verification:
+    """Check that the manifest lists every file of the bundle with its hash, then every
+    cross-file relation on every file present, listed or not."""
     v = Verification()
-    listed: dict[str, str] = {}
-    for line in (directory / MANIFEST).read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        listed[name] = digest
-    for name, digest in listed.items():
-        path = directory / name
-        v.expect(
-            path.exists() and _sha(path) == digest, f"{name}: hash does not match the manifest"
-        )
-    if v.failures:
-        return v
-    load = lambda name: json.loads((directory / name).read_text())  # noqa: E731
-    counters, events, payments = load("counters.json"), load("events.json"), load("payments.json")
-    stats = counters["stats"]
-    by_id = {e["id"]: e for e in events}
-    for e in events:
-        actual = hashlib.sha256(e["payload"].encode()).hexdigest()
-        v.expect(actual == e["sha"], f"event {e['id']}: payload does not match its SHA-256")
-    v.expect(
-        sum(int(e["n"]) for e in events) == stats.get("deliveries", 0),
-        "per-event deliveries do not sum to the counter",
-    )
-    v.expect(len(events) == stats.get("events", 0), "distinct events do not match the counter")
-    states = Counter(p["state"] for p in payments)
-    for state, count in counters["payments_by_state"].items():
-        v.expect(
-            states.get(state, 0) == count,
-            f"payments in state {state}: counter {count}, records {states.get(state, 0)}",
-        )
-    for p in payments:
-        # Events older than EVENT_RETENTION_DAYS may have expired; those present must match.
-        for event_id in (e for e in p["events"] if e in by_id):
-            v.expect(
-                by_id[event_id]["pk"] == p["key"],
-                f"payment {p['key']}: event {event_id} is not its own",
-            )
-    if "downstream_orders.json" in listed:
-        _verify_downstream(
-            v, load("downstream_orders.json"), {p["key"]: p for p in payments}, by_id
-        )
+    data = _parse(v, _read_files(v, directory, max_bytes))
+    events = _index(v, data, "events.json", "id")
+    payments = _index(v, data, "payments.json", "key")
+    _check_events(v, data)
+    _check_payments(v, data, events)
+    _check_downstream(v, data, payments, events)
+    _check_rejections(v, data)
     return v
 
 
-def _verify_downstream(
-    v: Verification, orders: list[dict[str, Any]], payments: dict[str, Any], events: dict[str, Any]
-) -> None:
-    per_payment = Counter(o["payment_key"] for o in orders)
-    for pk, count in per_payment.items():
-        v.expect(count == 1, f"payment {pk} has {count} effects")
-        paid_by = payments.get(pk, {}).get("paid_by")
-        v.expect(pk in payments, f"effect for unknown payment {pk}")
+def _index(v: Verification, data: dict[str, Any], name: str, key: str) -> dict[str, Any]:
+    """A file's records by ``key`` (empty when the file is absent or not as export writes it)."""
+    with v.records(name):
+        return {r[key]: r for r in data.get(name) or []}
+    return {}
+
+
+def _read_files(v: Verification, directory: Path, max_bytes: int) -> dict[str, bytes]:
+    """Every file listed or present that may be read, its hash checked against the manifest."""
+    listed, names = _listing(v, directory, max_bytes)
+    contents = {}
+    for name in names:
+        v.expect(name in listed, f"{name}: in the bundle but not listed in {MANIFEST}")
+        try:
+            data = read_bounded(directory, name, max_bytes)
+        except BundleFileError as exc:
+            v.expect(False, str(exc))
+            continue
+        if name in listed:
+            v.expect(_digest(data) == listed[name], f"{name}: hash does not match the manifest")
+        contents[name] = data
+    return contents
+
+
+def _listing(v: Verification, directory: Path, max_bytes: int) -> tuple[dict[str, str], list[str]]:
+    """The manifest's names and hashes, and every name to check: listed or present."""
+    listed: dict[str, str] = {}
+    try:
+        listed, problems = parse_manifest(read_bounded(directory, MANIFEST, max_bytes).decode())
+        v.failures.extend(problems)
+    except BundleFileError as exc:
+        v.expect(False, str(exc))
+    except UnicodeDecodeError:
+        v.expect(False, f"{MANIFEST}: not UTF-8 text")
+    try:
+        names = present(directory)
+    except OSError as exc:
+        v.expect(False, f"the bundle directory cannot be listed ({exc.strerror})")
+        names = []
+    return listed, sorted(set(listed) | set(names))
+
+
+def _parse(v: Verification, contents: dict[str, bytes]) -> dict[str, Any]:
+    """The JSON of every file a relation check reads; the ones export always writes must be
+    there."""
+    parsed = {}
+    for name in (*REQUIRED, *OPTIONAL):
+        if name not in contents:
+            v.expect(name in OPTIONAL, f"{name}: missing (an export always writes it)")
+            continue
+        try:
+            data = json.loads(contents[name])
+        except (ValueError, RecursionError) as exc:
+            v.expect(False, f"{name}: not JSON ({type(exc).__name__}: {exc})")
+            continue
+        kind, term = (dict, "object") if name == "counters.json" else (list, "array of records")
+        if v.expect(isinstance(data, kind), f"{name}: not a JSON {term}"):
+            parsed[name] = data
+    return parsed
+
+
+def _check_events(v: Verification, data: dict[str, Any]) -> None:
+    """Payloads match their hashes; per-event deliveries and distinct events match the counters."""
+    events, counters = data.get("events.json"), data.get("counters.json")
+    if events is None:
+        return
+    with v.records("events.json"):
+        for e in events:
+            actual = hashlib.sha256(e["payload"].encode()).hexdigest()
+            v.expect(actual == e["sha"], f"event {e['id']}: payload does not match its SHA-256")
+    if counters is None:
+        return
+    with v.records("events.json and counters.json"):
+        stats = counters["stats"]
         v.expect(
-            events.get(paid_by or "", {}).get("paid") == "1",
-            f"effect for {pk} without its paid event",
+            sum(int(e["n"]) for e in events) == stats.get("deliveries", 0),
+            "per-event deliveries do not sum to the counter",
         )
+        v.expect(len(events) == stats.get("events", 0), "distinct events do not match the counter")
+
+
+def _check_payments(v: Verification, data: dict[str, Any], events: dict[str, Any]) -> None:
+    """Payment states match the counters; a payment's events are its own."""
+    payments, counters = data.get("payments.json"), data.get("counters.json")
+    if payments is None:
+        return
+    if counters is not None:
+        with v.records("payments.json"):
+            states = Counter(p["state"] for p in payments)
+            for state, count in counters["payments_by_state"].items():
+                v.expect(
+                    states.get(state, 0) == count,
+                    f"payments in state {state}: counter {count}, records {states.get(state, 0)}",
+                )
+    with v.records("payments.json"):
+        for p in payments:
+            # Events older than EVENT_RETENTION_DAYS may have expired; those present must match.
+            for event_id in (e for e in p["events"] if e in events):
+                v.expect(
+                    events[event_id]["pk"] == p["key"],
+                    f"payment {p['key']}: event {event_id} is not its own",
+                )
+
+
+def _check_downstream(
+    v: Verification, data: dict[str, Any], payments: dict[str, Any], events: dict[str, Any]
+) -> None:
+    """One effect per payment, each for a paid payment; one applied call per effect."""
+    orders, calls = data.get("downstream_orders.json"), data.get("downstream_calls.json")
+    per_payment: Counter[str] = Counter()
+    with v.records("downstream_orders.json"):
+        per_payment = Counter(o["payment_key"] for o in orders or [])
+        for pk, count in per_payment.items():
+            v.expect(count == 1, f"payment {pk} has {count} effects")
+            paid_by = payments.get(pk, {}).get("paid_by")
+            v.expect(pk in payments, f"effect for unknown payment {pk}")
+            v.expect(
+                events.get(paid_by or "", {}).get("paid") == "1",
+                f"effect for {pk} without its paid event",
+            )
+    if calls is None:
+        return
+    with v.records("downstream_calls.json"):
+        applied = Counter(c["payment_key"] for c in calls if c["outcome"] == "applied")
+        for pk in sorted(set(applied) | set(per_payment)):
+            v.expect(
+                applied[pk] == per_payment[pk],
+                f"payment {pk}: {applied[pk]} applied calls, {per_payment[pk]} effects",
+            )
+
+
+def _check_rejections(v: Verification, data: dict[str, Any]) -> None:
+    """No more rejections kept for a reason than were counted for it (the list is capped)."""
+    rejections, counters = data.get("rejections.json"), data.get("counters.json")
+    if rejections is None or counters is None:
+        return
+    with v.records("rejections.json"):
+        kept = Counter(r["reason"] for r in rejections)
+        for reason, count in kept.items():
+            counted = int(counters["stats"].get(f"rejected:{reason}", 0))
+            v.expect(count <= counted, f"{count} rejections kept for {reason}, {counted} counted")

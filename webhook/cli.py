@@ -5,20 +5,22 @@ Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 """
 
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 import orjson
 from redis import Redis
 from redis.exceptions import RedisError
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from webhook import readout, settings
+from webhook import readout, secret_usage, settings
+from webhook.redact import redact
 from webhook.store import connect
+from webhook.terminal import console, kv_table, literal, rows_table, say
 
 EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
-console = Console()
 
 
 class Context:
@@ -40,15 +42,6 @@ def emit(data: Any, as_json: bool, table: Table | None = None) -> None:
         console.print(table)
 
 
-def kv_table(title: str, rows: dict[str, Any]) -> Table:
-    table = Table(title=title, show_header=False)
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    for name, value in rows.items():
-        table.add_row(name, str(value))
-    return table
-
-
 @click.group()
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -60,7 +53,7 @@ def run(fn: Any) -> Any:
     try:
         return fn()
     except RedisError as exc:
-        console.print(f"[red]Redis unreachable:[/red] {exc}", style=None)
+        say(Text("Redis unreachable:", "red"), redact(str(exc)))
         sys.exit(EXIT_REDIS)
 
 
@@ -100,7 +93,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     """One event: deliveries, sources, payment, hash (and payload)."""
     record = run(lambda: readout.event(ctx.redis, event_id, with_payload=payload))
     if record is None:
-        console.print(f"no event {event_id}")
+        say("no event", event_id)
         sys.exit(EXIT_NOT_FOUND)
     emit(record, as_json, kv_table(f"Event {event_id}", record))
 
@@ -140,12 +133,12 @@ def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
     """One payment: state, events, attempts, receipt."""
     record = run(lambda: readout.payment(ctx.redis, payment_key))
     if record is None:
-        console.print(f"no payment {payment_key}")
+        say("no payment", payment_key)
         sys.exit(EXIT_NOT_FOUND)
     rows = {k: v for k, v in record.items() if k != "attempts"}
     table = kv_table(f"Payment {payment_key}", rows)
     for attempt in record["attempts"]:
-        table.add_row("attempt", attempt)
+        table.add_row("attempt", literal(attempt))
     emit(record, as_json, table)
 
 
@@ -160,13 +153,24 @@ def rejections(ctx: Context, limit: int, as_json: bool) -> None:
     emit(rows, as_json, rows_table("Rejections", rows, columns))
 
 
-def rows_table(title: str, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> Table:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(row.get(c, "")) for c in columns))
-    return table
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def secrets(ctx: Context, as_json: bool) -> None:
+    """Deliveries and last use per secret label, and which secrets can be retired."""
+    s = ctx.settings
+    rows = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
+    shown = [
+        {**r, "last_seen": utc(r["last_seen"]), "configured": str(r["configured"])} for r in rows
+    ]
+    columns = ("shown_as", "configured", "deliveries", "last_seen", "status")
+    title = f"Secrets (safe to retire after {s.SECRET_RETIRE_AFTER_DAYS} days unused)"
+    emit(rows, as_json, rows_table(title, shown, columns))
+
+
+def utc(ms: int | None) -> str:
+    """Epoch milliseconds as an ISO time in UTC, or '-'."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else "-"
 
 
 from webhook import cli_actions  # noqa: E402, F401  (registers the commands that act)

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import click
 from redis.exceptions import RedisError
-from rich.table import Table
+from rich.text import Text
 
-from webhook.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, console, emit, main, run
+from webhook import defaults
+from webhook.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, main, run
+from webhook.redact import redact
+from webhook.terminal import rows_table, say
 
 
 @main.command("wait-redis")
@@ -23,7 +26,7 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             return
         except RedisError:
             if time.monotonic() > deadline:
-                console.print(f"Redis at {ctx.settings.REDIS_URL} did not answer in {timeout}s")
+                say(f"Redis at {redact(ctx.settings.REDIS_URL)} did not answer in {timeout}s")
                 sys.exit(EXIT_REDIS)
             time.sleep(0.2)
 
@@ -39,17 +42,15 @@ def _decide(
     verdict, state = run(
         lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
     )
-    if verdict == "wait":
-        wait_s = max(0.0, int(state) / 1000 - time.time())
-        message = f"refused: its last call may still be running; try again in {wait_s:.0f} s"
-    elif verdict != "ok":
-        message = f"refused: {payment_key} is {state or 'unknown'}, not {' or '.join(allowed)}"
-    else:
-        message = f"{payment_key}: {state}"
     if as_json:
         emit({"payment": payment_key, "verdict": verdict, "state": state}, True)
+    elif verdict == "wait":
+        wait_s = max(0.0, int(state) / 1000 - time.time())
+        say(f"refused: its last call may still be running; try again in {wait_s:.0f} s")
+    elif verdict != "ok":
+        say("refused:", payment_key, f"is {state or 'unknown'}, not {' or '.join(allowed)}")
     else:
-        console.print(message)
+        say(f"{payment_key}: {state}")
     sys.exit(0 if verdict == "ok" else EXIT_NOT_FOUND)
 
 
@@ -88,7 +89,7 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     if loop:
         run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
     done = run(lambda: sweep_once(attempts))
-    emit(dict(done), True) if as_json else console.print(dict(done) or "nothing due")
+    emit(dict(done), True) if as_json else say(dict(done) or "nothing due")
 
 
 @main.command()
@@ -100,17 +101,12 @@ def downstream(ctx: Context, as_json: bool) -> None:
 
     spec = ctx.settings.FULFILMENT_ACTION
     if not spec.startswith("sqlite:///"):
-        console.print("FULFILMENT_ACTION is not the built-in SQLite downstream")
+        say("FULFILMENT_ACTION is not the built-in SQLite downstream")
         sys.exit(EXIT_NOT_FOUND)
     data = read_downstream(spec.removeprefix("sqlite:///"))
-    table = Table(title="Downstream (SQLite)")
-    for column in ("payment", "calls", "applied", "already_applied", "effects"):
-        table.add_column(column, justify="right" if column != "payment" else "left")
-    for key, row in data["payments"].items():
-        table.add_row(
-            key, *(str(row[c]) for c in ("calls", "applied", "already_applied", "effects"))
-        )
-    emit(data, as_json, table)
+    counts = ("calls", "applied", "already_applied", "effects")
+    rows = [{"payment": key, **row} for key, row in data["payments"].items()]
+    emit(data, as_json, rows_table("Downstream (SQLite)", rows, ("payment", *counts), counts))
 
 
 @main.command()
@@ -125,21 +121,28 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
     if as_json:
         emit({"directory": str(directory), "records": counts}, True)
     else:
-        console.print(f"exported to {directory}: {counts}")
+        say(f"exported to {directory}: {counts}")
 
 
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--max-file-mb",
+    type=click.IntRange(min=1),
+    default=defaults.BUNDLE_MAX_FILE_BYTES // 2**20,
+    show_default=True,
+    help="Largest bundle file read; a larger one fails verification.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def verify(directory: Path, as_json: bool) -> None:
+def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
     """Re-check a bundle's hashes and cross-file relations (no Redis needed)."""
     from webhook.bundle import verify as verify_bundle
 
-    result = verify_bundle(directory)
+    result = verify_bundle(directory, max_file_mb * 2**20)
     if as_json:
         emit({"passed": result.passed, "failures": result.failures}, True)
     else:
         for failure in result.failures:
-            console.print(f"[red]FAIL[/red] {failure}")
-        console.print(f"{result.passed} assertions passed, {len(result.failures)} failed")
+            say(Text("FAIL", "red"), failure)
+        say(f"{result.passed} assertions passed, {len(result.failures)} failed")
     sys.exit(1 if result.failures else 0)

@@ -5,11 +5,12 @@ read; the retry/resolve buttons POST with the CSRF token.
 """
 
 from datetime import UTC, datetime
+from typing import Any
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from webhook import readout
+from webhook import readout, secret_usage
 from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
 from webhook.ops import decide, int_arg, settings, unauthorized
 from webhook.store import get_redis
@@ -45,6 +46,11 @@ def when(ms: object) -> str:
     return moment.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S")
 
 
+@bp.app_template_filter("secret_label")
+def secret_label(label: object) -> str:
+    return secret_usage.display(str(label)) if label else ""
+
+
 @bp.app_template_filter("reject_offset")
 def reject_offset(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if k != "offset"}
@@ -57,7 +63,8 @@ def common() -> dict[str, object]:
 
 @bp.get("/")
 def index() -> str:
-    redis, queue = get_redis(), settings().QUEUE_NAME
+    s = settings()
+    redis, queue = get_redis(), s.QUEUE_NAME
     return render_template(
         "ops/index.html",
         summary=readout.summary(redis, queue),
@@ -68,7 +75,8 @@ def index() -> str:
             redis, readout.ATTENTION, 0, 10, settings().STUCK_QUEUED_SECONDS
         ),
         rejections=readout.rejections(redis, 10),
-        labels=settings().secret_labels,
+        secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
+        retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
     )
 
 
@@ -89,9 +97,7 @@ def event(event_id: str) -> str:
     if record is None:
         abort(404)
     sources = {k[4:]: v for k, v in record.items() if k.startswith("src:")}
-    return render_template(
-        "ops/event.html", e=record, sources=sources, labels=settings().secret_labels
-    )
+    return render_template("ops/event.html", e=record, sources=sources)
 
 
 @bp.get("/payments")
@@ -106,19 +112,29 @@ def payments() -> str:
 
 @bp.get("/payments/<payment_key>")
 def payment(payment_key: str) -> str:
-    record = readout.payment(get_redis(), payment_key)
-    if record is None:
-        abort(404)
-    return render_template("ops/payment.html", p=record, downstream=_downstream(payment_key))
+    return _payment_page(payment_key)
 
 
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
-def act(payment_key: str, action: str) -> WerkzeugResponse:
+def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
+    """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
     if not csrf_ok(settings().OPS_TOKEN, request):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
-    decide(payment_key, action, decision, "dashboard")
+    answer, status = decide(payment_key, action, decision, "dashboard")
+    if status != 200:
+        return _payment_page(payment_key, refusal=answer), status
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
+
+
+def _payment_page(payment_key: str, refusal: dict[str, Any] | None = None) -> str:
+    """The payment page; ``refusal`` is the ops API's answer to a refused decision."""
+    record = readout.payment(get_redis(), payment_key)
+    if record is None:
+        abort(404)
+    return render_template(
+        "ops/payment.html", p=record, downstream=_downstream(payment_key), refusal=refusal
+    )
 
 
 def _ms(name: str) -> int | None:

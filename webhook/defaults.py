@@ -16,7 +16,13 @@ REDIS_RETRIES = 3
 because every ledger write is idempotent per request id."""
 
 STRIPE_WEBHOOK_TOLERANCE = 300
-"""Seconds a signature timestamp may be away from now (Stripe's own default)."""
+"""Seconds a signature timestamp may be away from now, in the past or the future (Stripe's
+own default; 0 turns the check off, as in stripe-python)."""
+
+SECRET_RETIRE_AFTER_DAYS = 7
+"""A configured secret that has verified no delivery for this many days, while another one
+has verified some since, is shown as safe to retire. Longer than Stripe's three days of
+retries of one delivery, each signed again with the secrets active at the time."""
 
 MAX_BODY_BYTES = 512 * 1024
 """Largest body accepted; larger ones get 413 and are not read."""
@@ -117,3 +123,7 @@ ends it before its lease can expire, so two calls for one payment never overlap.
 
 REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""
+
+BUNDLE_MAX_FILE_BYTES = 1024 * 1024 * 1024
+"""Largest file ``webhook-ledger verify`` reads from an evidence bundle (``--max-file-mb``);
+a larger one is a verification failure, not an out-of-memory error."""

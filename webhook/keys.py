@@ -35,6 +35,9 @@ FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
 LATENCIES = PREFIX + "fulfil:latency_ms"
 """Capped list of first-paid-delivery -> fulfilled latencies (ms), newest first."""
 
+SECRETS_LAST_SEEN = PREFIX + "secrets:last_seen"
+"""Hash: secret label -> time (ms) of the last delivery that secret verified."""
+
 SERIES_PREFIX = PREFIX + "series:"
 """Per-hour hashes ``wl:series:{hour}`` of per-minute counts (``d:{minute}`` deliveries,
 ``r:{minute}`` rejections; epoch minutes), kept 48 hours. The scripts append the hour."""
@@ -75,10 +78,11 @@ FULFIL_UNLINKED_INVOICES)."""
 
 
 def lua_constants() -> str:
-    """Key prefixes for Lua scripts that derive keys themselves, prepended to each script."""
+    """Key names and prefixes for Lua scripts that derive keys themselves, prepended to each."""
     return (
         f"local PAYMENT_PREFIX = '{payment('')}'\n"
         f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
         f"local ALIAS_PREFIX = '{ALIAS_PREFIX}'\n"
         f"local FP_PREFIX = '{FINGERPRINT_PREFIX}'\n"
+        f"local SECRETS_LAST_SEEN = '{SECRETS_LAST_SEEN}'\n"
     )

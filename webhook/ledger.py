@@ -73,7 +73,7 @@ class Delivery:
     event: dict[str, Any]
     body: bytes
     classified: Classified
-    secret_index: int
+    secret_label: str
     source: str
     request_id: str
 
@@ -139,7 +139,7 @@ class Ledger:
             pk,
             c.role,
             "1" if c.paid else "0",
-            delivery.secret_index,
+            delivery.secret_label,
             delivery.source,
             hashlib.sha256(delivery.body).hexdigest(),
             compress_payload(delivery.body),

@@ -12,9 +12,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from webhook import defaults, keys, readout
+from webhook import defaults, keys, readout, secret_usage
 from webhook.auth import presented_token, token_ok
 from webhook.ops import unauthorized
+from webhook.settings import Settings
 from webhook.store import get_redis
 
 bp = Blueprint("metrics", __name__)
@@ -29,11 +30,11 @@ REQUEST_LATENCY = Histogram(
 class LedgerCollector(Collector):
     """Reads the shared counters from Redis at scrape time."""
 
-    def __init__(self, redis, queue_name: str) -> None:  # noqa: ANN001
-        self.redis, self.queue_name = redis, queue_name
+    def __init__(self, redis, settings: Settings) -> None:  # noqa: ANN001
+        self.redis, self.settings = redis, settings
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        s = readout.summary(self.redis, self.queue_name)
+        s = readout.summary(self.redis, self.settings.QUEUE_NAME)
         deliveries = CounterMetricFamily(
             "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
         )
@@ -70,6 +71,32 @@ class LedgerCollector(Collector):
             "webhook_queue_depth", "Jobs waiting in the RQ queue.", value=s["queue_length"]
         )
         yield self._latency()
+        yield from self._secrets()
+
+    def _secrets(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        s = self.settings
+        rows = secret_usage.usage(self.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
+        verified = CounterMetricFamily(
+            "webhook_secret_deliveries", "Deliveries verified, by secret label.", labels=["secret"]
+        )
+        seen = GaugeMetricFamily(
+            "webhook_secret_last_seen_timestamp_seconds",
+            "When the secret last verified a delivery.",
+            labels=["secret"],
+        )
+        retire = GaugeMetricFamily(
+            "webhook_secret_safe_to_retire",
+            "1 when a configured secret has verified nothing for SECRET_RETIRE_AFTER_DAYS days "
+            "while another one has verified deliveries since.",
+            labels=["secret"],
+        )
+        for row in rows:
+            verified.add_metric([row["label"]], row["deliveries"])
+            if row["last_seen"] is not None:
+                seen.add_metric([row["label"]], row["last_seen"] / 1000)
+            if row["configured"]:
+                retire.add_metric([row["label"]], int(row["status"] == "safe_to_retire"))
+        yield from (verified, seen, retire)
 
     def _latency(self) -> HistogramMetricFamily:
         raw = {
@@ -112,7 +139,7 @@ def metrics() -> Response:
         MultiProcessCollector(registry)
     else:
         registry.register(REQUEST_LATENCY)
-    registry.register(LedgerCollector(get_redis(), s.QUEUE_NAME))
+    registry.register(LedgerCollector(get_redis(), s))
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from redis.exceptions import RedisError
 
-from webhook import readout
+from webhook import readout, secret_usage
 from webhook.auth import csrf_ok, presented_token, token_ok
 from webhook.receiver import json_response
 from webhook.settings import Settings
@@ -119,6 +119,13 @@ def api_rejections() -> Response:
 @api_bp.get("/series")
 def api_series() -> Response:
     return json_response({"series": readout.series(get_redis(), int_arg("minutes", 60, 2880))})
+
+
+@api_bp.get("/secrets")
+def api_secrets() -> Response:
+    s = settings()
+    rows = secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
+    return json_response({"retire_after_days": s.SECRET_RETIRE_AFTER_DAYS, "secrets": rows})
 
 
 @api_bp.get("/openapi.yaml")

@@ -37,15 +37,14 @@ def stripe_webhook() -> Response:
     except Rejected as rejected:
         return reject(rejected, body, request_id)
     fault("receiver_after_verify")
+    secret_label = settings.secret_labels[secret_index]
     delivery = Delivery(
         event=event,
         body=body,
         classified=classify(event, settings.policy),
-        secret_index=secret_index,
+        secret_label=secret_label,
         source=delivery_source(
-            request.headers.get("User-Agent", ""),
-            request.headers.get(REPLAY_HEADER),
-            settings.secret_labels[secret_index],
+            request.headers.get("User-Agent", ""), request.headers.get(REPLAY_HEADER), secret_label
         ),
         request_id=request_id,
     )

@@ -1,5 +1,6 @@
 """Settings read from the environment, shared by the web app, the worker and the CLI."""
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -17,6 +18,7 @@ class Settings:
     STRIPE_WEBHOOK_SECRET: str = ""
     STRIPE_WEBHOOK_SECRET_LABELS: str = ""
     STRIPE_WEBHOOK_TOLERANCE: int = defaults.STRIPE_WEBHOOK_TOLERANCE
+    SECRET_RETIRE_AFTER_DAYS: int = defaults.SECRET_RETIRE_AFTER_DAYS
     MAX_BODY_BYTES: int = defaults.MAX_BODY_BYTES
     EVENT_RETENTION_DAYS: int = defaults.EVENT_RETENTION_DAYS
     PAYMENT_RETENTION_DAYS: int = defaults.PAYMENT_RETENTION_DAYS
@@ -41,14 +43,14 @@ class Settings:
 
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
-        """The webhook secrets in the order given; a delivery records the index that matched."""
+        """The webhook secrets in the order given (tried in that order)."""
         return [s.strip() for s in self.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
 
     @cached_property
     def secret_labels(self) -> list[str]:
-        """A name per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its position."""
+        """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
-        return [given[i] if i < len(given) else str(i) for i in range(len(self.secrets))]
+        return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
 
     @cached_property
     def policy(self) -> Policy:
@@ -62,6 +64,11 @@ class Settings:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def fingerprint(secret: str) -> str:
+    """A short name that identifies ``secret`` without revealing it."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
 def _convert(raw: str, kind: object) -> object:
@@ -102,6 +109,14 @@ def validated(settings: Settings) -> Settings:
         raise ValueError(
             f"LEASE_SECONDS={settings.LEASE_SECONDS} must be at least FULFILMENT_TIMEOUT="
             f"{settings.FULFILMENT_TIMEOUT} + {margin}: a call must end before its lease does"
+        )
+    labels = settings.secret_labels
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"STRIPE_WEBHOOK_SECRET_LABELS: two secrets share a label in {labels}")
+    if any(label.isdigit() for label in labels):
+        raise ValueError(
+            "STRIPE_WEBHOOK_SECRET_LABELS: a label must not be a plain number (the ledger "
+            "recorded secrets by position before labels, and shows those as numbers)"
         )
     return settings
 

@@ -15,6 +15,7 @@ from rq import get_current_job
 
 from webhook import settings as settings_module
 from webhook.faults import fault
+from webhook.redact import redact
 from webhook.store import connect
 from workers.actions import Action, Call, build_action
 from workers.attempts import Attempts, encode_receipt
@@ -45,7 +46,7 @@ def _context(pid: int) -> Context:
         )
         error = ""
     except FulfilmentError as exc:
-        action, error = None, str(exc)
+        action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION
     return Context(Attempts(connect(s), s), action, error, s.FULFILMENT_TIMEOUT)
 
 
@@ -74,16 +75,19 @@ def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
 def run_action(action: Action, call: Call, timeout: float) -> tuple[str, str]:
     """Call the downstream once, within ``timeout`` seconds in all; map its result to an
     outcome and a detail string."""
+    error: Exception
     try:
         return "fulfilled", encode_receipt(call_within(timeout, lambda: action(call)))
     except DeadlineExceeded as exc:  # it may have been applied: like a timed-out read
         return ("retry" if action.replay_safe else "interrupted"), f"deadline: {exc}"
     except AmbiguousDownstreamError as exc:
-        return ("retry" if action.replay_safe else "interrupted"), str(exc)
+        outcome, error = ("retry" if action.replay_safe else "interrupted"), exc
     except TransientDownstreamError as exc:
-        return "retry", str(exc)
+        outcome, error = "retry", exc
     except PermanentDownstreamError as exc:
-        return "failed", str(exc)
+        outcome, error = "failed", exc
+    # The one place an error becomes the stored last_error / attempt detail.
+    return outcome, redact(str(error))
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from webhook import keys
 from webhook.faults import fault
+from webhook.redact import redact
 from workers.attempts import Attempts
 
 log = logging.getLogger("webhook.sweeper")
@@ -56,5 +57,5 @@ def run_forever(attempts: Attempts, interval: float) -> None:
             if done:
                 log.info("sweep %s", dict(done))
         except RedisError as exc:
-            log.warning("sweep skipped: %s", exc)
+            log.warning("sweep skipped: %s", redact(str(exc)))
         time.sleep(interval)

@@ -7,9 +7,11 @@ from typing import Any
 
 from redis import Redis
 from rich.table import Table
+from rich.text import Text
 
 from webhook import keys, readout
 from webhook.checker import Findings, check
+from webhook.terminal import line, literal
 from workers.downstream import read_downstream
 
 SETTLED = ("fulfilled", "failed", "interrupted")
@@ -138,13 +140,16 @@ def table(layers: dict[str, Any], findings: Findings) -> Table:
         )
 
     for name, values in layers.items():
-        out.add_row(name, fmt(values))
-    verdict = "[green]ok[/green]" if findings.ok else "[red]FAILED[/red]"
+        out.add_row(literal(name), literal(fmt(values)))
+    verdict = Text("ok", "green") if findings.ok else Text("FAILED", "red")
     out.add_row(
         "checker",
-        f"{verdict}  checks {findings.checks}  lost {len(findings.lost)}  duplicated "
-        f"{len(findings.duplicated)}  unfulfilled {len(findings.unfulfilled)}  interrupted "
-        f"{len(findings.interrupted)}  unexpected {len(findings.unexpected)}",
+        line(
+            verdict,
+            f" checks {findings.checks}  lost {len(findings.lost)}  duplicated "
+            f"{len(findings.duplicated)}  unfulfilled {len(findings.unfulfilled)}  interrupted "
+            f"{len(findings.interrupted)}  unexpected {len(findings.unexpected)}",
+        ),
     )
     return out
 

@@ -116,6 +116,7 @@ redis.call('HINCRBY', ek, 'src:' .. src, 1)
 redis.call('HINCRBY', stats, 'deliveries', 1)
 redis.call('HINCRBY', stats, 'source:' .. src, 1)
 redis.call('HINCRBY', stats, 'secret:' .. secret, 1)
+redis.call('HSET', SECRETS_LAST_SEEN, secret, now)
 redis.call('HINCRBY', stats, 'type:' .. etype, 1)
 
 local enqueued = 0

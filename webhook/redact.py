@@ -1,0 +1,42 @@
+"""Credentials out of text before it is stored, logged or shown: the userinfo of a URL, every
+query value and Authorization header values become ``***``.
+
+Applied to error strings (a requests exception embeds the URL it called, query included)
+and to configured URLs printed at start-up. Over-masking is fine; leaking is not.
+"""
+
+import re
+
+MASK = "***"
+
+# scheme://user:password@host -> scheme://***@host (up to the last @ before the path, as
+# urllib.parse does, so a password with an unencoded @ is masked whole).
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s'\"<>`]*@")
+# A query (and any fragment after it) up to whitespace or a quote: also the path-only form
+# urllib3 puts in its messages ("url: /fulfil?api_key=...").
+_QUERY = re.compile(r"\?[^\s'\"<>`]+")
+_QUERY_FIELD = re.compile(r"([&;])")
+# Authorization: Bearer x / 'Authorization': 'Basic x' / "proxy-authorization": "x"
+_AUTHORIZATION = re.compile(
+    r"(?P<name>authorization['\"]?\s*[:=]\s*['\"]?)[^'\"\r\n,}]+", re.IGNORECASE
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with URL userinfo, query values and Authorization values masked."""
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    text = _QUERY.sub(_mask_query, text)
+    return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
+
+
+def _mask_query(match: re.Match[str]) -> str:
+    fields = _QUERY_FIELD.split(match[0][1:])
+    return "?" + "".join(_mask_field(f) for f in fields)
+
+
+def _mask_field(field: str) -> str:
+    """``name=value`` keeps its name; a bare value (``?token``) is masked whole."""
+    if field in ("&", ";", ""):
+        return field
+    name, equals, _ = field.partition("=")
+    return f"{name}={MASK}" if equals else MASK
