@@ -137,6 +137,7 @@ CASES = [
     ),
     ("not HTTP at all", b"\x00\xffNOT HTTP\r\n\r\n", 400, "malformed_request"),
     ("Expect: 100-continue", head(LENGTH, "Expect: 100-continue") + BODY, 200, None),
+    ("Expect: anything else", head(LENGTH, "Expect: 200-ok") + BODY, 417, "expectation_failed"),
     ("body stalls before its end", head(LENGTH) + BODY[:100], 408, "body_timeout"),
 ]
 

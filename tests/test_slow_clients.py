@@ -89,6 +89,16 @@ class Tricklers:
             statuses[raw.split(b" ", 2)[1].decode() if raw else "closed"] += 1
         return statuses
 
+    def headers_closed_unanswered(self) -> bool:
+        """Whether the server closed every header trickler without answering it."""
+        for sock in self.headers:
+            try:
+                if sock.recv(65536):
+                    return False
+            except ConnectionResetError:  # closed, then reset by the bytes sent after
+                pass
+        return True
+
     def close(self) -> None:
         for sock in self.bodies + self.headers:
             sock.close()
@@ -116,6 +126,7 @@ def test_slow_clients_do_not_stop_signed_deliveries(web, redis: Redis, rng) -> N
         assert max(latencies) < 1.0, latencies
         assert tricklers.body_errors == 0  # every body trickler was open throughout
         assert tricklers.body_answers() == Counter({"408": BODY_TRICKLERS})
+        assert tricklers.headers_closed_unanswered()
     finally:
         tricklers.close()
     assert stats(redis)["rejected:body_timeout"] == BODY_TRICKLERS
