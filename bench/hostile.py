@@ -58,6 +58,12 @@ def export_tree(rev: str, into: Path) -> str:
     return commit
 
 
+def served_commit() -> str:
+    """This tree's commit, marked if the code it serves has uncommitted changes."""
+    changed = git("status", "--porcelain", "--", "webhook", "gunicorn.conf.py", "pyproject.toml")
+    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if changed else "")
+
+
 def aof_and_keys(redis: RedisServer) -> tuple[int, int]:
     client = redis.client()
     try:
@@ -135,6 +141,7 @@ class Hostile:
             )
         return {
             "before_commit": self.before,
+            "after_commit": served_commit(),
             "half_load_rate": rate,
             "peak_runs": peak,
             "peak": summarise(peak),

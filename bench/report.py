@@ -126,7 +126,10 @@ def hostile_section(h: dict[str, Any] | None) -> Lines:
     if not h or "ratios" not in h:
         return []
     peak, half, forged, r = h["peak"], h["half_load"], h["forged"], h["ratios"]
-    label = {"before": f"before ({h['before_commit']}, gthread)", "after": "after (gevent)"}
+    label = {
+        "before": f"before ({h['before_commit']}, gthread)",
+        "after": f"after ({h.get('after_commit', '?')}, gevent)",
+    }
     rows = [
         [
             label[n],
