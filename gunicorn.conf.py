@@ -6,8 +6,14 @@ import os
 _port = os.environ.get("WEB_PORT") or os.environ.get("PORT", "8000")
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_port}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+# gevent with whole bodies under BODY_READ_TIMEOUT and JSON for malformed HTTP (webhook/server.py):
+# a slow client holds one greenlet, not one of a few threads.
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "webhook.server.Worker")
+# Connections one process serves at once; beyond it new ones wait in the listen backlog.
+# Each holds at most MAX_BODY_BYTES of body while it is read.
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "500"))
+threads = int(os.environ.get("GUNICORN_THREADS", "4"))  # gthread only
+# Also the deadline for a request's line and headers (gunicorn's gevent worker).
 keepalive = 5
 # Stripe waits up to ~20 s; a request that takes longer than this is a bug.
 timeout = 30

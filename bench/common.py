@@ -92,12 +92,16 @@ class Gunicorn:
         env: Mapping[str, str],
         app: str = "webhook.wsgi:app",
         workers: int = 2,
-        worker_class: str = "gthread",
+        worker_class: str | None = "gthread",
         threads: int = 4,
         logfile: Path | None = None,
+        root: Path = ROOT,
     ) -> None:
+        """``worker_class`` None: the class ``root``'s gunicorn.conf.py ships with. ``root``: a
+        source tree to serve (another commit's, see bench/hostile.py); this one by default."""
         self.port = free_port()
         self.app = app
+        self.root = root
         # gunicorn.conf.py makes a Prometheus multiprocess directory in /tmp unless one
         # is given: give each server its own, next to its log, so nothing is left behind.
         prom = {}
@@ -111,9 +115,10 @@ class Gunicorn:
             "WEB_CONCURRENCY": str(workers),
             "WEB_PORT": str(self.port),
             "HOST": "127.0.0.1",
-            "GUNICORN_WORKER_CLASS": worker_class,
             "GUNICORN_THREADS": str(threads),
         }
+        if worker_class is not None:
+            self.env["GUNICORN_WORKER_CLASS"] = worker_class
         self.workers = workers
         self.logfile = logfile
         self.proc: subprocess.Popen | None = None
@@ -123,7 +128,9 @@ class Gunicorn:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "Gunicorn":
-        argv = [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), self.app]
+        conf = str(self.root / "gunicorn.conf.py")
+        # --chdir puts root first on the workers' sys.path, ahead of PYTHONPATH: its code runs.
+        argv = [str(BIN / "gunicorn"), "-c", conf, "--chdir", str(self.root), self.app]
         self.proc = spawn(argv, self.env, self.logfile)
         wait_for_port(self.port, proc=self.proc)
         # The port is bound by the master before the workers have imported the app.

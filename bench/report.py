@@ -121,6 +121,49 @@ def workers_section(workers: dict[str, Any] | None) -> Lines:
     ]
 
 
+def hostile_section(h: dict[str, Any] | None) -> Lines:
+    """### 6: the shipped server before and after the hostile-input work, side by side."""
+    if not h or "ratios" not in h:
+        return []
+    peak, half, forged, r = h["peak"], h["half_load"], h["forged"], h["ratios"]
+    label = {
+        "before": f"before ({h['before_commit']}, gthread)",
+        "after": f"after ({h.get('after_commit', '?')}, gevent)",
+    }
+    rows = [
+        [
+            label[n],
+            sp(peak[n]["rps"]),
+            sp(peak[n]["p99_ms"], 1),
+            sp(half[n]["p99_ms"], 1),
+            sp(forged[n]["rps"]),
+            sp(forged[n]["aof_bytes_per_rejection"]),
+            sp(forged[n]["keys_per_rejection"], 3),
+        ]
+        for n in ("before", "after")
+    ]
+    return [
+        "### 6. Hostile input: the shipped server before and after",
+        "",
+        f"Each server as shipped by its commit, on its own Redis, in alternating rounds; half load is {num(h['half_load_rate'])} req/s offered to both (half the earlier commit's peak); forged requests are signed with a wrong secret (wrk, 16 connections).",
+        "",
+        *table(
+            [
+                "server",
+                "peak req/s",
+                "peak p99 ms",
+                "p99 ms at half load",
+                "forged req/s",
+                "AOF bytes per rejection",
+                "keys per rejection",
+            ],
+            rows,
+        ),
+        f"after / before: peak {ratio(r['after/before peak rps'])} (target ≥ 0.9); p99 at half load {ratio(r['after/before p99 at half load'])} (target ≤ 1.1).",
+        "",
+    ]
+
+
 def profile_steps(steps: dict[str, Any] | None) -> Lines:
     """Median µs per receiver step, measured in-process."""
     if not steps:
@@ -210,6 +253,7 @@ def render(data: dict[str, Any]) -> str:
         memory_section(sec.get("memory")),
         scale_section(sec.get("scale")),
         workers_section(intake.get("workers")),
+        hostile_section(sec.get("hostile")),
         profile_section(sec.get("profile")),
         machine_section(data.get("machine", {})),
     ]

@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import fulfilment, intake, memory, profile, report, scale
+from bench import fulfilment, hostile, intake, memory, profile, report, scale
 from bench.common import RESULTS, log, machine, write_json
 from bench.load import have_wrk
 
@@ -34,6 +34,7 @@ SECTIONS = {
     "memory": lambda quick: memory.run(quick),
     "scale": lambda quick: scale.run(quick),
     "profile": lambda quick: profile.run(quick),
+    "hostile": lambda quick: hostile.run(quick),
 }
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run the benchmarks (docs/BENCHMARKS.md): wrk from the system packages,
-# gevent and py-spy into .venv, then bench/run_all.py with any arguments given (--quick).
+# py-spy into .venv (gevent is a dependency of the service itself), then bench/run_all.py with
+# any arguments given (--quick).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh

@@ -43,7 +43,7 @@ def drive(ledger: Ledger, attempts: Attempts, rng: random.Random) -> None:
     event = samples.payment_events(rng)[2]
     record(ledger, event)
     pk = event["data"]["object"]["id"]
-    ledger.record_rejection("signature_mismatch", {"status": 400}, "req-x")
+    ledger.record_rejection("signature_mismatch", {"status": 400})
     start = attempts.start(pk, "job-1", replay_safe=False)
     attempts.mark_calling(pk, start.token)
     attempts.finish(pk, start.token, "interrupted", "reset", 12.0)
@@ -99,7 +99,7 @@ def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, 
     for n, bad in enumerate(variants(args)):
         restore(redis, state)
         before = dump(redis)
-        if name in ("record_delivery", "record_rejection"):  # a new request, not a retry
+        if name == "record_delivery":  # a new request, not a retry
             keys = [*keys[:2], f"wl:req:hostile-{n}", *keys[3:]]
         try:
             script(keys=keys, args=bad)  # type: ignore[misc]

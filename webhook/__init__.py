@@ -8,12 +8,10 @@ workers/jobs.py.
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
-
-from webhook import settings as settings_module
-from webhook import store
+if TYPE_CHECKING:
+    from flask import Flask
 
 
 class ConfigError(RuntimeError):
@@ -31,8 +29,16 @@ def configure_logging() -> None:
         logger.propagate = False
 
 
-def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     """App factory: defaults, then the environment, then ``test_config``."""
+    # Imported here, not at the top: gunicorn's master imports webhook.server (the worker
+    # class) before forking, and its gevent workers must patch the standard library before
+    # Flask, redis-py or RQ are imported.
+    from flask import Flask
+
+    from webhook import dashboard, metrics, ops, receiver, store
+    from webhook import settings as settings_module
+
     app = Flask(__name__)
     settings = settings_module.load(**dict(test_config or {}))
     if not settings.secrets:
@@ -42,9 +48,6 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     configure_logging()
 
     store.init_app(app)
-
-    from webhook import dashboard, metrics, ops, receiver
-
     app.register_blueprint(receiver.bp)
     app.register_blueprint(ops.health_bp)
     app.register_blueprint(ops.api_bp)

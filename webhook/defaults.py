@@ -11,6 +11,11 @@ system Redis on 6379 is never touched by accident."""
 REDIS_SOCKET_TIMEOUT = 2.0
 """Seconds a ledger command may take before redis-py gives up on the reply."""
 
+REDIS_MAX_CONNECTIONS = 50
+"""Redis connections one process opens at most; a request finding none free waits for one
+(up to REDIS_SOCKET_TIMEOUT). A web process serves up to GUNICORN_WORKER_CONNECTIONS
+requests at once, but a ledger write holds a connection for a millisecond or so."""
+
 REDIS_RETRIES = 3
 """Retries of a ledger command after a timeout or a dropped connection. Safe
 because every ledger write is idempotent per request id."""
@@ -26,6 +31,11 @@ retries of one delivery, each signed again with the secrets active at the time."
 
 MAX_BODY_BYTES = 512 * 1024
 """Largest body accepted; larger ones get 413 and are not read."""
+
+BODY_READ_TIMEOUT = 10.0
+"""Seconds a request body may take to arrive, from the end of its headers; a body still
+incomplete then is answered 408 (``body_timeout``) and its connection closed. Stripe sends
+a whole event at once, so only a slow or hostile client ever comes near it."""
 
 EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""

@@ -163,16 +163,15 @@ class Ledger:
             raise LedgerUnavailable(str(exc)) from exc
         return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), _text(state), _text(key))
 
-    def record_rejection(self, reason: str, record: dict[str, Any], request_id: str) -> bool:
-        """Count a rejection; returns False (and loses only the count) if Redis is down."""
+    def record_rejection(self, reason: str, record: dict[str, Any]) -> bool:
+        """Count a rejection in memory only; False (and only the count lost) if Redis is down."""
         try:
             self._reject(
-                keys=[keys.STATS, keys.REJECTIONS, keys.request(request_id)],
+                keys=[keys.STATS, keys.REJECTIONS],
                 args=[
                     reason,
                     orjson.dumps(record),
                     defaults.RECENT_REJECTIONS,
-                    defaults.REQUEST_ID_TTL,
                     keys.SERIES_PREFIX,
                 ],
             )

@@ -29,13 +29,12 @@ def json_response(payload: dict[str, object], status: int = 200) -> Response:
 def stripe_webhook() -> Response:
     started = time.perf_counter()
     settings: Settings = current_app.config["SETTINGS"]
-    request_id = new_request_id()
     body = b""
     try:
         body = read_body(request, settings.MAX_BODY_BYTES)
         event, secret_index = parse_event(body, request.headers.get("Stripe-Signature"), settings)
     except Rejected as rejected:
-        return reject(rejected, body, request_id)
+        return reject(rejected, body)
     fault("receiver_after_verify")
     secret_label = settings.secret_labels[secret_index]
     delivery = Delivery(
@@ -46,7 +45,7 @@ def stripe_webhook() -> Response:
         source=delivery_source(
             request.headers.get("User-Agent", ""), request.headers.get(REPLAY_HEADER), secret_label
         ),
-        request_id=request_id,
+        request_id=new_request_id(),
     )
     try:
         recorded = get_ledger().record_delivery(delivery)
@@ -81,23 +80,36 @@ def stripe_webhook() -> Response:
 def method_not_allowed(error: Exception) -> Response:
     """Methods routing refuses before the view (TRACE, PROPFIND, ...): same answer, counted."""
     if request.path == "/webhooks/stripe":
-        return reject(Rejected("method_not_allowed", 405, "use POST"), b"", new_request_id())
+        return reject(Rejected("method_not_allowed", 405, "use POST"), b"")
     return json_response({"error": "method_not_allowed"}, 405)
 
 
-def reject(rejected: Rejected, body: bytes, request_id: str) -> Response:
+def reject(rejected: Rejected, body: bytes) -> Response:
     """Count the rejection (never the body itself) and answer with its reason."""
+    size = len(body) if body else (request.content_length or 0)
+    count_rejection(rejected, size, body, request.remote_addr, request.method)
+    return json_response(rejection_payload(rejected), rejected.status)
+
+
+def count_rejection(
+    rejected: Rejected, size: int, body: bytes, remote: str | None, method: str | None
+) -> None:
+    """Count it by reason and keep a body-free record; log one JSON line."""
     record = {
         "reason": rejected.reason,
         "status": rejected.status,
-        "size": len(body) if body else (request.content_length or 0),
+        "size": size,
         "sha256": hashlib.sha256(body).hexdigest() if body else None,
-        "remote": request.remote_addr,
-        "method": request.method,
+        "remote": remote,
+        "method": method,
     }
-    counted = get_ledger().record_rejection(rejected.reason, record, request_id)
+    counted = get_ledger().record_rejection(rejected.reason, record)
     log.info(orjson.dumps({**record, "counted": counted}).decode())
+
+
+def rejection_payload(rejected: Rejected) -> dict[str, object]:
+    """The JSON answer to a rejected request: its reason, and a detail if there is one."""
     payload: dict[str, object] = {"error": rejected.reason}
     if rejected.detail:
         payload["detail"] = rejected.detail
-    return json_response(payload, rejected.status)
+    return payload

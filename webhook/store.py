@@ -1,7 +1,7 @@
 """The Redis connection and the ledger, owned per process (Flask's get_db pattern)."""
 
 from flask import Flask, current_app
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
@@ -14,14 +14,19 @@ EXTENSION = "webhook_ledger"
 
 def connect(settings: Settings) -> Redis:
     """A Redis client that retries timeouts (ledger writes are idempotent, so that is safe)."""
-    return Redis.from_url(
+    # Blocking: a gevent worker serves hundreds of requests at once; beyond the pool's size
+    # they wait for a connection (up to the socket timeout) instead of failing at once.
+    pool = BlockingConnectionPool.from_url(
         settings.REDIS_URL,
+        max_connections=settings.REDIS_MAX_CONNECTIONS,
+        timeout=settings.REDIS_SOCKET_TIMEOUT,
         socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
         socket_connect_timeout=settings.REDIS_SOCKET_TIMEOUT,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
         retry_on_error=[ConnectionError, TimeoutError],
         health_check_interval=30,
     )
+    return Redis.from_pool(pool)
 
 
 def get_ledger() -> Ledger:

@@ -1,0 +1,160 @@
+"""The web worker: gunicorn's gevent worker, made to hold on its own with no proxy in front.
+
+Every connection is a greenlet (at most ``worker_connections`` per process, set in
+gunicorn.conf.py), so a slow client holds a greenlet, never one of a few threads. gunicorn
+already bounds a request's line and headers by its keep-alive timeout; here the body is read
+whole within BODY_READ_TIMEOUT before the app runs, and HTTP that gunicorn's parser refuses
+is answered with the app's own counted JSON rejection instead of an HTML page. Why gevent:
+docs/ARCHITECTURE.md, "Slow and malformed HTTP".
+"""
+
+import io
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import orjson
+from gunicorn import util
+from gunicorn.http import errors
+from gunicorn.workers.ggevent import GeventWorker
+
+from webhook.exceptions import Rejected
+
+if TYPE_CHECKING:
+    from flask import Flask, Response
+
+UNREAD = "webhook_body_unread"
+"""Marks a gunicorn request body left (partly) unread: its connection is then closed, as
+the rest of the body would otherwise be parsed as the next request."""
+
+SERVER_FAULTS = (
+    errors.InvalidResponseHeader,
+    errors.InvalidResponseHeaderName,
+    errors.ConfigurationProblem,
+)
+PARSE_ERRORS: tuple[tuple[type[Exception], str, int], ...] = (
+    (errors.LimitRequestHeaders, "headers_too_large", 431),
+    (errors.LimitRequestLine, "request_line_too_long", 414),
+    (errors.ExpectationFailed, "expectation_failed", 417),
+    (errors.UnsupportedTransferCoding, "unsupported_transfer_coding", 400),
+    (errors.ParseException, "malformed_request", 400),
+)
+"""What a request gunicorn could not parse is counted as, first match wins."""
+
+
+class BodyTimeout(Exception):
+    """The body was not complete within BODY_READ_TIMEOUT."""
+
+
+def parse_rejection(exc: BaseException) -> Rejected | None:
+    """The rejection for a request gunicorn could not parse; None if it is not the client's."""
+    if isinstance(exc, SERVER_FAULTS):
+        return None
+    for kind, reason, status in PARSE_ERRORS:
+        if isinstance(exc, kind):
+            return Rejected(reason, status, str(exc)[:200])
+    return None
+
+
+def read_whole(stream: Any, declared: int, limit: int, seconds: float) -> bytes:
+    """Up to ``limit`` bytes of a body that must be complete within ``seconds``."""
+    try:
+        with gevent.Timeout(seconds, BodyTimeout):
+            body: bytes = stream.read(limit)
+    except BodyTimeout as exc:
+        raise Rejected("body_timeout", 408, f"body not complete within {seconds:g} s") from exc
+    except errors.NoMoreData as exc:
+        raise Rejected("incomplete_body", 400, "the connection ended inside the body") from exc
+    except errors.ParseException as exc:  # chunked framing or trailers
+        raise Rejected("malformed_body", 400, str(exc)[:200]) from exc
+    if len(body) < declared:
+        detail = f"the connection ended after {len(body)} of {declared} bytes"
+        raise Rejected("incomplete_body", 400, detail)
+    return body
+
+
+def raw_answer(status: int, payload: dict[str, object]) -> bytes:
+    """A whole HTTP response, for a request too malformed to reach the app."""
+    body = orjson.dumps(payload)
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class WholeBodies:
+    """WSGI middleware: the app runs once the body is complete, else the request is refused."""
+
+    def __init__(self, app: "Flask", reject: Callable[[Rejected, bytes], "Response"]) -> None:
+        self.app, self.reject = app, reject
+        settings = app.config["SETTINGS"]
+        self.limit, self.seconds = settings.MAX_BODY_BYTES, settings.BODY_READ_TIMEOUT
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        stream = environ["wsgi.input"]
+        declared = int(environ.get("CONTENT_LENGTH") or 0)
+        if declared > self.limit:  # the app answers 413 without reading it
+            setattr(stream, UNREAD, True)
+            return self.app(environ, start_response)
+        try:
+            body = read_whole(stream, declared, self.limit + 1, self.seconds)
+        except Rejected as rejected:
+            setattr(stream, UNREAD, True)
+            with self.app.request_context(environ):
+                response = self.reject(rejected, b"")
+            return response(environ, start_response)
+        if len(body) > self.limit:  # chunked and over the limit: the app answers 413
+            setattr(stream, UNREAD, True)
+        environ["wsgi.input"] = io.BytesIO(body)
+        return self.app(environ, start_response)
+
+
+class Worker(GeventWorker):
+    """gunicorn's gevent worker: whole bodies under a deadline, JSON for malformed HTTP."""
+
+    wsgi: Any  # set by gunicorn's load_wsgi: our Flask app, then the middleware around it
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        # Only here, in the worker once gevent has patched the standard library: the master
+        # imports this module (to find the class) before it forks.
+        from webhook import receiver
+
+        self.flask, self.receiver = self.wsgi, receiver
+        self.wsgi = WholeBodies(self.flask, receiver.reject)
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        except StopIteration:  # how gunicorn's async worker closes a connection
+            close_unread(req, sock)
+            raise
+        if close_unread(req, sock):
+            raise StopIteration()
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        rejected = parse_rejection(exc)
+        if rejected is None:
+            super().handle_error(req, client, addr, exc)
+            return
+        method = getattr(getattr(exc, "req", None) or req, "method", None)
+        with self.flask.app_context():
+            self.receiver.count_rejection(rejected, 0, b"", addr[0] if addr else None, method)
+        answer = raw_answer(rejected.status, self.receiver.rejection_payload(rejected))
+        try:
+            util.write_nonblock(client, answer)
+        except OSError:
+            self.log.debug("client gone before its rejection was sent")
+        util.close_graceful(client)  # see close_unread
+
+
+def close_unread(req: Any, sock: Any) -> bool:
+    """Close the connection if its request body was left unread; True if it was closed."""
+    if not getattr(req.body, UNREAD, False):
+        return False
+    # Lingering (half-close, drain a little, close): closing with unread bytes would make the
+    # kernel reset the connection, and the client could lose the answer already sent.
+    util.close_graceful(sock)
+    return True
