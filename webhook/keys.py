@@ -77,9 +77,13 @@ DUPLICATE_WINDOW_SECONDS, to hold a possible duplicate purchase that no id ties 
 FULFIL_UNLINKED_INVOICES)."""
 
 
-def lua_constants() -> str:
-    """Key names and prefixes for Lua scripts that derive keys themselves, prepended to each."""
+def lua_constants(clock_key: str = "") -> str:
+    """Key names and prefixes for Lua scripts that derive keys themselves, prepended to each.
+    ``clock_key`` names a key whose value (ms) the scripts take as "now" instead of Redis
+    ``TIME``: tests that explore the protocol move time by hand. Production passes none,
+    so no script ever reads such a key."""
     return (
+        f"local CLOCK_KEY = '{clock_key}'\n"
         f"local PAYMENT_PREFIX = '{payment('')}'\n"
         f"local STATE_INDEX_PREFIX = '{STATE_INDEX_PREFIX}'\n"
         f"local ALIAS_PREFIX = '{ALIAS_PREFIX}'\n"

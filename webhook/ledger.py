@@ -27,12 +27,13 @@ FULFIL_JOB = "workers.jobs.fulfil_payment"
 PAYLOAD_COMPRESSION_LEVEL = 6
 
 
-def load_script(package: str, name: str, *shared: str) -> str:
+def load_script(package: str, name: str, *shared: str, clock_key: str = "") -> str:
     """A script as Redis runs it: the key prefixes, the shared prelude, ``shared`` files of
     the same package, then the script itself."""
     lua = resources.files(package).joinpath("lua")
     prelude = resources.files("webhook").joinpath("lua", "prelude.lua").read_text()
-    parts = [keys.lua_constants(), prelude, *(lua.joinpath(f).read_text() for f in shared)]
+    constants = keys.lua_constants(clock_key)
+    parts = [constants, prelude, *(lua.joinpath(f).read_text() for f in shared)]
     return "\n".join([*parts, lua.joinpath(name).read_text()])
 
 
@@ -92,7 +93,7 @@ class Recorded:
 class Ledger:
     """Writes to the ledger; one instance per process, shared by its threads."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
         self.redis = redis
         self.settings = settings
         self.queue = Queue(settings.QUEUE_NAME, connection=redis)
@@ -105,8 +106,12 @@ class Ledger:
             result_ttl=settings.RQ_RESULT_TTL,
             failure_ttl=7 * 86400,
         )
-        self._record = redis.register_script(load_script("webhook", "record_delivery.lua"))
-        self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
+        self._record = redis.register_script(
+            load_script("webhook", "record_delivery.lua", clock_key=clock_key)
+        )
+        self._reject = redis.register_script(
+            load_script("webhook", "record_rejection.lua", clock_key=clock_key)
+        )
 
     def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
         """The RQ commands that enqueue a fulfilment job, captured rather than sent: the

@@ -96,7 +96,7 @@ def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
 
 
 # The outcomes a worker writes when it finishes its attempt: FINISHED in workers/lua/common.lua.
-FINISHED_OUTCOMES = {"fulfilled", "retry", "failed", "interrupted"}
+FINISHED_OUTCOMES = {"fulfilled", "retry", "failed", "interrupted", "not_called"}
 
 
 def payment_record(payment_key: str, raw: dict[bytes, bytes]) -> dict[str, Any]:

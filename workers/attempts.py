@@ -20,8 +20,8 @@ from webhook.readout import text
 from webhook.settings import Settings
 
 
-def _script(name: str) -> str:
-    return load_script("workers", name, "common.lua")
+def _script(name: str, clock_key: str = "") -> str:
+    return load_script("workers", name, "common.lua", clock_key=clock_key)
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,12 @@ class Start:
 class Attempts:
     """One per process; every method is one atomic script call."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
         self.redis = redis
         self.settings = settings
-        self.ledger = Ledger(redis, settings)
+        self.ledger = Ledger(redis, settings, clock_key)
         names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
-        self.scripts = {n: redis.register_script(_script(f"{n}.lua")) for n in names}
+        self.scripts = {n: redis.register_script(_script(f"{n}.lua", clock_key)) for n in names}
 
     def _keys(self, payment_key: str) -> list[str]:
         return [

@@ -35,6 +35,8 @@ class Context:
     action_error: str
     """Why the action could not be built ('' when it could): recorded on each payment."""
     timeout: float
+    call_window: float
+    """Seconds after its fence a call may still start: it must end before the lease does."""
 
 
 @cache
@@ -47,7 +49,8 @@ def _context(pid: int) -> Context:
         error = ""
     except FulfilmentError as exc:
         action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION
-    return Context(Attempts(connect(s), s), action, error, s.FULFILMENT_TIMEOUT)
+    window = s.LEASE_SECONDS - s.FULFILMENT_TIMEOUT
+    return Context(Attempts(connect(s), s), action, error, s.FULFILMENT_TIMEOUT, window)
 
 
 def context() -> Context:
@@ -104,7 +107,10 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
     if not fenced:
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
+    fenced_at = time.monotonic()
     fault("before_action")
+    if time.monotonic() - fenced_at > ctx.call_window:
+        return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
     assert start.call_fields is not None  # always set with "go"
     call = build_call(payment_key, start.token, start.call_fields)
@@ -113,6 +119,15 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     fault("after_action")
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
+
+
+def not_called(ctx: Context, payment_key: str, token: int, stalled_s: float) -> dict[str, Any]:
+    """The worker stalled between its fence and its call past the call's window (its lease
+    may be gone, a person may act): it must not call now. Its word that it did not call
+    lifts an interruption its own lease expiry caused."""
+    detail = f"not called: stalled {stalled_s:.1f} s after the fence"
+    verdict, state = ctx.attempts.finish(payment_key, token, "not_called", detail, 0.0)
+    return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
 def unusable_action(ctx: Context, payment_key: str, job_id: str) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 -- phase (leased|calling), replay_safe, job, next_at, last_error, receipt, fulfilled_at,
 -- and one `attempt:{token}` JSON record per attempt (in the hash: a key each would cost more).
 -- Attempt outcomes written by the attempt's own worker (finish_attempt.lua).
-local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true}
+-- not_called: the worker stalled after its fence past the call's window and did not call.
+local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true,
+  not_called = true}
 
 -- Merge fields into the JSON record of attempt `token`.
 local function update_attempt(pay, token, fields)

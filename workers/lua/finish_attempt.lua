@@ -1,6 +1,7 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
 -- KEYS: 1 payment, 2 states, 3 due, 4 stats, 5 latencies, 6 latency histogram
--- ARGV: 1 token, 2 outcome (fulfilled|retry|failed|interrupted), 3 receipt or error, 4 call ms,
+-- ARGV: 1 token, 2 outcome (fulfilled|retry|failed|interrupted|not_called), 3 receipt or
+--       error, 4 call ms,
 --       5 max attempts, 6 backoff base ms, 7 backoff cap ms, 8 payment key, 9 latency cap,
 --       10 histogram bucket bounds in ms (space-separated, ascending)
 -- Returns {verdict, state}: verdict is the outcome recorded, or 'stale'
@@ -28,7 +29,10 @@ end
 -- after a person re-queued it, as long as no newer attempt has started).
 local late = (state == 'interrupted' or state == 'queued') and current == token
   and outcome == 'fulfilled'
-if current ~= token or (state ~= 'in_progress' and not late) then
+-- Likewise the worker's word that it never called (it stalled past the call's window after
+-- its fence): the interruption its own lease expiry caused is lifted, nothing was applied.
+local idle = state == 'interrupted' and current == token and outcome == 'not_called'
+if current ~= token or (state ~= 'in_progress' and not late and not idle) then
   redis.call('HINCRBY', pay, 'stale_finishes', 1)
   redis.call('HINCRBY', stats, 'stale_finishes', 1)
   update_attempt(pay, token, {stale = true, stale_outcome = outcome, stale_at = now})
@@ -73,7 +77,7 @@ if outcome == 'interrupted' then
 end
 local used = tonumber(current)
   - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
-if outcome == 'retry' and used < tonumber(ARGV[5]) then
+if (outcome == 'retry' or outcome == 'not_called') and used < tonumber(ARGV[5]) then
   local delay = math.min(tonumber(ARGV[6]) * 2 ^ (used - 1), tonumber(ARGV[7]))
   move(pay, states, 'retrying')
   redis.call('HSET', pay, 'next_at', now + math.floor(delay))
