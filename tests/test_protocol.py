@@ -313,16 +313,35 @@ class Protocol(RuleBasedStateMachine):
         return tuple(self.redis.hmget(keys.payment(pk), fields))
 
 
+# Every other type of the event table, as (shipped sample it is shaped like, type).
+OTHER_TYPES = (
+    ("charge.succeeded", "charge.captured"),
+    ("charge.failed", "charge.failed"),
+    ("charge.refunded", "charge.refunded"),
+    ("charge.refunded", "charge.dispute.created"),
+    ("payment_intent.payment_failed", "payment_intent.payment_failed"),
+    ("payment_intent.succeeded", "payment_intent.canceled"),
+    ("payment_intent.succeeded", "payment_intent.amount_capturable_updated"),
+    ("checkout.session.completed", "checkout.session.async_payment_succeeded"),
+    ("checkout.session.completed", "checkout.session.async_payment_failed"),
+    ("checkout.session.completed", "checkout.session.expired"),
+    ("invoice.paid", "invoice.paid"),
+    ("invoice.paid", "invoice.payment_succeeded"),
+    ("invoice.paid", "invoice.payment_failed"),
+)
+
+
 def event_pool(rng: random.Random) -> list[tuple[dict[str, Any], bytes]]:
-    """Every shipped event type, for two payments: paid and not, with a copy of one paid
-    event under the same id but other bytes (it names another PaymentIntent)."""
+    """Every paid and non-paid type of the event table, for two payments, with a copy of
+    one paid event under the same id but other bytes (it names another PaymentIntent)."""
     pool = []
     for _ in range(2):
         events = samples.payment_events(rng, checkout=True)
         pi = events[0]["data"]["object"]["id"]
-        for failure in ("charge.failed", "payment_intent.payment_failed", "charge.refunded"):
-            extra = samples.event_of_type(rng, failure)
-            field = "id" if failure.startswith("payment_intent") else "payment_intent"
+        for shape, event_type in OTHER_TYPES:
+            extra = samples.event_of_type(rng, shape)
+            extra["type"] = event_type
+            field = "id" if shape.startswith("payment_intent") else "payment_intent"
             extra["data"]["object"][field] = pi
             events.append(extra)
         pool += [(e, samples.encode(e)) for e in events]
