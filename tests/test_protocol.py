@@ -95,6 +95,8 @@ class Protocol(RuleBasedStateMachine):
         self.workers: list[Worker | None] = [None] * WORKERS
         self.calls: Counter[str] = Counter()  # every downstream call
         self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
+        self.again: Counter[str] = Counter()  # calls made after one that may have applied
+        self.maybe_applied: set[str] = set()  # an ok or ambiguous answer: it may have applied
         self.tokens: dict[str, int] = {}
         self.last_state: dict[str, str] = {}
         self.person_acted: set[str] = set()
@@ -149,6 +151,10 @@ class Protocol(RuleBasedStateMachine):
             self.finish(slot, "not_called")
             return
         self.calls[w.payment] += 1
+        if w.payment in self.maybe_applied:
+            self.again[w.payment] += 1
+        if outcome in ("ok", "ambiguous"):  # a refusal (transient, permanent) applied nothing
+            self.maybe_applied.add(w.payment)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             self.applied[w.payment] += 1
         w.outcome = outcome
@@ -187,9 +193,12 @@ class Protocol(RuleBasedStateMachine):
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.decide(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
+            if self.state(pk) == "interrupted":  # as the README asks: check the downstream first
+                decision = "fulfilled" if self.applied[pk] else "retry"
             verdict, _ = self.attempts.decide(pk, decision, ("interrupted", "held"), "person")
         if verdict == "ok":
             self.person_acted.add(pk)
+            self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
 
     @precondition(lambda self: self.restarts < 2)
     @rule()
@@ -205,10 +214,13 @@ class Protocol(RuleBasedStateMachine):
     def one_effect_per_payment(self) -> None:
         if not hasattr(self, "calls"):
             return
-        if not self.replay_safe:  # this downstream never dedupes: each call may be an effect
-            for pk, n in self.calls.items():
-                assert n <= 1, f"{pk}: a non-replay-safe action called {n} times"
-                assert self.applied[pk] <= 1, f"{pk}: {self.applied[pk]} effects"
+        if not self.replay_safe:  # this downstream never dedupes
+            for pk, n in self.applied.items():
+                assert n <= 1, f"{pk}: {n} effects on a downstream that does not dedupe"
+            for pk, n in self.again.items():
+                assert n == 0, (
+                    f"{pk}: a non-replay-safe action called again after it may have applied"
+                )
         for pk in self.all_payments():
             record = readout.payment(self.redis, pk) or {}
             done = [a for a in record.get("attempts", []) if '"outcome":"fulfilled"' in a]
