@@ -24,6 +24,9 @@ from webhook.exceptions import LedgerUnavailable
 from webhook.settings import Settings
 
 FULFIL_JOB = "workers.jobs.fulfil_payment"
+API_SOURCE = "api"
+"""The source of an event found through Stripe's Events API (reconcile): recorded like a
+delivery, counted as none."""
 PAYLOAD_COMPRESSION_LEVEL = 6
 
 
@@ -68,7 +71,8 @@ def decompress_payload(stored: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Delivery:
-    """What one accepted HTTP request tells the ledger."""
+    """What one accepted HTTP request (or, with source ``api``, Stripe's Events API) tells
+    the ledger."""
 
     event: dict[str, Any]
     body: bytes
