@@ -92,7 +92,9 @@ PAID_EVENT_TYPES = (
     "checkout.session.async_payment_succeeded",
     "invoice.paid",
 )
-"""Event types that mean "paid" (each with its own condition, see events.py)."""
+"""Event types that mean "paid" (each with its own condition, see events.py). A thin event
+type (``v1.payment_intent.succeeded``) pays only when listed here, which it is not by
+default: a thin event carries no object to check."""
 
 FULFIL_UNLINKED_INVOICES = False
 """Whether an ``invoice.paid`` without a PaymentIntent (API 2025-03-31.basil and later, unless

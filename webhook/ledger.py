@@ -19,7 +19,7 @@ from rq import Queue
 
 from webhook import defaults, keys
 from webhook.enqueue import JobCommands
-from webhook.events import Classified
+from webhook.events import Classified, data_object, is_thin, related
 from webhook.exceptions import LedgerUnavailable
 from webhook.settings import Settings
 
@@ -120,7 +120,8 @@ class Ledger:
     def record_delivery(self, delivery: Delivery) -> Recorded:
         """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""
         event, c, s = delivery.event, delivery.classified, self.settings
-        obj = event["data"]["object"]
+        obj = data_object(event)
+        related_type, related_id = related(event)
         pk = c.payment_key or ""
         try:
             job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
@@ -159,6 +160,9 @@ class Ledger:
             c.account,
             c.fingerprint,
             defaults.DUPLICATE_WINDOW_SECONDS,
+            "1" if is_thin(event) else "0",
+            related_type[:255],
+            related_id[:255],
             *commands,
         ]
         try:

@@ -12,7 +12,7 @@ local cached = redis.call('GET', KEYS[3])
 if cached then
   return cjson.decode(cached)
 end
-local short = too_few('record_delivery', 24)
+local short = too_few('record_delivery', 27)
 if short then return short end
 local ek, stats, states, due = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local id, etype, created, livemode, api = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -22,7 +22,8 @@ local event_ttl, request_ttl, grace = whole(ARGV[13], 1), whole(ARGV[14], 1), wh
 local amount, currency, job_id, series_prefix = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
 local linked, hold, account, fingerprint = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
 local window = whole(ARGV[24], 1)
-local FIRST_COMMAND = 25
+local thin, related_type, related_id = ARGV[25], ARGV[26], ARGV[27]
+local FIRST_COMMAND = 28
 
 -- Checked before the first write.
 if not (event_ttl and request_ttl and grace and window) then
@@ -30,6 +31,9 @@ if not (event_ttl and request_ttl and grace and window) then
 end
 if paid_arg ~= '0' and paid_arg ~= '1' then
   return refuse('record_delivery', 'paid must be 0 or 1')
+end
+if thin ~= '0' and thin ~= '1' then
+  return refuse('record_delivery', 'thin must be 0 or 1')
 end
 if paid_arg == '1' and pk == '' then
   return refuse('record_delivery', 'a paid event needs a payment key')
@@ -113,6 +117,11 @@ if not known then
   redis.call('HSET', ek, 'type', etype, 'created', created, 'livemode', livemode,
     'api', api, 'pk', key, 'role', role, 'paid', paid_arg, 'sha', sha, 'body', body, 'first', now)
   if account ~= '' then redis.call('HSET', ek, 'account', account) end
+  -- A thin event: a reference to an object instead of the object itself.
+  if thin == '1' then redis.call('HSET', ek, 'thin', 1) end
+  if related_type ~= '' then
+    redis.call('HSET', ek, 'rel_type', related_type, 'rel_id', related_id)
+  end
   redis.call('EXPIRE', ek, event_ttl)
   redis.call('HINCRBY', stats, 'events', 1)
   redis.call('ZADD', KEYS[4], now, id)
