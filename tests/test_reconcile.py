@@ -11,17 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from tests.downstream_server import CountingDownstream
-from tests.helpers import settled_as, stats
+from tests.helpers import after_sweeps, settled_as, stats
 from tests.processes import free_port, service_env, wait_until
 from tests.stripe_api import API_KEY, EventsApi
 from tests.test_api_records import by_webhook
 from tests.test_ledger import make_ledger
-from tests.test_ops import cli
+from tests.test_ops import BASIC, BEARER, cli
 from tests.test_script_atomicity import dump
 from webhook import bundle, keys, readout, reconcile, samples
+from webhook import settings as settings_module
 from webhook.checker import check
 
 Payment = list[dict[str, Any]]
@@ -209,3 +211,69 @@ def test_stripe_gave_up_delivering_reconcile_fulfils_each_payment_once(
     assert found.ok and found.checks == 60
     again = cli(s.env, "reconcile", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["missing_total"] == 0
+
+
+def test_the_sweeper_reconciles_once_per_interval(
+    stack,  # noqa: ANN001
+    redis: Redis,
+    rng: random.Random,
+    stripe_api: EventsApi,
+) -> None:
+    """Two sweepers, RECONCILE_INTERVAL an hour: one run, applied, and its payments fulfilled."""
+    payments = card_payments(rng, 3, int(time.time()) - 4 * 86400)
+    for event in (e for p in payments for e in p):
+        stripe_api.add(event)
+    s = stack(STRIPE_API_KEY=API_KEY, STRIPE_API_BASE=stripe_api.url, RECONCILE_INTERVAL="3600")
+    s.start_worker()
+    s.start_sweeper()
+    s.start_sweeper()
+    wait_until(lambda: reconcile.runs(redis), what="a scheduled reconcile run")
+    for payment in payments:
+        wait_until(lambda p=payment: settled_as(redis, pi_of(p), "fulfilled"), timeout=30)
+    after_sweeps(redis, 10)
+    runs = reconcile.runs(redis, 10)
+    assert len(runs) == 1, "one run per interval, however many sweepers"
+    assert (runs[0]["trigger"], runs[0]["applied"], runs[0]["recorded"]) == ("sweeper", True, 9)
+    assert redis.pttl(keys.RECONCILE_SLOT) > 3_500_000
+
+
+def test_reconcile_interval_needs_a_key(config: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="STRIPE_API_KEY"):
+        settings_module.load({}, RECONCILE_INTERVAL=60.0)
+
+
+def test_the_dashboard_api_and_metrics_show_the_last_run(
+    client,  # noqa: ANN001
+    redis: Redis,
+    redis_server,  # noqa: ANN001
+    rng: random.Random,
+    stripe_api: EventsApi,
+) -> None:
+    page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="reconcile-last">never run' in page and "Not scheduled" in page
+    payment = card_payments(rng, 1, int(time.time()))[0]
+    for event in payment:
+        stripe_api.add(event)
+    ledger = make_ledger(redis_server.url, STRIPE_API_KEY=API_KEY, STRIPE_API_BASE=stripe_api.url)
+    reconcile.reconcile(ledger, 3600, apply=False)
+    page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert "(cli, dry run)" in page and 'id="reconcile-missing" class="bad">3 / 3' in page
+    assert "missing charge.succeeded" in page and f"<code>{pi_of(payment)}</code> (paid)" in page
+    runs = client.get("/ops/api/reconcile", headers=BEARER).get_json()
+    assert runs["interval"] == 0 and runs["runs"][0]["missing_total"] == 3
+    reconcile.reconcile(ledger, 3600, apply=True)
+    assert client.get("/ops/api/summary", headers=BEARER).get_json()["reconciled"] == 3
+    families = metric_families(client)
+    assert families["webhook_reconcile_missing"].samples[0].value == 3
+    assert families["webhook_reconciled_events"].samples[0].value == 3
+    assert families["webhook_reconcile_failed"].samples[0].value == 0
+    wrong = make_ledger(redis_server.url, STRIPE_API_KEY="rk_wrong", STRIPE_API_BASE=stripe_api.url)
+    reconcile.reconcile(wrong, 3600, apply=True)
+    page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="reconcile-error">AuthenticationError' in page
+    assert metric_families(client)["webhook_reconcile_failed"].samples[0].value == 1
+
+
+def metric_families(client) -> dict[str, Any]:  # noqa: ANN001
+    text = client.get("/metrics", headers=BEARER).get_data(as_text=True)
+    return {f.name: f for f in text_string_to_metric_families(text)}

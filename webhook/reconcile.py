@@ -171,6 +171,11 @@ def runs(redis: Redis, limit: int = 10) -> list[dict[str, Any]]:
     return [orjson.loads(r) for r in redis.lrange(keys.RECONCILE_RUNS, 0, limit - 1)]
 
 
+def claim(redis: Redis, interval: float) -> bool:
+    """Whether this sweeper runs reconcile now: one per interval, however many sweepers run."""
+    return bool(redis.set(keys.RECONCILE_SLOT, "1", nx=True, px=max(1, int(interval * 1000))))
+
+
 def _now_ms(redis: Redis) -> int:
     seconds, micros = redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
