@@ -83,7 +83,8 @@ def summary(ctx: Context, as_json: bool) -> None:
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
     rows = run(lambda: readout.events(ctx.redis, event_type, None, None, offset, limit))
-    emit(rows, as_json, rows_table("Events", rows, ("id", "type", "n", "pk", "first", "last")))
+    columns = ("id", "type", "n", "origin", "pk", "first", "last")
+    emit(rows, as_json, rows_table("Events", rows, columns))
 
 
 @main.command()
