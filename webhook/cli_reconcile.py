@@ -62,8 +62,14 @@ def show(result: Run) -> None:
     console.print(kv_table(f"Reconcile with Stripe's Events API ({mode})", rows))
     if result.missing:
         columns = ("id", "type", "payment", "paid", "created")
-        console.print(rows_table("Missing from the ledger", result.missing, columns))
+        missing = [{**m, "created": _utc_s(m["created"])} for m in result.missing]
+        console.print(rows_table("Missing from the ledger", missing, columns))
     if result.error:
         say(Text("Stripe's API:", "red"), result.error)
     elif result.missing and not result.applied:
         say("dry run: nothing recorded; --apply records them")
+
+
+def _utc_s(created: object) -> object:
+    """Stripe's ``created`` (epoch seconds) as UTC; anything else as it came."""
+    return utc(created * 1000) if isinstance(created, int) else created
