@@ -125,3 +125,42 @@ def test_paid_types_are_configurable_and_unknown_types_ignored() -> None:
     assert not classify(sample("charge.succeeded"), only_pi).paid
     other = {"id": "evt_1", "type": "customer.updated", "data": {"object": {"id": "cus_1"}}}
     assert classify(other, TEST).payment_key is None
+
+
+def thin(event_type: str, related_type: str, related_id: str) -> dict:
+    ref = {"id": related_id, "type": related_type, "url": f"/v1/x/{related_id}"}
+    return {
+        "id": "evt_test_1",
+        "object": "v2.core.event",
+        "type": event_type,
+        "related_object": ref,
+    }
+
+
+@pytest.mark.parametrize(
+    ("event_type", "related_type", "related_id", "key", "role", "paid"),
+    [
+        ("v1.payment_intent.succeeded", "payment_intent", PI, PI, "info", False),
+        ("v1.payment_intent.payment_failed", "payment_intent", PI, PI, "failed", False),
+        ("v1.payment_intent.canceled", "payment_intent", PI, PI, "failed", False),
+        ("v1.payment_intent.created", "payment_intent", PI, PI, "info", False),
+        ("v1.payment_intent.succeeded", "charge", "ch_1", None, "info", False),
+        ("v1.charge.succeeded", "charge", "ch_1", None, "info", False),
+        ("v1.invoice.paid", "invoice", IN, None, "info", False),
+    ],
+)
+def test_thin_mapping(
+    event_type: str, related_type: str, related_id: str, key: str | None, role: str, paid: bool
+) -> None:
+    c = classify(thin(event_type, related_type, related_id), TEST)
+    assert (c.payment_key, c.role, c.paid) == (key, role, paid)
+
+
+def test_a_thin_payment_intent_pays_only_when_paid_types_list_it() -> None:
+    listed = Policy(
+        frozenset({*defaults.PAID_EVENT_TYPES, "v1.payment_intent.succeeded"}), mode="test"
+    )
+    c = classify(thin("v1.payment_intent.succeeded", "payment_intent", PI), listed)
+    assert (c.payment_key, c.role, c.paid, c.hold) == (PI, "paid", True, "")
+    c = classify(thin("v1.payment_intent.succeeded", "payment_intent", PI), LIVE)
+    assert not c.paid, "not listed in the default PAID_EVENT_TYPES"

@@ -20,7 +20,16 @@ from webhook.auth import csrf_token
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
-API_ROUTES = ["summary", "events", "payments", "rejections", "series", "secrets", "openapi.yaml"]
+API_ROUTES = [
+    "summary",
+    "events",
+    "payments",
+    "rejections",
+    "series",
+    "secrets",
+    "reconcile",
+    "openapi.yaml",
+]
 
 
 def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001

@@ -13,7 +13,8 @@ from redis.exceptions import ResponseError
 
 from tests.test_purchases import ledger_for, record
 from webhook import samples
-from webhook.ledger import Ledger
+from webhook.events import classify
+from webhook.ledger import API_SOURCE, Delivery, Ledger, new_request_id
 from workers.attempts import Attempts
 
 HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff")
@@ -26,7 +27,8 @@ def capture(ledger: Ledger, attempts: Attempts) -> Captured:
 
     def keep(name: str, script: Callable[..., Any]) -> Callable[..., Any]:
         def call(keys: list[Any], args: list[Any], client: Any = None) -> Any:
-            calls.setdefault(name, []).append((list(keys), list(args)))
+            api = name == "record_delivery" and args[9:10] == [API_SOURCE]
+            calls.setdefault(f"{name}_api" if api else name, []).append((list(keys), list(args)))
             return script(keys=keys, args=args)
 
         return call
@@ -42,6 +44,9 @@ def drive(ledger: Ledger, attempts: Attempts, rng: random.Random) -> None:
     """One of each transition, with real arguments."""
     event = samples.payment_events(rng)[2]
     record(ledger, event)
+    found = samples.payment_events(rng)[2]  # found through the Events API by reconcile
+    c = classify(found, ledger.settings.policy)
+    ledger.record_delivery(Delivery(found, b"{}", c, "", API_SOURCE, new_request_id()))
     pk = event["data"]["object"]["id"]
     ledger.record_rejection("signature_mismatch", {"status": 400})
     start = attempts.start(pk, "job-1", replay_safe=False)
@@ -73,6 +78,7 @@ def variants(args: list[Any]) -> list[list[Any]]:
 
 SCRIPTS = (
     "record_delivery",
+    "record_delivery_api",
     "record_rejection",
     "start_attempt",
     "mark_calling",
@@ -92,14 +98,13 @@ def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, 
     assert name in calls, f"{name} was not driven"
     keys, args = calls[name][0]
     state = dump(redis)
-    script = {"record_delivery": ledger._record, "record_rejection": ledger._reject}.get(
-        name, attempts.scripts.get(name)
-    )
+    by_ledger = {"record_delivery": ledger._record, "record_delivery_api": ledger._record}
+    script = {**by_ledger, "record_rejection": ledger._reject}.get(name, attempts.scripts.get(name))
     errors = 0
     for n, bad in enumerate(variants(args)):
         restore(redis, state)
         before = dump(redis)
-        if name == "record_delivery":  # a new request, not a retry
+        if name in by_ledger:  # a new request, not a retry
             keys = [*keys[:2], f"wl:req:hostile-{n}", *keys[3:]]
         try:
             script(keys=keys, args=bad)  # type: ignore[misc]

@@ -197,7 +197,8 @@ def _parse(v: Verification, contents: dict[str, bytes]) -> dict[str, Any]:
 
 
 def _check_events(v: Verification, data: dict[str, Any]) -> None:
-    """Payloads match their hashes; per-event deliveries and distinct events match the counters."""
+    """Payloads match their hashes; per-event deliveries, distinct events and events found
+    through the Events API match the counters."""
     events, counters = data.get("events.json"), data.get("counters.json")
     if events is None:
         return
@@ -214,6 +215,10 @@ def _check_events(v: Verification, data: dict[str, Any]) -> None:
             "per-event deliveries do not sum to the counter",
         )
         v.expect(len(events) == stats.get("events", 0), "distinct events do not match the counter")
+        v.expect(
+            sum(1 for e in events if e.get("origin") == "api") == stats.get("reconciled", 0),
+            "events recorded from Stripe's Events API do not match the counter",
+        )
 
 
 def _check_payments(v: Verification, data: dict[str, Any], events: dict[str, Any]) -> None:

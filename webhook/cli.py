@@ -1,7 +1,8 @@
 """``webhook-ledger``: the ops command line. Tables by default, ``--json`` everywhere.
 
-Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
-2 usage error, 3 Redis unreachable.
+Exit codes: 0 ok, 1 the thing asked about is not there or not in that state (or, for
+``reconcile``, events are missing and were not recorded), 2 usage error, 3 Redis
+unreachable, 4 Stripe's API refused or could not be reached.
 """
 
 import sys
@@ -16,11 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from webhook import readout, secret_usage, settings
+from webhook.exceptions import LedgerUnavailable
 from webhook.redact import redact
 from webhook.store import connect
 from webhook.terminal import console, kv_table, literal, rows_table, say
 
-EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
+EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
 
 
 class Context:
@@ -52,7 +54,7 @@ def main(ctx: click.Context) -> None:
 def run(fn: Any) -> Any:
     try:
         return fn()
-    except RedisError as exc:
+    except (RedisError, LedgerUnavailable) as exc:
         say(Text("Redis unreachable:", "red"), redact(str(exc)))
         sys.exit(EXIT_REDIS)
 
@@ -81,7 +83,8 @@ def summary(ctx: Context, as_json: bool) -> None:
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
     rows = run(lambda: readout.events(ctx.redis, event_type, None, None, offset, limit))
-    emit(rows, as_json, rows_table("Events", rows, ("id", "type", "n", "pk", "first", "last")))
+    columns = ("id", "type", "n", "origin", "pk", "first", "last")
+    emit(rows, as_json, rows_table("Events", rows, columns))
 
 
 @main.command()
@@ -173,7 +176,7 @@ def utc(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else "-"
 
 
-from webhook import cli_actions  # noqa: E402, F401  (registers the commands that act)
+from webhook import cli_actions, cli_reconcile  # noqa: E402, F401  (register their commands)
 
 if __name__ == "__main__":
     from webhook.cli import main as registered  # the module, with every command on it

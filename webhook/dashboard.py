@@ -10,7 +10,7 @@ from typing import Any
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from webhook import readout, secret_usage
+from webhook import readout, reconcile, secret_usage
 from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
 from webhook.ops import decide, int_arg, settings, unauthorized
 from webhook.store import get_redis
@@ -77,6 +77,8 @@ def index() -> str:
         rejections=readout.rejections(redis, 10),
         secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
         retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
+        reconciled=reconcile.runs(redis, 1),
+        reconcile_interval=s.RECONCILE_INTERVAL,
     )
 
 

@@ -102,7 +102,9 @@ PAID_EVENT_TYPES = (
     "checkout.session.async_payment_succeeded",
     "invoice.paid",
 )
-"""Event types that mean "paid" (each with its own condition, see events.py)."""
+"""Event types that mean "paid" (each with its own condition, see events.py). A thin event
+type (``v1.payment_intent.succeeded``) pays only when listed here, which it is not by
+default: a thin event carries no object to check."""
 
 FULFIL_UNLINKED_INVOICES = False
 """Whether an ``invoice.paid`` without a PaymentIntent (API 2025-03-31.basil and later, unless
@@ -133,6 +135,24 @@ ends it before its lease can expire, so two calls for one payment never overlap.
 
 REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""
+
+STRIPE_API_BASE = "https://api.stripe.com"
+"""Where ``webhook-ledger reconcile`` finds Stripe's API (tests point it at a local server).
+The key is STRIPE_API_KEY: a restricted key with read access to events is enough."""
+
+STRIPE_EVENTS_KEPT_DAYS = 30
+"""How far back Stripe's Events API lists events, so how far back reconcile can look."""
+
+RECONCILE_INTERVAL = 0.0
+"""Seconds between the sweeper's reconcile runs (0: never). Each run looks back over
+EVENT_RETENTION_DAYS (at most STRIPE_EVENTS_KEPT_DAYS) and records what is missing (source
+``api``); one sweeper runs it per interval, however many run. Needs STRIPE_API_KEY."""
+
+RECONCILE_RUNS_KEPT = 50
+"""Reconcile runs kept in Redis (newest first) for the dashboard and the API."""
+
+RECONCILE_MISSING_KEPT = 100
+"""Missing events listed in a stored run (the count is always whole)."""
 
 BUNDLE_MAX_FILE_BYTES = 1024 * 1024 * 1024
 """Largest file ``webhook-ledger verify`` reads from an evidence bundle (``--max-file-mb``);

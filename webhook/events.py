@@ -1,15 +1,18 @@
 """Which payment an event belongs to, and whether it means "paid": one table.
 
 Rules are matched by exact type first, then by the longest type prefix ending in ".".
+Thin events (``"object": "v2.core.event"``: a type and a ``related_object`` reference, no
+``data.object``) have a table of their own, THIN_RULES.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.exceptions import NotAStripeEvent
 
 Obj = dict[str, Any]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,37 @@ RULES: dict[str, Rule] = {
 }
 
 
+THIN_OBJECT = "v2.core.event"
+
+
+@dataclass(frozen=True)
+class ThinRule:
+    related_type: str
+    """The payment key is the id of the related object when it is of this type."""
+    role: str
+    """As in Rule; ``paid`` only counts when PAID_EVENT_TYPES lists the thin type too."""
+
+
+# Only a PaymentIntent's own id is its payment key: a thin charge, session or invoice event
+# names an id the ledger could not tie to its PaymentIntent without fetching the object.
+THIN_RULES: dict[str, ThinRule] = {
+    "v1.payment_intent.succeeded": ThinRule("payment_intent", "paid"),
+    "v1.payment_intent.payment_failed": ThinRule("payment_intent", "failed"),
+    "v1.payment_intent.canceled": ThinRule("payment_intent", "failed"),
+    "v1.payment_intent.": ThinRule("payment_intent", "info"),
+}
+
+
+def _lookup(table: dict[str, R], event_type: str) -> R | None:
+    if event_type in table:
+        return table[event_type]
+    prefixes = [p for p in table if p.endswith(".") and event_type.startswith(p)]
+    return table[max(prefixes, key=len)] if prefixes else None
+
+
 def rule_for(event_type: str) -> Rule | None:
     """The rule for a type: exact match, else the longest matching prefix."""
-    if event_type in RULES:
-        return RULES[event_type]
-    prefixes = [p for p in RULES if p.endswith(".") and event_type.startswith(p)]
-    return RULES[max(prefixes, key=len)] if prefixes else None
+    return _lookup(RULES, event_type)
 
 
 @dataclass(frozen=True)
@@ -135,8 +163,29 @@ class Classified:
     so the ledger can hold a possible duplicate purchase. '' otherwise."""
 
 
+def is_thin(event: Obj) -> bool:
+    return event.get("object") == THIN_OBJECT
+
+
+def data_object(event: Obj) -> Obj:
+    """The event's ``data.object``; empty for a thin event, which has none."""
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def related(event: Obj) -> tuple[str, str]:
+    """A thin event's related object as (type, id); ('', '') when it names none."""
+    ref = event.get("related_object")
+    if not isinstance(ref, dict):
+        return "", ""
+    return str(ref.get("type") or ""), str(ref.get("id") or "")
+
+
 def classify(event: Obj, policy: Policy) -> Classified:
     """Map a parsed event to its payment key, role, and whether and how it counts as paid."""
+    if is_thin(event):
+        return _classify_thin(event, policy)
     obj = event["data"]["object"]
     rule = rule_for(event["type"])
     if rule is None:
@@ -163,6 +212,20 @@ def classify(event: Obj, policy: Policy) -> Classified:
         account=account,
         fingerprint=_fingerprint(obj, event, unlinked) if paid and policy.unlinked_invoices else "",
     )
+
+
+def _classify_thin(event: Obj, policy: Policy) -> Classified:
+    """A thin event joins a payment only where THIN_RULES maps its type and related object."""
+    rule = _lookup(THIN_RULES, event["type"])
+    related_type, related_id = related(event)
+    if rule is None or related_type != rule.related_type or not related_id:
+        return Classified(None, "info", False)
+    paid = rule.role == "paid" and event["type"] in policy.paid_types
+    role = rule.role if rule.role != "paid" or paid else "info"
+    # A thin event names its connected account in ``context``.
+    account = str(event["context"]) if isinstance(event.get("context"), str) else ""
+    hold = _hold(event, account, policy) if paid else ""
+    return Classified(related_id, role, paid, hold=hold, account=account)
 
 
 def _linked(obj: Obj, key: str | None) -> tuple[str, ...]:
@@ -205,6 +268,21 @@ def check_shape(event: object) -> Obj:
         raise NotAStripeEvent("no evt_ id")
     if not isinstance(event_type, str) or not event_type or len(event_type) > 255:
         raise NotAStripeEvent("no type")
-    if not isinstance(data, dict) or not isinstance(data.get("object"), dict):
+    if is_thin(event):
+        _check_related(event.get("related_object"))
+    elif not isinstance(data, dict) or not isinstance(data.get("object"), dict):
         raise NotAStripeEvent("no data.object")
     return event
+
+
+def _check_related(ref: object) -> None:
+    """A thin event's related object, if any: a type, and an id unless it is a singleton."""
+    if ref is None:
+        return
+    if not isinstance(ref, dict):
+        raise NotAStripeEvent("related_object is not an object")
+    kind, ref_id = ref.get("type"), ref.get("id")
+    if not isinstance(kind, str) or not kind or len(kind) > 255:
+        raise NotAStripeEvent("related_object without a type")
+    if ref_id is not None and (not isinstance(ref_id, str) or not ref_id or len(ref_id) > 255):
+        raise NotAStripeEvent("related_object id is not an id")

@@ -43,6 +43,14 @@ SERIES_PREFIX = PREFIX + "series:"
 ``r:{minute}`` rejections; epoch minutes), kept 48 hours. The scripts append the hour."""
 
 
+RECONCILE_RUNS = PREFIX + "reconcile:runs"
+"""Capped list of reconcile runs (JSON, newest first): when, window, what Stripe listed, what
+the ledger lacked (by type and payment) and what was recorded."""
+
+RECONCILE_SLOT = PREFIX + "reconcile:slot"
+"""String that lives RECONCILE_INTERVAL: set by the sweeper that runs reconcile in it."""
+
+
 def series(hour: int) -> str:
     """The per-minute counts of one hour (epoch hours)."""
     return f"{SERIES_PREFIX}{hour}"

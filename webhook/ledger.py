@@ -19,11 +19,14 @@ from rq import Queue
 
 from webhook import defaults, keys
 from webhook.enqueue import JobCommands
-from webhook.events import Classified
+from webhook.events import Classified, data_object, is_thin, related
 from webhook.exceptions import LedgerUnavailable
 from webhook.settings import Settings
 
 FULFIL_JOB = "workers.jobs.fulfil_payment"
+API_SOURCE = "api"
+"""The source of an event found through Stripe's Events API (reconcile): recorded like a
+delivery, counted as none."""
 PAYLOAD_COMPRESSION_LEVEL = 6
 
 
@@ -69,7 +72,8 @@ def decompress_payload(stored: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Delivery:
-    """What one accepted HTTP request tells the ledger."""
+    """What one accepted HTTP request (or, with source ``api``, Stripe's Events API) tells
+    the ledger."""
 
     event: dict[str, Any]
     body: bytes
@@ -121,7 +125,8 @@ class Ledger:
     def record_delivery(self, delivery: Delivery) -> Recorded:
         """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""
         event, c, s = delivery.event, delivery.classified, self.settings
-        obj = event["data"]["object"]
+        obj = data_object(event)
+        related_type, related_id = related(event)
         pk = c.payment_key or ""
         try:
             job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
@@ -160,6 +165,9 @@ class Ledger:
             c.account,
             c.fingerprint,
             defaults.DUPLICATE_WINDOW_SECONDS,
+            "1" if is_thin(event) else "0",
+            related_type[:255],
+            related_id[:255],
             *commands,
         ]
         try:

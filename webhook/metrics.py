@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from webhook import defaults, keys, readout, secret_usage
+from webhook import defaults, keys, readout, reconcile, secret_usage
 from webhook.auth import presented_token, token_ok
 from webhook.ops import unauthorized
 from webhook.settings import Settings
@@ -72,6 +72,33 @@ class LedgerCollector(Collector):
         )
         yield self._latency()
         yield from self._secrets()
+        yield CounterMetricFamily(
+            "webhook_reconciled_events",
+            "Events recorded from Stripe's Events API by reconcile (not deliveries).",
+            value=s["reconciled"],
+        )
+        yield from self._reconcile()
+
+    def _reconcile(self) -> Iterator[GaugeMetricFamily]:
+        last = reconcile.runs(self.redis, 1)
+        if not last:
+            return
+        run = last[0]
+        yield GaugeMetricFamily(
+            "webhook_reconcile_last_run_timestamp_seconds",
+            "When the last reconcile run ended.",
+            value=run["finished_ms"] / 1000,
+        )
+        yield GaugeMetricFamily(
+            "webhook_reconcile_missing",
+            "Events Stripe listed that the ledger lacked, at the last reconcile run.",
+            value=run["missing_total"],
+        )
+        yield GaugeMetricFamily(
+            "webhook_reconcile_failed",
+            "1 when the last reconcile run could not read Stripe's Events API.",
+            value=int(bool(run["error"])),
+        )
 
     def _secrets(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.settings

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from redis.exceptions import RedisError
 
-from webhook import readout, secret_usage
+from webhook import readout, reconcile, secret_usage
 from webhook.auth import csrf_ok, presented_token, token_ok
 from webhook.receiver import json_response
 from webhook.settings import Settings
@@ -126,6 +126,12 @@ def api_secrets() -> Response:
     s = settings()
     rows = secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
     return json_response({"retire_after_days": s.SECRET_RETIRE_AFTER_DAYS, "secrets": rows})
+
+
+@api_bp.get("/reconcile")
+def api_reconcile() -> Response:
+    runs = reconcile.runs(get_redis(), int_arg("limit", 10, 50))
+    return json_response({"interval": settings().RECONCILE_INTERVAL, "runs": runs})
 
 
 @api_bp.get("/openapi.yaml")

@@ -25,7 +25,8 @@ ATTENTION_STATES = ("interrupted", "held", "failed")
 """States that wait for a person; a payment queued too long joins them."""
 STATE_FILTERS = (*PAYMENT_STATES, ATTENTION)
 """What ``payments`` may be filtered by."""
-COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected")
+COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected", "reconciled")
+"""``reconciled``: events recorded from Stripe's Events API, not delivered (no delivery)."""
 
 
 def text(value: Any) -> str:
@@ -163,7 +164,18 @@ def events(
 
 MAX_SCAN = 20_000
 """Most index entries one filtered events query reads."""
-EVENT_FIELDS = ("type", "n", "first", "last", "pk", "secret", "livemode", "conflicts", "role")
+EVENT_FIELDS = (
+    "type",
+    "n",
+    "first",
+    "last",
+    "pk",
+    "secret",
+    "livemode",
+    "conflicts",
+    "role",
+    "origin",
+)
 
 
 def payments(

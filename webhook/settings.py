@@ -42,6 +42,9 @@ class Settings:
     STRIPE_MODE: str = defaults.STRIPE_MODE
     FULFIL_CONNECT: bool = defaults.FULFIL_CONNECT
     STUCK_QUEUED_SECONDS: int = defaults.STUCK_QUEUED_SECONDS
+    STRIPE_API_KEY: str = ""
+    STRIPE_API_BASE: str = defaults.STRIPE_API_BASE
+    RECONCILE_INTERVAL: float = defaults.RECONCILE_INTERVAL
 
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
@@ -112,6 +115,8 @@ def validated(settings: Settings) -> Settings:
             f"LEASE_SECONDS={settings.LEASE_SECONDS} must be at least FULFILMENT_TIMEOUT="
             f"{settings.FULFILMENT_TIMEOUT} + {margin}: a call must end before its lease does"
         )
+    if settings.RECONCILE_INTERVAL > 0 and not settings.STRIPE_API_KEY:
+        raise ValueError("RECONCILE_INTERVAL is set, STRIPE_API_KEY is not: reconcile reads events")
     labels = settings.secret_labels
     if len(set(labels)) < len(labels):
         raise ValueError(f"STRIPE_WEBHOOK_SECRET_LABELS: two secrets share a label in {labels}")

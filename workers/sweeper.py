@@ -1,17 +1,21 @@
 """The sweeper: re-enqueues payments whose job was lost, whose retry is due, or whose
 lease expired, and surfaces interrupted ones. Independent of RQ's own abandoned-job
 detection. Any number may run at once: each step is one atomic script per payment.
+With RECONCILE_INTERVAL it also reconciles with Stripe's Events API (one sweeper per interval).
 """
 
 import logging
+import threading
 import time
 from collections import Counter
 
 from redis import Redis
 from redis.exceptions import RedisError
 
-from webhook import keys
+from webhook import keys, reconcile
+from webhook.exceptions import LedgerUnavailable
 from webhook.faults import fault
+from webhook.ledger import Ledger
 from webhook.redact import redact
 from workers.attempts import Attempts
 
@@ -51,11 +55,40 @@ def mark_sweep(redis: Redis) -> None:
 
 def run_forever(attempts: Attempts, interval: float) -> None:
     """Sweep every ``interval`` seconds until killed; Redis outages are waited out."""
+    scheduled = Reconciling(attempts) if attempts.settings.RECONCILE_INTERVAL > 0 else None
     while True:
         try:
             done = sweep_once(attempts)
             if done:
                 log.info("sweep %s", dict(done))
+            if scheduled:
+                scheduled.start_if_due()
         except RedisError as exc:
             log.warning("sweep skipped: %s", redact(str(exc)))
         time.sleep(interval)
+
+
+class Reconciling:
+    """The sweeper's reconcile runs (applied), each in a thread so that sweeping goes on."""
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.ledger = Ledger(attempts.redis, attempts.settings)
+        self.thread: threading.Thread | None = None
+
+    def start_if_due(self) -> None:
+        s = self.ledger.settings
+        if self.thread and self.thread.is_alive():
+            return
+        if reconcile.claim(self.ledger.redis, s.RECONCILE_INTERVAL):
+            self.thread = threading.Thread(target=self.run, name="reconcile", daemon=True)
+            self.thread.start()
+
+    def run(self) -> None:
+        window = reconcile.window_s(self.ledger.settings.EVENT_RETENTION_DAYS)
+        try:
+            done = reconcile.reconcile(self.ledger, window, apply=True, trigger="sweeper")
+        except (RedisError, LedgerUnavailable) as exc:
+            log.warning("reconcile skipped: %s", redact(str(exc)))
+            return
+        found = {"listed": done.listed, "missing": len(done.missing), "recorded": done.recorded}
+        log.info("reconcile %s%s", found, f" error: {done.error}" if done.error else "")

@@ -1,5 +1,8 @@
 -- Record one accepted delivery, all or nothing, in one round trip.
 -- Idempotent per request id: a retried call returns the first answer unchanged.
+-- Source 'api' (ledger.API_SOURCE) is no delivery: reconcile found the event through
+-- Stripe's Events API. It creates the event and its payment as a delivery would, counts no
+-- delivery (event n = 0, origin = api), and changes nothing but `confirmed` on a known event.
 -- KEYS: 1 event hash, 2 stats, 3 request answer, 4 event index, 5 payment states, 6 due set
 -- Payment, alias, fingerprint and state-index keys are derived here from the prefixes that
 -- webhook/keys.py prepends: the payment is known only once aliases are resolved.
@@ -9,7 +12,7 @@ local cached = redis.call('GET', KEYS[3])
 if cached then
   return cjson.decode(cached)
 end
-local short = too_few('record_delivery', 24)
+local short = too_few('record_delivery', 27)
 if short then return short end
 local ek, stats, states, due = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local id, etype, created, livemode, api = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -19,7 +22,8 @@ local event_ttl, request_ttl, grace = whole(ARGV[13], 1), whole(ARGV[14], 1), wh
 local amount, currency, job_id, series_prefix = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
 local linked, hold, account, fingerprint = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
 local window = whole(ARGV[24], 1)
-local FIRST_COMMAND = 25
+local thin, related_type, related_id = ARGV[25], ARGV[26], ARGV[27]
+local FIRST_COMMAND = 28
 
 -- Checked before the first write.
 if not (event_ttl and request_ttl and grace and window) then
@@ -27,6 +31,9 @@ if not (event_ttl and request_ttl and grace and window) then
 end
 if paid_arg ~= '0' and paid_arg ~= '1' then
   return refuse('record_delivery', 'paid must be 0 or 1')
+end
+if thin ~= '0' and thin ~= '1' then
+  return refuse('record_delivery', 'thin must be 0 or 1')
 end
 if paid_arg == '1' and pk == '' then
   return refuse('record_delivery', 'a paid event needs a payment key')
@@ -40,12 +47,23 @@ end
 
 -- Reads and decisions.
 local now = now_ms()
-local first = redis.call('HMGET', ek, 'n', 'sha', 'pk', 'role', 'paid')
-local dup = first[1] and 1 or 0
-local conflict = (dup == 1 and first[2] ~= sha) and 1 or 0
+local first = redis.call('HMGET', ek, 'n', 'sha', 'pk', 'role', 'paid', 'delivered_sha')
+local known = first[1] and true or false
+local from_api = src == 'api'
+if from_api and known then
+  redis.call('HSET', ek, 'confirmed', now)
+  local answer = {tonumber(first[1]) or 0, 1, 0, 0, '', first[3] or ''}
+  redis.call('SET', KEYS[3], cjson.encode(answer), 'EX', request_ttl)
+  return answer
+end
+-- n is 0 on an event found through the API: its first delivery is no duplicate, and its
+-- stored body is the API's rendering, so copies are compared with the first delivered one.
+local dup = (known and (tonumber(first[1]) or 1) > 0) and 1 or 0
+local base_sha = first[6] or first[2]
+local conflict = (dup == 1 and base_sha ~= sha) and 1 or 0
 local paid = paid_arg == '1'
-if dup == 1 then
-  -- The first delivery's classification stands: a copy, or another body under the same id,
+if known then
+  -- The first record's classification stands: a copy, or another body under the same id,
   -- is counted but never moves a payment or creates one.
   pk, role, paid, linked, fingerprint = first[3] or '', first[4] or 'info', first[5] == '1', '', ''
 end
@@ -94,30 +112,42 @@ elseif pay and paid then
 end
 
 -- Writes.
-local n = redis.call('HINCRBY', ek, 'n', 1)
-if dup == 0 then
+local n = redis.call('HINCRBY', ek, 'n', from_api and 0 or 1)
+if not known then
   redis.call('HSET', ek, 'type', etype, 'created', created, 'livemode', livemode,
     'api', api, 'pk', key, 'role', role, 'paid', paid_arg, 'sha', sha, 'body', body, 'first', now)
   if account ~= '' then redis.call('HSET', ek, 'account', account) end
+  -- A thin event: a reference to an object instead of the object itself.
+  if thin == '1' then redis.call('HSET', ek, 'thin', 1) end
+  if related_type ~= '' then
+    redis.call('HSET', ek, 'rel_type', related_type, 'rel_id', related_id)
+  end
   redis.call('EXPIRE', ek, event_ttl)
   redis.call('HINCRBY', stats, 'events', 1)
   redis.call('ZADD', KEYS[4], now, id)
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - event_ttl * 1000)
-else
+elseif dup == 1 then
   redis.call('HINCRBY', stats, 'duplicates', 1)
   if conflict == 1 then
     redis.call('HINCRBY', ek, 'conflicts', 1)
     redis.call('HSET', ek, 'conflict_sha', sha)
     redis.call('HINCRBY', stats, 'conflicts', 1)
   end
+else
+  redis.call('HSET', ek, 'delivered_sha', sha)
 end
-redis.call('HSET', ek, 'last', now, 'secret', secret)
-redis.call('HINCRBY', ek, 'src:' .. src, 1)
-redis.call('HINCRBY', stats, 'deliveries', 1)
-redis.call('HINCRBY', stats, 'source:' .. src, 1)
-redis.call('HINCRBY', stats, 'secret:' .. secret, 1)
-redis.call('HSET', SECRETS_LAST_SEEN, secret, now)
-redis.call('HINCRBY', stats, 'type:' .. etype, 1)
+if from_api then
+  redis.call('HSET', ek, 'origin', 'api')
+  redis.call('HINCRBY', stats, 'reconciled', 1)
+else
+  redis.call('HSET', ek, 'last', now, 'secret', secret)
+  redis.call('HINCRBY', ek, 'src:' .. src, 1)
+  redis.call('HINCRBY', stats, 'deliveries', 1)
+  redis.call('HINCRBY', stats, 'source:' .. src, 1)
+  redis.call('HINCRBY', stats, 'secret:' .. secret, 1)
+  redis.call('HSET', SECRETS_LAST_SEEN, secret, now)
+  redis.call('HINCRBY', stats, 'type:' .. etype, 1)
+end
 
 local enqueued = 0
 if pay then
@@ -157,7 +187,7 @@ if pay then
     position = seen + 1
   end
   if account ~= '' then redis.call('HSET', pay, 'account', account) end
-  redis.call('HINCRBY', pay, 'deliveries', 1)
+  redis.call('HINCRBY', pay, 'deliveries', from_api and 0 or 1)
   if role == 'failed' or role == 'refund' then
     redis.call('HSET', pay, 'last_' .. role, etype)
   end
@@ -195,7 +225,7 @@ end
 -- Per-minute delivery counts for the dashboard's chart: one hash per hour, kept 48 hours.
 local minute = math.floor(now / 60000)
 local series = series_prefix .. math.floor(minute / 60)
-if redis.call('HINCRBY', series, 'd:' .. minute, 1) == 1 then
+if not from_api and redis.call('HINCRBY', series, 'd:' .. minute, 1) == 1 then
   redis.call('EXPIRE', series, 172800)
 end
 
