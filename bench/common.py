@@ -37,10 +37,10 @@ def log(*parts: object) -> None:
 
 # The same helpers the tests use to start and stop real processes.
 from bench.cpu import descendants  # noqa: E402
+from ledger import keys  # noqa: E402
+from ledger.queries import text  # noqa: E402
 from tests import processes  # noqa: E402
 from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
-from webhook import keys  # noqa: E402
-from webhook.readout import text  # noqa: E402
 
 
 class RedisServer(processes.RedisServer):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.poolfile import read_pool  # noqa: F401  (re-exported)
-from webhook import samples
+from ledgerctl import samples
 
 ID_RE = re.compile(
     rb"(?<![0-9A-Za-z_])(?:evt|pi|ch|pm|txn|cs_test|cs_live|cus|req|in|sub|py|src|seti|re)"

@@ -37,7 +37,7 @@ from bench.durability import durability, gunicorn_workers
 from bench.events import EventFactory, Pool
 from bench.load import summarise
 from bench.stats import alternate, column, ratio_runs, ratios, spread, target
-from webhook import keys
+from ledger import keys
 
 OURS = "webhook.wsgi:app"
 BARE = "bench.baseline_bare:app"

@@ -23,7 +23,7 @@ from bench.common import (
 )
 from bench.events import EventFactory, Pool, write_pool
 from bench.stats import column, pct, spread
-from webhook import keys
+from ledger import keys
 
 
 def first_fulfilled(

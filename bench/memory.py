@@ -46,8 +46,8 @@ from bench.common import (
     write_json,
 )
 from bench.stats import target
-from webhook import keys
-from webhook.defaults import QUEUE_NAME, REQUEST_ID_TTL
+from ledger import keys
+from ledger.defaults import QUEUE_NAME, REQUEST_ID_TTL
 
 SAMPLE = 500
 HELD_OUT = Path(__file__).resolve().parent / "heldout"
@@ -94,7 +94,7 @@ def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[
 def compression_held_out() -> dict[str, Any]:
     """Compressed / raw size: generated events vs real payloads not in the dictionary."""
     from bench.events import EventFactory
-    from webhook.ledger import compress_payload
+    from ledger.deliveries import compress_payload
 
     def ratio(bodies: list[bytes]) -> float:
         return sum(len(compress_payload(b)) for b in bodies) / sum(map(len, bodies))

@@ -83,8 +83,8 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 
     import orjson
 
-    from webhook.events import check_shape, classify
-    from webhook.ledger import compress_payload
+    from ledger.deliveries import compress_payload
+    from ledger.events import check_shape, classify
     from webhook.verify import verify
 
     bodies = [b for b, _ in pairs]
@@ -102,7 +102,7 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[str, float]:
     """Building the RQ job, the whole ledger write and its EVALSHA round trip alone."""
     from bench.recording import delivery
-    from webhook.events import classify
+    from ledger.events import classify
 
     out: dict[str, float] = {}
     paid = [classify(e, ledger.settings.policy) for e in events]

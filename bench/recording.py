@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from webhook.events import classify
-from webhook.ledger import Delivery, Ledger, new_request_id
-from webhook.readout import text
-from webhook.settings import load as load_settings
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
+from ledger.queries import text
+from ledger.settings import load as load_settings
 
 
 def ledger_for(env: Mapping[str, str]) -> Ledger:

@@ -5,10 +5,11 @@ from typing import Any
 
 from redis import Redis
 
+from ledger import keys
+from ledger import settings as settings_module
+from ledger.attempts import Attempts
+from ledgerctl import samples
 from tests.conftest import SECRET
-from webhook import keys, samples
-from webhook import settings as settings_module
-from workers.attempts import Attempts
 
 STRIPE_UA = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 

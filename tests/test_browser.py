@@ -10,10 +10,10 @@ import pytest
 import requests
 from playwright.sync_api import sync_playwright
 
+from ledger import queries
 from tests.conftest import OPS_TOKEN, SECRET
 from tests.helpers import fail_payment, paid_event, payment_key_of, signed_headers
 from tests.processes import ROOT, wait_until
-from webhook import readout
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -76,8 +76,8 @@ def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context
         check=True,
         timeout=120,
     )
-    wait_until(lambda: readout.summary(redis, "fulfilment")["payments"]["fulfilled"] == 5)
-    summary = readout.summary(redis, "fulfilment")
+    wait_until(lambda: queries.summary(redis, "fulfilment")["payments"]["fulfilled"] == 5)
+    summary = queries.summary(redis, "fulfilment")
 
     page = browser_context.new_page()
     page.goto(f"{web.url}/ops/")
@@ -92,7 +92,7 @@ def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context
     page.click("#latest-events a >> nth=0")
     page.wait_for_selector("#event-deliveries")
     event_id = page.inner_text("h1 code")
-    assert number(page, "#event-deliveries") == int(readout.event(redis, event_id)["n"]) == 2
+    assert number(page, "#event-deliveries") == int(queries.event(redis, event_id)["n"]) == 2
     assert f'"id": "{event_id}"' in page.inner_text("pre")
     page.screenshot(path=str(tmp_path / "event.png"))
 
@@ -124,5 +124,5 @@ def test_dashboard_shows_a_refused_decision_and_why(
     refusal = page.inner_text("#refusal")
     assert "attempt_may_still_be_running" in refusal and "may still be running" in refusal
     assert page.inner_text("#payment-state") == "interrupted"
-    assert readout.payment(redis, pk)["state"] == "interrupted"
+    assert queries.payment(redis, pk)["state"] == "interrupted"
     page.screenshot(path=str(tmp_path / "refused.png"), full_page=True)

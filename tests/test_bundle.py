@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook import defaults
-from webhook.bundle import MANIFEST, OPTIONAL, REQUIRED, verify
+from ledger import defaults
+from ledgerctl.bundle import MANIFEST, OPTIONAL, REQUIRED, verify
 
 PAYLOAD = '{"id": "evt_1", "type": "payment_intent.succeeded"}'
 GOOD: dict[str, Any] = {
@@ -65,7 +65,7 @@ def list_also(bundle: Path, name: str, digest: str = "0" * 64) -> None:
 
 def cli_verify(bundle: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "verify", str(bundle)],
+        [sys.executable, "-m", "ledgerctl.cli", "verify", str(bundle)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -195,7 +195,7 @@ def test_the_size_bound_is_an_option(tmp_path: Path) -> None:
     list_also(bundle, "big.json", sha(raw))
     assert cli_verify(bundle).returncode == 0
     bounded = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "verify", str(bundle), "--max-file-mb", "1"],
+        [sys.executable, "-m", "ledgerctl.cli", "verify", str(bundle), "--max-file-mb", "1"],
         capture_output=True,
         text=True,
     )

@@ -1,6 +1,6 @@
 """The checker itself must find what it exists to find."""
 
-from webhook.checker import check
+from ledgerctl.checker import check
 
 ACKED = {"evt_1": 3, "evt_2": 1}
 RECORDED = {"evt_1": 3, "evt_2": 1}

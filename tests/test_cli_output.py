@@ -13,10 +13,11 @@ import orjson
 import pytest
 from redis import Redis
 
+from ledger import keys
+from ledgerctl import samples
+from ledgerctl.terminal import literal
 from tests.helpers import signed_headers
 from tests.processes import service_env
-from webhook import keys, samples
-from webhook.terminal import literal
 from workers.actions import Call, SqliteAction
 
 # One per class tried; each is put in every field the CLI prints (docs/RELIABILITY.md).
@@ -79,7 +80,7 @@ def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:  # noqa: ANN
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "ledgerctl.cli", *args], env=env, capture_output=True, text=True
     )
 
 
@@ -164,10 +165,10 @@ def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path
 
 def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> None:  # noqa: ANN001
     """``replay-events`` shows event files' ids and the ledger's reasons the same way."""
-    from scripts import replay_events
-    from scripts.replay import report
-    from webhook.checker import Findings
-    from webhook.terminal import safe_console
+    from ledgerctl.checker import Findings
+    from ledgerctl.replay import main as replay_events
+    from ledgerctl.replay import report
+    from ledgerctl.terminal import safe_console
 
     findings = Findings(lost=[{"event": EVENT_ID}], unfulfilled=[PAYMENT_KEY])
     monkeypatch.setattr(replay_events.console, "width", 20000)

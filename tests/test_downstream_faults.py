@@ -5,10 +5,11 @@ call may have applied), with real gunicorn, RQ workers and sweeper."""
 import orjson
 import pytest
 
+from ledger import queries
+from ledgerctl import samples
 from tests.downstream_server import CountingDownstream
 from tests.helpers import after_sweeps, payment_key_of, settled_as
 from tests.processes import free_port, wait_until
-from webhook import readout, samples
 
 
 def pay_once(stack, rng, **env: str) -> str:  # noqa: ANN001
@@ -36,7 +37,7 @@ def test_slow_downstream(replay_safe: bool, stack, redis, rng) -> None:  # noqa:
         state = "fulfilled" if replay_safe else "interrupted"
         wait_until(lambda: settled_as(redis, pk, state))
         assert downstream.calls[pk] == (2 if replay_safe else 1)
-        first = readout.payment(redis, pk)["attempts"][0]
+        first = queries.payment(redis, pk)["attempts"][0]
         assert "ReadTimeout" in first or "deadline" in first  # whichever of the two fired first
 
 
@@ -44,7 +45,7 @@ def test_downstream_answering_409_counts_as_done(stack, redis, rng) -> None:  # 
     with CountingDownstream(default=409) as downstream:
         pk = pay_once(stack, rng, FULFILMENT_ACTION=downstream.url)
         wait_until(lambda: settled_as(redis, pk, "fulfilled"))
-        assert orjson.loads(readout.payment(redis, pk)["receipt"])["status"] == 409
+        assert orjson.loads(queries.payment(redis, pk)["receipt"])["status"] == 409
         assert downstream.calls[pk] == 1
 
 
@@ -53,7 +54,7 @@ def test_downstream_refusing_connections_is_retried(stack, redis, rng) -> None: 
     action = f"http://127.0.0.1:{free_port()}/fulfil"
     pk = pay_once(stack, rng, FULFILMENT_ACTION=action, MAX_ATTEMPTS="2")
     wait_until(lambda: settled_as(redis, pk, "failed"))
-    record = readout.payment(redis, pk)
+    record = queries.payment(redis, pk)
     assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
 
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from webhook import defaults, samples
-from webhook.events import Policy, classify
+from ledger import defaults
+from ledger.events import Policy, classify
+from ledgerctl import samples
 
 PI = "pi_000000000000000000000000"
 IN = "in_000000000000000000000000"

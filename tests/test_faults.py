@@ -12,6 +12,10 @@ import pytest
 import requests
 from redis import Redis
 
+from ledger import keys, queries
+from ledger.downstream import read_downstream
+from ledgerctl import samples
+from ledgerctl.checker import check
 from tests.downstream_server import CountingDownstream
 from tests.helpers import (
     after_sweeps,
@@ -28,9 +32,6 @@ from tests.processes import (
     service_env,
     wait_until,
 )
-from webhook import keys, readout, samples
-from webhook.checker import check
-from workers.downstream import read_downstream
 
 # point -> action -> (final state, downstream calls, effects when the downstream records them)
 JOB_FAULTS = {
@@ -145,7 +146,7 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
             assert calls_and_effects(action, config, downstream, pk) == (2, 1)
         else:  # not replay-safe: interrupted, then the late answer of the same token proves it
             wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="late receipt")
-            assert orjson.loads(readout.payment(redis, pk)["attempts"][0])["late"] is True
+            assert orjson.loads(queries.payment(redis, pk)["attempts"][0])["late"] is True
             assert calls_and_effects(action, config, downstream, pk) == (1, None)
         assert state_of(redis, pk) == "fulfilled"
 

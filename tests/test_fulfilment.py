@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 from redis import Redis
 
+from ledger import keys, queries
+from ledger.downstream import read_downstream
+from ledgerctl import samples
 from tests.downstream_server import CountingDownstream
 from tests.helpers import state_of
 from tests.processes import wait_until
-from webhook import keys, readout, samples
-from workers.downstream import read_downstream
 
 
 def settled(redis: Redis, payment_keys: list[str], state: str = "fulfilled") -> bool:
@@ -50,7 +51,7 @@ def test_every_order_of_all_paid_events_fulfils_once(stack, redis, config, rng) 
             "already_applied": 0,
             "effects": 1,
         }
-        record = readout.payment(redis, pk)
+        record = queries.payment(redis, pk)
         assert record is not None
         assert record["attempts_started"] == "1" and len(record["events"]) == 3
         assert orjson.loads(record["receipt"])["outcome"] == "applied"
@@ -92,7 +93,7 @@ def test_non_deduping_downstream_is_called_once_per_payment(stack, redis, rng) -
         assert len(downstream.calls) == 100
         assert set(downstream.calls.values()) == {1}
         assert set(downstream.idempotency_keys) == {f"fulfil:{pk}" for pk in payments}
-        summary = readout.summary(redis, "fulfilment")
+        summary = queries.summary(redis, "fulfilment")
         assert summary["payments"]["fulfilled"] == 100 and summary["effects"] == 100
 
 
@@ -112,7 +113,7 @@ def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rn
     wait_until(lambda: settled(redis, [pk]))
     down = read_downstream(sqlite_path(config))["payments"][pk]
     assert down == {"calls": 2, "applied": 1, "already_applied": 1, "effects": 1}
-    record = readout.payment(redis, pk)
+    record = queries.payment(redis, pk)
     assert record is not None and record["token"] == "2"
     first, second = (orjson.loads(a) for a in record["attempts"])
     assert first["outcome"] == "lease_expired" and first["phase"] == "calling"
@@ -134,9 +135,9 @@ def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tm
         wait_until(lambda: state_of(redis, pk) == "interrupted")
         wait_until(lambda: redis.zscore(keys.DUE, pk) is None, what="no longer due")
         assert downstream.calls[pk] == 1
-        record = readout.payment(redis, pk)
+        record = queries.payment(redis, pk)
         assert record is not None and "not replay-safe" in record["last_error"]
-        assert readout.summary(redis, "fulfilment")["payments"]["interrupted"] == 1
+        assert queries.summary(redis, "fulfilment")["payments"]["interrupted"] == 1
 
 
 def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_path) -> None:  # noqa: ANN001
@@ -154,12 +155,12 @@ def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_pa
         s.start_sweeper()
         s.start_worker()
         wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
-        newer = readout.payment(redis, pk)
+        newer = queries.payment(redis, pk)
         assert newer is not None and newer["token"] == "2"
         wait_until(
             lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"
         )
-        after = readout.payment(redis, pk)
+        after = queries.payment(redis, pk)
         assert after is not None
         assert (after["state"], after["token"], after["receipt"]) == (
             "fulfilled",
@@ -181,7 +182,7 @@ def test_transient_failures_retry_then_fulfil(stack, redis, rng) -> None:  # noq
         pk = pk_of(events)
         s.send(samples.encode(events[2]))
         wait_until(lambda: settled(redis, [pk]))
-        record = readout.payment(redis, pk)
+        record = queries.payment(redis, pk)
         assert record is not None and record["attempts_started"] == "3"
         outcomes = [orjson.loads(a)["outcome"] for a in record["attempts"]]
         assert outcomes == ["retry", "retry", "fulfilled"]
@@ -198,13 +199,13 @@ def test_always_failing_downstream_dead_letters_then_retry_recovers(stack, redis
         pk = pk_of(events)
         s.send(samples.encode(events[2]))
         wait_until(lambda: settled(redis, [pk], "failed"))
-        record = readout.payment(redis, pk)
+        record = queries.payment(redis, pk)
         assert record is not None and record["last_error"].startswith("http 500")
         assert downstream.calls[pk] == 3
         downstream.default = 200
         from click.testing import CliRunner
 
-        from webhook.cli import main as cli
+        from ledgerctl.cli import main as cli
 
         result = CliRunner().invoke(cli, ["retry", pk], env={"REDIS_URL": s.env["REDIS_URL"]})
         assert result.exit_code == 0, result.output

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis
 
+from ledger import keys
+from ledgerctl import samples
 from tests.conftest import SECRET
 from tests.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
-from webhook import keys, samples
 
 REJECTION_STATUSES = {400, 405, 413, 415}
 HYPOTHESIS = settings(

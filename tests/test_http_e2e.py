@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import requests
 
+from ledger import keys
+from ledger.deliveries import decompress_payload
 from tests.conftest import OPS_TOKEN, SECRET
 from tests.helpers import STRIPE_UA, paid_event, signed_headers, stats
 from tests.processes import Gunicorn, free_port, service_env
-from webhook import keys
-from webhook.ledger import decompress_payload
 
 
 def test_case_study_control(web, redis, rng) -> None:  # noqa: ANN001
@@ -121,7 +121,7 @@ def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # 
     event, body = paid_event(rng)
     requests.post(f"{web.url}/webhooks/stripe", data=body, headers=signed_headers(body))
     out = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "summary", "--json"],
+        [sys.executable, "-m", "ledgerctl.cli", "summary", "--json"],
         env=service_env(redis_server.url),
         capture_output=True,
         check=True,
@@ -129,7 +129,7 @@ def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # 
     data = orjson.loads(out.stdout)
     assert (data["deliveries"], data["events"], data["payments"]["queued"]) == (1, 1, 1)
     table = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "summary"],
+        [sys.executable, "-m", "ledgerctl.cli", "summary"],
         env=service_env(redis_server.url),
         capture_output=True,
         check=True,

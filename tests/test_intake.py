@@ -7,10 +7,11 @@ import time
 
 import pytest
 
+from ledger import keys
+from ledger.settings import fingerprint
+from ledgerctl import samples
 from tests.conftest import OLD_SECRET, SECRET
 from tests.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
-from webhook import keys, samples
-from webhook.settings import fingerprint
 
 NO_EVENT_KEYS = {keys.STATS, keys.REJECTIONS}
 

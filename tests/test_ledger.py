@@ -11,11 +11,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from ledger import keys, queries, settings
+from ledger.deliveries import Delivery, Ledger, decompress_payload, new_request_id
+from ledger.events import classify
+from ledgerctl import samples
 from tests.helpers import paid_event, stats
 from tests.processes import wait_until
-from webhook import keys, readout, samples, settings
-from webhook.events import classify
-from webhook.ledger import Delivery, Ledger, decompress_payload, new_request_id
 from webhook.store import connect
 
 
@@ -135,7 +136,7 @@ def test_payment_groups_its_events_and_queues_once(redis: Redis, redis_server, r
     assert record[b"state"] == b"queued"
     assert set(record[b"events"].decode().split()) == {e["id"] for e in events}
     assert record[b"paid_by_n"] == b"1"  # the paid event came first (reversed order)
-    assert readout.payment(redis, pk)["paid_by"] == events[-1]["id"]
+    assert queries.payment(redis, pk)["paid_by"] == events[-1]["id"]
     assert redis.hgetall(keys.PAYMENT_STATES) == {b"queued": b"1", b"pending": b"0"}
     job_id = record[b"job"].decode()
     assert redis.lrange(f"rq:queue:{ledger.settings.QUEUE_NAME}", 0, -1) == [job_id.encode()]
@@ -160,7 +161,7 @@ def test_events_without_a_payment_are_recorded_and_ignored(
 def test_payloads_compress_well_even_unlike_the_dictionary() -> None:
     """The preset dictionary is made of the shipped templates; an event from elsewhere
     (a subscription invoice from another project's fixtures) still round-trips and shrinks."""
-    from webhook.ledger import compress_payload, decompress_payload
+    from ledger.deliveries import compress_payload, decompress_payload
 
     other = json.dumps(
         {

@@ -5,11 +5,12 @@ workers and sweeper; the downstream counts every call and never dedupes."""
 import pytest
 from redis import Redis
 
+from ledger import queries
+from ledgerctl import samples
 from tests.downstream_server import CountingDownstream
 from tests.helpers import payment_key_of, settled_as
 from tests.processes import wait_until
 from tests.test_purchases import ledger_for, record
-from webhook import readout, samples
 
 
 def pay(stack, rng, **env: str):  # noqa: ANN001, ANN201
@@ -37,11 +38,11 @@ def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, red
         if replay_safe:  # cut, retried once the first call is gone, fulfilled
             wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="fulfilled")
             assert downstream.calls[pk] == 2 and downstream.most_in_flight[pk] == 1
-            assert readout.payment(redis, pk)["token"] == "2"  # type: ignore[index]
+            assert queries.payment(redis, pk)["token"] == "2"  # type: ignore[index]
         else:  # it may have been applied and cannot be re-run: a person decides
             wait_until(lambda: settled_as(redis, pk, "interrupted"), what="interrupted")
             assert downstream.calls[pk] == 1
-            assert "deadline" in readout.payment(redis, pk)["last_error"]  # type: ignore[index]
+            assert "deadline" in queries.payment(redis, pk)["last_error"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize("replay_safe", [True, False])
@@ -59,11 +60,11 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
     for _ in range(4):  # a supervisor restarting the dead worker, bounded
         worker = s.start_worker()
         assert worker.proc is not None and worker.proc.wait(60) == 1
-        wait_until(lambda: readout.payment(redis, pk)["state"] != "in_progress", what="swept")  # type: ignore[index]
+        wait_until(lambda: queries.payment(redis, pk)["state"] != "in_progress", what="swept")  # type: ignore[index]
         if settled_as(redis, pk, final):
             break
     wait_until(lambda: settled_as(redis, pk, final), what=final)
-    record = readout.payment(redis, pk)
+    record = queries.payment(redis, pk)
     assert record is not None
     if replay_safe:
         assert record["token"] == "2" and "worker died" in record["last_error"]
@@ -73,7 +74,7 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
             record["token"] == "1"
             and "interrupted during the downstream call" in (record["last_error"])
         )
-    assert pk in [p["key"] for p in readout.payments(redis, readout.ATTENTION)]
+    assert pk in [p["key"] for p in queries.payments(redis, queries.ATTENTION)]
 
 
 def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
@@ -84,18 +85,18 @@ def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
     s, pk = pay(stack, rng, FULFILMENT_ACTION="foo://x")
     s.start_worker()
     wait_until(lambda: settled_as(redis, pk, "failed"), what="failed")
-    record = readout.payment(redis, pk)
+    record = queries.payment(redis, pk)
     assert record is not None and "could not be loaded" in record["last_error"]
     assert "foo" in record["last_error"]
-    assert pk in [p["key"] for p in readout.payments(redis, readout.ATTENTION)]
+    assert pk in [p["key"] for p in queries.payments(redis, queries.ATTENTION)]
 
 
 def test_a_payment_queued_too_long_needs_a_person(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
     ledger = ledger_for(redis_server.url)
     answer = record(ledger, samples.payment_events(rng)[2])
     assert answer.payment_state == "queued"
-    assert readout.payments(redis, readout.ATTENTION, stuck_after_s=3600) == []
-    wait_until(lambda: readout.payments(redis, readout.ATTENTION, stuck_after_s=0), what="listed")
+    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=3600) == []
+    wait_until(lambda: queries.payments(redis, queries.ATTENTION, stuck_after_s=0), what="listed")
     assert (
-        readout.payments(redis, readout.ATTENTION, stuck_after_s=0)[0]["key"] == answer.payment_key
+        queries.payments(redis, queries.ATTENTION, stuck_after_s=0)[0]["key"] == answer.payment_key
     )

@@ -11,11 +11,11 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from ledger import queries
+from ledger import settings as settings_module
 from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
 from tests.helpers import fail_payment, paid_event, signed_headers
 from tests.processes import Gunicorn, service_env
-from webhook import readout
-from webhook import settings as settings_module
 from webhook.auth import csrf_token
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
@@ -122,7 +122,7 @@ def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: AN
         url, data={"as": "fulfilled", "csrf_token": csrf_token(OPS_TOKEN)}, headers=BASIC
     )
     assert done.status_code == 303
-    assert readout.payment(redis, pk)["state"] == "fulfilled"
+    assert queries.payment(redis, pk)["state"] == "fulfilled"
 
 
 def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:  # noqa: ANN001
@@ -134,7 +134,7 @@ def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) 
     page = wait.get_data(as_text=True)
     assert wait.status_code == 409 and 'id="refusal"' in page
     assert "attempt_may_still_be_running" in page and "may still be running, until" in page
-    assert readout.payment(redis, pk)["state"] == "interrupted"
+    assert queries.payment(redis, pk)["state"] == "interrupted"
     form = {"csrf_token": csrf_token(OPS_TOKEN)}
     wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
     page = wrong.get_data(as_text=True)
@@ -152,7 +152,7 @@ def total(families: dict, name: str) -> float:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "ledgerctl.cli", *args], env=env, capture_output=True, text=True
     )
 
 
@@ -179,7 +179,7 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     assert refused.returncode == 1 and json.loads(refused.stdout)["verdict"] == "refused"
     assert json.loads(cli(env, "sweep", "--json").stdout) == {}
     fail_payment(redis, config, pk)
-    assert cli(env, "retry", pk).returncode == 0 and readout.payment(redis, pk)["state"] == "queued"
+    assert cli(env, "retry", pk).returncode == 0 and queries.payment(redis, pk)["state"] == "queued"
     assert cli(env, "resolve", pk).returncode == 2  # neither --fulfilled nor --retry
     assert cli(env, "resolve", pk, "--fulfilled").returncode == 1  # not interrupted
     assert cli(env, "sweep").returncode == 0

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from webhook import readout, samples, settings
-from webhook.events import classify
-from webhook.ledger import Delivery, Ledger, Recorded, new_request_id
+from ledger import queries, settings
+from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
+from ledger.events import classify
+from ledgerctl import samples
 from webhook.store import connect
 
 CUSTOMER = "cus_000000000000001"
@@ -50,7 +51,7 @@ def purchase(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], dict[s
 
 
 def queued_or_held(redis: Redis) -> dict[str, int]:
-    counts = readout.summary(redis, "fulfilment")["payments"]
+    counts = queries.summary(redis, "fulfilment")["payments"]
     return {s: n for s, n in counts.items() if n}
 
 
@@ -70,7 +71,7 @@ def test_checkout_with_invoice_is_one_payment_in_any_order(
         # invoice.paid and payment_intent.succeeded first: nothing ties them until the
         # session; the second waits for a person as a possible duplicate, both ids shown.
         assert states == {"queued": 1, "held": 1}, states
-        held = readout.payments(redis, "held")[0]
+        held = queries.payments(redis, "held")[0]
         assert "possible duplicate purchase" in held["hold_reason"] or (
             "same purchase as" in held["hold_reason"]
         )
@@ -127,7 +128,7 @@ def test_events_this_deployment_must_not_fulfil_are_held_visibly(
     first = record(ledger, event)
     again = record(ledger, event)
     assert (first.payment_state, first.enqueued, again.deliveries) == ("held", False, 2)
-    attention = readout.payments(redis, readout.ATTENTION)
+    attention = queries.payments(redis, queries.ATTENTION)
     assert [p["key"] for p in attention] == [first.payment_key]
     assert attention[0]["hold_reason"].startswith(reason)
     assert attention[0]["account"] == (account or "")
@@ -139,7 +140,7 @@ def test_connect_events_fulfil_when_allowed(redis: Redis, redis_server, rng) -> 
     event["account"] = "acct_1Connected"
     answer = record(ledger, event)
     assert (answer.payment_state, answer.enqueued) == ("queued", True)
-    assert readout.payment(redis, answer.payment_key)["account"] == "acct_1Connected"  # type: ignore[index]
+    assert queries.payment(redis, answer.payment_key)["account"] == "acct_1Connected"  # type: ignore[index]
 
 
 def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
@@ -153,7 +154,7 @@ def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, 
     answer = record(ledger, other)
     assert (answer.deliveries, answer.payment_key) == (2, event["data"]["object"]["id"])
     assert queued_or_held(redis) == {"queued": 1}
-    assert readout.summary(redis, "fulfilment")["conflicts"] == 1
+    assert queries.summary(redis, "fulfilment")["conflicts"] == 1
 
 
 def test_manual_capture_fulfils_on_capture_only(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001

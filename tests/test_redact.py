@@ -9,11 +9,12 @@ import sys
 import pytest
 import requests
 
+from ledger import keys
+from ledger.redact import redact
+from ledgerctl import samples
 from tests.conftest import OPS_TOKEN
 from tests.helpers import payment_key_of, settled_as
 from tests.processes import ROOT, free_port, service_env, wait_until
-from webhook import keys, samples
-from webhook.redact import redact
 
 SECRETS = ("SECRET123", "PASSWORD456", "TOKEN789")
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
@@ -63,7 +64,7 @@ def test_refused_connection_error_is_stored_and_shown_redacted(stack, redis, tmp
     page = requests.get(f"{web.url}/ops/payments/{pk}", headers=BASIC, timeout=10).text
     index = requests.get(f"{web.url}/ops/", headers=BASIC, timeout=10).text
     assert "api_key=***" in api and "api_key=***" in page
-    cli = [sys.executable, "-m", "webhook.cli"]
+    cli = [sys.executable, "-m", "ledgerctl.cli"]
     subprocess.run([*cli, "export", str(tmp_path / "b")], env=s.env, check=True)
     exported = " ".join(p.read_text() for p in (tmp_path / "b").iterdir())
     shown = subprocess.run([*cli, "payment", pk], env=s.env, capture_output=True, text=True)
@@ -81,7 +82,7 @@ def test_start_up_banner_masks_credentials() -> None:
         "DEV_WEBHOOK_SECRET": "whsec_local",
     }
     banner = subprocess.run(
-        [sys.executable, "-m", "scripts.banner"],
+        [sys.executable, "-m", "ledgerctl.banner"],
         env=service_env("unused", env),
         capture_output=True,
         text=True,
@@ -91,7 +92,7 @@ def test_start_up_banner_masks_credentials() -> None:
     assert "redis://***@127.0.0.1:6389/0" in banner
     assert "https://shop.example/fulfil?api_key=***" in banner
     assert not any(secret in banner for secret in SECRETS)
-    assert "python -m scripts.banner" in (ROOT / "scripts" / "run.sh").read_text()
+    assert "python -m ledgerctl.banner" in (ROOT / "scripts" / "run.sh").read_text()
 
 
 def test_a_bad_action_spec_is_stored_redacted(monkeypatch) -> None:  # noqa: ANN001

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ledgerctl import samples
 from tests.conftest import SECRET
 from tests.processes import ROOT, Gunicorn
-from webhook import samples
 
 SCRIPT = str(ROOT / "scripts" / "replay_events.py")
 
@@ -207,7 +207,7 @@ def test_export_verify_and_tampering(service, redis, tmp_path) -> None:  # noqa:
     s, url = service
     replay(s.env, url, "--scenario", "case-study")
     bundle = tmp_path / "bundle"
-    cli = [sys.executable, "-m", "webhook.cli"]
+    cli = [sys.executable, "-m", "ledgerctl.cli"]
     subprocess.run([*cli, "export", str(bundle)], env=s.env, check=True, capture_output=True)
     replay(s.env, url, "--generate", "1", "--no-wait", out=bundle / "replay.json")
     assert "replay.json" in (bundle / "MANIFEST.sha256").read_text()
@@ -225,13 +225,13 @@ def test_export_verify_and_tampering(service, redis, tmp_path) -> None:  # noqa:
 
 
 def test_verify_catches_relations_even_with_a_rewritten_manifest(service, redis, tmp_path) -> None:  # noqa: ANN001
-    from webhook.bundle import MANIFEST, _sha, verify
+    from ledgerctl.bundle import MANIFEST, _sha, verify
 
     s, url = service
     replay(s.env, url, "--generate", "2")
     bundle = tmp_path / "b"
     subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "export", str(bundle)], env=s.env, check=True
+        [sys.executable, "-m", "ledgerctl.cli", "export", str(bundle)], env=s.env, check=True
     )
     assert not verify(bundle).failures
     orders_path = bundle / "downstream_orders.json"

@@ -11,10 +11,10 @@ import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from ledger.attempts import Attempts
+from ledger.deliveries import Ledger
+from ledgerctl import samples
 from tests.test_purchases import ledger_for, record
-from webhook import samples
-from webhook.ledger import Ledger
-from workers.attempts import Attempts
 
 HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff")
 Captured = dict[str, list[tuple[list[Any], list[Any]]]]

@@ -5,12 +5,13 @@ import hashlib
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ledger import keys, secret_usage
+from ledger import settings as settings_module
+from ledger.settings import fingerprint
 from tests.conftest import OLD_SECRET, SECRET
 from tests.helpers import paid_event, signed_headers
 from tests.test_ops import BASIC, BEARER
-from webhook import create_app, keys, secret_usage
-from webhook import settings as settings_module
-from webhook.settings import fingerprint
+from webhook import create_app
 
 DAY_MS = 86_400_000
 NOW = 1_900_000_000_000

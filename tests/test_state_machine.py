@@ -5,11 +5,11 @@ import json
 
 from redis import Redis
 
+from ledger import keys, queries, settings
+from ledger.attempts import Attempts
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
 from tests.helpers import paid_event
-from webhook import keys, readout, settings
-from webhook.events import classify
-from webhook.ledger import Delivery, Ledger, new_request_id
-from workers.attempts import Attempts
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
@@ -105,7 +105,7 @@ def test_retention_purges_settled_payments_and_keeps_counts(
 def test_job_commands_are_what_rq_builds(redis: Redis, redis_server) -> None:  # noqa: ANN001
     from rq.job import Job
 
-    from webhook.enqueue import JobCommands, _comparable
+    from ledger.enqueue import JobCommands, _comparable
 
     s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
     jobs = Ledger(Redis.from_url(s.REDIS_URL), s).jobs
@@ -144,7 +144,7 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert {b"attempt:1", b"attempt:2"} <= raw.keys() and b"stale_finishes" not in raw
     stored = json.loads(raw[b"attempt:2"])
     assert "detail" not in stored and "ended" not in stored  # kept once: receipt, fulfilled_at
-    record = readout.payment(redis, pk)
+    record = queries.payment(redis, pk)
     assert record is not None
     retried, done = (json.loads(a) for a in record["attempts"])
     assert (retried["token"], retried["outcome"], retried["detail"]) == (1, "retry", "http 503")

@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Flask
 
-from webhook import settings as settings_module
+from ledger import settings as settings_module
 from webhook import store
 
 

@@ -15,14 +15,6 @@ class Rejected(WebhookError):
         self.detail = detail
 
 
-class NotAStripeEvent(WebhookError):
-    """Valid JSON that lacks what every Stripe event has (evt_ id, type, data.object)."""
-
-
-class LedgerUnavailable(WebhookError):
-    """Redis could not record a delivery; the caller must answer 5xx so Stripe retries."""
-
-
 class UnknownPayment(WebhookError):
     """No payment record under that key."""
 

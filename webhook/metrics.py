@@ -12,10 +12,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from webhook import defaults, keys, readout, secret_usage
+from ledger import defaults, keys, queries, secret_usage
+from ledger.settings import Settings
 from webhook.auth import presented_token, token_ok
 from webhook.ops import unauthorized
-from webhook.settings import Settings
 from webhook.store import get_redis
 
 bp = Blueprint("metrics", __name__)
@@ -34,7 +34,7 @@ class LedgerCollector(Collector):
         self.redis, self.settings = redis, settings
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        s = readout.summary(self.redis, self.settings.QUEUE_NAME)
+        s = queries.summary(self.redis, self.settings.QUEUE_NAME)
         deliveries = CounterMetricFamily(
             "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
         )
@@ -100,7 +100,7 @@ class LedgerCollector(Collector):
 
     def _latency(self) -> HistogramMetricFamily:
         raw = {
-            readout.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
+            queries.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
         }
         cumulative, buckets = 0, []
         for bound in defaults.FULFIL_BUCKETS_MS:

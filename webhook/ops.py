@@ -9,10 +9,10 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from redis.exceptions import RedisError
 
-from webhook import readout, secret_usage
+from ledger import queries, secret_usage
+from ledger.settings import Settings
 from webhook.auth import csrf_ok, presented_token, token_ok
 from webhook.receiver import json_response
-from webhook.settings import Settings
 from webhook.store import get_redis
 
 health_bp = Blueprint("health", __name__)
@@ -68,14 +68,14 @@ def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
 @api_bp.get("/summary")
 def api_summary() -> Response:
     redis = get_redis()
-    data = readout.summary(redis, settings().QUEUE_NAME)
-    data["workers"] = readout.workers_state(redis, settings().QUEUE_NAME)
+    data = queries.summary(redis, settings().QUEUE_NAME)
+    data["workers"] = queries.workers_state(redis, settings().QUEUE_NAME)
     return json_response(data)
 
 
 @api_bp.get("/events")
 def api_events() -> Response:
-    rows = readout.events(
+    rows = queries.events(
         get_redis(),
         request.args.get("type") or None,
         int_arg("since", 0, 10**14) or None,
@@ -88,37 +88,37 @@ def api_events() -> Response:
 
 @api_bp.get("/events/<event_id>")
 def api_event(event_id: str) -> Response:
-    record = readout.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
+    record = queries.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
     return json_response(record) if record else json_response({"error": "not_found"}, 404)
 
 
 @api_bp.get("/payments")
 def api_payments() -> Response:
     state = request.args.get("state") or None
-    if state and state not in readout.STATE_FILTERS:
-        return json_response({"error": "unknown_state", "states": list(readout.STATE_FILTERS)}, 400)
+    if state and state not in queries.STATE_FILTERS:
+        return json_response({"error": "unknown_state", "states": list(queries.STATE_FILTERS)}, 400)
     offset, limit = int_arg("offset", 0), int_arg("limit", 50, 500)
     stuck = settings().STUCK_QUEUED_SECONDS
-    rows = readout.payments(get_redis(), state, offset, limit, stuck)
+    rows = queries.payments(get_redis(), state, offset, limit, stuck)
     return json_response({"payments": rows, "offset": int_arg("offset", 0)})
 
 
 @api_bp.get("/payments/<payment_key>")
 def api_payment(payment_key: str) -> Response:
-    record = readout.payment(get_redis(), payment_key)
+    record = queries.payment(get_redis(), payment_key)
     return json_response(record) if record else json_response({"error": "not_found"}, 404)
 
 
 @api_bp.get("/rejections")
 def api_rejections() -> Response:
     return json_response(
-        {"rejections": readout.rejections(get_redis(), int_arg("limit", 100, 1000))}
+        {"rejections": queries.rejections(get_redis(), int_arg("limit", 100, 1000))}
     )
 
 
 @api_bp.get("/series")
 def api_series() -> Response:
-    return json_response({"series": readout.series(get_redis(), int_arg("minutes", 60, 2880))})
+    return json_response({"series": queries.series(get_redis(), int_arg("minutes", 60, 2880))})
 
 
 @api_bp.get("/secrets")
@@ -136,7 +136,7 @@ def api_openapi() -> Response:
 
 def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict[str, Any], int]:
     """Apply a person's decision; refused (409) unless the payment is in an allowed state."""
-    from workers.attempts import Attempts
+    from ledger.attempts import Attempts
 
     decisions, allowed = ACTIONS[action]
     if decision not in decisions:

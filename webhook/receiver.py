@@ -7,13 +7,13 @@ import time
 import orjson
 from flask import Blueprint, Response, current_app, request
 
-from webhook.defaults import REPLAY_HEADER
-from webhook.events import classify
-from webhook.exceptions import LedgerUnavailable, Rejected
-from webhook.faults import fault
+from ledger.defaults import REPLAY_HEADER
+from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
+from ledger.events import classify
+from ledger.faults import fault
+from ledger.settings import Settings
+from webhook.exceptions import Rejected
 from webhook.intake import delivery_source, parse_event, read_body
-from webhook.ledger import Delivery, new_request_id
-from webhook.settings import Settings
 from webhook.store import get_ledger
 
 bp = Blueprint("receiver", __name__)

@@ -6,8 +6,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
 
-from webhook.ledger import Ledger
-from webhook.settings import Settings, from_config
+from ledger.deliveries import Ledger
+from ledger.settings import Settings, from_config
 
 EXTENSION = "webhook_ledger"
 

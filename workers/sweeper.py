@@ -10,10 +10,10 @@ from collections import Counter
 from redis import Redis
 from redis.exceptions import RedisError
 
-from webhook import keys
-from webhook.faults import fault
-from webhook.redact import redact
-from workers.attempts import Attempts
+from ledger import keys
+from ledger.attempts import Attempts
+from ledger.faults import fault
+from ledger.redact import redact
 
 log = logging.getLogger("webhook.sweeper")
 BATCH = 500

@@ -11,8 +11,9 @@ from typing import Any, cast
 
 from redis import Redis
 
-from webhook import keys, readout, samples
-from webhook.ledger import decompress_payload
+from ledger import keys, queries
+from ledger.deliveries import decompress_payload
+from ledgerctl import samples
 
 Item = tuple[dict[str, Any], bytes]
 
@@ -59,12 +60,12 @@ def from_ledger(
     if event_ids:
         candidates = event_ids
     elif payment:
-        record = readout.payment(redis, payment)
+        record = queries.payment(redis, payment)
         candidates = record["events"] if record else []
     else:
         low = since_ms if since_ms is not None else "-inf"
         high = until_ms if until_ms is not None else "+inf"
-        candidates = [readout.text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
+        candidates = [queries.text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
     for event_id in candidates:
         stored = redis.hget(keys.event(event_id), "body")
         if stored is None:

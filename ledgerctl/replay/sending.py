@@ -12,7 +12,8 @@ from typing import Any
 
 import requests
 
-from webhook import defaults, samples
+from ledger import defaults
+from ledgerctl import samples
 
 STRIPE_UA = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 # Stripe retries over three days with exponential backoff (seconds after the first try).

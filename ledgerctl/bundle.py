@@ -12,8 +12,8 @@ from typing import Any
 
 from redis import Redis
 
-from webhook import defaults, keys, readout
-from webhook.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
+from ledger import defaults, keys, queries
+from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 
 REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
 OPTIONAL = ("downstream_calls.json", "downstream_orders.json")
@@ -48,8 +48,8 @@ def add_to_manifest(path: Path) -> bool:
 def _events(redis: Redis) -> list[dict[str, Any]]:
     records = []
     for key in redis.scan_iter(match=keys.event("*"), count=1000):
-        event_id = readout.text(key).removeprefix(keys.event(""))
-        record = readout.event(redis, event_id, with_payload=True)
+        event_id = queries.text(key).removeprefix(keys.event(""))
+        record = queries.event(redis, event_id, with_payload=True)
         if record is not None:
             records.append(record)
     return sorted(records, key=lambda r: r["id"])
@@ -57,11 +57,11 @@ def _events(redis: Redis) -> list[dict[str, Any]]:
 
 def _payments(redis: Redis) -> list[dict[str, Any]]:
     keys_seen = [
-        readout.text(k)
-        for state in readout.PAYMENT_STATES
+        queries.text(k)
+        for state in queries.PAYMENT_STATES
         for k in redis.zrange(keys.state_index(state), 0, -1)
     ]
-    records = [readout.payment(redis, pk) for pk in keys_seen]
+    records = [queries.payment(redis, pk) for pk in keys_seen]
     return sorted((r for r in records if r is not None), key=lambda r: r["key"])
 
 
@@ -80,8 +80,8 @@ def _downstream(path: str) -> dict[str, list[dict[str, Any]]]:
 def export(redis: Redis, directory: Path, action: str) -> dict[str, int]:
     """Write the bundle; returns how many records of each kind it holds."""
     directory.mkdir(parents=True, exist_ok=True)
-    stats = {readout.text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
-    states = {readout.text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
+    stats = {queries.text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
+    states = {queries.text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
     rejections = [json.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, -1)]
     files = {
         "counters.json": {"stats": stats, "payments_by_state": states},

@@ -23,7 +23,7 @@ _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 @cache
 def template(event_type: str) -> str:
-    return resources.files("webhook").joinpath("sample_events", f"{event_type}.json").read_text()
+    return resources.files("ledgerctl").joinpath("sample_events", f"{event_type}.json").read_text()
 
 
 def random_id(rng: random.Random, prefix: str, length: int = 24) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 from redis import Redis
 
-from webhook import keys
-from webhook.readout import text
+from ledger import keys
+from ledger.queries import text
 
 DAY_MS = 86_400_000
 STATUSES = ("in_use", "safe_to_retire", "idle", "never_seen", "not_configured")

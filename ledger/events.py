@@ -7,9 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.exceptions import NotAStripeEvent
-
 Obj = dict[str, Any]
+
+
+class NotAStripeEvent(Exception):
+    """Valid JSON that lacks what every Stripe event has (evt_ id, type, data.object)."""
 
 
 @dataclass(frozen=True)

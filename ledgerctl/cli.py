@@ -15,10 +15,10 @@ from redis.exceptions import RedisError
 from rich.table import Table
 from rich.text import Text
 
-from webhook import readout, secret_usage, settings
-from webhook.redact import redact
+from ledger import queries, secret_usage, settings
+from ledger.redact import redact
+from ledgerctl.terminal import console, kv_table, literal, rows_table, say
 from webhook.store import connect
-from webhook.terminal import console, kv_table, literal, rows_table, say
 
 EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
 
@@ -62,8 +62,8 @@ def run(fn: Any) -> Any:
 @click.pass_obj
 def summary(ctx: Context, as_json: bool) -> None:
     """Global counters, rejections by reason and payments by state."""
-    data = run(lambda: readout.summary(ctx.redis, ctx.settings.QUEUE_NAME))
-    rows = {name: data[name] for name in readout.COUNTERS}
+    data = run(lambda: queries.summary(ctx.redis, ctx.settings.QUEUE_NAME))
+    rows = {name: data[name] for name in queries.COUNTERS}
     rows |= {f"rejected: {k}": v for k, v in sorted(data["rejected_by_reason"].items())}
     rows |= {f"payments: {k}": v for k, v in data["payments"].items()}
     rows |= {"attempts started": data["attempts"]["started"], "effects": data["effects"]}
@@ -80,7 +80,7 @@ def summary(ctx: Context, as_json: bool) -> None:
 @click.pass_obj
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
-    rows = run(lambda: readout.events(ctx.redis, event_type, None, None, offset, limit))
+    rows = run(lambda: queries.events(ctx.redis, event_type, None, None, offset, limit))
     emit(rows, as_json, rows_table("Events", rows, ("id", "type", "n", "pk", "first", "last")))
 
 
@@ -91,7 +91,7 @@ def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_jso
 @click.pass_obj
 def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     """One event: deliveries, sources, payment, hash (and payload)."""
-    record = run(lambda: readout.event(ctx.redis, event_id, with_payload=payload))
+    record = run(lambda: queries.event(ctx.redis, event_id, with_payload=payload))
     if record is None:
         say("no event", event_id)
         sys.exit(EXIT_NOT_FOUND)
@@ -101,7 +101,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 @main.command()
 @click.option(
     "--state",
-    type=click.Choice(readout.STATE_FILTERS),
+    type=click.Choice(queries.STATE_FILTERS),
     help="Only this state; 'attention': what needs a person.",
 )
 @click.option("--limit", default=20, show_default=True)
@@ -111,7 +111,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Payments, most recent state change first."""
     stuck = ctx.settings.STUCK_QUEUED_SECONDS
-    rows = run(lambda: readout.payments(ctx.redis, state, offset, limit, stuck))
+    rows = run(lambda: queries.payments(ctx.redis, state, offset, limit, stuck))
     columns: tuple[str, ...] = (
         "key",
         "state",
@@ -120,7 +120,7 @@ def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: 
         "latency_ms",
         "last_error",
     )
-    if state == readout.ATTENTION:
+    if state == queries.ATTENTION:
         columns = ("key", "state", "attempts_started", "hold_reason", "last_error")
     emit(rows, as_json, rows_table("Payments", rows, columns))
 
@@ -131,7 +131,7 @@ def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: 
 @click.pass_obj
 def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
     """One payment: state, events, attempts, receipt."""
-    record = run(lambda: readout.payment(ctx.redis, payment_key))
+    record = run(lambda: queries.payment(ctx.redis, payment_key))
     if record is None:
         say("no payment", payment_key)
         sys.exit(EXIT_NOT_FOUND)
@@ -148,7 +148,7 @@ def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
 @click.pass_obj
 def rejections(ctx: Context, limit: int, as_json: bool) -> None:
     """Recent rejections (reason, status, size, hash, remote address; never the body)."""
-    rows = run(lambda: readout.rejections(ctx.redis, limit))
+    rows = run(lambda: queries.rejections(ctx.redis, limit))
     columns = ("at", "reason", "status", "size", "remote", "sha256")
     emit(rows, as_json, rows_table("Rejections", rows, columns))
 
@@ -173,9 +173,9 @@ def utc(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else "-"
 
 
-from webhook import cli_actions  # noqa: E402, F401  (registers the commands that act)
+from ledgerctl import cli_actions  # noqa: E402, F401  (registers the commands that act)
 
 if __name__ == "__main__":
-    from webhook.cli import main as registered  # the module, with every command on it
+    from ledgerctl.cli import main as registered  # the module, with every command on it
 
     registered()

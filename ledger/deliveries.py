@@ -17,11 +17,10 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
-from webhook import defaults, keys
-from webhook.enqueue import JobCommands
-from webhook.events import Classified
-from webhook.exceptions import LedgerUnavailable
-from webhook.settings import Settings
+from ledger import defaults, keys
+from ledger.enqueue import JobCommands
+from ledger.events import Classified
+from ledger.settings import Settings
 
 FULFIL_JOB = "workers.jobs.fulfil_payment"
 PAYLOAD_COMPRESSION_LEVEL = 6
@@ -31,7 +30,7 @@ def load_script(package: str, name: str, *shared: str) -> str:
     """A script as Redis runs it: the key prefixes, the shared prelude, ``shared`` files of
     the same package, then the script itself."""
     lua = resources.files(package).joinpath("lua")
-    prelude = resources.files("webhook").joinpath("lua", "prelude.lua").read_text()
+    prelude = resources.files("ledger").joinpath("lua", "prelude.lua").read_text()
     parts = [keys.lua_constants(), prelude, *(lua.joinpath(f).read_text() for f in shared)]
     return "\n".join([*parts, lua.joinpath(name).read_text()])
 
@@ -44,7 +43,7 @@ def new_request_id() -> str:
 PAYLOAD_FORMAT = b"\x01"
 """Stored payloads start with this byte: zlib with the v1 preset dictionary. A new
 dictionary needs a new byte (old payloads must stay readable)."""
-PAYLOAD_DICT = resources.files("webhook").joinpath("payload-v1.zdict").read_bytes()
+PAYLOAD_DICT = resources.files("ledger").joinpath("payload-v1.zdict").read_bytes()
 """32 KB of real Stripe test-mode payloads (sample_events/): the keys and structure every
 event repeats, so even a 2 KB event compresses well. Never edit it: add a v2."""
 
@@ -64,6 +63,10 @@ def decompress_payload(stored: bytes) -> bytes:
         raise ValueError(f"unknown payload format {stored[:1]!r}")
     unpacker = zlib.decompressobj(zdict=PAYLOAD_DICT)
     return unpacker.decompress(stored[1:]) + unpacker.flush()
+
+
+class LedgerUnavailable(Exception):
+    """Redis could not record a delivery; the caller must answer 5xx so Stripe retries."""
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,8 @@ class Ledger:
             result_ttl=settings.RQ_RESULT_TTL,
             failure_ttl=7 * 86400,
         )
-        self._record = redis.register_script(load_script("webhook", "record_delivery.lua"))
-        self._reject = redis.register_script(load_script("webhook", "record_rejection.lua"))
+        self._record = redis.register_script(load_script("ledger", "record_delivery.lua"))
+        self._reject = redis.register_script(load_script("ledger", "record_rejection.lua"))
 
     def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
         """The RQ commands that enqueue a fulfilment job, captured rather than sent: the

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from webhook.redact import redact
+from ledger.redact import redact
 
 
 def banner(env: Mapping[str, str]) -> str:

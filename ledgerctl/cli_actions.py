@@ -8,10 +8,10 @@ import click
 from redis.exceptions import RedisError
 from rich.text import Text
 
-from webhook import defaults
-from webhook.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, main, run
-from webhook.redact import redact
-from webhook.terminal import rows_table, say
+from ledger import defaults
+from ledger.redact import redact
+from ledgerctl.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, main, run
+from ledgerctl.terminal import rows_table, say
 
 
 @main.command("wait-redis")
@@ -37,7 +37,7 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 def _decide(
     ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...], as_json: bool
 ) -> None:
-    from workers.attempts import Attempts
+    from ledger.attempts import Attempts
 
     verdict, state = run(
         lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
@@ -82,7 +82,7 @@ def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool)
 @click.pass_obj
 def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     """Re-enqueue lost jobs, due retries and expired leases; surface interrupted payments."""
-    from workers.attempts import Attempts
+    from ledger.attempts import Attempts
     from workers.sweeper import run_forever, sweep_once
 
     attempts = Attempts(ctx.redis, ctx.settings)
@@ -97,7 +97,7 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
 @click.pass_obj
 def downstream(ctx: Context, as_json: bool) -> None:
     """The built-in SQLite downstream's own record: calls and applied effects per payment."""
-    from workers.downstream import read_downstream
+    from ledger.downstream import read_downstream
 
     spec = ctx.settings.FULFILMENT_ACTION
     if not spec.startswith("sqlite:///"):
@@ -115,7 +115,7 @@ def downstream(ctx: Context, as_json: bool) -> None:
 @click.pass_obj
 def export(ctx: Context, directory: Path, as_json: bool) -> None:
     """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
-    from webhook.bundle import export as export_bundle
+    from ledgerctl.bundle import export as export_bundle
 
     counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.FULFILMENT_ACTION))
     if as_json:
@@ -136,7 +136,7 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
     """Re-check a bundle's hashes and cross-file relations (no Redis needed)."""
-    from webhook.bundle import verify as verify_bundle
+    from ledgerctl.bundle import verify as verify_bundle
 
     result = verify_bundle(directory, max_file_mb * 2**20)
     if as_json:

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 
-from webhook import defaults
-from webhook.events import Policy
+from ledger import defaults
+from ledger.events import Policy
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from redis import Redis
 from rich.table import Table
 from rich.text import Text
 
-from webhook import keys, readout
-from webhook.checker import Findings, check
-from webhook.terminal import line, literal
-from workers.downstream import read_downstream
+from ledger import keys, queries
+from ledger.downstream import read_downstream
+from ledgerctl.checker import Findings, check
+from ledgerctl.terminal import line, literal
 
 SETTLED = ("fulfilled", "failed", "interrupted")
 
@@ -59,7 +59,7 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
         pipe.hgetall(keys.payment(pk))
     totals = Counter[str]()
     for pk, raw in zip(payment_keys, pipe.execute(), strict=True):
-        record = readout.payment_record(pk, raw)
+        record = queries.payment_record(pk, raw)
         totals["started"] += int(record["attempts_started"])
         totals["finished"] += int(record["attempts_finished"])
         totals["stale"] += int(record.get("stale_finishes", 0))
@@ -155,4 +155,4 @@ def table(layers: dict[str, Any], findings: Findings) -> Table:
 
 
 def summary_now(redis: Redis, queue: str) -> dict[str, Any]:
-    return readout.summary(redis, queue)
+    return queries.summary(redis, queue)

@@ -14,14 +14,14 @@ from redis import Redis
 from redis.commands.core import Script
 from rq.job import Job
 
-from webhook import defaults, faults, keys
-from webhook.ledger import Ledger, load_script
-from webhook.readout import text
-from webhook.settings import Settings
+from ledger import defaults, faults, keys
+from ledger.deliveries import Ledger, load_script
+from ledger.queries import text
+from ledger.settings import Settings
 
 
 def _script(name: str) -> str:
-    return load_script("workers", name, "common.lua")
+    return load_script("ledger", name, "common.lua")
 
 
 @dataclass(frozen=True)

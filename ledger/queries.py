@@ -6,8 +6,8 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from webhook import defaults, keys
-from webhook.ledger import decompress_payload
+from ledger import defaults, keys
+from ledger.deliveries import decompress_payload
 
 PAYMENT_STATES = (
     "pending",
