@@ -39,8 +39,8 @@ def log(*parts: object) -> None:
 from bench.cpu import descendants  # noqa: E402
 from ledger import keys  # noqa: E402
 from ledger.queries import text  # noqa: E402
-from tests import processes  # noqa: E402
-from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
+from tests.support import processes  # noqa: E402
+from tests.support.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
 
 
 class RedisServer(processes.RedisServer):

@@ -33,7 +33,7 @@ from ledger import keys  # noqa: E402
 from ledger.downstream import read_downstream  # noqa: E402
 from ledgerctl import samples  # noqa: E402
 from ledgerctl.checker import check  # noqa: E402
-from tests.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env  # noqa: E402
+from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env  # noqa: E402
 
 WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
 FAST = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from tests.processes import Gunicorn, RedisServer, service_env
+from tests.support.processes import Gunicorn, RedisServer, service_env
 from webhook import create_app
 
 SECRET = "whsec_test_primary_0123456789abcdef"
@@ -66,4 +66,4 @@ def web(config: dict[str, object], redis: Redis, tmp_path: Path) -> Iterator[Gun
     server.stop()
 
 
-from tests.stack import stack  # noqa: E402, F401  (fixture shared by the process tests)
+from tests.support.stack import stack  # noqa: E402, F401  (fixture shared by the process tests)

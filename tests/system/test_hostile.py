@@ -15,7 +15,7 @@ from redis import Redis
 from ledger import keys
 from ledgerctl import samples
 from tests.conftest import SECRET
-from tests.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
+from tests.support.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
 
 REJECTION_STATUSES = {400, 405, 413, 415}
 HYPOTHESIS = settings(

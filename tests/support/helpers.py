@@ -57,7 +57,7 @@ def sweeps(redis: Redis) -> int:
 
 def after_sweeps(redis: Redis, passes: int = 2) -> None:
     """Wait until the sweeper has completed ``passes`` more passes: progress, not time."""
-    from tests.processes import wait_until
+    from tests.support.processes import wait_until
 
     target = sweeps(redis) + passes
     wait_until(lambda: sweeps(redis) >= target, what=f"{passes} more sweeps")

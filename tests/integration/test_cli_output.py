@@ -16,8 +16,8 @@ from redis import Redis
 from ledger import keys
 from ledgerctl import samples
 from ledgerctl.terminal import literal
-from tests.helpers import signed_headers
-from tests.processes import service_env
+from tests.support.helpers import signed_headers
+from tests.support.processes import service_env
 from workers.actions import Call, SqliteAction
 
 # One per class tried; each is put in every field the CLI prints (docs/RELIABILITY.md).

@@ -10,9 +10,9 @@ from redis import Redis
 from ledger import keys, queries
 from ledger.downstream import read_downstream
 from ledgerctl import samples
-from tests.downstream_server import CountingDownstream
-from tests.helpers import state_of
-from tests.processes import wait_until
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import state_of
+from tests.support.processes import wait_until
 
 
 def settled(redis: Redis, payment_keys: list[str], state: str = "fulfilled") -> bool:

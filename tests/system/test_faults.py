@@ -16,15 +16,15 @@ from ledger import keys, queries
 from ledger.downstream import read_downstream
 from ledgerctl import samples
 from ledgerctl.checker import check
-from tests.downstream_server import CountingDownstream
-from tests.helpers import (
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import (
     after_sweeps,
     payment_key_of,
     settled_as,
     signed_headers,
     state_of,
 )
-from tests.processes import (
+from tests.support.processes import (
     Gunicorn,
     RedisServer,
     children,
@@ -320,7 +320,7 @@ def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
     import subprocess
     import sys
 
-    from tests.processes import ROOT
+    from tests.support.processes import ROOT
 
     out = tmp_path / "soak.json"
     proc = subprocess.run(

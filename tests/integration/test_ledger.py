@@ -15,8 +15,8 @@ from ledger import keys, queries, settings
 from ledger.deliveries import Delivery, Ledger, decompress_payload, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
-from tests.helpers import paid_event, stats
-from tests.processes import wait_until
+from tests.support.helpers import paid_event, stats
+from tests.support.processes import wait_until
 from webhook.store import connect
 
 

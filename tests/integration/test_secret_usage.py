@@ -9,8 +9,8 @@ from ledger import keys, secret_usage
 from ledger import settings as settings_module
 from ledger.settings import fingerprint
 from tests.conftest import OLD_SECRET, SECRET
-from tests.helpers import paid_event, signed_headers
-from tests.test_ops import BASIC, BEARER
+from tests.integration.test_ops import BASIC, BEARER
+from tests.support.helpers import paid_event, signed_headers
 from webhook import create_app
 
 DAY_MS = 86_400_000

@@ -7,9 +7,9 @@ import pytest
 
 from ledger import queries
 from ledgerctl import samples
-from tests.downstream_server import CountingDownstream
-from tests.helpers import after_sweeps, payment_key_of, settled_as
-from tests.processes import free_port, wait_until
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import after_sweeps, payment_key_of, settled_as
+from tests.support.processes import free_port, wait_until
 
 
 def pay_once(stack, rng, **env: str) -> str:  # noqa: ANN001

@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from ledger.attempts import Attempts
 from ledger.deliveries import Ledger
 from ledgerctl import samples
-from tests.test_purchases import ledger_for, record
+from tests.integration.test_purchases import ledger_for, record
 
 HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff")
 Captured = dict[str, list[tuple[list[Any], list[Any]]]]

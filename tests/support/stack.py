@@ -8,8 +8,8 @@ import pytest
 import requests
 from redis import Redis
 
-from tests.helpers import signed_headers
-from tests.processes import Gunicorn, RqWorker, Sweeper, service_env
+from tests.support.helpers import signed_headers
+from tests.support.processes import Gunicorn, RqWorker, Sweeper, service_env
 
 FAST = {
     "LEASE_SECONDS": "3",

@@ -11,7 +11,7 @@ from ledger import keys
 from ledger.settings import fingerprint
 from ledgerctl import samples
 from tests.conftest import OLD_SECRET, SECRET
-from tests.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
+from tests.support.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
 
 NO_EVENT_KEYS = {keys.STATS, keys.REJECTIONS}
 

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger import queries
 from ledger import settings as settings_module
 from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
-from tests.helpers import fail_payment, paid_event, signed_headers
-from tests.processes import Gunicorn, service_env
+from tests.support.helpers import fail_payment, paid_event, signed_headers
+from tests.support.processes import Gunicorn, service_env
 from webhook.auth import csrf_token
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}

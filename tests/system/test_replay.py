@@ -11,7 +11,7 @@ import pytest
 
 from ledgerctl import samples
 from tests.conftest import SECRET
-from tests.processes import ROOT, Gunicorn
+from tests.support.processes import ROOT, Gunicorn
 
 SCRIPT = str(ROOT / "scripts" / "replay_events.py")
 
@@ -159,7 +159,7 @@ def test_stripe_retry_schedule_and_shape(service, redis) -> None:  # noqa: ANN00
 def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:  # noqa: ANN001
     broken_db = tmp_path / "broken.sqlite3"
     s = stack(
-        FULFILMENT_ACTION="tests.broken_actions:apply_twice",
+        FULFILMENT_ACTION="tests.support.broken_actions:apply_twice",
         BROKEN_DB=str(broken_db),
         TMP_REPORT=str(tmp_path / "r.json"),
     )

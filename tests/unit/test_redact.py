@@ -13,8 +13,8 @@ from ledger import keys
 from ledger.redact import redact
 from ledgerctl import samples
 from tests.conftest import OPS_TOKEN
-from tests.helpers import payment_key_of, settled_as
-from tests.processes import ROOT, free_port, service_env, wait_until
+from tests.support.helpers import payment_key_of, settled_as
+from tests.support.processes import ROOT, free_port, service_env, wait_until
 
 SECRETS = ("SECRET123", "PASSWORD456", "TOKEN789")
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}

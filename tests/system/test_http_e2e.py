@@ -13,8 +13,8 @@ import requests
 from ledger import keys
 from ledger.deliveries import decompress_payload
 from tests.conftest import OPS_TOKEN, SECRET
-from tests.helpers import STRIPE_UA, paid_event, signed_headers, stats
-from tests.processes import Gunicorn, free_port, service_env
+from tests.support.helpers import STRIPE_UA, paid_event, signed_headers, stats
+from tests.support.processes import Gunicorn, free_port, service_env
 
 
 def test_case_study_control(web, redis, rng) -> None:  # noqa: ANN001
@@ -83,7 +83,7 @@ def test_fifty_concurrent_copies_over_http(web, redis, rng) -> None:  # noqa: AN
 
 def test_redis_down_answers_503_fast_and_recovers(redis_server, redis, rng, tmp_path) -> None:  # noqa: ANN001
     """Nothing is acknowledged that the ledger did not record; the service heals by itself."""
-    from tests.processes import RedisServer
+    from tests.support.processes import RedisServer
 
     port = free_port()
     env = service_env(

@@ -7,10 +7,10 @@ from redis import Redis
 
 from ledger import queries
 from ledgerctl import samples
-from tests.downstream_server import CountingDownstream
-from tests.helpers import payment_key_of, settled_as
-from tests.processes import wait_until
-from tests.test_purchases import ledger_for, record
+from tests.integration.test_purchases import ledger_for, record
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import payment_key_of, settled_as
+from tests.support.processes import wait_until
 
 
 def pay(stack, rng, **env: str):  # noqa: ANN001, ANN201
@@ -52,7 +52,7 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
     s, pk = pay(
         stack,
         rng,
-        FULFILMENT_ACTION="tests.broken_actions:exit_worker",
+        FULFILMENT_ACTION="tests.support.broken_actions:exit_worker",
         FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
         MAX_ATTEMPTS="2",
     )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from stripe import SignatureVerificationError, WebhookSignature
 
 from tests.conftest import OLD_SECRET, SECRET
-from tests.helpers import STRIPE_UA, paid_event, stats
+from tests.support.helpers import STRIPE_UA, paid_event, stats
 from webhook.exceptions import Rejected
 from webhook.verify import parse_header, verify
 

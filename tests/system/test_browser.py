@@ -12,8 +12,8 @@ from playwright.sync_api import sync_playwright
 
 from ledger import queries
 from tests.conftest import OPS_TOKEN, SECRET
-from tests.helpers import fail_payment, paid_event, payment_key_of, signed_headers
-from tests.processes import ROOT, wait_until
+from tests.support.helpers import fail_payment, paid_event, payment_key_of, signed_headers
+from tests.support.processes import ROOT, wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -26,7 +26,7 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).parent / "output"
+SCREENSHOTS = Path(__file__).parents[1] / "output"
 
 
 def number(page, selector: str) -> int:  # noqa: ANN001

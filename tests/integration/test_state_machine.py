@@ -9,7 +9,7 @@ from ledger import keys, queries, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
-from tests.helpers import paid_event
+from tests.support.helpers import paid_event
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
