@@ -54,7 +54,7 @@ class Attempts:
     def start(self, payment_key: str, job_id: str, replay_safe: bool) -> Start:
         """Take a lease for one run of a job; ``execution`` tells a client retry of this very
         call (answered ``go`` again) from a second run of the same RQ job (skipped)."""
-        lease_ms = int(self.settings.LEASE_SECONDS * 1000)
+        lease_ms = self.settings.lease_ms
         execution = f"{job_id}:{os.urandom(6).hex()}"
         max_attempts = self.settings.MAX_ATTEMPTS
         args: list[Any] = [job_id, lease_ms, int(replay_safe), payment_key, execution, max_attempts]
@@ -68,7 +68,7 @@ class Attempts:
         return Start(text(verdict), int(token), text(rest[0]) if rest else "")
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
-        lease_ms = int(self.settings.LEASE_SECONDS * 1000)
+        lease_ms = self.settings.lease_ms
         script_keys = [keys.payment(payment_key)]
         return bool(self.scripts["mark_calling"](keys=script_keys, args=[token, lease_ms]))
 
@@ -82,8 +82,8 @@ class Attempts:
             detail,
             round(call_ms, 2),
             s.MAX_ATTEMPTS,
-            int(s.RETRY_BASE_SECONDS * 1000),
-            int(s.RETRY_MAX_SECONDS * 1000),
+            s.retry_base_ms,
+            s.retry_cap_ms,
             payment_key,
             defaults.RECENT_LATENCIES,
             " ".join(str(b) for b in defaults.FULFIL_BUCKETS_MS),
@@ -107,12 +107,12 @@ class Attempts:
         job_id, commands = self.ledger.enqueue_commands(payment_key)
         args: list[Any] = [
             payment_key,
-            s.QUEUED_GRACE_SECONDS * 1000,
+            s.grace_ms,
             Job.redis_job_namespace_prefix,
             job_id,
             s.MAX_ATTEMPTS,
-            int(s.RETRY_BASE_SECONDS * 1000),
-            int(s.RETRY_MAX_SECONDS * 1000),
+            s.retry_base_ms,
+            s.retry_cap_ms,
             *commands,
         ]
         script_keys = [*self._keys(payment_key), self.ledger.queue.key]
@@ -126,13 +126,13 @@ class Attempts:
         (an interrupted call may still be in flight until the returned time, epoch ms)."""
         s = self.settings
         job_id, commands = self.ledger.enqueue_commands(payment_key)
-        in_flight_ms = int((s.LEASE_SECONDS + s.FULFILMENT_TIMEOUT + 5) * 1000)
+        in_flight_ms = s.job_timeout_s * 1000  # a stalled call cannot outlive its RQ job
         args: list[Any] = [
             payment_key,
             decision,
             " ".join(allowed),
             note,
-            s.QUEUED_GRACE_SECONDS * 1000,
+            s.grace_ms,
             job_id,
             in_flight_ms,
             *commands,

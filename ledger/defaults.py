@@ -1,7 +1,8 @@
 """Every tunable and constant of the service, documented in one place.
 
-Settings are read from the environment by ``create_app`` (plain names such as
-``REDIS_URL``) and by the worker and CLI through :func:`webhook.settings.load`.
+The upper-case names that are fields of :class:`ledger.settings.Settings` are read from the
+environment under the same plain name (``REDIS_URL``) by the web app, the workers and the
+CLI alike (:func:`ledger.settings.load`); the others are constants.
 """
 
 REDIS_URL = "redis://127.0.0.1:6389/0"
@@ -14,6 +15,17 @@ REDIS_SOCKET_TIMEOUT = 2.0
 REDIS_RETRIES = 3
 """Retries of a ledger command after a timeout or a dropped connection. Safe
 because every ledger write is idempotent per request id."""
+
+STRIPE_WEBHOOK_SECRET = ""
+"""The webhook signing secrets (``whsec_...``), comma-separated, tried in order: the old and
+the new one during a rotation, or a dashboard endpoint's and ``stripe listen``'s. The web
+app refuses to start without one."""
+
+STRIPE_WEBHOOK_SECRET_LABELS = ""
+"""A label per secret, comma-separated, in the same order (e.g. ``dashboard,cli``): what the
+ledger counts deliveries under. A secret without one is labelled ``sha256:`` and the first 8
+hex digits of its SHA-256. Labels are unique and not plain numbers; ``cli`` marks deliveries
+as source ``stripe-cli``."""
 
 STRIPE_WEBHOOK_TOLERANCE = 300
 """Seconds a signature timestamp may be away from now, in the past or the future (Stripe's
@@ -29,6 +41,13 @@ MAX_BODY_BYTES = 512 * 1024
 
 EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
+
+OPS_TOKEN = ""
+"""Bearer token (or HTTP basic password) of the dashboard, the ops API and, unless
+METRICS_TOKEN is set, /metrics. Unset: those routes answer 401 to everyone."""
+
+METRICS_TOKEN = ""
+"""Bearer token of /metrics, when it should differ from OPS_TOKEN."""
 
 PAYMENT_RETENTION_DAYS = 0
 """0 keeps payment records for ever. Otherwise the sweeper deletes fulfilled and never-paid
@@ -55,6 +74,13 @@ RQ_RESULT_TTL = 0
 """Seconds RQ keeps a finished fulfilment job (and its finished-registry entry). 0: the
 outcome lives in the ledger, so RQ deletes the job at once (less memory, less work). The
 benchmark sets 3600 to read RQ's start/end times, as for the jobs it compares against."""
+
+RQ_FAILURE_TTL = 7 * 86400
+"""Seconds RQ keeps a failed fulfilment job (the sweeper counts such failures)."""
+
+JOB_TIMEOUT_MARGIN_SECONDS = 5
+"""RQ's timeout of a fulfilment job is LEASE_SECONDS + FULFILMENT_TIMEOUT + this: longer than
+any lease, so the ledger's lease, not RQ, decides when an attempt is given up."""
 
 FULFILMENT_ACTION = "sqlite:///var/downstream.sqlite3"
 """The downstream action: ``sqlite:///PATH``, ``http(s)://URL`` or ``module:function``."""

@@ -102,11 +102,9 @@ class Ledger:
         self.jobs = JobCommands(
             self.queue,
             FULFIL_JOB,
-            # Longer than any lease: the ledger's lease, not RQ, decides when an attempt is
-            # given up, and a stale attempt is fenced off when it comes back.
-            timeout=int(settings.LEASE_SECONDS + settings.FULFILMENT_TIMEOUT + 5),
+            timeout=settings.job_timeout_s,
             result_ttl=settings.RQ_RESULT_TTL,
-            failure_ttl=7 * 86400,
+            failure_ttl=defaults.RQ_FAILURE_TTL,
         )
         self._record = redis.register_script(load_script("ledger", "record_delivery.lua"))
         self._reject = redis.register_script(load_script("ledger", "record_rejection.lua"))
@@ -146,9 +144,9 @@ class Ledger:
             delivery.source,
             hashlib.sha256(delivery.body).hexdigest(),
             compress_payload(delivery.body),
-            s.EVENT_RETENTION_DAYS * 86400,
+            s.event_ttl_s,
             defaults.REQUEST_ID_TTL,
-            s.QUEUED_GRACE_SECONDS * 1000,
+            s.grace_ms,
             _scalar(_amount(obj)),
             _scalar(obj.get("currency")),
             job_id,

@@ -1,9 +1,10 @@
 """Settings read from the environment, shared by the web app, the worker and the CLI."""
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 from ledger import defaults
@@ -15,15 +16,15 @@ class Settings:
     REDIS_URL: str = defaults.REDIS_URL
     REDIS_SOCKET_TIMEOUT: float = defaults.REDIS_SOCKET_TIMEOUT
     REDIS_RETRIES: int = defaults.REDIS_RETRIES
-    STRIPE_WEBHOOK_SECRET: str = ""
-    STRIPE_WEBHOOK_SECRET_LABELS: str = ""
+    STRIPE_WEBHOOK_SECRET: str = defaults.STRIPE_WEBHOOK_SECRET
+    STRIPE_WEBHOOK_SECRET_LABELS: str = defaults.STRIPE_WEBHOOK_SECRET_LABELS
     STRIPE_WEBHOOK_TOLERANCE: int = defaults.STRIPE_WEBHOOK_TOLERANCE
     SECRET_RETIRE_AFTER_DAYS: int = defaults.SECRET_RETIRE_AFTER_DAYS
     MAX_BODY_BYTES: int = defaults.MAX_BODY_BYTES
     EVENT_RETENTION_DAYS: int = defaults.EVENT_RETENTION_DAYS
     PAYMENT_RETENTION_DAYS: int = defaults.PAYMENT_RETENTION_DAYS
-    OPS_TOKEN: str = ""
-    METRICS_TOKEN: str = ""
+    OPS_TOKEN: str = defaults.OPS_TOKEN
+    METRICS_TOKEN: str = defaults.METRICS_TOKEN
     QUEUE_NAME: str = defaults.QUEUE_NAME
     RQ_RESULT_TTL: int = defaults.RQ_RESULT_TTL
     FULFILMENT_ACTION: str = defaults.FULFILMENT_ACTION
@@ -62,8 +63,38 @@ class Settings:
             self.FULFIL_CONNECT,
         )
 
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+    @property
+    def lease_ms(self) -> int:
+        return int(self.LEASE_SECONDS * 1000)
+
+    @property
+    def grace_ms(self) -> int:
+        return int(self.QUEUED_GRACE_SECONDS * 1000)
+
+    @property
+    def retry_base_ms(self) -> int:
+        return int(self.RETRY_BASE_SECONDS * 1000)
+
+    @property
+    def retry_cap_ms(self) -> int:
+        return int(self.RETRY_MAX_SECONDS * 1000)
+
+    @property
+    def event_ttl_s(self) -> int:
+        return self.EVENT_RETENTION_DAYS * 86400
+
+    @property
+    def job_timeout_s(self) -> int:
+        """RQ's timeout of a fulfilment job: longer than any lease, so the ledger's lease, not
+        RQ, decides when an attempt is given up (a stale one is fenced when it comes back)."""
+        margin = defaults.JOB_TIMEOUT_MARGIN_SECONDS
+        return math.ceil(self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + margin)
+
+    @property
+    def sqlite_downstream(self) -> str | None:
+        """The file of the built-in SQLite downstream, when it is the action."""
+        action = self.FULFILMENT_ACTION
+        return action.removeprefix("sqlite:///") if action.startswith("sqlite:///") else None
 
 
 def fingerprint(secret: str) -> str:
@@ -119,9 +150,3 @@ def validated(settings: Settings) -> Settings:
             "recorded secrets by position before labels, and shows those as numbers)"
         )
     return settings
-
-
-def from_config(config: Mapping[str, object]) -> Settings:
-    """Settings from a Flask config (which was filled from :func:`load`)."""
-    names = {f.name for f in fields(Settings)}
-    return Settings(**{k: v for k, v in config.items() if k in names})  # type: ignore[arg-type]

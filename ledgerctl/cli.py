@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ledger import queries, secret_usage, settings
+from ledger.connection import connect
 from ledger.redact import redact
 from ledgerctl.terminal import console, kv_table, literal, rows_table, say
-from webhook.store import connect
 
 EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
 

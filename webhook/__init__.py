@@ -37,11 +37,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     settings = settings_module.load(**dict(test_config or {}))
     if not settings.secrets:
         raise ConfigError("STRIPE_WEBHOOK_SECRET is not set (one or more comma-separated whsec_)")
-    app.config.from_mapping(settings.as_dict())
-    app.config["SETTINGS"] = settings
+    store.init_app(app, settings)
     configure_logging()
-
-    store.init_app(app)
 
     from webhook import dashboard, metrics, ops, receiver
 

@@ -12,8 +12,8 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from ledger import queries, secret_usage
 from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
-from webhook.ops import decide, int_arg, settings, unauthorized
-from webhook.store import get_redis
+from webhook.ops import decide, int_arg, unauthorized
+from webhook.store import current_settings, get_redis
 
 bp = Blueprint("dashboard", __name__, url_prefix="/ops")
 PAGE = 25
@@ -21,7 +21,7 @@ PAGE = 25
 
 @bp.before_request
 def require_token() -> Response | None:
-    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
+    if not token_ok(current_settings().OPS_TOKEN, presented_token(request)):
         return unauthorized("Basic")
     return None
 
@@ -58,12 +58,12 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": csrf_token(settings().OPS_TOKEN), "states": queries.PAYMENT_STATES}
+    return {"csrf": csrf_token(current_settings().OPS_TOKEN), "states": queries.PAYMENT_STATES}
 
 
 @bp.get("/")
 def index() -> str:
-    s = settings()
+    s = current_settings()
     redis, queue = get_redis(), s.QUEUE_NAME
     return render_template(
         "ops/index.html",
@@ -72,7 +72,7 @@ def index() -> str:
         series=queries.series(redis, 60),
         events=queries.events(redis, limit=15),
         attention=queries.payments(
-            redis, queries.ATTENTION, 0, 10, settings().STUCK_QUEUED_SECONDS
+            redis, queries.ATTENTION, 0, 10, current_settings().STUCK_QUEUED_SECONDS
         ),
         rejections=queries.rejections(redis, 10),
         secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
@@ -106,7 +106,9 @@ def payments() -> str:
     if state and state not in queries.STATE_FILTERS:
         abort(400)
     offset = int_arg("offset", 0)
-    rows = queries.payments(get_redis(), state, offset, PAGE, settings().STUCK_QUEUED_SECONDS)
+    rows = queries.payments(
+        get_redis(), state, offset, PAGE, current_settings().STUCK_QUEUED_SECONDS
+    )
     return render_template("ops/payments.html", rows=rows, state=state, offset=offset, page=PAGE)
 
 
@@ -118,7 +120,7 @@ def payment(payment_key: str) -> str:
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
-    if not csrf_ok(settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN, request):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
     answer, status = decide(payment_key, action, decision, "dashboard")
@@ -148,7 +150,7 @@ def _ms(name: str) -> int | None:
 
 
 def _downstream(payment_key: str) -> dict[str, int] | None:
-    action = settings().FULFILMENT_ACTION
+    action = current_settings().FULFILMENT_ACTION
     if not action.startswith("sqlite:///"):
         return None
     from ledger.downstream import read_downstream

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -16,7 +16,7 @@ from ledger import defaults, keys, queries, secret_usage
 from ledger.settings import Settings
 from webhook.auth import presented_token, token_ok
 from webhook.ops import unauthorized
-from webhook.store import get_redis
+from webhook.store import current_settings, get_redis
 
 bp = Blueprint("metrics", __name__)
 REQUEST_LATENCY = Histogram(
@@ -131,7 +131,7 @@ def observe(response: Response) -> Response:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    s = current_app.config["SETTINGS"]
+    s = current_settings()
     if not token_ok(s.METRICS_TOKEN or s.OPS_TOKEN, presented_token(request)):
         return unauthorized("Bearer")
     registry = CollectorRegistry()
@@ -141,7 +141,3 @@ def metrics() -> Response:
         registry.register(REQUEST_LATENCY)
     registry.register(LedgerCollector(get_redis(), s))
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-def init_app(app: Flask) -> None:
-    """Nothing to set up: the histogram is process-global, the rest is read from Redis."""

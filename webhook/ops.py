@@ -6,14 +6,13 @@ Read-only, except retry/resolve, which need POST and the CSRF token.
 from importlib import resources
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
 
 from ledger import queries, secret_usage
-from ledger.settings import Settings
 from webhook.auth import csrf_ok, presented_token, token_ok
 from webhook.receiver import json_response
-from webhook.store import get_redis
+from webhook.store import current_settings, get_redis
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
@@ -22,10 +21,6 @@ ACTIONS = {
     "retry": (("retry",), ("failed", "held")),
     "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
 }
-
-
-def settings() -> Settings:
-    return current_app.config["SETTINGS"]
 
 
 @health_bp.get("/healthz")
@@ -50,7 +45,7 @@ def unauthorized(challenge: str) -> Response:
 
 @api_bp.before_request
 def require_token() -> Response | None:
-    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
+    if not token_ok(current_settings().OPS_TOKEN, presented_token(request)):
         return unauthorized("Bearer")
     return None
 
@@ -68,8 +63,8 @@ def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
 @api_bp.get("/summary")
 def api_summary() -> Response:
     redis = get_redis()
-    data = queries.summary(redis, settings().QUEUE_NAME)
-    data["workers"] = queries.workers_state(redis, settings().QUEUE_NAME)
+    data = queries.summary(redis, current_settings().QUEUE_NAME)
+    data["workers"] = queries.workers_state(redis, current_settings().QUEUE_NAME)
     return json_response(data)
 
 
@@ -98,7 +93,7 @@ def api_payments() -> Response:
     if state and state not in queries.STATE_FILTERS:
         return json_response({"error": "unknown_state", "states": list(queries.STATE_FILTERS)}, 400)
     offset, limit = int_arg("offset", 0), int_arg("limit", 50, 500)
-    stuck = settings().STUCK_QUEUED_SECONDS
+    stuck = current_settings().STUCK_QUEUED_SECONDS
     rows = queries.payments(get_redis(), state, offset, limit, stuck)
     return json_response({"payments": rows, "offset": int_arg("offset", 0)})
 
@@ -123,7 +118,7 @@ def api_series() -> Response:
 
 @api_bp.get("/secrets")
 def api_secrets() -> Response:
-    s = settings()
+    s = current_settings()
     rows = secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
     return json_response({"retire_after_days": s.SECRET_RETIRE_AFTER_DAYS, "secrets": rows})
 
@@ -141,7 +136,9 @@ def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict
     decisions, allowed = ACTIONS[action]
     if decision not in decisions:
         return {"error": "unknown_decision", "decisions": list(decisions)}, 400
-    verdict, state = Attempts(get_redis(), settings()).decide(payment_key, decision, allowed, who)
+    verdict, state = Attempts(get_redis(), current_settings()).decide(
+        payment_key, decision, allowed, who
+    )
     if verdict == "wait":
         return {"error": "attempt_may_still_be_running", "retry_after_ms": int(state)}, 409
     if verdict != "ok":
@@ -151,7 +148,7 @@ def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict
 
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
-    if not csrf_ok(settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN, request):
         return json_response({"error": "csrf_token_missing_or_wrong"}, 403)
     decision = "retry" if action == "retry" else request.values.get("as", "")
     body, status = decide(payment_key, action, decision, "ops-api")

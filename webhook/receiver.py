@@ -5,16 +5,15 @@ import logging
 import time
 
 import orjson
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 
 from ledger.defaults import REPLAY_HEADER
 from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
 from ledger.events import classify
 from ledger.faults import fault
-from ledger.settings import Settings
 from webhook.exceptions import Rejected
 from webhook.intake import delivery_source, parse_event, read_body
-from webhook.store import get_ledger
+from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
@@ -28,7 +27,7 @@ def json_response(payload: dict[str, object], status: int = 200) -> Response:
 @bp.route("/webhooks/stripe", methods=ANY_METHOD, provide_automatic_options=False)
 def stripe_webhook() -> Response:
     started = time.perf_counter()
-    settings: Settings = current_app.config["SETTINGS"]
+    settings = current_settings()
     request_id = new_request_id()
     body = b""
     try:

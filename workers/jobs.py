@@ -15,9 +15,9 @@ from rq import get_current_job
 
 from ledger import settings as settings_module
 from ledger.attempts import Attempts, encode_receipt
+from ledger.connection import connect
 from ledger.faults import fault
 from ledger.redact import redact
-from webhook.store import connect
 from workers.actions import Action, Call, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (

@@ -26,13 +26,13 @@ from rich.progress import Progress
 from rich.text import Text
 
 from ledger import settings as settings_module
+from ledger.connection import connect
 from ledger.events import classify
 from ledger.redact import redact
 from ledgerctl.checker import Findings
 from ledgerctl.replay import report, sources
 from ledgerctl.replay.sending import PROBES, Plan, send_all
 from ledgerctl.terminal import line, safe_console
-from webhook.store import connect
 
 console = safe_console(stderr=True)
 

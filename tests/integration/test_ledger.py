@@ -12,12 +12,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ledger import keys, queries, settings
+from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, decompress_payload, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
 from tests.support.helpers import paid_event, stats
 from tests.support.processes import wait_until
-from webhook.store import connect
 
 
 def make_ledger(url: str, **overrides: object) -> Ledger:

@@ -12,10 +12,10 @@ import pytest
 from redis import Redis
 
 from ledger import queries, settings
+from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
-from webhook.store import connect
 
 CUSTOMER = "cus_000000000000001"
 
