@@ -94,7 +94,7 @@ def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[
 def compression_held_out() -> dict[str, Any]:
     """Compressed / raw size: generated events vs real payloads not in the dictionary."""
     from bench.events import EventFactory
-    from ledger.deliveries import compress_payload
+    from ledger.payloads import compress_payload
 
     def ratio(bodies: list[bytes]) -> float:
         return sum(len(compress_payload(b)) for b in bodies) / sum(map(len, bodies))

@@ -83,8 +83,8 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 
     import orjson
 
-    from ledger.deliveries import compress_payload
     from ledger.events import check_shape, classify
+    from ledger.payloads import compress_payload
     from webhook.verify import verify
 
     bodies = [b for b, _ in pairs]
@@ -107,9 +107,7 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     out: dict[str, float] = {}
     paid = [classify(e, ledger.settings.policy) for e in events]
     pks = [c.payment_key for c in paid if c.paid and c.payment_key]
-    out["enqueue_commands (RQ job built; paid events only)"] = median_us(
-        ledger.enqueue_commands, pks
-    )
+    out["Jobs.enqueue (RQ job built; paid events only)"] = median_us(ledger.jobs.enqueue, pks)
     out["share of events that are paid"] = round(len(pks) / len(events), 2)
     ds = [delivery(ledger, b) for b in bodies]
     out["Ledger.record_delivery, whole (args + EVALSHA, appendfsync always)"] = median_us(

@@ -47,8 +47,8 @@ RECEIVER_RULES = [
         r"stripe/|webhook/verify\.py",
     ),
     (
-        "RQ job built for every paid delivery (enqueue_commands: create_job, pickle, zlib)",
-        r"rq/|enqueue_commands",
+        "RQ job built for every paid delivery (Jobs.enqueue: create_job, pickle, zlib)",
+        r"rq/|ledger/enqueue",
     ),
     ("payload compression (zlib level 6, compress_payload)", r"compress_payload"),
     ("redis-py EVALSHA: pack, send, wait, parse", r"redis/"),

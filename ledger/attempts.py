@@ -15,7 +15,8 @@ from redis.commands.core import Script
 from rq.job import Job
 
 from ledger import defaults, faults, keys
-from ledger.deliveries import Ledger, load_script
+from ledger.deliveries import load_script
+from ledger.enqueue import Jobs
 from ledger.queries import text
 from ledger.settings import Settings
 
@@ -39,7 +40,7 @@ class Attempts:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self.ledger = Ledger(redis, settings)
+        self.jobs = Jobs(redis, settings)
         names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
         self.scripts = {n: redis.register_script(_script(f"{n}.lua")) for n in names}
 
@@ -104,18 +105,18 @@ class Attempts:
     def recover(self, payment_key: str) -> str:
         """The sweeper's step for one due payment; returns what it did."""
         s = self.settings
-        job_id, commands = self.ledger.enqueue_commands(payment_key)
+        job = self.jobs.enqueue(payment_key)
         args: list[Any] = [
             payment_key,
             s.grace_ms,
             Job.redis_job_namespace_prefix,
-            job_id,
+            job.job_id,
             s.MAX_ATTEMPTS,
             s.retry_base_ms,
             s.retry_cap_ms,
-            *commands,
+            *job.commands,
         ]
-        script_keys = [*self._keys(payment_key), self.ledger.queue.key]
+        script_keys = [*self._keys(payment_key), self.jobs.queue.key]
         (verdict,) = self.scripts["recover"](keys=script_keys, args=args)
         return text(verdict)
 
@@ -125,7 +126,7 @@ class Attempts:
         """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
         (an interrupted call may still be in flight until the returned time, epoch ms)."""
         s = self.settings
-        job_id, commands = self.ledger.enqueue_commands(payment_key)
+        job = self.jobs.enqueue(payment_key)
         in_flight_ms = s.job_timeout_s * 1000  # a stalled call cannot outlive its RQ job
         args: list[Any] = [
             payment_key,
@@ -133,9 +134,9 @@ class Attempts:
             " ".join(allowed),
             note,
             s.grace_ms,
-            job_id,
+            job.job_id,
             in_flight_ms,
-            *commands,
+            *job.commands,
         ]
         verdict, state = self.scripts["operator"](keys=self._keys(payment_key), args=args)
         return text(verdict), text(state)

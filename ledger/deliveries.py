@@ -7,7 +7,6 @@ payment) the RQ job are written together or not at all.
 
 import hashlib
 import os
-import zlib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -15,15 +14,12 @@ from typing import Any
 import orjson
 from redis import Redis
 from redis.exceptions import RedisError
-from rq import Queue
 
 from ledger import defaults, keys
-from ledger.enqueue import JobCommands
+from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified
+from ledger.payloads import compress_payload
 from ledger.settings import Settings
-
-FULFIL_JOB = "workers.jobs.fulfil_payment"
-PAYLOAD_COMPRESSION_LEVEL = 6
 
 
 def load_script(package: str, name: str, *shared: str) -> str:
@@ -38,31 +34,6 @@ def load_script(package: str, name: str, *shared: str) -> str:
 def new_request_id() -> str:
     """A per-HTTP-request id that makes a retried ledger write count once."""
     return os.urandom(12).hex()
-
-
-PAYLOAD_FORMAT = b"\x01"
-"""Stored payloads start with this byte: zlib with the v1 preset dictionary. A new
-dictionary needs a new byte (old payloads must stay readable)."""
-PAYLOAD_DICT = resources.files("ledger").joinpath("payload-v1.zdict").read_bytes()
-"""32 KB of real Stripe test-mode payloads (sample_events/): the keys and structure every
-event repeats, so even a 2 KB event compresses well. Never edit it: add a v2."""
-
-
-# Loading a 32 KB dictionary costs ~0.1 ms; copying a primed compressor does not.
-_PRIMED = zlib.compressobj(PAYLOAD_COMPRESSION_LEVEL, zdict=PAYLOAD_DICT)
-
-
-def compress_payload(body: bytes) -> bytes:
-    """Payloads are stored once, zlib-compressed with a preset dictionary of Stripe JSON."""
-    packer = _PRIMED.copy()
-    return PAYLOAD_FORMAT + packer.compress(body) + packer.flush()
-
-
-def decompress_payload(stored: bytes) -> bytes:
-    if stored[:1] != PAYLOAD_FORMAT:
-        raise ValueError(f"unknown payload format {stored[:1]!r}")
-    unpacker = zlib.decompressobj(zdict=PAYLOAD_DICT)
-    return unpacker.decompress(stored[1:]) + unpacker.flush()
 
 
 class LedgerUnavailable(Exception):
@@ -98,21 +69,9 @@ class Ledger:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self.queue = Queue(settings.QUEUE_NAME, connection=redis)
-        self.jobs = JobCommands(
-            self.queue,
-            FULFIL_JOB,
-            timeout=settings.job_timeout_s,
-            result_ttl=settings.RQ_RESULT_TTL,
-            failure_ttl=defaults.RQ_FAILURE_TTL,
-        )
+        self.jobs = Jobs(redis, settings)
         self._record = redis.register_script(load_script("ledger", "record_delivery.lua"))
         self._reject = redis.register_script(load_script("ledger", "record_rejection.lua"))
-
-    def enqueue_commands(self, payment_key: str) -> tuple[str, list[Any]]:
-        """The RQ commands that enqueue a fulfilment job, captured rather than sent: the
-        ledger script runs them only if this delivery moves the payment to ``queued``."""
-        return self.jobs.commands(payment_key)
 
     def record_delivery(self, delivery: Delivery) -> Recorded:
         """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""
@@ -120,7 +79,8 @@ class Ledger:
         obj = event["data"]["object"]
         pk = c.payment_key or ""
         try:
-            job_id, commands = self.enqueue_commands(pk) if c.paid and pk else ("", [])
+            # Offered with every paid delivery; the script runs it for the payment's first.
+            job = self.jobs.enqueue(pk) if c.paid and pk else NO_JOB
         except RedisError as exc:  # RQ asks the server's version once per process
             raise LedgerUnavailable(str(exc)) from exc
         script_keys = [
@@ -149,14 +109,14 @@ class Ledger:
             s.grace_ms,
             _scalar(_amount(obj)),
             _scalar(obj.get("currency")),
-            job_id,
+            job.job_id,
             keys.SERIES_PREFIX,
             " ".join(c.linked),
             c.hold,
             c.account,
             c.fingerprint,
             defaults.DUPLICATE_WINDOW_SECONDS,
-            *commands,
+            *job.commands,
         ]
         try:
             n, dup, conflict, enqueued, state, key = self._record(keys=script_keys, args=args)

@@ -7,7 +7,7 @@ import orjson
 from redis import Redis
 
 from ledger import defaults, keys
-from ledger.deliveries import decompress_payload
+from ledger.payloads import decompress_payload
 
 PAYMENT_STATES = (
     "pending",

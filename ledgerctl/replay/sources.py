@@ -12,7 +12,7 @@ from typing import Any, cast
 from redis import Redis
 
 from ledger import keys, queries
-from ledger.deliveries import decompress_payload
+from ledger.payloads import decompress_payload
 from ledgerctl import samples
 
 Item = tuple[dict[str, Any], bytes]

@@ -13,8 +13,9 @@ from redis.retry import Retry
 
 from ledger import keys, queries, settings
 from ledger.connection import connect
-from ledger.deliveries import Delivery, Ledger, decompress_payload, new_request_id
+from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.payloads import decompress_payload
 from ledgerctl import samples
 from tests.support.helpers import paid_event, stats
 from tests.support.processes import wait_until
@@ -161,7 +162,7 @@ def test_events_without_a_payment_are_recorded_and_ignored(
 def test_payloads_compress_well_even_unlike_the_dictionary() -> None:
     """The preset dictionary is made of the shipped templates; an event from elsewhere
     (a subscription invoice from another project's fixtures) still round-trips and shrinks."""
-    from ledger.deliveries import compress_payload, decompress_payload
+    from ledger.payloads import compress_payload, decompress_payload
 
     other = json.dumps(
         {

@@ -26,7 +26,8 @@ def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
 def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
-    job_id, commands = attempts.ledger.enqueue_commands(pk)
+    job = attempts.jobs.enqueue(pk)
+    job_id, commands = job.job_id, job.commands
     args = [pk, 1000, "rq:job:", job_id, 5, 100, 1000, *commands]
     script_keys = [*attempts._keys(pk), "rq:queue:fulfilment"]
     first = attempts.scripts["recover"](keys=script_keys, args=args)
@@ -73,7 +74,8 @@ def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_se
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=True)
     attempts.finish(pk, start.token, "failed", "http 400", 1.0)
-    job_id, commands = attempts.ledger.enqueue_commands(pk)
+    job = attempts.jobs.enqueue(pk)
+    job_id, commands = job.job_id, job.commands
     args = [pk, "retry", "failed", "test", 1000, job_id, 60000, *commands]
     first = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
     again = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
@@ -102,27 +104,28 @@ def test_retention_purges_settled_payments_and_keeps_counts(
     assert redis.zcard(keys.state_index("fulfilled")) == 0
 
 
-def test_job_commands_are_what_rq_builds(redis: Redis, redis_server) -> None:  # noqa: ANN001
+def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> None:  # noqa: ANN001
     from rq.job import Job
 
-    from ledger.enqueue import JobCommands, _comparable
+    from ledger.enqueue import FULFIL_JOB, Jobs
 
     s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
-    jobs = Ledger(Redis.from_url(s.REDIS_URL), s).jobs
-    job_id, _ = jobs.commands("pi_a")
-    assert jobs._trusted is True
-    _, by_rq = jobs.by_rq("pi_b", job_id="fixed-id")
-    stamped = jobs.stamped("pi_b", "fixed-id", "2026-01-01T00:00:00.000000Z")
-    assert _comparable(stamped) == _comparable(by_rq)
-    for command in stamped:  # RQ reads the re-stamped job (its data packed more cheaply)
-        redis.execute_command(*command)
-    job = Job.fetch("fixed-id", connection=redis)
-    assert (job.func_name, job.args, job.get_status()) == (jobs.func, ("pi_b",), "queued")
-    jobs._template = ("nope", [["HSET", "rq:job:x", "data", b"?"]])  # a format RQ never had
-    broken = JobCommands(jobs.queue, jobs.func, **jobs.options)
-    broken.stamped = lambda *a: [["HSET", "wrong"]]  # type: ignore[method-assign]
-    job_id, commands = broken.commands("pi_c")
-    assert broken._trusted is False and f"rq:job:{job_id}" in commands  # RQ built it
+    jobs = Jobs(Redis.from_url(s.REDIS_URL), s)
+    job = jobs.enqueue("pi_b")
+    assert redis.keys("*") == []  # captured, not sent
+    commands = job.commands
+    while commands:  # (n, arg1..argn)*, as run_commands reads them
+        count, commands = commands[0], commands[1:]
+        redis.execute_command(*commands[:count])
+        commands = commands[count:]
+    fetched = Job.fetch(job.job_id, connection=redis)
+    assert (fetched.func_name, fetched.args, fetched.get_status()) == (
+        FULFIL_JOB,
+        ("pi_b",),
+        "queued",
+    )
+    assert fetched.timeout == s.job_timeout_s and fetched.result_ttl == s.RQ_RESULT_TTL
+    assert redis.lrange(f"rq:queue:{s.QUEUE_NAME}", 0, -1) == [job.job_id.encode()]
 
 
 def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(

@@ -11,7 +11,7 @@ import orjson
 import requests
 
 from ledger import keys
-from ledger.deliveries import decompress_payload
+from ledger.payloads import decompress_payload
 from tests.conftest import OPS_TOKEN, SECRET
 from tests.support.helpers import STRIPE_UA, paid_event, signed_headers, stats
 from tests.support.processes import Gunicorn, free_port, service_env
