@@ -116,7 +116,7 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     ledger.redis.flushdb()
     calls = [_script_call(ledger, delivery(ledger, b)) for b in bodies]
     out["  of which the EVALSHA round trip alone"] = median_us(
-        lambda ka: ledger._record(keys=ka[0], args=ka[1]), calls
+        lambda ka: ledger.record_script.run(*ka), calls
     )
     return out
 
@@ -204,18 +204,18 @@ def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
 
 def _script_call(ledger, d) -> tuple[Any, Any]:  # noqa: ANN001
     """The keys and arguments record_delivery would send for ``d`` (nothing is sent)."""
-    script = ledger._record
+    run = ledger.record_script.run
     captured: dict[str, Any] = {}
 
     def capture(keys, args):  # noqa: ANN001, ANN202
         captured["k"], captured["a"] = keys, args
-        return [1, 0, 0, 0, "pending"]
+        return [1, 0, 0, 0, "pending", ""]
 
-    ledger._record = capture
+    ledger.record_script.run = capture
     try:
         ledger.record_delivery(d)
     finally:
-        ledger._record = script
+        ledger.record_script.run = run
     return captured["k"], captured["a"]
 
 

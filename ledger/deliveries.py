@@ -8,27 +8,19 @@ payment) the RQ job are written together or not at all.
 import hashlib
 import os
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import orjson
 from redis import Redis
 from redis.exceptions import RedisError
 
-from ledger import defaults, keys
+from ledger import keys
 from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified
 from ledger.payloads import compress_payload
+from ledger.queries import text
+from ledger.scripts import Script
 from ledger.settings import Settings
-
-
-def load_script(package: str, name: str, *shared: str) -> str:
-    """A script as Redis runs it: the key prefixes, the shared prelude, ``shared`` files of
-    the same package, then the script itself."""
-    lua = resources.files(package).joinpath("lua")
-    prelude = resources.files("ledger").joinpath("lua", "prelude.lua").read_text()
-    parts = [keys.lua_constants(), prelude, *(lua.joinpath(f).read_text() for f in shared)]
-    return "\n".join([*parts, lua.joinpath(name).read_text()])
 
 
 def new_request_id() -> str:
@@ -70,72 +62,60 @@ class Ledger:
         self.redis = redis
         self.settings = settings
         self.jobs = Jobs(redis, settings)
-        self._record = redis.register_script(load_script("ledger", "record_delivery.lua"))
-        self._reject = redis.register_script(load_script("ledger", "record_rejection.lua"))
+        self.record_script = Script(redis, "record_delivery")
+        self.reject_script = Script(redis, "record_rejection")
 
     def record_delivery(self, delivery: Delivery) -> Recorded:
         """Record an accepted delivery; raises LedgerUnavailable if Redis cannot."""
-        event, c, s = delivery.event, delivery.classified, self.settings
-        obj = event["data"]["object"]
-        pk = c.payment_key or ""
+        c = delivery.classified
         try:
             # Offered with every paid delivery; the script runs it for the payment's first.
-            job = self.jobs.enqueue(pk) if c.paid and pk else NO_JOB
-        except RedisError as exc:  # RQ asks the server's version once per process
+            job = self.jobs.enqueue(c.payment_key) if c.paid and c.payment_key else NO_JOB
+            reply = self.record_script(*self.delivery_call(delivery, job.job_id), job.commands)
+        except RedisError as exc:  # RQ too asks the server (its version, once per process)
             raise LedgerUnavailable(str(exc)) from exc
-        script_keys = [
-            keys.event(event["id"]),
-            keys.STATS,
-            keys.request(delivery.request_id),
-            keys.EVENT_INDEX,
-            keys.PAYMENT_STATES,
-            keys.DUE,
-        ]
-        args = [
-            event["id"],
-            event["type"],
-            _scalar(event.get("created")),
-            "1" if event.get("livemode") is True else "0",
-            _scalar(event.get("api_version")),
-            pk,
-            c.role,
-            "1" if c.paid else "0",
-            delivery.secret_label,
-            delivery.source,
-            hashlib.sha256(delivery.body).hexdigest(),
-            compress_payload(delivery.body),
-            s.event_ttl_s,
-            defaults.REQUEST_ID_TTL,
-            s.grace_ms,
-            _scalar(_amount(obj)),
-            _scalar(obj.get("currency")),
-            job.job_id,
-            keys.SERIES_PREFIX,
-            " ".join(c.linked),
-            c.hold,
-            c.account,
-            c.fingerprint,
-            defaults.DUPLICATE_WINDOW_SECONDS,
-            *job.commands,
-        ]
-        try:
-            n, dup, conflict, enqueued, state, key = self._record(keys=script_keys, args=args)
-        except RedisError as exc:
-            raise LedgerUnavailable(str(exc)) from exc
-        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), _text(state), _text(key))
+        n, dup, conflict, enqueued, state, key = reply
+        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), text(state), text(key))
+
+    def delivery_call(
+        self, delivery: Delivery, job_id: str
+    ) -> tuple[dict[str, str], dict[str, object]]:
+        """record_delivery.lua's named keys and arguments for one delivery."""
+        event, c = delivery.event, delivery.classified
+        obj = event["data"]["object"]
+        script_keys = {
+            "event": keys.event(event["id"]),
+            "request": keys.request(delivery.request_id),
+        }
+        return script_keys, {
+            "type": event["type"],
+            "created": _scalar(event.get("created")),
+            "livemode": "1" if event.get("livemode") is True else "0",
+            "api_version": _scalar(event.get("api_version")),
+            "payment_key": c.payment_key or "",
+            "role": c.role,
+            "paid": "1" if c.paid else "0",
+            "secret": delivery.secret_label,
+            "source": delivery.source,
+            "sha": hashlib.sha256(delivery.body).hexdigest(),
+            "body": compress_payload(delivery.body),
+            "event_ttl": self.settings.event_ttl_s,
+            "grace_ms": self.settings.grace_ms,
+            "amount": _scalar(_amount(obj)),
+            "currency": _scalar(obj.get("currency")),
+            "job_id": job_id,
+            "linked": " ".join(c.linked),
+            "hold": c.hold,
+            "account": c.account,
+            "fingerprint": c.fingerprint,
+        }
 
     def record_rejection(self, reason: str, record: dict[str, Any], request_id: str) -> bool:
         """Count a rejection; returns False (and loses only the count) if Redis is down."""
         try:
-            self._reject(
-                keys=[keys.STATS, keys.REJECTIONS, keys.request(request_id)],
-                args=[
-                    reason,
-                    orjson.dumps(record),
-                    defaults.RECENT_REJECTIONS,
-                    defaults.REQUEST_ID_TTL,
-                    keys.SERIES_PREFIX,
-                ],
+            self.reject_script(
+                {"request": keys.request(request_id)},
+                {"reason": reason, "record": orjson.dumps(record)},
             )
         except RedisError:
             return False
@@ -157,7 +137,3 @@ def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)[:255]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")

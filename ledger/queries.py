@@ -51,7 +51,7 @@ def summary(redis: Redis, queue_name: str) -> dict[str, Any]:
     pipe.hgetall(keys.STATS)
     pipe.hgetall(keys.PAYMENT_STATES)
     pipe.lrange(keys.LATENCIES, 0, -1)
-    pipe.llen(f"rq:queue:{queue_name}")
+    pipe.llen(keys.rq_queue(queue_name))
     stats_raw, states_raw, latencies, queued_jobs = pipe.execute()
     stats = {k: int(v) for k, v in _decode_hash(stats_raw).items()}
     grouped: dict[str, dict[str, int]] = {}

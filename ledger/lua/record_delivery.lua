@@ -1,49 +1,46 @@
 -- Record one accepted delivery, all or nothing, in one round trip.
 -- Idempotent per request id: a retried call returns the first answer unchanged.
--- KEYS: 1 event hash, 2 stats, 3 request answer, 4 event index, 5 payment states, 6 due set
--- Payment, alias, fingerprint and state-index keys are derived here from the prefixes that
--- webhook/keys.py prepends: the payment is known only once aliases are resolved.
--- Payment records never expire here; the sweeper purges settled ones after
--- PAYMENT_RETENTION_DAYS (workers/lua/purge.lua), keeping every index consistent.
-local cached = redis.call('GET', KEYS[3])
+-- Payment, alias and fingerprint keys are derived here from the prefixes of ledger/keys.py:
+-- the payment is known only once aliases are resolved. Payment records never expire here;
+-- the sweeper purges settled ones after PAYMENT_RETENTION_DAYS (purge.lua), keeping every
+-- index consistent. ARGV after the named ones: the captured RQ enqueue (run_commands).
+local KEY = named(KEYS, 'event', 'request')
+local ARG, ARGC = named(ARGV, 'type', 'created', 'livemode', 'api_version', 'payment_key',
+  'role', 'paid', 'secret', 'source', 'sha', 'body', 'event_ttl', 'grace_ms', 'amount',
+  'currency', 'job_id', 'linked', 'hold', 'account', 'fingerprint')
+local cached = redis.call('GET', KEY.request)
 if cached then
   return cjson.decode(cached)
 end
-local short = too_few('record_delivery', 24)
+local short = too_few('record_delivery', ARGC)
 if short then return short end
-local ek, stats, states, due = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
-local id, etype, created, livemode, api = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local pk, role, paid_arg, secret, src = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local sha, body = ARGV[11], ARGV[12]
-local event_ttl, request_ttl, grace = whole(ARGV[13], 1), whole(ARGV[14], 1), whole(ARGV[15], 0)
-local amount, currency, job_id, series_prefix = ARGV[16], ARGV[17], ARGV[18], ARGV[19]
-local linked, hold, account, fingerprint = ARGV[20], ARGV[21], ARGV[22], ARGV[23]
-local window = whole(ARGV[24], 1)
-local FIRST_COMMAND = 25
+local event_ttl, grace_ms = whole(ARG.event_ttl, 1), whole(ARG.grace_ms, 0)
 
 -- Checked before the first write.
-if not (event_ttl and request_ttl and grace and window) then
-  return refuse('record_delivery', 'event ttl, request ttl, grace and window: whole numbers')
+if not (event_ttl and grace_ms) then
+  return refuse('record_delivery', 'event ttl and grace: whole numbers')
 end
-if paid_arg ~= '0' and paid_arg ~= '1' then
+if ARG.paid ~= '0' and ARG.paid ~= '1' then
   return refuse('record_delivery', 'paid must be 0 or 1')
 end
-if paid_arg == '1' and pk == '' then
+if ARG.paid == '1' and ARG.payment_key == '' then
   return refuse('record_delivery', 'a paid event needs a payment key')
 end
-if fingerprint ~= '' and not string.match(fingerprint, '^%a+|.+$') then
+if ARG.fingerprint ~= '' and not string.match(ARG.fingerprint, '^%a+|.+$') then
   return refuse('record_delivery', 'fingerprint must be kind|value')
 end
-if not commands_ok(FIRST_COMMAND) then
+if not commands_ok(ARGC + 1) then
   return refuse('record_delivery', 'malformed enqueue commands')
 end
 
 -- Reads and decisions.
+local ek, id = KEY.event, id_of(KEY.event, EVENT_PREFIX)
 local now = now_ms()
 local first = redis.call('HMGET', ek, 'n', 'sha', 'pk', 'role', 'paid')
 local dup = first[1] and 1 or 0
-local conflict = (dup == 1 and first[2] ~= sha) and 1 or 0
-local paid = paid_arg == '1'
+local conflict = (dup == 1 and first[2] ~= ARG.sha) and 1 or 0
+local pk, role, paid = ARG.payment_key, ARG.role, ARG.paid == '1'
+local linked, fingerprint = ARG.linked, ARG.fingerprint
 if dup == 1 then
   -- The first delivery's classification stands: a copy, or another body under the same id,
   -- is counted but never moves a payment or creates one.
@@ -79,8 +76,8 @@ if pay and paid and state ~= nil and state ~= 'pending' then
   held_for = ''  -- already paid or held: nothing to decide
 elseif pay and paid then
   local same = twin or redis.call('HGET', pay, 'same_purchase_as')
-  if hold ~= '' then
-    held_for = hold
+  if ARG.hold ~= '' then
+    held_for = ARG.hold
   elseif same then
     held_for = 'same purchase as ' .. same .. ' (Stripe tied their ids after both were recorded)'
   elseif fingerprint ~= '' then
@@ -96,28 +93,29 @@ end
 -- Writes.
 local n = redis.call('HINCRBY', ek, 'n', 1)
 if dup == 0 then
-  redis.call('HSET', ek, 'type', etype, 'created', created, 'livemode', livemode,
-    'api', api, 'pk', key, 'role', role, 'paid', paid_arg, 'sha', sha, 'body', body, 'first', now)
-  if account ~= '' then redis.call('HSET', ek, 'account', account) end
+  redis.call('HSET', ek, 'type', ARG.type, 'created', ARG.created, 'livemode', ARG.livemode,
+    'api', ARG.api_version, 'pk', key, 'role', role, 'paid', ARG.paid, 'sha', ARG.sha,
+    'body', ARG.body, 'first', now)
+  if ARG.account ~= '' then redis.call('HSET', ek, 'account', ARG.account) end
   redis.call('EXPIRE', ek, event_ttl)
-  redis.call('HINCRBY', stats, 'events', 1)
-  redis.call('ZADD', KEYS[4], now, id)
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - event_ttl * 1000)
+  redis.call('HINCRBY', STATS, 'events', 1)
+  redis.call('ZADD', EVENT_INDEX, now, id)
+  redis.call('ZREMRANGEBYSCORE', EVENT_INDEX, '-inf', now - event_ttl * 1000)
 else
-  redis.call('HINCRBY', stats, 'duplicates', 1)
+  redis.call('HINCRBY', STATS, 'duplicates', 1)
   if conflict == 1 then
     redis.call('HINCRBY', ek, 'conflicts', 1)
-    redis.call('HSET', ek, 'conflict_sha', sha)
-    redis.call('HINCRBY', stats, 'conflicts', 1)
+    redis.call('HSET', ek, 'conflict_sha', ARG.sha)
+    redis.call('HINCRBY', STATS, 'conflicts', 1)
   end
 end
-redis.call('HSET', ek, 'last', now, 'secret', secret)
-redis.call('HINCRBY', ek, 'src:' .. src, 1)
-redis.call('HINCRBY', stats, 'deliveries', 1)
-redis.call('HINCRBY', stats, 'source:' .. src, 1)
-redis.call('HINCRBY', stats, 'secret:' .. secret, 1)
-redis.call('HSET', SECRETS_LAST_SEEN, secret, now)
-redis.call('HINCRBY', stats, 'type:' .. etype, 1)
+redis.call('HSET', ek, 'last', now, 'secret', ARG.secret)
+redis.call('HINCRBY', ek, 'src:' .. ARG.source, 1)
+redis.call('HINCRBY', STATS, 'deliveries', 1)
+redis.call('HINCRBY', STATS, 'source:' .. ARG.source, 1)
+redis.call('HINCRBY', STATS, 'secret:' .. ARG.secret, 1)
+redis.call('HSET', SECRETS_LAST_SEEN, ARG.secret, now)
+redis.call('HINCRBY', STATS, 'type:' .. ARG.type, 1)
 
 local enqueued = 0
 if pay then
@@ -127,23 +125,22 @@ if pay then
     local twin_pay = PAYMENT_PREFIX .. twin
     redis.call('HSET', pay, 'same_purchase_as', twin)
     redis.call('HSET', twin_pay, 'same_purchase_as', key)
-    redis.call('HINCRBY', stats, 'purchases_tied_late', 1)
+    redis.call('HINCRBY', STATS, 'purchases_tied_late', 1)
     local twin_state = redis.call('HGET', twin_pay, 'state')
     local going = {queued = true, in_progress = true, retrying = true, fulfilled = true}
     local tied = ' (Stripe tied their ids after both were recorded)'
     if (twin_state == 'queued' or twin_state == 'retrying') and going[state] then
-      move(twin_pay, states, 'held')
+      move(twin_pay, 'held', now)
       redis.call('HSET', twin_pay, 'hold_reason', 'same purchase as ' .. key .. tied)
-      redis.call('ZREM', due, twin)
+      redis.call('ZREM', DUE, twin)
     elseif state == 'held' and going[twin_state] then
       redis.call('HSET', pay, 'hold_reason', 'same purchase as ' .. twin .. tied)
     end
   end
   if not state then
     state = 'pending'
-    redis.call('HSET', pay, 'state', state, 'token', 0)
-    redis.call('ZADD', STATE_INDEX_PREFIX .. state, now, key)
-    redis.call('HINCRBY', states, state, 1)
+    move(pay, state, now)
+    redis.call('HSET', pay, 'token', 0)
   end
   local events = redis.call('HGET', pay, 'events') or ''
   local position = 0
@@ -156,49 +153,44 @@ if pay then
     redis.call('HSET', pay, 'events', events == '' and id or (events .. ' ' .. id))
     position = seen + 1
   end
-  if account ~= '' then redis.call('HSET', pay, 'account', account) end
+  if ARG.account ~= '' then redis.call('HSET', pay, 'account', ARG.account) end
   redis.call('HINCRBY', pay, 'deliveries', 1)
   if role == 'failed' or role == 'refund' then
-    redis.call('HSET', pay, 'last_' .. role, etype)
+    redis.call('HSET', pay, 'last_' .. role, ARG.type)
   end
   if paid then
     if redis.call('HSETNX', pay, 'paid_at', now) == 1 then
-      -- The paying event is named by its position in `events`, not by its id again (memory).
-      redis.call('HSET', pay, 'paid_by_n', position, 'amount', amount,
-        'currency', currency, 'livemode', livemode)
+      -- The paying event is named by its position in `events`, not by its id again: 27 bytes
+      -- less per payment kept for ever (docs/BENCHMARKS.md, memory).
+      redis.call('HSET', pay, 'paid_by_n', position, 'amount', ARG.amount,
+        'currency', ARG.currency, 'livemode', ARG.livemode)
       if fingerprint ~= '' then
         local kind, rest = string.match(fingerprint, '^(%a+)|(.+)$')
-        redis.call('SET', FP_PREFIX .. kind .. ':' .. rest, key, 'EX', window)
+        redis.call('SET', FP_PREFIX .. kind .. ':' .. rest, key, 'EX', FP_TTL)
       end
     end
     if state == 'pending' and held_for ~= '' then
       state = 'held'
-      move(pay, states, state)
+      move(pay, state, now)
       redis.call('HSET', pay, 'hold_reason', held_for)
-      redis.call('HINCRBY', stats, 'held', 1)
+      redis.call('HINCRBY', STATS, 'held', 1)
     elseif state == 'pending' then
       state = 'queued'
-      move(pay, states, state)
-      if key == pk and job_id ~= '' then
-        redis.call('HSET', pay, 'job', job_id)
-        redis.call('ZADD', due, now + grace, key)
-        run_commands(FIRST_COMMAND)
+      move(pay, state, now)
+      if key == pk and ARG.job_id ~= '' then
+        redis.call('HSET', pay, 'job', ARG.job_id)
+        redis.call('ZADD', DUE, now + grace_ms, key)
+        run_commands(ARGC + 1)
         enqueued = 1
       else
         -- The job was captured for another id: the sweeper enqueues one for this payment now.
-        redis.call('ZADD', due, now, key)
+        redis.call('ZADD', DUE, now, key)
       end
     end
   end
 end
 
--- Per-minute delivery counts for the dashboard's chart: one hash per hour, kept 48 hours.
-local minute = math.floor(now / 60000)
-local series = series_prefix .. math.floor(minute / 60)
-if redis.call('HINCRBY', series, 'd:' .. minute, 1) == 1 then
-  redis.call('EXPIRE', series, 172800)
-end
-
+bump_series('d', now)
 local answer = {n, dup, conflict, enqueued, state or '', key}
-redis.call('SET', KEYS[3], cjson.encode(answer), 'EX', request_ttl)
+redis.call('SET', KEY.request, cjson.encode(answer), 'EX', REQUEST_TTL)
 return answer

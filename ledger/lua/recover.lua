@@ -1,72 +1,72 @@
 -- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
 -- whose lease expired (when that is safe), or mark it interrupted, or push it back.
--- KEYS: 1 payment, 2 states, 3 due, 4 stats, 5 RQ queue list
--- ARGV: 1 payment key, 2 grace ms, 3 RQ job key prefix, 4 new job id, 5 max attempts,
---       6 backoff base ms, 7 backoff cap ms, 8.. enqueue commands
+-- ARGV after the named ones: the captured RQ enqueue of job_id (run only to re-enqueue).
 -- Returns {verdict}
-local pay, states, due, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local short = too_few('recover', 7)
+local KEY = named(KEYS, 'payment', 'queue')
+local ARG, ARGC = named(ARGV, 'job_id', 'grace_ms', 'max_attempts', 'backoff_base_ms',
+  'backoff_cap_ms')
+local short = too_few('recover', ARGC)
 if short then return short end
-local pk, grace, job_prefix, job_id = ARGV[1], whole(ARGV[2], 0), ARGV[3], ARGV[4]
-local max_attempts, base_ms, cap_ms = whole(ARGV[5], 1), whole(ARGV[6], 0), whole(ARGV[7], 0)
-local FIRST_COMMAND = 8
-if not (grace and max_attempts and base_ms and cap_ms) or not commands_ok(FIRST_COMMAND) then
+local grace_ms, max_attempts = whole(ARG.grace_ms, 0), whole(ARG.max_attempts, 1)
+local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0), whole(ARG.backoff_cap_ms, 0)
+if not (grace_ms and max_attempts and base_ms and cap_ms) or not commands_ok(ARGC + 1) then
   return refuse('recover', 'grace, max attempts and backoff must be numbers; commands well-formed')
 end
+local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
-if redis.call('HGET', pay, 'job') == job_id then
+if redis.call('HGET', pay, 'job') == ARG.job_id then
   return {'requeued'}  -- a client retry of this same call: its new job is already queued
 end
 local function again(at, verdict)
-  redis.call('ZADD', due, at, pk)
+  redis.call('ZADD', DUE, at, pk)
   return {verdict}
 end
 
 if state == 'queued' then
   local job = redis.call('HGET', pay, 'job')
-  local status = job and redis.call('HGET', job_prefix .. job, 'status')
-  if status == 'queued' and redis.call('LPOS', KEYS[5], job) then
-    return again(now + grace, 'waiting')
+  local status = job and redis.call('HGET', RQ_JOB_PREFIX .. job, 'status')
+  if status == 'queued' and redis.call('LPOS', KEY.queue, job) then
+    return again(now + grace_ms, 'waiting')
   end
   if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then
     -- Picked up but no lease yet: give the worker one more grace period.
     redis.call('HSET', pay, 'sweep_seen', job)
-    return again(now + grace, 'watching')
+    return again(now + grace_ms, 'watching')
   end
   if status == 'failed' then
     -- The job crashed before it could take a lease (e.g. an action that cannot be loaded).
     local failures = redis.call('HINCRBY', pay, 'job_failures', 1)
     if failures >= max_attempts then
-      move(pay, states, 'failed')
+      move(pay, 'failed', now)
       redis.call('HSET', pay, 'last_error', 'the fulfilment job failed ' .. failures ..
         ' times before it could start an attempt; see the worker log and RQ failed jobs')
-      redis.call('HINCRBY', stats, 'dead_letters', 1)
-      redis.call('ZREM', due, pk)
+      redis.call('HINCRBY', STATS, 'dead_letters', 1)
+      redis.call('ZREM', DUE, pk)
       return {'spent'}
     end
   end
-  requeue(pay, states, due, stats, pk, job_id, FIRST_COMMAND, grace, now, 'lost_job')
+  requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'lost_job')
   return {'requeued'}
 elseif state == 'in_progress' then
   local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
   if lease > now then return again(lease, 'leased') end
-  local expired = expire_lease(pay, states, stats, now, max_attempts)
+  local expired = expire_lease(pay, now, max_attempts)
   if expired ~= 'again' then
-    redis.call('ZREM', due, pk)
+    redis.call('ZREM', DUE, pk)
     return {expired == 'interrupted' and 'interrupted' or 'spent'}
   end
   -- Back off like a failed attempt: a job that kills its worker must not spin.
   local next_at = now + math.floor(math.min(base_ms * 2 ^ (attempts_used(pay) - 1), cap_ms))
-  move(pay, states, 'retrying')
+  move(pay, 'retrying', now)
   redis.call('HSET', pay, 'next_at', next_at)
-  redis.call('HINCRBY', stats, 'requeued:lease_expired', 1)
+  redis.call('HINCRBY', STATS, 'requeued:lease_expired', 1)
   return again(next_at, 'backoff')
 elseif state == 'retrying' then
   local next_at = tonumber(redis.call('HGET', pay, 'next_at') or '0')
   if next_at > now then return again(next_at, 'not_due') end
-  requeue(pay, states, due, stats, pk, job_id, FIRST_COMMAND, grace, now, 'retry')
+  requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'retry')
   return {'requeued'}
 end
-redis.call('ZREM', due, pk)
+redis.call('ZREM', DUE, pk)
 return {'settled'}

@@ -4,7 +4,6 @@ arguments (wrong types, missing ones, conflicting ids); whenever it errors, a fu
 the database must equal the dump taken before the call."""
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,20 +20,17 @@ Captured = dict[str, list[tuple[list[Any], list[Any]]]]
 
 
 def capture(ledger: Ledger, attempts: Attempts) -> Captured:
-    """Wrap every script so each real call's keys and arguments are kept."""
+    """Keep the positional keys and arguments of each script's real calls, as Redis got them."""
     calls: Captured = {}
+    scripts = [ledger.record_script, ledger.reject_script, *attempts.scripts.values()]
+    for script in scripts:
+        run = script.run
 
-    def keep(name: str, script: Callable[..., Any]) -> Callable[..., Any]:
-        def call(keys: list[Any], args: list[Any], client: Any = None) -> Any:
+        def keep(keys: list[Any], args: list[Any], name: str = script.name, run: Any = run) -> Any:
             calls.setdefault(name, []).append((list(keys), list(args)))
-            return script(keys=keys, args=args)
+            return run(keys, args)
 
-        return call
-
-    ledger._record = keep("record_delivery", ledger._record)  # type: ignore[method-assign]
-    ledger._reject = keep("record_rejection", ledger._reject)  # type: ignore[method-assign]
-    for name, script in list(attempts.scripts.items()):
-        attempts.scripts[name] = keep(name, script)  # type: ignore[assignment]
+        script.run = keep  # type: ignore[method-assign]
     return calls
 
 
@@ -92,17 +88,16 @@ def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, 
     assert name in calls, f"{name} was not driven"
     keys, args = calls[name][0]
     state = dump(redis)
-    script = {"record_delivery": ledger._record, "record_rejection": ledger._reject}.get(
-        name, attempts.scripts.get(name)
-    )
+    scripts = {s.name: s for s in (ledger.record_script, ledger.reject_script)}
+    script = scripts.get(name) or attempts.scripts[name]
     errors = 0
     for n, bad in enumerate(variants(args)):
         restore(redis, state)
         before = dump(redis)
-        if name in ("record_delivery", "record_rejection"):  # a new request, not a retry
-            keys = [*keys[:2], f"wl:req:hostile-{n}", *keys[3:]]
+        if "request" in script.key_names:  # a new request each time, not a retry
+            keys[script.key_names.index("request")] = f"wl:req:hostile-{n}"
         try:
-            script(keys=keys, args=bad)  # type: ignore[misc]
+            script.run(keys, bad)
         except ResponseError:
             errors += 1
             assert dump(redis) == before, f"{name} wrote before failing on {bad!r}"

@@ -27,28 +27,19 @@ def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server,
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
     job = attempts.jobs.enqueue(pk)
-    job_id, commands = job.job_id, job.commands
-    args = [pk, 1000, "rq:job:", job_id, 5, 100, 1000, *commands]
-    script_keys = [*attempts._keys(pk), "rq:queue:fulfilment"]
-    first = attempts.scripts["recover"](keys=script_keys, args=args)
-    again = attempts.scripts["recover"](keys=script_keys, args=args)
-    assert first == again == [b"requeued"]
-    assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job_id.encode()]
+    assert attempts.recover(pk, job) == attempts.recover(pk, job) == "requeued"
+    assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job.job_id.encode()]
 
 
 def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
     redis: Redis, redis_server, rng
 ) -> None:  # noqa: ANN001
     attempts, pk = queued_payment(redis_server, rng)
-    script_keys = attempts._keys(pk)
-    args = ["job-1", 30000, 1, pk, "job-1:aaaa", 5]
-    first = attempts.scripts["start_attempt"](keys=script_keys, args=args)
-    retried = attempts.scripts["start_attempt"](keys=script_keys, args=args)
-    assert first == retried and first[:2] == [b"go", 1]
-    second_run = attempts.scripts["start_attempt"](
-        keys=script_keys, args=["job-1", 30000, 1, pk, "job-1:bbbb", 5]
-    )
-    assert second_run == [b"skip", 0, b"leased"]
+    first = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
+    retried = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
+    assert first == retried and (first.verdict, first.token) == ("go", 1)
+    second_run = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:bbbb")
+    assert (second_run.verdict, second_run.token, second_run.reason) == ("skip", 0, "leased")
     assert redis.hget(keys.payment(pk), "token") == b"1"
 
 
@@ -75,11 +66,9 @@ def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_se
     start = attempts.start(pk, "job-1", replay_safe=True)
     attempts.finish(pk, start.token, "failed", "http 400", 1.0)
     job = attempts.jobs.enqueue(pk)
-    job_id, commands = job.job_id, job.commands
-    args = [pk, "retry", "failed", "test", 1000, job_id, 60000, *commands]
-    first = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
-    again = attempts.scripts["operator"](keys=attempts._keys(pk), args=args)
-    assert first == again == [b"ok", b"queued"]
+    first = attempts.decide(pk, "retry", ("failed",), "test", job)
+    again = attempts.decide(pk, "retry", ("failed",), "test", job)
+    assert first == again == ("ok", "queued")
     assert redis.hget(keys.STATS, "requeued:operator") == b"1"
 
 
