@@ -5,6 +5,7 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from rq import Queue, Worker
 
 from ledger import defaults, keys
 from ledger.payloads import decompress_payload
@@ -252,8 +253,6 @@ def series(redis: Redis, minutes: int = 60) -> list[dict[str, int]]:
 
 def workers_state(redis: Redis, queue_name: str) -> dict[str, Any]:
     """Queue length, live RQ workers and the age of the oldest queued job."""
-    from rq import Queue, Worker
-
     queue = Queue(queue_name, connection=redis)
     head = redis.lindex(queue.key, 0)
     oldest_s = None

@@ -3,7 +3,6 @@ JSON files with a MANIFEST.sha256; ``verify`` re-checks them without touching Re
 
 import hashlib
 import json
-import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from typing import Any
 from redis import Redis
 
 from ledger import defaults, keys, queries
+from ledger.downstream import read_tables
 from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 
 REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
@@ -65,20 +65,9 @@ def _payments(redis: Redis) -> list[dict[str, Any]]:
     return sorted((r for r in records if r is not None), key=lambda r: r["key"])
 
 
-def _downstream(path: str) -> dict[str, list[dict[str, Any]]]:
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    try:
-        return {
-            "calls": [dict(r) for r in db.execute("SELECT * FROM calls ORDER BY id")],
-            "orders": [dict(r) for r in db.execute("SELECT * FROM orders ORDER BY payment_key")],
-        }
-    finally:
-        db.close()
-
-
-def export(redis: Redis, directory: Path, action: str) -> dict[str, int]:
-    """Write the bundle; returns how many records of each kind it holds."""
+def export(redis: Redis, directory: Path, downstream: str | None) -> dict[str, int]:
+    """Write the bundle (with the SQLite downstream's tables when ``downstream`` names its
+    file); returns how many records of each kind it holds."""
     directory.mkdir(parents=True, exist_ok=True)
     stats = {queries.text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
     states = {queries.text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
@@ -89,9 +78,8 @@ def export(redis: Redis, directory: Path, action: str) -> dict[str, int]:
         "payments.json": _payments(redis),
         "rejections.json": rejections,
     }
-    path = action.removeprefix("sqlite:///")
-    if action.startswith("sqlite:///") and Path(path).exists():
-        down = _downstream(path)
+    if downstream and Path(downstream).exists():
+        down = read_tables(downstream)
         files["downstream_calls.json"] = down["calls"]
         files["downstream_orders.json"] = down["orders"]
     written = [_write(directory, name, data) for name, data in files.items()]

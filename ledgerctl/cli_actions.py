@@ -99,11 +99,11 @@ def downstream(ctx: Context, as_json: bool) -> None:
     """The built-in SQLite downstream's own record: calls and applied effects per payment."""
     from ledger.downstream import read_downstream
 
-    spec = ctx.settings.FULFILMENT_ACTION
-    if not spec.startswith("sqlite:///"):
+    path = ctx.settings.sqlite_downstream
+    if path is None:
         say("FULFILMENT_ACTION is not the built-in SQLite downstream")
         sys.exit(EXIT_NOT_FOUND)
-    data = read_downstream(spec.removeprefix("sqlite:///"))
+    data = read_downstream(path)
     counts = ("calls", "applied", "already_applied", "effects")
     rows = [{"payment": key, **row} for key, row in data["payments"].items()]
     emit(data, as_json, rows_table("Downstream (SQLite)", rows, ("payment", *counts), counts))
@@ -117,7 +117,7 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
     """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
     from ledgerctl.bundle import export as export_bundle
 
-    counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.FULFILMENT_ACTION))
+    counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.sqlite_downstream))
     if as_json:
         emit({"directory": str(directory), "records": counts}, True)
     else:

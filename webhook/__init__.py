@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask
 
 from ledger import settings as settings_module
-from webhook import store
+from webhook import dashboard, metrics, ops, receiver, store
 
 
 class ConfigError(RuntimeError):
@@ -39,8 +39,6 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         raise ConfigError("STRIPE_WEBHOOK_SECRET is not set (one or more comma-separated whsec_)")
     store.init_app(app, settings)
     configure_logging()
-
-    from webhook import dashboard, metrics, ops, receiver
 
     app.register_blueprint(receiver.bp)
     app.register_blueprint(ops.health_bp)

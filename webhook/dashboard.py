@@ -11,8 +11,8 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from ledger import queries, secret_usage
-from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
-from webhook.ops import decide, int_arg, unauthorized
+from ledger.downstream import read_downstream
+from webhook.http import csrf_ok, csrf_token, decide, int_arg, require_token
 from webhook.store import current_settings, get_redis
 
 bp = Blueprint("dashboard", __name__, url_prefix="/ops")
@@ -20,10 +20,8 @@ PAGE = 25
 
 
 @bp.before_request
-def require_token() -> Response | None:
-    if not token_ok(current_settings().OPS_TOKEN, presented_token(request)):
-        return unauthorized("Basic")
-    return None
+def require_ops_token() -> Response | None:
+    return require_token(current_settings().OPS_TOKEN, "Basic")
 
 
 @bp.after_request
@@ -120,7 +118,7 @@ def payment(payment_key: str) -> str:
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
-    if not csrf_ok(current_settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
     answer, status = decide(payment_key, action, decision, "dashboard")
@@ -150,9 +148,6 @@ def _ms(name: str) -> int | None:
 
 
 def _downstream(payment_key: str) -> dict[str, int] | None:
-    action = current_settings().FULFILMENT_ACTION
-    if not action.startswith("sqlite:///"):
-        return None
-    from ledger.downstream import read_downstream
-
-    return read_downstream(action.removeprefix("sqlite:///"))["payments"].get(payment_key)
+    """The built-in SQLite downstream's own record of this payment, if it is the action."""
+    path = current_settings().sqlite_downstream
+    return read_downstream(path)["payments"].get(payment_key) if path else None

@@ -11,11 +11,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+from redis import Redis
 
 from ledger import defaults, keys, queries, secret_usage
 from ledger.settings import Settings
-from webhook.auth import presented_token, token_ok
-from webhook.ops import unauthorized
+from webhook.http import require_token
 from webhook.store import current_settings, get_redis
 
 bp = Blueprint("metrics", __name__)
@@ -30,7 +30,7 @@ REQUEST_LATENCY = Histogram(
 class LedgerCollector(Collector):
     """Reads the shared counters from Redis at scrape time."""
 
-    def __init__(self, redis, settings: Settings) -> None:  # noqa: ANN001
+    def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis, self.settings = redis, settings
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
@@ -132,8 +132,9 @@ def observe(response: Response) -> Response:
 @bp.get("/metrics")
 def metrics() -> Response:
     s = current_settings()
-    if not token_ok(s.METRICS_TOKEN or s.OPS_TOKEN, presented_token(request)):
-        return unauthorized("Bearer")
+    denied = require_token(s.METRICS_TOKEN or s.OPS_TOKEN, "Bearer")
+    if denied:
+        return denied
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)

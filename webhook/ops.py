@@ -4,23 +4,16 @@ Read-only, except retry/resolve, which need POST and the CSRF token.
 """
 
 from importlib import resources
-from typing import Any
 
 from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
 
 from ledger import queries, secret_usage
-from webhook.auth import csrf_ok, presented_token, token_ok
-from webhook.receiver import json_response
+from webhook.http import csrf_ok, decide, int_arg, json_response, require_token
 from webhook.store import current_settings, get_redis
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
-# action -> (decisions it accepts, states it is allowed from)
-ACTIONS = {
-    "retry": (("retry",), ("failed", "held")),
-    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
-}
 
 
 @health_bp.get("/healthz")
@@ -37,27 +30,9 @@ def readyz() -> Response:
     return json_response({"status": "ready"})
 
 
-def unauthorized(challenge: str) -> Response:
-    response = json_response({"error": "unauthorized"}, 401)
-    response.headers["WWW-Authenticate"] = f'{challenge} realm="ops"'
-    return response
-
-
 @api_bp.before_request
-def require_token() -> Response | None:
-    if not token_ok(current_settings().OPS_TOKEN, presented_token(request)):
-        return unauthorized("Bearer")
-    return None
-
-
-MAX_OFFSET = 10_000
-
-
-def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
-    try:
-        return max(0, min(high, int(request.args.get(name, default))))
-    except ValueError:
-        return default
+def require_ops_token() -> Response | None:
+    return require_token(current_settings().OPS_TOKEN, "Bearer")
 
 
 @api_bp.get("/summary")
@@ -129,26 +104,9 @@ def api_openapi() -> Response:
     return Response(spec, mimetype="application/yaml")
 
 
-def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict[str, Any], int]:
-    """Apply a person's decision; refused (409) unless the payment is in an allowed state."""
-    from ledger.attempts import Attempts
-
-    decisions, allowed = ACTIONS[action]
-    if decision not in decisions:
-        return {"error": "unknown_decision", "decisions": list(decisions)}, 400
-    verdict, state = Attempts(get_redis(), current_settings()).decide(
-        payment_key, decision, allowed, who
-    )
-    if verdict == "wait":
-        return {"error": "attempt_may_still_be_running", "retry_after_ms": int(state)}, 409
-    if verdict != "ok":
-        return {"error": "refused", "state": state, "allowed_from": list(allowed)}, 409
-    return {"payment": payment_key, "state": state}, 200
-
-
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
-    if not csrf_ok(current_settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN):
         return json_response({"error": "csrf_token_missing_or_wrong"}, 403)
     decision = "retry" if action == "retry" else request.values.get("as", "")
     body, status = decide(payment_key, action, decision, "ops-api")

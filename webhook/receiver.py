@@ -12,16 +12,13 @@ from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
 from ledger.events import classify
 from ledger.faults import fault
 from webhook.exceptions import Rejected
+from webhook.http import json_response
 from webhook.intake import delivery_source, parse_event, read_body
 from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def json_response(payload: dict[str, object], status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
 @bp.route("/webhooks/stripe", methods=ANY_METHOD, provide_automatic_options=False)

@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     after = report.summary_now(redis, settings.QUEUE_NAME)
     counts_after = report.event_counts(redis, event_ids)
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
-    db = report.downstream_db(settings.FULFILMENT_ACTION, args.downstream_db)
+    db = report.downstream_db(settings, args.downstream_db)
     layers, findings = report.build(answers, before, after, recorded, paid, redis, db)
     if not args.quiet:
         safe_console().print(report.table(layers, findings))

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ledger import keys, queries
 from ledger.downstream import read_downstream
+from ledger.settings import Settings
 from ledgerctl.checker import Findings, check
 from ledgerctl.terminal import line, literal
 
@@ -66,11 +67,9 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
     return dict(totals)
 
 
-def downstream_db(action: str, given: str | None) -> str | None:
+def downstream_db(settings: Settings, given: str | None) -> str | None:
     """The SQLite file holding the downstream's own record, if there is one."""
-    if given:
-        return given
-    return action.removeprefix("sqlite:///") if action.startswith("sqlite:///") else None
+    return given or settings.sqlite_downstream
 
 
 def downstream_effects(

@@ -16,7 +16,7 @@ from ledger import settings as settings_module
 from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, signed_headers
 from tests.support.processes import Gunicorn, service_env
-from webhook.auth import csrf_token
+from webhook.http import csrf_token
 
 BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
