@@ -6,40 +6,13 @@ Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 import click
-import orjson
-from redis import Redis
-from redis.exceptions import RedisError
-from rich.table import Table
-from rich.text import Text
 
-from ledger import queries, secret_usage, settings
-from ledger.connection import connect
-from ledger.redact import redact
-from ledgerctl.terminal import console, kv_table, literal, rows_table, say
-
-EXIT_NOT_FOUND, EXIT_REDIS = 1, 3
-
-
-class Context:
-    def __init__(self) -> None:
-        self.settings = settings.load()
-        self._redis: Redis | None = None
-
-    @property
-    def redis(self) -> Redis:
-        if self._redis is None:
-            self._redis = connect(self.settings)
-        return self._redis
-
-
-def emit(data: Any, as_json: bool, table: Table | None = None) -> None:
-    if as_json or table is None:
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        console.print(table)
+from ledger import queries, secret_usage
+from ledgerctl import cli_actions
+from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
+from ledgerctl.terminal import kv_table, literal, rows_table, say
 
 
 @click.group()
@@ -49,16 +22,8 @@ def main(ctx: click.Context) -> None:
     ctx.obj = Context()
 
 
-def run(fn: Any) -> Any:
-    try:
-        return fn()
-    except RedisError as exc:
-        say(Text("Redis unreachable:", "red"), redact(str(exc)))
-        sys.exit(EXIT_REDIS)
-
-
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def summary(ctx: Context, as_json: bool) -> None:
     """Global counters, rejections by reason and payments by state."""
@@ -76,7 +41,7 @@ def summary(ctx: Context, as_json: bool) -> None:
 @click.option("--type", "event_type", help="Only events of this type.")
 @click.option("--limit", default=20, show_default=True)
 @click.option("--offset", default=0)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
@@ -87,7 +52,7 @@ def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_jso
 @main.command()
 @click.argument("event_id")
 @click.option("--payload", is_flag=True, help="Include the stored payload.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     """One event: deliveries, sources, payment, hash (and payload)."""
@@ -106,7 +71,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 )
 @click.option("--limit", default=20, show_default=True)
 @click.option("--offset", default=0)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Payments, most recent state change first."""
@@ -127,7 +92,7 @@ def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: 
 
 @main.command()
 @click.argument("payment_key")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
     """One payment: state, events, attempts, receipt."""
@@ -144,7 +109,7 @@ def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
 
 @main.command()
 @click.option("--limit", default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def rejections(ctx: Context, limit: int, as_json: bool) -> None:
     """Recent rejections (reason, status, size, hash, remote address; never the body)."""
@@ -154,7 +119,7 @@ def rejections(ctx: Context, limit: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.pass_obj
 def secrets(ctx: Context, as_json: bool) -> None:
     """Deliveries and last use per secret label, and which secrets can be retired."""
@@ -173,9 +138,8 @@ def utc(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else "-"
 
 
-from ledgerctl import cli_actions  # noqa: E402, F401  (registers the commands that act)
+for command in cli_actions.COMMANDS:
+    main.add_command(command)
 
 if __name__ == "__main__":
-    from ledgerctl.cli import main as registered  # the module, with every command on it
-
-    registered()
+    main()

@@ -1,4 +1,5 @@
-"""The ``webhook-ledger`` commands that act: decisions, sweeping, evidence bundles."""
+"""The ``webhook-ledger`` commands that act: decisions, sweeping, evidence bundles (added
+to the group by ledgerctl/cli.py)."""
 
 import sys
 import time
@@ -9,12 +10,17 @@ from redis.exceptions import RedisError
 from rich.text import Text
 
 from ledger import defaults
+from ledger.attempts import DECISIONS, Attempts
+from ledger.downstream import read_downstream
 from ledger.redact import redact
-from ledgerctl.cli import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, main, run
+from ledgerctl.bundle import export as export_bundle
+from ledgerctl.bundle import verify as verify_bundle
+from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
+from workers.sweeper import run_forever, sweep_once
 
 
-@main.command("wait-redis")
+@click.command("wait-redis")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait.")
 @click.pass_obj
 def wait_redis(ctx: Context, timeout: float) -> None:
@@ -31,14 +37,9 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             time.sleep(0.2)
 
 
-JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-
-
 def _decide(
     ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...], as_json: bool
 ) -> None:
-    from ledger.attempts import Attempts
-
     verdict, state = run(
         lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
     )
@@ -54,37 +55,34 @@ def _decide(
     sys.exit(0 if verdict == "ok" else EXIT_NOT_FOUND)
 
 
-@main.command()
+@click.command()
 @click.argument("payment_key")
-@JSON_OPTION
+@json_option
 @click.pass_obj
 def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
     """Re-queue a failed (or held) payment with a fresh attempt budget."""
-    _decide(ctx, payment_key, "retry", ("failed", "held"), as_json)
+    _decide(ctx, payment_key, "retry", DECISIONS["retry"][1], as_json)
 
 
-@main.command()
+@click.command()
 @click.argument("payment_key")
 @click.option("--fulfilled", "decision", flag_value="fulfilled", help="The effect happened.")
 @click.option("--retry", "decision", flag_value="retry", help="Run the action again.")
-@JSON_OPTION
+@json_option
 @click.pass_obj
 def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool) -> None:
     """A person's decision on an interrupted or held payment (checked by hand)."""
     if decision is None:
         raise click.UsageError("say --fulfilled or --retry")
-    _decide(ctx, payment_key, decision, ("interrupted", "held"), as_json)
+    _decide(ctx, payment_key, decision, DECISIONS["resolve"][1], as_json)
 
 
-@main.command()
+@click.command()
 @click.option("--loop", is_flag=True, help="Keep sweeping every SWEEP_INTERVAL seconds.")
-@JSON_OPTION
+@json_option
 @click.pass_obj
 def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     """Re-enqueue lost jobs, due retries and expired leases; surface interrupted payments."""
-    from ledger.attempts import Attempts
-    from workers.sweeper import run_forever, sweep_once
-
     attempts = Attempts(ctx.redis, ctx.settings)
     if loop:
         run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
@@ -92,13 +90,11 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     emit(dict(done), True) if as_json else say(dict(done) or "nothing due")
 
 
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.command()
+@json_option
 @click.pass_obj
 def downstream(ctx: Context, as_json: bool) -> None:
     """The built-in SQLite downstream's own record: calls and applied effects per payment."""
-    from ledger.downstream import read_downstream
-
     path = ctx.settings.sqlite_downstream
     if path is None:
         say("FULFILMENT_ACTION is not the built-in SQLite downstream")
@@ -109,14 +105,12 @@ def downstream(ctx: Context, as_json: bool) -> None:
     emit(data, as_json, rows_table("Downstream (SQLite)", rows, ("payment", *counts), counts))
 
 
-@main.command()
+@click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@JSON_OPTION
+@json_option
 @click.pass_obj
 def export(ctx: Context, directory: Path, as_json: bool) -> None:
     """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
-    from ledgerctl.bundle import export as export_bundle
-
     counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.sqlite_downstream))
     if as_json:
         emit({"directory": str(directory), "records": counts}, True)
@@ -124,7 +118,7 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
         say(f"exported to {directory}: {counts}")
 
 
-@main.command()
+@click.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--max-file-mb",
@@ -133,11 +127,9 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
     show_default=True,
     help="Largest bundle file read; a larger one fails verification.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
     """Re-check a bundle's hashes and cross-file relations (no Redis needed)."""
-    from ledgerctl.bundle import verify as verify_bundle
-
     result = verify_bundle(directory, max_file_mb * 2**20)
     if as_json:
         emit({"passed": result.passed, "failures": result.failures}, True)
@@ -146,3 +138,6 @@ def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
             say(Text("FAIL", "red"), failure)
         say(f"{result.passed} assertions passed, {len(result.failures)} failed")
     sys.exit(1 if result.failures else 0)
+
+
+COMMANDS = (wait_redis, retry, resolve, sweep, downstream, export, verify)

@@ -5,18 +5,17 @@ rejections, downstream rows, bundle names and arguments are printed literally.""
 import json
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import Result
 from redis import Redis
 
 from ledger import keys
 from ledgerctl import samples
 from ledgerctl.terminal import literal
-from tests.support.helpers import signed_headers
+from tests.support.helpers import cli_ok, run_cli, signed_headers
 from tests.support.processes import service_env
 from workers.actions import Call, SqliteAction
 
@@ -78,24 +77,18 @@ def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:  # noqa: ANN
     return {**env, "COLUMNS": "20000"}
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgerctl.cli", *args], env=env, capture_output=True, text=True
-    )
-
-
-def assert_literal(result: subprocess.CompletedProcess, code: int, *values: str) -> None:
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr and not RAW_CONTROL.search(result.stdout)
+def assert_literal(result: Result, code: int, *values: str) -> None:
+    assert cli_ok(result, code), (result.output, result.exception)
+    assert not RAW_CONTROL.search(result.stdout)
     for value in values:
         assert shown(value) in result.stdout, value
 
 
 def test_event_payload_with_markup_is_printed_as_typed(hostile_ledger) -> None:  # noqa: ANN001
     """The issue's case: a description holding ``[/]`` made ``event ID --payload`` exit 1."""
-    stored = json.loads(cli(hostile_ledger, "event", EVENT_ID, "--payload", "--json").stdout)
+    stored = json.loads(run_cli(hostile_ledger, "event", EVENT_ID, "--payload", "--json").stdout)
     assert json.loads(stored["payload"])["data"]["object"]["description"] == H
-    result = cli(hostile_ledger, "event", EVENT_ID, "--payload")
+    result = run_cli(hostile_ledger, "event", EVENT_ID, "--payload")
     assert_literal(result, 0, *stored.keys(), *stored.values())
 
 
@@ -145,16 +138,16 @@ def test_every_command_prints_outside_values_literally(
     code: int,
     values: tuple[str, ...],
 ) -> None:
-    assert_literal(cli(hostile_ledger, *args), code, *values)
+    assert_literal(run_cli(hostile_ledger, *args), code, *values)
 
 
 def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path: Path) -> None:  # noqa: ANN001
     directory = tmp_path / f"[bold]bundle{ID.replace('/', '')}"
-    exported = cli(hostile_ledger, "export", str(directory))
+    exported = run_cli(hostile_ledger, "export", str(directory))
     assert_literal(exported, 0, f"exported to {directory}")
     stray = f"[red]stray{ID.replace('/', '')}.json"  # an unlisted file: its name is printed
     (directory / stray).write_text("{}")
-    verified = cli(hostile_ledger, "verify", str(directory))
+    verified = run_cli(hostile_ledger, "verify", str(directory))
     assert_literal(
         verified,
         1,

@@ -2,8 +2,6 @@
 
 import base64
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger import queries
 from ledger import settings as settings_module
 from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
-from tests.support.helpers import fail_payment, paid_event, signed_headers
+from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers
 from tests.support.processes import Gunicorn, service_env
 from webhook.http import csrf_token
 
@@ -150,51 +148,51 @@ def total(families: dict, name: str) -> float:
     return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgerctl.cli", *args], env=env, capture_output=True, text=True
-    )
-
-
 def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noqa: ANN001
-    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+    env = {k: str(v) for k, v in config.items()}
     event = deliver(client, rng, copies=2)
     pk = event["data"]["object"]["id"]
     client.post("/webhooks/stripe", data=b"{}", headers=signed_headers(b"{}", secret="whsec_x"))
-    assert json.loads(cli(env, "summary", "--json").stdout)["deliveries"] == 2
-    assert json.loads(cli(env, "events", "--json").stdout)[0]["n"] == "2"
-    assert json.loads(cli(env, "event", event["id"], "--payload", "--json").stdout)["payload"]
-    assert cli(env, "event", "evt_missing").returncode == 1
-    assert json.loads(cli(env, "payments", "--state", "queued", "--json").stdout)[0]["key"] == pk
-    assert json.loads(cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
-    assert cli(env, "payment", "pi_missing").returncode == 1
-    assert json.loads(cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
-    secrets = json.loads(cli(env, "secrets", "--json").stdout)
+    assert json.loads(run_cli(env, "summary", "--json").stdout)["deliveries"] == 2
+    assert json.loads(run_cli(env, "events", "--json").stdout)[0]["n"] == "2"
+    assert json.loads(run_cli(env, "event", event["id"], "--payload", "--json").stdout)["payload"]
+    assert run_cli(env, "event", "evt_missing").exit_code == 1
+    assert (
+        json.loads(run_cli(env, "payments", "--state", "queued", "--json").stdout)[0]["key"] == pk
+    )
+    assert json.loads(run_cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
+    assert run_cli(env, "payment", "pi_missing").exit_code == 1
+    assert (
+        json.loads(run_cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
+    )
+    secrets = json.loads(run_cli(env, "secrets", "--json").stdout)
     assert [(r["label"], r["deliveries"], r["status"]) for r in secrets] == [
         (settings_module.fingerprint(SECRET), 2, "in_use"),
         (settings_module.fingerprint(OLD_SECRET), 0, "never_seen"),
     ]
-    assert cli(env, "retry", pk).returncode == 1  # queued, not failed
-    refused = cli(env, "retry", pk, "--json")
-    assert refused.returncode == 1 and json.loads(refused.stdout)["verdict"] == "refused"
-    assert json.loads(cli(env, "sweep", "--json").stdout) == {}
+    assert run_cli(env, "retry", pk).exit_code == 1  # queued, not failed
+    refused = run_cli(env, "retry", pk, "--json")
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["verdict"] == "refused"
+    assert json.loads(run_cli(env, "sweep", "--json").stdout) == {}
     fail_payment(redis, config, pk)
-    assert cli(env, "retry", pk).returncode == 0 and queries.payment(redis, pk)["state"] == "queued"
-    assert cli(env, "resolve", pk).returncode == 2  # neither --fulfilled nor --retry
-    assert cli(env, "resolve", pk, "--fulfilled").returncode == 1  # not interrupted
-    assert cli(env, "sweep").returncode == 0
-    assert json.loads(cli(env, "downstream", "--json").stdout)["totals"] == {
+    assert (
+        run_cli(env, "retry", pk).exit_code == 0 and queries.payment(redis, pk)["state"] == "queued"
+    )
+    assert run_cli(env, "resolve", pk).exit_code == 2  # neither --fulfilled nor --retry
+    assert run_cli(env, "resolve", pk, "--fulfilled").exit_code == 1  # not interrupted
+    assert run_cli(env, "sweep").exit_code == 0
+    assert json.loads(run_cli(env, "downstream", "--json").stdout)["totals"] == {
         "calls": 0,
         "effects": 0,
     }
-    exported = cli(env, "export", str(tmp_path / "b"), "--json")
+    exported = run_cli(env, "export", str(tmp_path / "b"), "--json")
     assert json.loads(exported.stdout)["records"]["events.json"] == 1
-    assert cli(env, "verify", str(tmp_path / "b")).returncode == 0
+    assert run_cli(env, "verify", str(tmp_path / "b")).exit_code == 0
     for command in ("summary", "events", "payments", "rejections", "secrets", "downstream"):
-        table = cli(env, command)
-        assert table.returncode == 0 and ("│" in table.stdout or "┃" in table.stdout), command
-    down = service_env("redis://127.0.0.1:1/0")
-    assert cli(down, "summary").returncode == 3
+        table = run_cli(env, command)
+        assert table.exit_code == 0 and ("│" in table.stdout or "┃" in table.stdout), command
+    down = {"REDIS_URL": "redis://127.0.0.1:1/0"}
+    assert run_cli(down, "summary").exit_code == 3
 
 
 def test_metrics_agree_with_summary_across_two_gunicorn_workers(

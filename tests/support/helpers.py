@@ -1,8 +1,10 @@
-"""Small helpers shared by tests: signed requests and ledger reads."""
+"""Small helpers shared by tests: signed requests, ledger reads, the CLI in-process."""
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
+from click.testing import CliRunner, Result
 from redis import Redis
 
 from ledger import keys
@@ -75,3 +77,16 @@ def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "fai
         assert attempts.recover(payment_key) == "interrupted"
     else:
         attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
+
+
+def run_cli(env: Mapping[str, str], *args: str) -> Result:
+    """``webhook-ledger ARGS`` in-process (Click's CliRunner), settings from ``env``."""
+    from ledgerctl.cli import main
+
+    return CliRunner().invoke(main, list(args), env=dict(env))
+
+
+def cli_ok(result: Result, code: int = 0) -> bool:
+    """The command ended with ``code`` and without a traceback."""
+    clean = result.exception is None or isinstance(result.exception, SystemExit)
+    return clean and result.exit_code == code

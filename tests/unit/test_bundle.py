@@ -5,17 +5,17 @@ the bundle directory, from a non-regular file, or past a size bound."""
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import defaults
 from ledgerctl.bundle import MANIFEST, OPTIONAL, REQUIRED, verify
+from tests.support.helpers import cli_ok, run_cli
 
 PAYLOAD = '{"id": "evt_1", "type": "payment_intent.succeeded"}'
 GOOD: dict[str, Any] = {
@@ -63,13 +63,8 @@ def list_also(bundle: Path, name: str, digest: str = "0" * 64) -> None:
         manifest.write(f"{digest}  {name}\n")
 
 
-def cli_verify(bundle: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ledgerctl.cli", "verify", str(bundle)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def cli_verify(bundle: Path, *options: str) -> Result:
+    return run_cli({}, "verify", str(bundle), *options)
 
 
 def test_a_whole_consistent_bundle_passes(tmp_path: Path) -> None:
@@ -83,7 +78,7 @@ def test_empty_manifest_and_unlisted_double_effect_fail(tmp_path: Path) -> None:
     orders = [{"payment_key": "pi_1", "idempotency_key": k} for k in ("a", "b")]
     bundle = make_bundle(tmp_path / "b", {**GOOD, "downstream_orders.json": orders}, False)
     result = cli_verify(bundle)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert cli_ok(result, 1)
     for name in GOOD:
         assert f"FAIL {name}: in the bundle but not listed in {MANIFEST}" in result.stdout
     assert "FAIL payment pi_1 has 2 effects" in result.stdout
@@ -184,7 +179,7 @@ def test_a_hostile_manifest_is_a_failure_never_a_traceback(tmp_path: Path) -> No
     list_also(bundle, "/dev/zero")
     list_also(bundle, "../../../../etc/passwd")
     result = cli_verify(bundle)
-    assert result.returncode == 1 and result.stderr == ""
+    assert cli_ok(result, 1) and result.stderr == ""
     assert "FAIL /dev/zero: not a file name inside the bundle directory" in result.stdout
 
 
@@ -193,13 +188,9 @@ def test_the_size_bound_is_an_option(tmp_path: Path) -> None:
     raw = b" " * (2 * 2**20)  # 2 MiB of JSON whitespace
     (bundle / "big.json").write_bytes(raw)
     list_also(bundle, "big.json", sha(raw))
-    assert cli_verify(bundle).returncode == 0
-    bounded = subprocess.run(
-        [sys.executable, "-m", "ledgerctl.cli", "verify", str(bundle), "--max-file-mb", "1"],
-        capture_output=True,
-        text=True,
-    )
-    assert bounded.returncode == 1
+    assert cli_ok(cli_verify(bundle))
+    bounded = cli_verify(bundle, "--max-file-mb", "1")
+    assert cli_ok(bounded, 1)
     assert "FAIL big.json: larger than the 1048576-byte limit" in bounded.stdout
 
 
