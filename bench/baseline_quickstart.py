@@ -18,7 +18,7 @@ store = redis.Redis.from_url(os.environ["REDIS_URL"])  # connects lazily, after 
 
 
 @app.post("/webhooks/stripe")
-def stripe_webhook():  # noqa: ANN201
+def stripe_webhook():
     payload = request.data
     sig_header = request.headers.get("Stripe-Signature")
     try:

@@ -40,7 +40,7 @@ from bench.cpu import descendants  # noqa: E402
 from ledger import keys  # noqa: E402
 from ledger.queries import text  # noqa: E402
 from tests.support import processes  # noqa: E402
-from tests.support.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
+from tests.support.processes import free_port, spawn, stop, wait_for_port  # noqa: E402
 
 
 class RedisServer(processes.RedisServer):
@@ -61,7 +61,7 @@ class RedisServer(processes.RedisServer):
         overrides += ["--appendonly", appendonly] if appendonly else []
         super().__init__(workdir, extra=[*overrides, *extra])
 
-    def client(self):  # noqa: ANN201
+    def client(self):
         from redis import Redis
 
         return Redis.from_url(self.url, socket_timeout=120)
@@ -227,7 +227,7 @@ def machine() -> dict[str, Any]:
 class Stack(ExitStack):
     """ExitStack that stops every process registered with it, last started first."""
 
-    def start(self, thing):  # noqa: ANN001, ANN201
+    def start(self, thing):
         thing.start()
         self.callback(thing.stop)
         return thing
@@ -237,6 +237,6 @@ class Stack(ExitStack):
         return proc
 
 
-def payment_states(client) -> dict[str, int]:  # noqa: ANN001
+def payment_states(client) -> dict[str, int]:
     """Payments per state, from the ledger's own counters."""
     return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATES).items()}

@@ -88,7 +88,7 @@ class Fulfilment:
     def close(self) -> None:
         self.wd.remove()
 
-    def _drain(self, redis: RedisServer, env: dict[str, str], kind: str, worker_class: str, n: int):  # noqa: ANN202
+    def _drain(self, redis: RedisServer, env: dict[str, str], kind: str, worker_class: str, n: int):
         def run(_round: int) -> dict[str, Any]:
             client = redis.client()
             client.flushdb()

@@ -75,7 +75,7 @@ class Intake:
     def close(self) -> None:
         self.wd.remove()
 
-    def peak_run(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):  # noqa: ANN202
+    def peak_run(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()
@@ -94,7 +94,7 @@ class Intake:
 
         return run
 
-    def _paced(self, server: Gunicorn, redis: RedisServer, rate: float):  # noqa: ANN202
+    def _paced(self, server: Gunicorn, redis: RedisServer, rate: float):
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()

@@ -114,7 +114,7 @@ def first_fulfilled(
     }
 
 
-def wait_idle(client) -> None:  # noqa: ANN001
+def wait_idle(client) -> None:
     """Until no payment is queued or in progress (at most 120 s). A payment whose paid event
     the load run cut off stays ``pending`` for ever, so pending ones are not waited for."""
     deadline = time.monotonic() + 120

@@ -40,7 +40,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
     return {name: {m: spread(column(rs, m)) for m in METRICS} for name, rs in runs.items()}
 
 
-def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
+def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):
     """Run a load generator to completion: (stdout, stderr, wall s, its CPU s, exit code).
 
     Its CPU is the RUSAGE_CHILDREN delta: nothing else this process started is reaped

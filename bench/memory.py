@@ -69,7 +69,7 @@ def _record_share(args: tuple[dict[str, str], int, int]) -> tuple[int, int, floa
     return len(bodies), sum(map(len, bodies)), time.perf_counter() - started
 
 
-def _usage(client, keys: list[str]) -> float:  # noqa: ANN001
+def _usage(client, keys: list[str]) -> float:
     if not keys:
         return float("nan")
     with client.pipeline(transaction=False) as pipe:
@@ -79,7 +79,7 @@ def _usage(client, keys: list[str]) -> float:  # noqa: ANN001
     return sum(sizes) / len(sizes) if sizes else float("nan")
 
 
-def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[str]:  # noqa: ANN001
+def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[str]:
     out = []
     for key in client.scan_iter(match=pattern, count=2000):
         k = key.decode()

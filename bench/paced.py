@@ -34,7 +34,7 @@ def build(path: str, port: int, sig: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes):  # noqa: ANN201
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes):
     writer.write(raw)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])

@@ -126,7 +126,7 @@ def _view_step(redis_url: str, pairs: list[Pair]) -> dict[str, float]:
     from webhook import create_app
 
     app = create_app({"REDIS_URL": redis_url, "STRIPE_WEBHOOK_SECRET": SECRET})
-    devnull = open(os.devnull, "w")  # noqa: SIM115  (the delivery log lines still get formatted)
+    devnull = open(os.devnull, "w")
     for handler in logging.getLogger("webhook").handlers:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(devnull)
@@ -177,7 +177,7 @@ def _dispatch_step(pairs: list[Pair]) -> dict[str, float]:
     }
 
 
-def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
+def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:
     """CPU of one bare Redis round trip, this process (user + sys) and Redis's own: what any
     receiver that writes to Redis pays before doing anything else."""
 
@@ -202,12 +202,12 @@ def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
     return out
 
 
-def _script_call(ledger, d) -> tuple[Any, Any]:  # noqa: ANN001
+def _script_call(ledger, d) -> tuple[Any, Any]:
     """The keys and arguments record_delivery would send for ``d`` (nothing is sent)."""
     run = ledger.record_script.run
     captured: dict[str, Any] = {}
 
-    def capture(keys, args):  # noqa: ANN001, ANN202
+    def capture(keys, args):
         captured["k"], captured["a"] = keys, args
         return [1, 0, 0, 0, "pending", ""]
 

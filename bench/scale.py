@@ -37,7 +37,7 @@ from bench.recording import Filler, delivery, ledger_for
 from bench.stats import alternate, column, pct, ratio_runs, spread, target
 
 
-def _evalsha(client) -> tuple[int, int]:  # noqa: ANN001
+def _evalsha(client) -> tuple[int, int]:
     stats = client.info("commandstats")
     row = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
     return int(row["calls"]), int(row["usec"])
@@ -69,7 +69,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             memory = {name: s.client().info("memory")["used_memory"] for name, s in servers.items()}
             keys = {name: s.client().dbsize() for name, s in servers.items()}
 
-            def measure(name: str):  # noqa: ANN202
+            def measure(name: str):
                 def one(_round: int) -> dict[str, Any]:
                     ledger = ledgers[name]
                     bodies = factory.events(per_run)

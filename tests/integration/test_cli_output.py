@@ -46,7 +46,7 @@ def shown(value: str) -> str:
 
 
 @pytest.fixture
-def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:  # noqa: ANN001
+def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:
     """A ledger whose every printed field holds the hostile strings; the CLI's env."""
     event = samples.payment_events(random.Random(4))[2]
     event["id"], event["data"]["object"]["id"] = EVENT_ID, PAYMENT_KEY
@@ -84,7 +84,7 @@ def assert_literal(result: Result, code: int, *values: str) -> None:
         assert shown(value) in result.stdout, value
 
 
-def test_event_payload_with_markup_is_printed_as_typed(hostile_ledger) -> None:  # noqa: ANN001
+def test_event_payload_with_markup_is_printed_as_typed(hostile_ledger) -> None:
     """The issue's case: a description holding ``[/]`` made ``event ID --payload`` exit 1."""
     stored = json.loads(run_cli(hostile_ledger, "event", EVENT_ID, "--payload", "--json").stdout)
     assert json.loads(stored["payload"])["data"]["object"]["description"] == H
@@ -133,7 +133,7 @@ PAYMENT_FIELDS = ("state", "receipt", "resolved_by", "currency", "amount", "last
     ],
 )
 def test_every_command_prints_outside_values_literally(
-    hostile_ledger,  # noqa: ANN001
+    hostile_ledger,
     args: tuple[str, ...],
     code: int,
     values: tuple[str, ...],
@@ -141,7 +141,7 @@ def test_every_command_prints_outside_values_literally(
     assert_literal(run_cli(hostile_ledger, *args), code, *values)
 
 
-def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path: Path) -> None:  # noqa: ANN001
+def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path: Path) -> None:
     directory = tmp_path / f"[bold]bundle{ID.replace('/', '')}"
     exported = run_cli(hostile_ledger, "export", str(directory))
     assert_literal(exported, 0, f"exported to {directory}")
@@ -156,7 +156,7 @@ def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path
     )
 
 
-def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> None:  # noqa: ANN001
+def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> None:
     """``replay-events`` shows event files' ids and the ledger's reasons the same way."""
     from ledgerctl.checker import Findings
     from ledgerctl.replay import main as replay_events

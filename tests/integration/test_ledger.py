@@ -39,7 +39,7 @@ def delivery(event: dict, body: bytes, request_id: str | None = None) -> Deliver
     )
 
 
-def test_same_request_id_counts_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_same_request_id_counts_once(redis: Redis, redis_server, rng) -> None:
     ledger = make_ledger(redis_server.url)
     event, body = paid_event(rng)
     d = delivery(event, body, "req-1")
@@ -64,7 +64,7 @@ def _stalled(redis: Redis) -> bool:
         probe.close()
 
 
-def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -> None:
     """Redis runs the write after the client gave up on it; redis-py sends it again.
 
     DEBUG SLEEP stalls the server with our EVALSHA already in its socket: the first copy
@@ -86,7 +86,7 @@ def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -
     assert stats(redis)["deliveries"] == 2  # the warm-up delivery and this one
 
 
-def test_concurrent_copies_are_counted_exactly(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_concurrent_copies_are_counted_exactly(redis: Redis, redis_server, rng) -> None:
     ledger = make_ledger(redis_server.url)
     event, body = paid_event(rng)
     start = threading.Barrier(50)
@@ -103,7 +103,7 @@ def test_concurrent_copies_are_counted_exactly(redis: Redis, redis_server, rng) 
     assert redis.llen(f"rq:queue:{ledger.settings.QUEUE_NAME}") == 1
 
 
-def test_event_record_holds_metadata_and_payload(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_event_record_holds_metadata_and_payload(redis: Redis, redis_server, rng) -> None:
     ledger = make_ledger(redis_server.url)
     event, body = paid_event(rng)
     ledger.record_delivery(delivery(event, body))
@@ -118,7 +118,7 @@ def test_event_record_holds_metadata_and_payload(redis: Redis, redis_server, rng
     assert record[b"src:stripe"] == b"1" and record[b"first"] == record[b"last"]
 
 
-def test_retention(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_retention(redis: Redis, redis_server, rng) -> None:
     ledger = make_ledger(redis_server.url, EVENT_RETENTION_DAYS=2)
     event, body = paid_event(rng)
     ledger.record_delivery(delivery(event, body))
@@ -127,7 +127,7 @@ def test_retention(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
     assert redis.ttl(pay_key) == -1
 
 
-def test_payment_groups_its_events_and_queues_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_payment_groups_its_events_and_queues_once(redis: Redis, redis_server, rng) -> None:
     ledger = make_ledger(redis_server.url)
     events = samples.payment_events(rng, checkout=True)
     results = [ledger.record_delivery(delivery(e, samples.encode(e))) for e in reversed(events)]
@@ -149,7 +149,7 @@ def test_events_without_a_payment_are_recorded_and_ignored(
     redis: Redis,
     redis_server,
     rng,
-    event_type: str,  # noqa: ANN001
+    event_type: str,
 ) -> None:
     ledger = make_ledger(redis_server.url)
     event = {"id": "evt_x1", "type": event_type, "data": {"object": {"id": "cus_1"}}}

@@ -1,27 +1,21 @@
 """The ops surface: API routes, dashboard pages, tokens, CSRF, CLI commands, /metrics."""
 
-import base64
 import json
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from ledger import queries
 from ledger import settings as settings_module
-from tests.conftest import OLD_SECRET, OPS_TOKEN, SECRET
+from tests.support.constants import BASIC, BEARER, OLD_SECRET, OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers
-from tests.support.processes import Gunicorn, service_env
 from webhook.http import csrf_token
 
-BEARER = {"Authorization": f"Bearer {OPS_TOKEN}"}
-BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{OPS_TOKEN}".encode()).decode()}
 API_ROUTES = ["summary", "events", "payments", "rejections", "series", "secrets", "openapi.yaml"]
 
 
-def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
+def deliver(client, rng, copies: int = 1) -> dict:
     event, body = paid_event(rng)
     for _ in range(copies):
         assert (
@@ -32,7 +26,7 @@ def deliver(client, rng, copies: int = 1) -> dict:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("route", API_ROUTES)
-def test_api_routes_need_the_token(client, redis, route: str) -> None:  # noqa: ANN001
+def test_api_routes_need_the_token(client, redis, route: str) -> None:
     assert client.get(f"/ops/api/{route}").status_code == 401
     assert (
         client.get(f"/ops/api/{route}", headers={"Authorization": "Bearer nope"}).status_code == 401
@@ -44,14 +38,14 @@ def test_api_routes_need_the_token(client, redis, route: str) -> None:  # noqa: 
 @pytest.mark.parametrize(
     "page", ["/ops/", "/ops/events", "/ops/payments", "/ops/payments?state=failed"]
 )
-def test_dashboard_pages_need_the_token(client, redis, rng, page: str) -> None:  # noqa: ANN001
+def test_dashboard_pages_need_the_token(client, redis, rng, page: str) -> None:
     deliver(client, rng)
     denied = client.get(page)
     assert denied.status_code == 401 and denied.headers["WWW-Authenticate"].startswith("Basic")
     assert client.get(page, headers=BASIC).status_code == 200
 
 
-def test_api_mirrors_the_ledger(client, redis, rng) -> None:  # noqa: ANN001
+def test_api_mirrors_the_ledger(client, redis, rng) -> None:
     event = deliver(client, rng, copies=2)
     pk = event["data"]["object"]["id"]
     summary = client.get("/ops/api/summary", headers=BEARER).get_json()
@@ -76,7 +70,7 @@ def test_api_mirrors_the_ledger(client, redis, rng) -> None:  # noqa: ANN001
     assert sum(p["deliveries"] for p in series) == 2 and len(series) == 5
 
 
-def test_events_paging_and_time_filter(client, redis, rng) -> None:  # noqa: ANN001
+def test_events_paging_and_time_filter(client, redis, rng) -> None:
     ids = [deliver(client, rng)["id"] for _ in range(5)]
     page1 = client.get("/ops/api/events?limit=2", headers=BEARER).get_json()["events"]
     page2 = client.get("/ops/api/events?limit=2&offset=2", headers=BEARER).get_json()["events"]
@@ -86,7 +80,7 @@ def test_events_paging_and_time_filter(client, redis, rng) -> None:  # noqa: ANN
     assert future == []
 
 
-def test_openapi_documents_every_api_route(app) -> None:  # noqa: ANN001
+def test_openapi_documents_every_api_route(app) -> None:
     spec = yaml.safe_load(Path(app.root_path, "openapi.yaml").read_text())
     documented = {"/ops/api" + p.replace("{", "<").replace("}", ">") for p in spec["paths"]}
     rules = [r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/ops/api")]
@@ -95,7 +89,7 @@ def test_openapi_documents_every_api_route(app) -> None:  # noqa: ANN001
             assert rule.replace("<any(retry, resolve):action>", action) in documented, rule
 
 
-def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:  # noqa: ANN001
+def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:
     pk = deliver(client, rng)["data"]["object"]["id"]
     fail_payment(redis, config, pk)
     url = f"/ops/api/payments/{pk}/retry"
@@ -109,7 +103,7 @@ def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:  # noqa:
     assert again.status_code == 409 and again.get_json()["state"] == "queued"
 
 
-def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: ANN001
+def test_dashboard_resolve_form(client, redis, rng, config) -> None:
     pk = deliver(client, rng)["data"]["object"]["id"]
     fail_payment(redis, config, pk, "interrupted")
     page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
@@ -123,7 +117,7 @@ def test_dashboard_resolve_form(client, redis, rng, config) -> None:  # noqa: AN
     assert queries.payment(redis, pk)["state"] == "fulfilled"
 
 
-def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:  # noqa: ANN001
+def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:
     """Refused decisions used to answer 303 back to the page with no word of why."""
     pk = deliver(client, rng)["data"]["object"]["id"]
     fail_payment(redis, config, pk, "interrupted")  # its call started just now
@@ -144,11 +138,7 @@ def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) 
     ).get_data(as_text=True)
 
 
-def total(families: dict, name: str) -> float:
-    return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
-
-
-def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noqa: ANN001
+def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:
     env = {k: str(v) for k, v in config.items()}
     event = deliver(client, rng, copies=2)
     pk = event["data"]["object"]["id"]
@@ -195,45 +185,7 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:  # noq
     assert run_cli(down, "summary").exit_code == 3
 
 
-def test_metrics_agree_with_summary_across_two_gunicorn_workers(
-    config, redis, rng, tmp_path
-) -> None:  # noqa: ANN001
-    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
-    web = Gunicorn(env, workers=2, log=tmp_path / "web.log").start()
-    try:
-        url = f"{web.url}/webhooks/stripe"
-        sent = 0
-        for _ in range(20):
-            event, body = paid_event(rng)
-            for _ in range(2):
-                assert (
-                    requests.post(url, data=body, headers=signed_headers(body)).status_code == 200
-                )
-                sent += 1
-        for _ in range(3):
-            requests.post(url, data=b"{}", headers={"Content-Type": "application/json"})
-            sent += 1
-        assert requests.get(f"{web.url}/metrics").status_code == 401
-        summary = requests.get(f"{web.url}/ops/api/summary", headers=BEARER).json()
-        for _ in range(4):  # whichever worker answers, the figures are the same
-            text = requests.get(f"{web.url}/metrics", headers=BEARER).text
-            families = {f.name: f for f in text_string_to_metric_families(text)}
-            assert total(families, "webhook_deliveries") == summary["deliveries"] == 40
-            assert total(families, "webhook_duplicates") == summary["duplicates"] == 20
-            assert total(families, "webhook_rejections") == summary["rejected"] == 3
-            states = {s.labels["state"]: s.value for s in families["webhook_payments"].samples}
-            assert states["queued"] == summary["payments"]["queued"] == 20
-            count = [
-                s
-                for s in families["webhook_request_duration_seconds"].samples
-                if s.name.endswith("_count")
-            ]
-            assert sum(s.value for s in count) == sent
-    finally:
-        web.stop()
-
-
-def test_dashboard_cannot_be_framed(client, redis) -> None:  # noqa: ANN001
+def test_dashboard_cannot_be_framed(client, redis) -> None:
     page = client.get("/ops/", headers=BASIC)
     assert page.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]

@@ -60,7 +60,7 @@ def test_checkout_with_invoice_is_one_payment_in_any_order(
     order: tuple[int, ...],
     redis: Redis,
     redis_server,
-    rng,  # noqa: ANN001
+    rng,
 ) -> None:
     ledger = ledger_for(redis_server.url, FULFIL_UNLINKED_INVOICES=True)
     events = purchase(rng)
@@ -83,7 +83,7 @@ def test_checkout_with_invoice_is_one_payment_in_any_order(
     assert enqueued
 
 
-def test_an_expanded_invoice_names_its_payment_intent(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_an_expanded_invoice_names_its_payment_intent(redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url, FULFIL_UNLINKED_INVOICES=True)
     _, invoice, intent = purchase(rng)
     pi = intent["data"]["object"]["id"]
@@ -95,7 +95,7 @@ def test_an_expanded_invoice_names_its_payment_intent(redis: Redis, redis_server
     assert queued_or_held(redis) == {"queued": 1}
 
 
-def test_unlinked_invoices_stay_unpaid_by_default(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_unlinked_invoices_stay_unpaid_by_default(redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url)
     session, invoice, intent = purchase(rng)
     for event in (invoice, intent, session):
@@ -118,7 +118,7 @@ def test_events_this_deployment_must_not_fulfil_are_held_visibly(
     reason: str,
     redis: Redis,
     redis_server,
-    rng,  # noqa: ANN001
+    rng,
 ) -> None:
     ledger = ledger_for(redis_server.url, **overrides)
     event = samples.payment_events(rng)[2]
@@ -134,7 +134,7 @@ def test_events_this_deployment_must_not_fulfil_are_held_visibly(
     assert attention[0]["account"] == (account or "")
 
 
-def test_connect_events_fulfil_when_allowed(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_connect_events_fulfil_when_allowed(redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url, FULFIL_CONNECT=True)
     event = samples.payment_events(rng)[2]
     event["account"] = "acct_1Connected"
@@ -143,7 +143,7 @@ def test_connect_events_fulfil_when_allowed(redis: Redis, redis_server, rng) -> 
     assert queries.payment(redis, answer.payment_key)["account"] == "acct_1Connected"  # type: ignore[index]
 
 
-def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, rng) -> None:
     """Regression: the copy named another PaymentIntent; the script failed half-way
     (gsub on a missing list) after counting it and creating a pending payment."""
     ledger = ledger_for(redis_server.url)
@@ -157,7 +157,7 @@ def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, 
     assert queries.summary(redis, "fulfilment")["conflicts"] == 1
 
 
-def test_manual_capture_fulfils_on_capture_only(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_manual_capture_fulfils_on_capture_only(redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url)
     events = samples.payment_events(rng)
     charge = events[1]

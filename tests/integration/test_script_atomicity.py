@@ -80,7 +80,7 @@ SCRIPTS = (
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url, PAYMENT_RETENTION_DAYS=31)
     attempts = Attempts(ledger.redis, ledger.settings)
     calls = capture(ledger, attempts)
@@ -106,8 +106,8 @@ def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, 
 
 def test_a_conflicting_copy_answers_and_keeps_the_ledger_whole(
     redis: Redis,
-    redis_server,  # noqa: ANN001
-    rng,  # noqa: ANN001
+    redis_server,
+    rng,
 ) -> None:
     """Regression (503 'bad argument #1 to gsub' after the counters were bumped): the same
     event id with a paid body for another PaymentIntent."""

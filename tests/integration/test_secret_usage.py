@@ -8,8 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger import keys, secret_usage
 from ledger import settings as settings_module
 from ledger.settings import fingerprint
-from tests.conftest import OLD_SECRET, SECRET
-from tests.integration.test_ops import BASIC, BEARER
+from tests.support.constants import BASIC, BEARER, OLD_SECRET, SECRET
 from tests.support.helpers import paid_event, signed_headers
 from webhook import create_app
 
@@ -69,7 +68,7 @@ def test_labels_only_the_ledger_knows_are_listed_after_the_configured_ones() -> 
     ]
 
 
-def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> None:  # noqa: ANN001
+def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> None:
     client = create_app({**config, "STRIPE_WEBHOOK_SECRET_LABELS": "primary"}).test_client()
     old = fingerprint(OLD_SECRET)
     event, body = paid_event(rng)

@@ -12,7 +12,7 @@ from ledger.events import classify
 from tests.support.helpers import paid_event
 
 
-def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
+def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
     s = settings.load(
         {}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test"
     )
@@ -23,7 +23,7 @@ def queued_payment(redis_server, rng) -> tuple[Attempts, str]:  # noqa: ANN001
     return Attempts(client, s), str(c.payment_key)
 
 
-def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
     job = attempts.jobs.enqueue(pk)
@@ -33,7 +33,7 @@ def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server,
 
 def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
     redis: Redis, redis_server, rng
-) -> None:  # noqa: ANN001
+) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     first = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
     retried = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
@@ -45,7 +45,7 @@ def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
 
 def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
     redis: Redis, redis_server, rng
-) -> None:  # noqa: ANN001
+) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=False)
     assert attempts.mark_calling(pk, start.token)
@@ -61,7 +61,7 @@ def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
     )
 
 
-def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
+def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=True)
     attempts.finish(pk, start.token, "failed", "http 400", 1.0)
@@ -74,7 +74,7 @@ def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_se
 
 def test_retention_purges_settled_payments_and_keeps_counts(
     redis: Redis, redis_server, rng
-) -> None:  # noqa: ANN001
+) -> None:
     import pytest
 
     with pytest.raises(ValueError, match="PAYMENT_RETENTION_DAYS"):
@@ -93,7 +93,7 @@ def test_retention_purges_settled_payments_and_keeps_counts(
     assert redis.zcard(keys.state_index("fulfilled")) == 0
 
 
-def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> None:  # noqa: ANN001
+def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> None:
     from rq.job import Job
 
     from ledger.enqueue import FULFIL_JOB, Jobs
@@ -119,7 +119,7 @@ def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> No
 
 def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     redis: Redis, redis_server, rng
-) -> None:  # noqa: ANN001
+) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     first = attempts.start(pk, "job-1", replay_safe=True)
     assert attempts.finish(pk, first.token, "retry", "http 503", 2.0) == ("retry", "retrying")

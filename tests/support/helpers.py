@@ -11,9 +11,7 @@ from ledger import keys
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledgerctl import samples
-from tests.conftest import SECRET
-
-STRIPE_UA = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
+from tests.support.constants import SECRET, STRIPE_UA
 
 
 def signed_headers(body: bytes, secret: str = SECRET, **kwargs: Any) -> dict[str, str]:

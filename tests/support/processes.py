@@ -221,7 +221,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):  # noqa: ANN001, ANN201
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
     """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

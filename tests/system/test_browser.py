@@ -11,7 +11,7 @@ import requests
 from playwright.sync_api import sync_playwright
 
 from ledger import queries
-from tests.conftest import OPS_TOKEN, SECRET
+from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, payment_key_of, signed_headers
 from tests.support.processes import ROOT, wait_until
 
@@ -29,12 +29,12 @@ FLAGS = [
 SCREENSHOTS = Path(__file__).parents[1] / "output"
 
 
-def number(page, selector: str) -> int:  # noqa: ANN001
+def number(page, selector: str) -> int:
     return int(re.sub(r"\D", "", page.inner_text(selector)))
 
 
 @pytest.fixture
-def browser_context(tmp_path):  # noqa: ANN001, ANN201
+def browser_context(tmp_path):
     assert Path(CHROMIUM).exists(), "chromium missing: scripts/test.sh installs it"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -47,7 +47,7 @@ def browser_context(tmp_path):  # noqa: ANN001, ANN201
         browser.close()
 
 
-def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context, tmp_path) -> None:  # noqa: ANN001
+def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context, tmp_path) -> None:
     s = stack()
     web = s.start_web()
     s.start_worker()
@@ -106,7 +106,7 @@ def test_dashboard_shows_the_ledger_after_a_replay(stack, redis, browser_context
 
 def test_dashboard_shows_a_refused_decision_and_why(
     stack, redis, config, rng, browser_context, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     """ "Run again" on an interrupted payment whose call may still be running is refused, and
     the page says so (it used to answer 303 back to the page with no message)."""
     web = stack().start_web()

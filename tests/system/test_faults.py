@@ -59,7 +59,7 @@ def action_env(action: str, downstream: CountingDownstream) -> dict[str, str]:
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
 @pytest.mark.parametrize("point", list(JOB_FAULTS))
-def test_job_killed_at_fault_point(point: str, action: str, stack, redis, config, rng) -> None:  # noqa: ANN001
+def test_job_killed_at_fault_point(point: str, action: str, stack, redis, config, rng) -> None:
     with CountingDownstream() as downstream:
         s = stack(**action_env(action, downstream))
         s.start_web()
@@ -79,7 +79,7 @@ def test_job_killed_at_fault_point(point: str, action: str, stack, redis, config
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
 @pytest.mark.parametrize("point", ["receiver_after_verify", "receiver_after_record"])
-def test_web_killed_at_fault_point(point: str, action: str, stack, redis, config, rng) -> None:  # noqa: ANN001
+def test_web_killed_at_fault_point(point: str, action: str, stack, redis, config, rng) -> None:
     with CountingDownstream() as downstream:
         s = stack(**action_env(action, downstream))
         s.start_web(FAULTPOINT=point)
@@ -105,7 +105,7 @@ def test_web_killed_at_fault_point(point: str, action: str, stack, redis, config
 
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
-def test_sweeper_killed_mid_scan(action: str, stack, redis, config, rng) -> None:  # noqa: ANN001
+def test_sweeper_killed_mid_scan(action: str, stack, redis, config, rng) -> None:
     with CountingDownstream() as downstream:
         s = stack(**action_env(action, downstream))
         s.start_web()
@@ -127,7 +127,7 @@ def test_sweeper_killed_mid_scan(action: str, stack, redis, config, rng) -> None
 
 
 @pytest.mark.parametrize("action", ["sqlite", "http"])
-def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) -> None:  # noqa: ANN001
+def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) -> None:
     """The worker stalls after fencing its call, its lease expires, then it goes on."""
     with CountingDownstream() as downstream:
         s = stack(**action_env(action, downstream))
@@ -151,7 +151,7 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
         assert state_of(redis, pk) == "fulfilled"
 
 
-def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # noqa: ANN001
+def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:
     """RQ's trap: the killed worker's work-horse runs on. The ledger keeps it to one effect."""
     with CountingDownstream() as downstream:
         gate = downstream.hold_first_call()
@@ -177,7 +177,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:  # n
         assert horses, "the forking worker had a work-horse"
 
 
-def test_gunicorn_worker_killed_mid_request(stack, redis, rng) -> None:  # noqa: ANN001
+def test_gunicorn_worker_killed_mid_request(stack, redis, rng) -> None:
     s = stack()
     web = s.start_web(FAULTPOINT="receiver_after_verify:sleep:5")
     assert web.log is not None
@@ -219,7 +219,7 @@ def _post(web: Gunicorn, body: bytes) -> object:
         return type(exc).__name__
 
 
-def test_redis_killed_during_a_storm_and_restarted_from_its_aof(config, rng, tmp_path) -> None:  # noqa: ANN001
+def test_redis_killed_during_a_storm_and_restarted_from_its_aof(config, rng, tmp_path) -> None:
     """Ordered by progress, never by wall time: Redis is killed once a third of the storm has
     been answered and restarted once the failures show, so quiet and busy machines agree."""
     port = free_port()
@@ -286,7 +286,7 @@ def _status(web: Gunicorn, body: bytes) -> int:
         return 0
 
 
-def test_slow_redis_timeouts_and_retries_keep_counts_exact(stack, redis, rng) -> None:  # noqa: ANN001
+def test_slow_redis_timeouts_and_retries_keep_counts_exact(stack, redis, rng) -> None:
     s = stack(REDIS_SOCKET_TIMEOUT="0.25", REDIS_RETRIES="8")
     web = s.start_web()
     events = [samples.payment_events(rng)[2] for _ in range(60)]
@@ -315,7 +315,7 @@ def test_slow_redis_timeouts_and_retries_keep_counts_exact(stack, redis, rng) ->
 
 
 @pytest.mark.timeout(400)
-def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:  # noqa: ANN001
+def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:
     """The CI-sized soak: about 40 s of traffic with random faults, then the checker."""
     import subprocess
     import sys

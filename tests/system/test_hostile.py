@@ -14,7 +14,7 @@ from redis import Redis
 
 from ledger import keys
 from ledgerctl import samples
-from tests.conftest import SECRET
+from tests.support.constants import SECRET
 from tests.support.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
 
 REJECTION_STATUSES = {400, 405, 413, 415}
@@ -50,7 +50,7 @@ def event_keys(redis: Redis) -> set[str]:
 
 @HYPOTHESIS
 @given(header=headers, body=st.binary(max_size=2000))
-def test_any_header_and_body_is_a_clean_rejection(client, redis, header: str, body: bytes) -> None:  # noqa: ANN001
+def test_any_header_and_body_is_a_clean_rejection(client, redis, header: str, body: bytes) -> None:
     before = stats(redis).get("rejected", 0)
     answer = client.post(
         "/webhooks/stripe",
@@ -117,7 +117,7 @@ MUTATIONS = [
 
 @HYPOTHESIS
 @given(how=st.sampled_from(MUTATIONS), seed=st.integers(0, 2**32))
-def test_signed_mutated_bodies(client, redis, how: str, seed: int) -> None:  # noqa: ANN001
+def test_signed_mutated_bodies(client, redis, how: str, seed: int) -> None:
     """Correctly signed but broken bodies: a reason for each, or a clean 200 if still valid."""
     rng = random.Random(seed)
     _, body = paid_event(rng)
@@ -135,7 +135,7 @@ def test_signed_mutated_bodies(client, redis, how: str, seed: int) -> None:  # n
 
 @HYPOTHESIS
 @given(value=json_values)
-def test_signed_arbitrary_json_is_never_a_server_error(client, redis, value) -> None:  # noqa: ANN001
+def test_signed_arbitrary_json_is_never_a_server_error(client, redis, value) -> None:
     body = json.dumps(value).encode()
     answer = client.post("/webhooks/stripe", data=body, headers=signed_headers(body))
     assert answer.status_code in REJECTION_STATUSES
@@ -143,7 +143,7 @@ def test_signed_arbitrary_json_is_never_a_server_error(client, redis, value) -> 
     assert answer.get_json()["error"] in {"not_a_stripe_event", "invalid_json"}
 
 
-def test_captured_delivery_replayed_inside_and_outside_the_window(client, redis, rng) -> None:  # noqa: ANN001
+def test_captured_delivery_replayed_inside_and_outside_the_window(client, redis, rng) -> None:
     event, body = paid_event(rng)
     captured = signed_headers(body, timestamp=int(time.time()) - 200)  # signed 200 s ago
     assert client.post("/webhooks/stripe", data=body, headers=captured).status_code == 200
@@ -173,7 +173,7 @@ def raw_request(port: int, data: bytes, pause: float = 0.0, chunks: int = 1) -> 
         return answer
 
 
-def test_fuzz_over_http(web, redis, rng) -> None:  # noqa: ANN001
+def test_fuzz_over_http(web, redis, rng) -> None:
     """A few hundred mutated requests, malformed HTTP and slow clients against gunicorn."""
     url = f"{web.url}/webhooks/stripe"
     statuses = []
@@ -223,7 +223,7 @@ def post_raw(port: int, body: bytes, signature_lines: list[bytes]) -> bytes:
     return raw_request(port, head + body).split(b"\r\n", 1)[0]
 
 
-def test_signature_header_lines_and_bytes_over_http(web, redis, rng) -> None:  # noqa: ANN001
+def test_signature_header_lines_and_bytes_over_http(web, redis, rng) -> None:
     """What gunicorn hands the app: repeated lines joined with ',' and raw bytes as latin-1."""
     _, body = paid_event(rng)
     signed = samples.sign(body, SECRET).encode()

@@ -9,15 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from ledger import keys
 from ledger.payloads import decompress_payload
-from tests.conftest import OPS_TOKEN, SECRET
+from tests.support.constants import BEARER, OPS_TOKEN, SECRET
 from tests.support.helpers import STRIPE_UA, paid_event, signed_headers, stats
 from tests.support.processes import Gunicorn, free_port, service_env
 
 
-def test_case_study_control(web, redis, rng) -> None:  # noqa: ANN001
+def test_case_study_control(web, redis, rng) -> None:
     """1 original + 2 signed replays of the same bytes + 1 invalid signature."""
     event, body = paid_event(rng)
     url = f"{web.url}/webhooks/stripe"
@@ -43,7 +44,7 @@ def test_case_study_control(web, redis, rng) -> None:  # noqa: ANN001
     assert summary["rejected_by_reason"] == {"signature_mismatch": 1}
 
 
-def test_stripe_cli_shaped_requests(web, redis, rng) -> None:  # noqa: ANN001
+def test_stripe_cli_shaped_requests(web, redis, rng) -> None:
     """Exactly as `stripe listen` forwards: charset, Stripe UA, v1 and v0, gzip accepted."""
     event, body = paid_event(rng)
     headers = {
@@ -61,7 +62,7 @@ def test_stripe_cli_shaped_requests(web, redis, rng) -> None:  # noqa: ANN001
     assert redis.hget(keys.event(event["id"]), "src:stripe") == b"1"
 
 
-def test_fifty_concurrent_copies_over_http(web, redis, rng) -> None:  # noqa: ANN001
+def test_fifty_concurrent_copies_over_http(web, redis, rng) -> None:
     event, body = paid_event(rng)
     url = f"{web.url}/webhooks/stripe"
     start = threading.Barrier(50)
@@ -81,7 +82,7 @@ def test_fifty_concurrent_copies_over_http(web, redis, rng) -> None:  # noqa: AN
     assert redis.llen("rq:queue:fulfilment") == 1
 
 
-def test_redis_down_answers_503_fast_and_recovers(redis_server, redis, rng, tmp_path) -> None:  # noqa: ANN001
+def test_redis_down_answers_503_fast_and_recovers(redis_server, redis, rng, tmp_path) -> None:
     """Nothing is acknowledged that the ledger did not record; the service heals by itself."""
     from tests.support.processes import RedisServer
 
@@ -110,14 +111,14 @@ def test_redis_down_answers_503_fast_and_recovers(redis_server, redis, rng, tmp_
         web.stop()
 
 
-def test_ops_summary_needs_the_token(web, redis) -> None:  # noqa: ANN001
+def test_ops_summary_needs_the_token(web, redis) -> None:
     url = f"{web.url}/ops/api/summary"
     assert requests.get(url).status_code == 401
     assert requests.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert requests.get(url, headers={"Authorization": f"Bearer {OPS_TOKEN}"}).status_code == 200
 
 
-def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # noqa: ANN001
+def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:
     event, body = paid_event(rng)
     requests.post(f"{web.url}/webhooks/stripe", data=body, headers=signed_headers(body))
     out = subprocess.run(
@@ -138,7 +139,7 @@ def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:  # 
     assert "deliveries" in table.stdout and "queued" in table.stdout
 
 
-def test_logs_are_json_lines_without_secrets_signatures_or_payloads(web, redis, rng) -> None:  # noqa: ANN001
+def test_logs_are_json_lines_without_secrets_signatures_or_payloads(web, redis, rng) -> None:
     event, body = paid_event(rng)
     headers = signed_headers(body)
     url = f"{web.url}/webhooks/stripe"
@@ -154,3 +155,45 @@ def test_logs_are_json_lines_without_secrets_signatures_or_payloads(web, redis, 
     signature = headers["Stripe-Signature"].split("v1=")[1]
     for secret in (SECRET, "whsec_forged_one", signature, '"object": "payment_intent"'):
         assert secret not in text
+
+
+def test_metrics_agree_with_summary_across_two_gunicorn_workers(
+    config, redis, rng, tmp_path
+) -> None:
+    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+    web = Gunicorn(env, workers=2, log=tmp_path / "web.log").start()
+    try:
+        url = f"{web.url}/webhooks/stripe"
+        sent = 0
+        for _ in range(20):
+            event, body = paid_event(rng)
+            for _ in range(2):
+                assert (
+                    requests.post(url, data=body, headers=signed_headers(body)).status_code == 200
+                )
+                sent += 1
+        for _ in range(3):
+            requests.post(url, data=b"{}", headers={"Content-Type": "application/json"})
+            sent += 1
+        assert requests.get(f"{web.url}/metrics").status_code == 401
+        summary = requests.get(f"{web.url}/ops/api/summary", headers=BEARER).json()
+        for _ in range(4):  # whichever worker answers, the figures are the same
+            text = requests.get(f"{web.url}/metrics", headers=BEARER).text
+            families = {f.name: f for f in text_string_to_metric_families(text)}
+            assert total(families, "webhook_deliveries") == summary["deliveries"] == 40
+            assert total(families, "webhook_duplicates") == summary["duplicates"] == 20
+            assert total(families, "webhook_rejections") == summary["rejected"] == 3
+            states = {s.labels["state"]: s.value for s in families["webhook_payments"].samples}
+            assert states["queued"] == summary["payments"]["queued"] == 20
+            count = [
+                s
+                for s in families["webhook_request_duration_seconds"].samples
+                if s.name.endswith("_count")
+            ]
+            assert sum(s.value for s in count) == sent
+    finally:
+        web.stop()
+
+
+def total(families: dict, name: str) -> float:
+    return sum(s.value for s in families[name].samples if s.name.endswith("_total"))

@@ -3,17 +3,15 @@ its worker, an action that cannot be loaded, a payment left queued. Real gunicor
 workers and sweeper; the downstream counts every call and never dedupes."""
 
 import pytest
-from redis import Redis
 
 from ledger import queries
 from ledgerctl import samples
-from tests.integration.test_purchases import ledger_for, record
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, settled_as
 from tests.support.processes import wait_until
 
 
-def pay(stack, rng, **env: str):  # noqa: ANN001, ANN201
+def pay(stack, rng, **env: str):
     """Web and sweeper with ``env``, one paid event sent; the stack and the payment key."""
     s = stack(**env)
     s.start_web()
@@ -24,7 +22,7 @@ def pay(stack, rng, **env: str):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("replay_safe", [True, False])
-def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, redis, rng) -> None:  # noqa: ANN001
+def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, redis, rng) -> None:
     """200 at once, then the body a byte at a time for 6 s (lease 3 s, deadline 1 s)."""
     with CountingDownstream(trickles=[6.0]) as downstream:
         s, pk = pay(
@@ -48,7 +46,7 @@ def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, red
 @pytest.mark.parametrize("replay_safe", [True, False])
 def test_a_job_that_kills_its_worker_ends_for_a_person(
     replay_safe: bool, stack, redis, rng
-) -> None:  # noqa: ANN001
+) -> None:
     s, pk = pay(
         stack,
         rng,
@@ -75,28 +73,3 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
             and "interrupted during the downstream call" in (record["last_error"])
         )
     assert pk in [p["key"] for p in queries.payments(redis, queries.ATTENTION)]
-
-
-def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
-    stack,  # noqa: ANN001
-    redis,  # noqa: ANN001
-    rng,  # noqa: ANN001
-) -> None:
-    s, pk = pay(stack, rng, FULFILMENT_ACTION="foo://x")
-    s.start_worker()
-    wait_until(lambda: settled_as(redis, pk, "failed"), what="failed")
-    record = queries.payment(redis, pk)
-    assert record is not None and "could not be loaded" in record["last_error"]
-    assert "foo" in record["last_error"]
-    assert pk in [p["key"] for p in queries.payments(redis, queries.ATTENTION)]
-
-
-def test_a_payment_queued_too_long_needs_a_person(redis: Redis, redis_server, rng) -> None:  # noqa: ANN001
-    ledger = ledger_for(redis_server.url)
-    answer = record(ledger, samples.payment_events(rng)[2])
-    assert answer.payment_state == "queued"
-    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=3600) == []
-    wait_until(lambda: queries.payments(redis, queries.ATTENTION, stuck_after_s=0), what="listed")
-    assert (
-        queries.payments(redis, queries.ATTENTION, stuck_after_s=0)[0]["key"] == answer.payment_key
-    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledgerctl import samples
-from tests.conftest import SECRET
+from tests.support.constants import SECRET
 from tests.support.processes import ROOT, Gunicorn
 
 SCRIPT = str(ROOT / "scripts" / "replay_events.py")
@@ -44,7 +44,7 @@ def replay(
 
 
 @pytest.fixture
-def service(stack, tmp_path):  # noqa: ANN001, ANN201
+def service(stack, tmp_path):
     s = stack(TMP_REPORT=str(tmp_path / "report.json"))
     web = s.start_web()
     s.start_worker()
@@ -52,7 +52,7 @@ def service(stack, tmp_path):  # noqa: ANN001, ANN201
     return s, f"{web.url}/webhooks/stripe"
 
 
-def test_case_study_scenario(service, redis) -> None:  # noqa: ANN001
+def test_case_study_scenario(service, redis) -> None:
     s, url = service
     status, report = replay(s.env, url, "--scenario", "case-study", "--expect-once")
     assert status == 0
@@ -68,7 +68,7 @@ def test_case_study_scenario(service, redis) -> None:  # noqa: ANN001
     assert report["findings"]["ok"] and report["version"] and report["seed"] is not None
 
 
-def test_each_probe_is_counted_separately(service, redis) -> None:  # noqa: ANN001
+def test_each_probe_is_counted_separately(service, redis) -> None:
     s, url = service
     _, report = replay(
         s.env, url, "--generate", "1", "--bad-signature", "2", "--stale", "3", "--wrong-secret", "4"
@@ -86,7 +86,7 @@ def test_each_probe_is_counted_separately(service, redis) -> None:  # noqa: ANN0
     }
 
 
-def test_file_sources(service, redis, tmp_path, rng) -> None:  # noqa: ANN001
+def test_file_sources(service, redis, tmp_path, rng) -> None:
     s, url = service
     events = samples.payment_events(rng)
     folder = tmp_path / "events"
@@ -111,7 +111,7 @@ def test_file_sources(service, redis, tmp_path, rng) -> None:  # noqa: ANN001
     }
 
 
-def test_ledger_sources_resend_the_stored_bytes(service, redis) -> None:  # noqa: ANN001
+def test_ledger_sources_resend_the_stored_bytes(service, redis) -> None:
     s, url = service
     _, first = replay(s.env, url, "--generate", "2", "--seed", "3")
     assert first["layers"]["ledger"]["events"] == 6
@@ -130,7 +130,7 @@ def test_ledger_sources_resend_the_stored_bytes(service, redis) -> None:  # noqa
     assert by_id["layers"]["ledger"]["deliveries"] == 2
 
 
-def test_stripe_retry_schedule_and_shape(service, redis) -> None:  # noqa: ANN001
+def test_stripe_retry_schedule_and_shape(service, redis) -> None:
     s, url = service
     _, report = replay(
         s.env,
@@ -156,7 +156,7 @@ def test_stripe_retry_schedule_and_shape(service, redis) -> None:  # noqa: ANN00
     assert report["parameters"]["seed"] == 9 and report["timings"]["send_s"] >= 1800 / 3000
 
 
-def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:  # noqa: ANN001
+def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:
     broken_db = tmp_path / "broken.sqlite3"
     s = stack(
         FULFILMENT_ACTION="tests.support.broken_actions:apply_twice",
@@ -173,11 +173,11 @@ def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:  
     assert report["findings"]["lost"] == []
 
 
-def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None:  # noqa: ANN001
+def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None:
     """An endpoint that answers 200 without recording anything: the ledger never saw it."""
 
     class Liar(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(200)
             self.send_header("Content-Length", "2")
@@ -203,7 +203,7 @@ def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None
     assert len(report["findings"]["lost"]) == 3
 
 
-def test_export_verify_and_tampering(service, redis, tmp_path) -> None:  # noqa: ANN001
+def test_export_verify_and_tampering(service, redis, tmp_path) -> None:
     s, url = service
     replay(s.env, url, "--scenario", "case-study")
     bundle = tmp_path / "bundle"
@@ -224,7 +224,7 @@ def test_export_verify_and_tampering(service, redis, tmp_path) -> None:  # noqa:
     assert tampered.returncode == 1 and "hash does not match" in tampered.stdout
 
 
-def test_verify_catches_relations_even_with_a_rewritten_manifest(service, redis, tmp_path) -> None:  # noqa: ANN001
+def test_verify_catches_relations_even_with_a_rewritten_manifest(service, redis, tmp_path) -> None:
     from ledgerctl.bundle import MANIFEST, _sha, verify
 
     s, url = service
@@ -250,7 +250,7 @@ def test_verify_catches_relations_even_with_a_rewritten_manifest(service, redis,
     assert any("sum to the counter" in f for f in failures)
 
 
-def test_unacknowledged_deliveries_fail_expect_once(stack, redis, tmp_path) -> None:  # noqa: ANN001
+def test_unacknowledged_deliveries_fail_expect_once(stack, redis, tmp_path) -> None:
     s = stack(TMP_REPORT=str(tmp_path / "r.json"))
     dead = Gunicorn(s.env)  # never started: nothing listens on its port
     status, report = replay(
