@@ -118,7 +118,7 @@ def payment_record(payment_key: str, raw: dict[bytes, bytes]) -> dict[str, Any]:
     record["key"] = payment_key
     record["latency_ms"] = latency_ms(record)
     record["events"] = record.get("events", "").split()
-    nth = record.pop("paid_by_n", "")
+    nth = record.pop("paid_by_n", "")  # how payments recorded before paid_by named it
     if nth.isdigit() and 0 < int(nth) <= len(record["events"]):
         record["paid_by"] = record["events"][int(nth) - 1]
     record["attempts_started"] = record.get("token", "0")
