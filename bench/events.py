@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.poolfile import read_pool  # noqa: F401  (re-exported)
 from ledgerctl import samples
 
 ID_RE = re.compile(

@@ -7,33 +7,27 @@ Worker: one ``rq worker -w rq.worker.SimpleWorker`` draining real fulfilment job
 Each sample is put in one bucket by the innermost frame that matches a rule in
 bench/spy.py, so the buckets add up to 100 % of the process's CPU samples; the share times
 the measured CPU per request gives microseconds per request. Raw collapsed stacks are kept
-in bench/results/ for flame graphs.
+in var/bench/ for flame graphs.
 
     .venv/bin/python -m bench.profile [--quick]
 """
 
-import argparse
 import logging
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
-    RESULTS,
     SECRET,
     RedisServer,
     Stack,
     Workdir,
     log,
+    section_main,
     service_env,
-    write_json,
 )
 from bench.events import EventFactory
 from bench.spy import have_pyspy, receiver, worker
@@ -146,7 +140,7 @@ def _dispatch_step(pairs: list[Pair]) -> dict[str, float]:
     against a plain WSGI function that reads the body and answers the same bytes."""
     import io
 
-    from bench.baseline_bare import app as bare
+    from bench.baselines import bare_app as bare
 
     def environ(p: Pair) -> dict[str, Any]:
         return {
@@ -237,15 +231,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="py-spy profiles of the hot paths")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", type=Path, default=RESULTS / "profile.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("profile", run, sys.argv[1:]))

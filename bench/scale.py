@@ -14,23 +14,17 @@ multi-GB AOF during the run.
     .venv/bin/python -m bench.scale [--quick]
 """
 
-import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
-    RESULTS,
     RedisServer,
     Stack,
     Workdir,
     log,
+    section_main,
     service_env,
-    write_json,
 )
 from bench.events import EventFactory
 from bench.recording import Filler, delivery, ledger_for
@@ -137,15 +131,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Scale benchmark (section 5a)")
-    p.add_argument("--quick", action="store_true", help="10,000 vs 200,000 events")
-    p.add_argument("--out", type=Path, default=RESULTS / "scale.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("scale", run, sys.argv[1:]))

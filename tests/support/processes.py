@@ -1,4 +1,8 @@
-"""Real processes for tests: redis-server, gunicorn and RQ workers on free loopback ports."""
+"""Real processes on free loopback ports: redis-server, gunicorn, RQ workers, the sweeper.
+
+The one harness of the tests, the soak and the benchmarks; each starts what it needs and
+stops it by PID.
+"""
 
 import os
 import shutil
@@ -7,9 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from redis import Redis
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -70,6 +77,15 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def client(self) -> Redis:
+        """A plain client with a long timeout (for loading and reading, not the service)."""
+        return Redis.from_url(self.url, socket_timeout=120)
+
     def start(self) -> "RedisServer":
         exe = shutil.which("redis-server")
         if exe is None:
@@ -114,11 +130,28 @@ def service_env(redis_url: str, extra: Mapping[str, str] | None = None) -> dict[
 
 
 class Gunicorn:
-    """The web service under the shipped gunicorn.conf.py, on a free port."""
+    """A WSGI app (the web service unless told) under the shipped gunicorn.conf.py, on a free
+    port; the worker class and threads as gunicorn.conf.py reads them."""
 
-    def __init__(self, env: dict[str, str], workers: int = 2, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        workers: int = 2,
+        log: Path | None = None,
+        app: str = "webhook.wsgi:app",
+        worker_class: str = "gthread",
+        threads: int = 4,
+    ) -> None:
         self.port = free_port()
-        self.env = {**env, "WEB_CONCURRENCY": str(workers), "WEB_PORT": str(self.port)}
+        self.app = app
+        self.workers = workers
+        self.env = {
+            **env,
+            "WEB_CONCURRENCY": str(workers),
+            "WEB_PORT": str(self.port),
+            "GUNICORN_WORKER_CLASS": worker_class,
+            "GUNICORN_THREADS": str(threads),
+        }
         self.log = log
         self.proc: subprocess.Popen | None = None
 
@@ -127,26 +160,36 @@ class Gunicorn:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "Gunicorn":
-        self.proc = spawn(
-            [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), "webhook.wsgi:app"],
-            self.env,
-            self.log,
-        )
+        argv = [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), self.app]
+        self.proc = spawn(argv, self.env, self.log)
         wait_for_port(self.port, proc=self.proc)
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        """Until a worker answers: the master listens before its workers have booted."""
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until every worker is forked and one answers (the master listens first)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
+            if len(self.worker_pids()) >= self.workers and self._answers():
+                return
+            time.sleep(0.05)
         raise TimeoutError(f"gunicorn on {self.port} not ready after {timeout}s")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=1):
+                return True
+        except urllib.error.HTTPError:  # an app without /healthz answered all the same
+            return True
+        except OSError:
+            return False
+
+    def worker_pids(self) -> list[int]:
+        return children(self.proc.pid) if self.proc is not None else []
+
+    def pids(self) -> list[int]:
+        """The master and its workers (what a CPU measurement of the server counts)."""
+        return [self.proc.pid, *self.worker_pids()] if self.proc is not None else []
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -158,15 +201,17 @@ class RqWorker:
 
     def __init__(
         self,
-        env: dict[str, str],
+        env: Mapping[str, str],
         log: Path | None = None,
         burst: bool = False,
         worker_class: str = "rq.worker.SimpleWorker",
+        quiet: bool = False,
     ) -> None:
         self.env = env
         self.log = log
         self.burst = burst
         self.worker_class = worker_class
+        self.quiet = quiet
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "RqWorker":
@@ -179,7 +224,8 @@ class RqWorker:
             self.env["REDIS_URL"],
         ]
         argv += ["--burst"] if self.burst else []
-        self.proc = spawn([*argv, "fulfilment"], self.env, self.log)
+        argv += ["--logging_level", "WARNING"] if self.quiet else []
+        self.proc = spawn([*argv, self.env.get("QUEUE_NAME", "fulfilment")], self.env, self.log)
         return self
 
     def signal(self, sig: int) -> None:
@@ -194,7 +240,7 @@ class RqWorker:
 class Sweeper:
     """``webhook-ledger sweep --loop`` in its own process."""
 
-    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+    def __init__(self, env: Mapping[str, str], log: Path | None = None) -> None:
         self.env = env
         self.log = log
         self.proc: subprocess.Popen | None = None
