@@ -96,7 +96,7 @@ def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
     return payment_record(payment_key, raw) if raw else None
 
 
-# The outcomes a worker writes when it finishes its attempt: FINISHED in workers/lua/common.lua.
+# The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua.
 FINISHED_OUTCOMES = {"fulfilled", "retry", "failed", "interrupted"}
 
 

@@ -1,9 +1,9 @@
-"""Stripe webhook intake with an exact Redis delivery ledger.
+"""The Flask app: the Stripe-facing receiver and the people-facing ops views.
 
-Reading order for one request: receiver.py (the view) -> intake.py (checks) ->
-verify.py (signature) -> events.py (payment key) -> ledger.py + enqueue.py +
-lua/record_delivery.lua (the one Redis round trip, which also enqueues the RQ job) ->
-workers/jobs.py.
+Reading order for one request: receiver.py (the view) -> intake.py (checks) -> verify.py
+(signature) -> ledger/events.py (payment key) -> ledger/deliveries.py + the Lua script (the
+one Redis round trip, which also enqueues the RQ job) -> workers/jobs.py. Imports the core
+(``ledger``), never ``workers``.
 """
 
 import logging

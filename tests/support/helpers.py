@@ -4,6 +4,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+import requests
 from click.testing import CliRunner, Result
 from redis import Redis
 
@@ -88,3 +89,13 @@ def cli_ok(result: Result, code: int = 0) -> bool:
     """The command ended with ``code`` and without a traceback."""
     clean = result.exception is None or isinstance(result.exception, SystemExit)
     return clean and result.exit_code == code
+
+
+def post_webhook(web_url: str, body: bytes) -> int | str:
+    """POST a signed delivery; its status, or the name of the error when none came."""
+    try:
+        return requests.post(
+            f"{web_url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=15
+        ).status_code
+    except requests.RequestException as exc:
+        return type(exc).__name__
