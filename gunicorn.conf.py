@@ -35,14 +35,14 @@ if _own_metrics_dir:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
 
 
-def on_exit(server):  # noqa: ANN001, ANN201
+def on_exit(server):
     if _own_metrics_dir:
         import shutil
 
         shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
-def child_exit(server, worker):  # noqa: ANN001, ANN201
+def child_exit(server, worker):
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)

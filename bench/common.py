@@ -1,11 +1,10 @@
-"""Shared pieces of the benchmarks: processes on free loopback ports, work directories,
-result files and the machine description (CPU: bench/cpu.py; statistics: bench/stats.py).
-
-Everything here starts processes itself and stops them by PID (never by name). The
-process helpers mirror tests/processes.py but are kept here so the benchmarks do not
-depend on the test suite's internals.
+"""What every benchmark section shares: the processes (the test suite's harness,
+tests/support/processes.py, with the benchmark's settings), work directories, result files,
+the machine description and each section's command line. CPU: bench/cpu.py; statistics:
+bench/stats.py. Every process is started here and stopped by PID, never by name.
 """
 
+import argparse
 import json
 import os
 import platform
@@ -14,41 +13,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-ROOT = Path(__file__).resolve().parent.parent
+from ledger import keys
+from ledger.queries import text
+from tests.support import processes
+from tests.support.processes import BIN, ROOT, Gunicorn, spawn, stop
+
+__all__ = ["BIN", "ROOT", "Gunicorn", "spawn", "stop"]  # the harness, as sections use it
+
 BENCH = ROOT / "bench"
-RESULTS = BENCH / "results"
-BIN = Path(sys.executable).parent
+RESULTS = ROOT / "var" / "bench"
+"""Raw results and profiles (ignored by git); docs/BENCHMARKS.md keeps the tables."""
 SECRET = "whsec_bench_0123456789abcdef0123456789abcdef"
-TICKS = os.sysconf("SC_CLK_TCK")
+SIMPLE = "rq.worker.SimpleWorker"
+"""The worker class the Procfile runs."""
+T = TypeVar("T")
 
 
 def log(*parts: object) -> None:
     print(time.strftime("%H:%M:%S"), *parts, file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------- processes
-
-
-# The same helpers the tests use to start and stop real processes.
-from bench.cpu import descendants  # noqa: E402
-from tests import processes  # noqa: E402
-from tests.processes import free_port, spawn, stop, wait_for_port  # noqa: E402, F401
-from webhook import keys  # noqa: E402
-from webhook.readout import text  # noqa: E402
-
-
 class RedisServer(processes.RedisServer):
-    """The tests' redis-server (shipped config, free port), with the benchmark's overrides.
-
-    ``appendfsync`` / ``appendonly`` override the shipped durability settings for the
-    comparisons that need it; ``None`` keeps the shipped value.
-    """
+    """The shipped redis-server, with ``appendfsync`` / ``appendonly`` overridden when given."""
 
     def __init__(
         self,
@@ -61,115 +53,28 @@ class RedisServer(processes.RedisServer):
         overrides += ["--appendonly", appendonly] if appendonly else []
         super().__init__(workdir, extra=[*overrides, *extra])
 
-    def client(self):  # noqa: ANN201
-        from redis import Redis
-
-        return Redis.from_url(self.url, socket_timeout=120)
-
 
 def service_env(redis_url: str, workdir: Path, extra: Mapping[str, str] | None = None) -> dict:
     """Environment of the web and worker processes under test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTPOINT")}
-    env.update(
+    return processes.service_env(
+        redis_url,
         {
-            "REDIS_URL": redis_url,
-            "PYTHONPATH": str(ROOT),
             "STRIPE_WEBHOOK_SECRET": SECRET,
             "STRIPE_MODE": "test",  # the generated events are test-mode payloads
             "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
             "PYTHONDONTWRITEBYTECODE": "1",
-        }
+            **(extra or {}),
+        },
     )
-    env.update(extra or {})
-    return env
-
-
-class Gunicorn:
-    """A WSGI app under the shipped gunicorn.conf.py on a free loopback port."""
-
-    def __init__(
-        self,
-        env: Mapping[str, str],
-        app: str = "webhook.wsgi:app",
-        workers: int = 2,
-        worker_class: str | None = "gthread",
-        threads: int = 4,
-        logfile: Path | None = None,
-        root: Path = ROOT,
-    ) -> None:
-        """``worker_class`` None: the class ``root``'s gunicorn.conf.py ships with. ``root``: a
-        source tree to serve (another commit's, see bench/hostile.py); this one by default."""
-        self.port = free_port()
-        self.app = app
-        self.root = root
-        # gunicorn.conf.py makes a Prometheus multiprocess directory in /tmp unless one
-        # is given: give each server its own, next to its log, so nothing is left behind.
-        prom = {}
-        if logfile is not None:
-            prom_dir = logfile.parent / f"prometheus-{self.port}"
-            prom_dir.mkdir(parents=True, exist_ok=True)
-            prom = {"PROMETHEUS_MULTIPROC_DIR": str(prom_dir)}
-        self.env = {
-            **env,
-            **prom,
-            "WEB_CONCURRENCY": str(workers),
-            "WEB_PORT": str(self.port),
-            "HOST": "127.0.0.1",
-            "GUNICORN_THREADS": str(threads),
-        }
-        if worker_class is not None:
-            self.env["GUNICORN_WORKER_CLASS"] = worker_class
-        self.workers = workers
-        self.logfile = logfile
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> "Gunicorn":
-        conf = str(self.root / "gunicorn.conf.py")
-        # --chdir puts root first on the workers' sys.path, ahead of PYTHONPATH: its code runs.
-        argv = [str(BIN / "gunicorn"), "-c", conf, "--chdir", str(self.root), self.app]
-        self.proc = spawn(argv, self.env, self.logfile)
-        wait_for_port(self.port, proc=self.proc)
-        # The port is bound by the master before the workers have imported the app.
-        deadline = time.monotonic() + 30
-        while len(descendants(self.proc.pid)) < self.workers and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self
-
-    def pids(self) -> list[int]:
-        assert self.proc is not None
-        return [self.proc.pid, *descendants(self.proc.pid)]
-
-    def worker_pids(self) -> list[int]:
-        assert self.proc is not None
-        return descendants(self.proc.pid)
-
-    def stop(self) -> None:
-        stop(self.proc)
-
-
-SIMPLE = "rq.worker.SimpleWorker"
-"""The worker class the Procfile runs."""
 
 
 def rq_worker(
-    env: Mapping[str, str],
-    worker_class: str = SIMPLE,
-    queue: str = "fulfilment",
-    burst: bool = True,
-    logfile: Path | None = None,
+    env: Mapping[str, str], worker_class: str = SIMPLE, burst: bool = True
 ) -> subprocess.Popen:
     """``rq worker`` as the Procfile runs it (SimpleWorker), or another worker class."""
-    argv = [str(BIN / "rq"), "worker", "-w", worker_class, "-u", env["REDIS_URL"]]
-    argv += ["--burst"] if burst else []
-    argv += ["--logging_level", "WARNING", queue]
-    return spawn(argv, env, logfile)
-
-
-# ---------------------------------------------------------------------------- files
+    worker = processes.RqWorker(env, burst=burst, worker_class=worker_class, quiet=True).start()
+    assert worker.proc is not None
+    return worker.proc
 
 
 @dataclass
@@ -191,11 +96,40 @@ class Workdir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+class Stack(ExitStack):
+    """ExitStack that stops every process registered with it, last started first."""
+
+    def start(self, thing: T) -> T:
+        thing.start()  # type: ignore[attr-defined]
+        self.callback(thing.stop)  # type: ignore[attr-defined]
+        return thing
+
+    def popen(self, proc: subprocess.Popen) -> subprocess.Popen:
+        self.callback(stop, proc)
+        return proc
+
+
 def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     tmp.replace(path)
+
+
+def section_main(name: str, run: Callable[[bool], dict[str, Any]], argv: list[str] | None) -> int:
+    """``python -m bench.<name> [--quick] [--out FILE]``: one section, its JSON written."""
+    p = argparse.ArgumentParser(description=f"Benchmark section: {name}")
+    p.add_argument("--quick", action="store_true", help="fewer and shorter runs")
+    p.add_argument("--out", type=Path, default=RESULTS / f"{name}.json")
+    args = p.parse_args(argv)
+    write_json(args.out, run(args.quick))
+    log(f"wrote {args.out}")
+    return 0
+
+
+def payment_states(client: Any) -> dict[str, int]:
+    """Payments per state, from the ledger's own counters."""
+    return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATES).items()}
 
 
 def _cmd(argv: list[str]) -> str:
@@ -229,21 +163,3 @@ def machine() -> dict[str, Any]:
         "git": _cmd(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
         "git_dirty": bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain"])),
     }
-
-
-class Stack(ExitStack):
-    """ExitStack that stops every process registered with it, last started first."""
-
-    def start(self, thing):  # noqa: ANN001, ANN201
-        thing.start()
-        self.callback(thing.stop)
-        return thing
-
-    def popen(self, proc: subprocess.Popen) -> subprocess.Popen:
-        self.callback(stop, proc)
-        return proc
-
-
-def payment_states(client) -> dict[str, int]:  # noqa: ANN001
-    """Payments per state, from the ledger's own counters."""
-    return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATES).items()}

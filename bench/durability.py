@@ -23,7 +23,7 @@ def durability(bench: "Intake") -> dict[str, Any]:
         for mode in ("always", "everysec"):
             redises[mode] = st.start(RedisServer(bench.wd.sub(f"redis-{mode}"), appendfsync=mode))
             env = service_env(redises[mode].url, bench.wd.path)
-            servers[mode] = st.start(Gunicorn(env, logfile=bench.wd.path / f"ours-{mode}.log"))
+            servers[mode] = st.start(Gunicorn(env, log=bench.wd.path / f"ours-{mode}.log"))
             load.warm_up(servers[mode], bench.pool)
         runs = alternate(
             {m: bench.peak_run(servers[m], redises[m], bench.pool, True) for m in servers},
@@ -45,7 +45,7 @@ def gunicorn_workers(bench: "Intake") -> dict[str, Any]:
         servers = {}
         for n in (1, 2, 4):
             servers[f"{n} worker{'s' if n > 1 else ''}"] = st.start(
-                Gunicorn(env, workers=n, logfile=bench.wd.path / f"ours-w{n}.log")
+                Gunicorn(env, workers=n, log=bench.wd.path / f"ours-w{n}.log")
             )
         for server in servers.values():
             load.warm_up(server, bench.pool)

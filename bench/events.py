@@ -1,6 +1,6 @@
 """Realistic signed Stripe events for the benchmarks, fast enough to make 100,000.
 
-Base payments come from ``webhook.samples.payment_events`` (real test-mode payloads,
+Base payments come from ``ledgerctl.samples.payment_events`` (real test-mode payloads,
 pretty-printed as Stripe sends them, 2-6 KB each). Further payments are clones of a
 base payment with every generated id (evt_, pi_, ch_, pm_, txn_, cs_, cus_, req_)
 replaced by a fresh random id of the same length, consistently across the payment's
@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.poolfile import read_pool  # noqa: F401  (re-exported)
-from webhook import samples
+from ledgerctl import samples
 
 ID_RE = re.compile(
     rb"(?<![0-9A-Za-z_])(?:evt|pi|ch|pm|txn|cs_test|cs_live|cus|req|in|sub|py|src|seti|re)"

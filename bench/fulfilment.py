@@ -14,18 +14,13 @@ half of the pipeline's peak; the ledger records first paid delivery -> fulfilled
     .venv/bin/python -m bench.fulfilment [--quick]
 """
 
-import argparse
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
-    RESULTS,
     SIMPLE,
     RedisServer,
     Stack,
@@ -33,15 +28,16 @@ from bench.common import (
     log,
     payment_states,
     rq_worker,
+    section_main,
     service_env,
     stop,
-    write_json,
 )
 from bench.cpu import CpuMeter
 from bench.events import EventFactory
 from bench.latency import first_fulfilled
 from bench.recording import recorder
 from bench.stats import alternate, column, ratio_runs, spread, target
+from ledger.queries import text
 
 QUEUE = "fulfilment"
 FORK = "rq.worker.Worker"
@@ -88,7 +84,7 @@ class Fulfilment:
     def close(self) -> None:
         self.wd.remove()
 
-    def _drain(self, redis: RedisServer, env: dict[str, str], kind: str, worker_class: str, n: int):  # noqa: ANN202
+    def _drain(self, redis: RedisServer, env: dict[str, str], kind: str, worker_class: str, n: int):
         def run(_round: int) -> dict[str, Any]:
             client = redis.client()
             client.flushdb()
@@ -115,7 +111,7 @@ class Fulfilment:
                         )
                     pipe.execute()
             queue_key = f"rq:queue:{QUEUE}"
-            job_ids = [j.decode() for j in client.lrange(queue_key, 0, -1)]
+            job_ids = [text(j) for j in client.lrange(queue_key, 0, -1)]
             assert len(job_ids) == n, (len(job_ids), n)
             client.rename(queue_key, HELD)
             procs = [rq_worker(env, worker_class, burst=False) for _ in range(2)]
@@ -275,15 +271,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Fulfilment benchmarks (section 3)")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", type=Path, default=RESULTS / "fulfilment.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("fulfilment", run, sys.argv[1:]))

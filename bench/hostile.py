@@ -1,7 +1,7 @@
 """Section 6: the shipped server before and after the hostile-input work, side by side.
 
 Two servers run at once, each on its own Redis: this tree's and an earlier commit's
-(``git archive`` into the work directory; by default where this branch left ``main``), each
+(``git archive`` into the work directory; by default 9bdc4e5, the commit before it), each
 under its own gunicorn.conf.py as shipped (then gthread, 2 x 4 threads; now the gevent
 worker of webhook/server.py). In alternating rounds: peak load (wrk, 16 connections),
 p99 at one fixed rate (half the earlier commit's median peak, offered to both), and forged
@@ -14,11 +14,9 @@ added per rejection.
 import argparse
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import load
 from bench.common import (
@@ -39,6 +37,8 @@ from bench.stats import alternate, column, ratio_runs, spread, target
 
 FORGED_SECRET = "whsec_forged_0123456789abcdef0123456789ab"
 VARIANTS = ("before", "after")
+BEFORE = "9bdc4e5"
+"""The last commit before the hostile-input work (docs/BENCHMARKS.md, section 6)."""
 
 
 def git(*args: str) -> str:
@@ -60,7 +60,9 @@ def export_tree(rev: str, into: Path) -> str:
 
 def served_commit() -> str:
     """This tree's commit, marked if the code it serves has uncommitted changes."""
-    changed = git("status", "--porcelain", "--", "webhook", "gunicorn.conf.py", "pyproject.toml")
+    changed = git(
+        "status", "--porcelain", "--", "ledger", "webhook", "gunicorn.conf.py", "pyproject.toml"
+    )
     return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if changed else "")
 
 
@@ -86,7 +88,7 @@ class Hostile:
         self.pool = Pool(self.wd.path / "pool.bin", factory.events(14000), SECRET)
         self.forged = Pool(self.wd.path / "forged.bin", factory.events(2000), FORGED_SECRET)
 
-    def peak_run(self, server: Gunicorn, redis: RedisServer):  # noqa: ANN201
+    def peak_run(self, server: Gunicorn, redis: RedisServer) -> Callable[[int], dict[str, Any]]:
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()
@@ -96,7 +98,9 @@ class Hostile:
 
         return run
 
-    def paced_run(self, server: Gunicorn, redis: RedisServer, rate: float):  # noqa: ANN201
+    def paced_run(
+        self, server: Gunicorn, redis: RedisServer, rate: float
+    ) -> Callable[[int], dict[str, Any]]:
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             pool = self.pool.fresh()
@@ -106,7 +110,7 @@ class Hostile:
 
         return run
 
-    def forged_run(self, server: Gunicorn, redis: RedisServer):  # noqa: ANN201
+    def forged_run(self, server: Gunicorn, redis: RedisServer) -> Callable[[int], dict[str, Any]]:
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             aof, keys = aof_and_keys(redis)
@@ -126,9 +130,7 @@ class Hostile:
                 redis[name] = st.start(RedisServer(self.wd.sub(f"redis-{name}")))
                 env = service_env(redis[name].url, self.wd.path)
                 log_path = self.wd.path / f"{name}.log"
-                servers[name] = st.start(
-                    Gunicorn(env, worker_class=None, logfile=log_path, root=root)
-                )
+                servers[name] = st.start(Gunicorn(env, log=log_path, root=root))
                 load.warm_up(servers[name], self.pool)
             peak = alternate({n: self.peak_run(servers[n], redis[n]) for n in VARIANTS}, self.runs)
             rate = spread(column(peak["before"], "rps"))["median"] / 2
@@ -188,7 +190,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def run(quick: bool = False, before: str | None = None) -> dict[str, Any]:
-    bench = Hostile(quick, before or git("merge-base", "HEAD", "main"))
+    bench = Hostile(quick, before or BEFORE)
     try:
         result = {"section": "hostile", "quick": quick, **bench.run()}
     finally:
@@ -200,7 +202,7 @@ def run(quick: bool = False, before: str | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Before/after of the hostile-input work (section 6)")
     p.add_argument("--quick", action="store_true", help="fewer, shorter runs")
-    p.add_argument("--before", help="the earlier commit (default: merge-base with main)")
+    p.add_argument("--before", help=f"the earlier commit (default: {BEFORE})")
     p.add_argument("--out", type=Path, default=RESULTS / "hostile.json")
     args = p.parse_args(argv)
     result = run(args.quick, args.before)

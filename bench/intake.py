@@ -18,9 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench import load
 from bench.common import (
     RESULTS,
@@ -37,13 +34,13 @@ from bench.durability import durability, gunicorn_workers
 from bench.events import EventFactory, Pool
 from bench.load import summarise
 from bench.stats import alternate, column, ratio_runs, ratios, spread, target
-from webhook import keys
+from ledger import keys
 
 OURS = "webhook.wsgi:app"
-BARE = "bench.baseline_bare:app"
-QUICK = "bench.baseline_quickstart:app"
-STORE = "bench.baseline_store:app"
-PING = "bench.baseline_store:ping_app"
+BARE = "bench.baselines:bare_app"
+QUICK = "bench.baselines:quickstart_app"
+STORE = "bench.baselines:store_app"
+PING = "bench.baselines:ping_app"
 FLOOR_CLASSES = ("gthread", "gevent")
 """Worker classes that also run the floors (bare + PING, bare + SET)."""
 CLASS_RATIOS = {
@@ -75,7 +72,7 @@ class Intake:
     def close(self) -> None:
         self.wd.remove()
 
-    def peak_run(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):  # noqa: ANN202
+    def peak_run(self, server: Gunicorn, redis: RedisServer, pool: Pool, flush: bool):
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()
@@ -94,7 +91,7 @@ class Intake:
 
         return run
 
-    def _paced(self, server: Gunicorn, redis: RedisServer, rate: float):  # noqa: ANN202
+    def _paced(self, server: Gunicorn, redis: RedisServer, rate: float):
         def run(_round: int) -> dict[str, Any]:
             assert redis.proc is not None
             client = redis.client()
@@ -128,7 +125,7 @@ class Intake:
                             env,
                             app=app,
                             worker_class=cls,
-                            logfile=self.wd.path / f"{name}-{cls}.log",
+                            log=self.wd.path / f"{name}-{cls}.log",
                         )
                     )
                     for name, app in (
@@ -238,9 +235,7 @@ def run(
             "peak_seconds": bench.duration,
             "paced_seconds": bench.paced_duration,
             "connections": 16,
-            "generator": "wrk -t1 -c16 (bench/wrk_pool.lua)"
-            if load.have_wrk()
-            else "python closed loop",
+            "generator": "wrk -t1 -c16 (bench/wrk_pool.lua)",
             "events": len(bench.pool.bodies),
             "mean_event_bytes": round(bench.pool.mean_bytes),
             "gunicorn": "gunicorn.conf.py, WEB_CONCURRENCY=2, GUNICORN_THREADS=4",

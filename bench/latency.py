@@ -23,7 +23,7 @@ from bench.common import (
 )
 from bench.events import EventFactory, Pool, write_pool
 from bench.stats import column, pct, spread
-from webhook import keys
+from ledger import keys
 
 
 def first_fulfilled(
@@ -36,7 +36,7 @@ def first_fulfilled(
     with Stack() as st:
         redis = st.start(RedisServer(wd.sub("redis-latency")))
         env = service_env(redis.url, wd.path)
-        web = st.start(Gunicorn(env, logfile=wd.path / "latency-web.log"))
+        web = st.start(Gunicorn(env, log=wd.path / "latency-web.log"))
         workers = [st.popen(rq_worker(env, SIMPLE, burst=False)) for _ in range(2)]
         st.popen(spawn([str(BIN / "webhook-ledger"), "sweep", "--loop"], env, None))
         client = redis.client()
@@ -49,7 +49,7 @@ def first_fulfilled(
         )
         load.warm_up(web, peak_pool)
         client.flushdb()
-        peak = load.peak(web.port, web.pids, redis.proc.pid, peak_pool.fresh(), 3.0)
+        peak = load.peak(web.port, web.pids, redis.pid, peak_pool.fresh(), 3.0)
         per_payment = len(peak_pool.bodies) / len(peak_payments)
         intake_payments = peak["rps"] / per_payment
         half = 0.5 * min(drain_rate, intake_payments)
@@ -66,7 +66,7 @@ def first_fulfilled(
             pool = wd.path / f"latency-{round_no}.bin"
             write_pool(pool, bodies, env["STRIPE_WEBHOOK_SECRET"])
             rate = half * len(bodies) / n_pay
-            sent = load.paced(web.port, web.pids, redis.proc.pid, pool, rate, len(bodies) / rate)
+            sent = load.paced(web.port, web.pids, redis.pid, pool, rate, len(bodies) / rate)
             deadline = time.monotonic() + 60
             pay_keys = [keys.payment(p.key) for p in payments]
             while True:
@@ -114,7 +114,7 @@ def first_fulfilled(
     }
 
 
-def wait_idle(client) -> None:  # noqa: ANN001
+def wait_idle(client) -> None:
     """Until no payment is queued or in progress (at most 120 s). A payment whose paid event
     the load run cut off stays ``pending`` for ever, so pending ones are not waited for."""
     deadline = time.monotonic() + 120

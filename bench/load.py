@@ -40,7 +40,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
     return {name: {m: spread(column(rs, m)) for m in METRICS} for name, rs in runs.items()}
 
 
-def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):  # noqa: ANN201
+def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None = None):
     """Run a load generator to completion: (stdout, stderr, wall s, its CPU s, exit code).
 
     Its CPU is the RUSAGE_CHILDREN delta: nothing else this process started is reaped
@@ -68,7 +68,7 @@ def run_measured(argv: list[str], timeout: float, env: Mapping[str, str] | None 
 
 
 def have_wrk() -> bool:
-    return shutil.which("wrk") is not None and os.environ.get("BENCH_NO_WRK") != "1"
+    return shutil.which("wrk") is not None
 
 
 def _last_json(text: str) -> dict[str, Any]:
@@ -89,43 +89,19 @@ def peak(
     """Closed-loop maximum throughput: ``connections`` clients sending back to back."""
     meter = CpuMeter({"server": server_pids, "redis": lambda: [redis_pid] if redis_pid else []})
     url = f"http://127.0.0.1:{port}{PATH}"
-    if have_wrk():
-        argv = [
-            "wrk",
-            "-t1",
-            f"-c{connections}",
-            f"-d{max(1, round(duration))}s",  # wrk takes whole seconds
-            "--timeout",
-            "10s",
-            "-s",
-            str(WRK_LUA),
-            url,
-        ]
-        env = {**os.environ, "WLBENCH_POOL": str(pool)}
-    else:
-        argv = [sys.executable, "-m", "bench.paced", "--pool", str(pool), "--port", str(port)]
-        argv += ["--rate", "1", "--duration", f"{duration:g}", "--closed", str(connections)]
-        env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s"]  # whole seconds
+    argv += ["--timeout", "10s", "-s", str(WRK_LUA), url]
+    env = {**os.environ, "WLBENCH_POOL": str(pool)}
     meter.start()
     out, err, wall, gen_cpu, rc = run_measured(argv, timeout=duration + 90, env=env)
     cpu = meter.stop()
     if rc != 0:
         raise RuntimeError(f"load generator failed ({rc}): {err[-1000:]}")
     data = _last_json(out)
-    if have_wrk():
-        n = data["requests"]
-        secs = data["duration_us"] / 1e6
-        errors = {k: data[k] for k in ("connect", "read", "write", "status", "timeout") if data[k]}
-        lat = {k: data[f"{k}_us"] / 1000 for k in ("p50", "p90", "p99", "max")}
-    else:
-        n = data["completed"]
-        secs = n / data["achieved_rate"] if data["achieved_rate"] else duration
-        errors = dict(data["errors"])
-        bad = sum(v for k, v in data["statuses"].items() if not k.startswith("2"))
-        if bad:
-            errors["status"] = bad
-        lat = {k: data[f"{k}_ms"] for k in ("p50", "p90", "p99", "max")}
-    return _result(n, secs, errors, lat, cpu, gen_cpu, "wrk" if have_wrk() else "python")
+    n = data["requests"]
+    errors = {k: data[k] for k in ("connect", "read", "write", "status", "timeout") if data[k]}
+    lat = {k: data[f"{k}_us"] / 1000 for k in ("p50", "p90", "p99", "max")}
+    return _result(n, data["duration_us"] / 1e6, errors, lat, cpu, gen_cpu, "wrk")
 
 
 def warm_up(server: Gunicorn, pool: Pool) -> None:

@@ -6,7 +6,8 @@ processes x 4 threads). Then:
 
 - bytes per event, all-in: ``INFO memory`` used_memory after - before, over the events
   (everything the recording created: event hashes, payment records, indexes, request
-  answers (kept 1 h), RQ jobs (until run, then result_ttl 1 h), counters);
+  answers (kept REQUEST_ID_TTL, 300 s), queued RQ jobs (the shipped RQ_RESULT_TTL 0 deletes
+  a job once it has run), counters);
 - ``MEMORY USAGE`` (exact, SAMPLES 0) of sampled keys of each kind, and the per-entry
   cost of the indexes;
 - per payment: a sample of payments is fulfilled by the real job
@@ -21,7 +22,6 @@ Redis runs with ``appendonly no`` here: the AOF changes disk, not memory.
     .venv/bin/python -m bench.memory [--quick]
 """
 
-import argparse
 import os
 import sys
 import time
@@ -30,24 +30,21 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from rq import Queue
 
 from bench.common import (
-    RESULTS,
     RedisServer,
     Stack,
     Workdir,
     log,
     payment_states,
+    section_main,
     service_env,
-    write_json,
 )
 from bench.stats import target
-from webhook import keys
-from webhook.defaults import QUEUE_NAME, REQUEST_ID_TTL
+from ledger import keys
+from ledger.defaults import QUEUE_NAME, REQUEST_ID_TTL
+from ledger.queries import text
 
 SAMPLE = 500
 HELD_OUT = Path(__file__).resolve().parent / "heldout"
@@ -69,7 +66,7 @@ def _record_share(args: tuple[dict[str, str], int, int]) -> tuple[int, int, floa
     return len(bodies), sum(map(len, bodies)), time.perf_counter() - started
 
 
-def _usage(client, keys: list[str]) -> float:  # noqa: ANN001
+def _usage(client, keys: list[str]) -> float:
     if not keys:
         return float("nan")
     with client.pipeline(transaction=False) as pipe:
@@ -79,7 +76,7 @@ def _usage(client, keys: list[str]) -> float:  # noqa: ANN001
     return sum(sizes) / len(sizes) if sizes else float("nan")
 
 
-def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[str]:  # noqa: ANN001
+def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[str]:
     out = []
     for key in client.scan_iter(match=pattern, count=2000):
         k = key.decode()
@@ -94,7 +91,7 @@ def _scan(client, pattern: str, limit: int, exclude: str | None = None) -> list[
 def compression_held_out() -> dict[str, Any]:
     """Compressed / raw size: generated events vs real payloads not in the dictionary."""
     from bench.events import EventFactory
-    from webhook.ledger import compress_payload
+    from ledger.payloads import compress_payload
 
     def ratio(bodies: list[bytes]) -> float:
         return sum(len(compress_payload(b)) for b in bodies) / sum(map(len, bodies))
@@ -128,7 +125,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             events = sum(d[0] for d in done)
             raw_bytes = sum(d[1] for d in done)
             after = client.info("memory")
-            stats = {k.decode(): v.decode() for k, v in client.hgetall(keys.STATS).items()}
+            stats = {text(k): text(v) for k, v in client.hgetall(keys.STATS).items()}
             states = payment_states(client)
             payments = sum(v for v in states.values() if v > 0)
             used = after["used_memory"] - before["used_memory"]
@@ -149,7 +146,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             indexes = {}
             for key in (keys.EVENT_INDEX, keys.DUE, Queue(QUEUE_NAME, connection=client).key):
                 size = client.memory_usage(key, samples=0) or 0
-                kind = client.type(key).decode()
+                kind = text(client.type(key))
                 n = (
                     client.zcard(key)
                     if kind == "zset"
@@ -251,15 +248,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Memory benchmark (section 4)")
-    p.add_argument("--quick", action="store_true", help="20,000 events instead of 100,000")
-    p.add_argument("--out", type=Path, default=RESULTS / "memory.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("memory", run, sys.argv[1:]))

@@ -34,7 +34,7 @@ def build(path: str, port: int, sig: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes):  # noqa: ANN201
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes):
     writer.write(raw)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
@@ -53,8 +53,6 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
 
 async def run(args: argparse.Namespace) -> dict:
     total = min(int(args.rate * args.duration), args.max_requests)
-    if args.closed:
-        total = args.max_requests
     pool = read_pool(Path(args.pool), limit=total)
     requests = [build(args.path, args.port, sig, body) for sig, body in pool]
     loop = asyncio.get_running_loop()
@@ -89,21 +87,6 @@ async def run(args: argparse.Namespace) -> dict:
     tasks = []
     t0 = loop.time() + 0.05
     i = 0
-    if args.closed:
-        # Closed loop (the fallback when wrk is missing): N clients, each sends the next
-        # request as soon as its previous answer arrived, until the duration is over.
-        counter = iter(range(total))
-        end = t0 + args.duration
-
-        async def client() -> None:
-            for n in counter:
-                if loop.time() >= end:
-                    return
-                await one(n, loop.time())
-
-        await asyncio.sleep(max(0.0, t0 - loop.time()))
-        tasks = [asyncio.ensure_future(client()) for _ in range(args.closed)]
-        total = 0
     while i < total:
         now = loop.time()
         due = t0 + i / args.rate
@@ -113,11 +96,8 @@ async def run(args: argparse.Namespace) -> dict:
         while i < total and t0 + i / args.rate <= now:
             tasks.append(asyncio.ensure_future(one(i, t0 + i / args.rate)))
             i += 1
-    if args.closed:
-        await asyncio.wait(tasks, timeout=args.duration + 30)
-        total = len(latencies) + sum(errors.values())
     sent_for = loop.time() - t0
-    if tasks and not args.closed:
+    if tasks:
         _, pending = await asyncio.wait(tasks, timeout=30)
         for task in pending:
             task.cancel()
@@ -157,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, required=True, help="seconds of sending")
     p.add_argument("--max-conns", type=int, default=64)
     p.add_argument("--max-requests", type=int, default=200_000)
-    p.add_argument("--closed", type=int, default=0, help="closed loop with N clients instead")
     args = p.parse_args(argv)
     if args.duration > 120 or args.rate <= 0:
         p.error("--duration is capped at 120 s and --rate must be positive")

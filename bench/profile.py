@@ -7,33 +7,27 @@ Worker: one ``rq worker -w rq.worker.SimpleWorker`` draining real fulfilment job
 Each sample is put in one bucket by the innermost frame that matches a rule in
 bench/spy.py, so the buckets add up to 100 % of the process's CPU samples; the share times
 the measured CPU per request gives microseconds per request. Raw collapsed stacks are kept
-in bench/results/ for flame graphs.
+in var/bench/ for flame graphs.
 
     .venv/bin/python -m bench.profile [--quick]
 """
 
-import argparse
 import logging
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
-    RESULTS,
     SECRET,
     RedisServer,
     Stack,
     Workdir,
     log,
+    section_main,
     service_env,
-    write_json,
 )
 from bench.events import EventFactory
 from bench.spy import have_pyspy, receiver, worker
@@ -83,8 +77,8 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 
     import orjson
 
-    from webhook.events import check_shape, classify
-    from webhook.ledger import compress_payload
+    from ledger.events import check_shape, classify
+    from ledger.payloads import compress_payload
     from webhook.verify import verify
 
     bodies = [b for b, _ in pairs]
@@ -102,14 +96,12 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[str, float]:
     """Building the RQ job, the whole ledger write and its EVALSHA round trip alone."""
     from bench.recording import delivery
-    from webhook.events import classify
+    from ledger.events import classify
 
     out: dict[str, float] = {}
     paid = [classify(e, ledger.settings.policy) for e in events]
     pks = [c.payment_key for c in paid if c.paid and c.payment_key]
-    out["enqueue_commands (RQ job built; paid events only)"] = median_us(
-        ledger.enqueue_commands, pks
-    )
+    out["Jobs.enqueue (RQ job built; paid events only)"] = median_us(ledger.jobs.enqueue, pks)
     out["share of events that are paid"] = round(len(pks) / len(events), 2)
     ds = [delivery(ledger, b) for b in bodies]
     out["Ledger.record_delivery, whole (args + EVALSHA, appendfsync always)"] = median_us(
@@ -118,7 +110,7 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     ledger.redis.flushdb()
     calls = [_script_call(ledger, delivery(ledger, b)) for b in bodies]
     out["  of which the EVALSHA round trip alone"] = median_us(
-        lambda ka: ledger._record(keys=ka[0], args=ka[1]), calls
+        lambda ka: ledger.record_script.run(*ka), calls
     )
     return out
 
@@ -128,7 +120,7 @@ def _view_step(redis_url: str, pairs: list[Pair]) -> dict[str, float]:
     from webhook import create_app
 
     app = create_app({"REDIS_URL": redis_url, "STRIPE_WEBHOOK_SECRET": SECRET})
-    devnull = open(os.devnull, "w")  # noqa: SIM115  (the delivery log lines still get formatted)
+    devnull = open(os.devnull, "w")
     for handler in logging.getLogger("webhook").handlers:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(devnull)
@@ -148,7 +140,7 @@ def _dispatch_step(pairs: list[Pair]) -> dict[str, float]:
     against a plain WSGI function that reads the body and answers the same bytes."""
     import io
 
-    from bench.baseline_bare import app as bare
+    from bench.baselines import bare_app as bare
 
     def environ(p: Pair) -> dict[str, Any]:
         return {
@@ -179,7 +171,7 @@ def _dispatch_step(pairs: list[Pair]) -> dict[str, float]:
     }
 
 
-def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
+def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:
     """CPU of one bare Redis round trip, this process (user + sys) and Redis's own: what any
     receiver that writes to Redis pays before doing anything else."""
 
@@ -204,20 +196,20 @@ def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:  # noqa: ANN001
     return out
 
 
-def _script_call(ledger, d) -> tuple[Any, Any]:  # noqa: ANN001
+def _script_call(ledger, d) -> tuple[Any, Any]:
     """The keys and arguments record_delivery would send for ``d`` (nothing is sent)."""
-    script = ledger._record
+    run = ledger.record_script.run
     captured: dict[str, Any] = {}
 
-    def capture(keys, args):  # noqa: ANN001, ANN202
+    def capture(keys, args):
         captured["k"], captured["a"] = keys, args
-        return [1, 0, 0, 0, "pending"]
+        return [1, 0, 0, 0, "pending", ""]
 
-    ledger._record = capture
+    ledger.record_script.run = capture
     try:
         ledger.record_delivery(d)
     finally:
-        ledger._record = script
+        ledger.record_script.run = run
     return captured["k"], captured["a"]
 
 
@@ -239,15 +231,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="py-spy profiles of the hot paths")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", type=Path, default=RESULTS / "profile.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("profile", run, sys.argv[1:]))

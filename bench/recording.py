@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from webhook.events import classify
-from webhook.ledger import Delivery, Ledger, new_request_id
-from webhook.readout import text
-from webhook.settings import load as load_settings
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
+from ledger.queries import text
+from ledger.settings import load as load_settings
 
 
 def ledger_for(env: Mapping[str, str]) -> Ledger:
@@ -89,29 +89,17 @@ class Filler:
 
     def __init__(self, env: Mapping[str, str], template_body: bytes) -> None:
         self.ledger = ledger_for(env)
-        script = getattr(self.ledger, "_record", None)
-        if script is None or not hasattr(script, "script"):
-            raise RuntimeError("Ledger._record (the registered record_delivery script) moved")
-        captured: dict[str, Any] = {}
-
-        def capture(keys: list[Any], args: list[Any]) -> list[Any]:
-            captured["keys"], captured["args"] = list(keys), list(args)
-            return [1, 0, 0, 0, "pending"]
-
         d = delivery(self.ledger, template_body, request_id="f" * 24)
-        self.ledger._record = capture  # type: ignore[assignment]
-        try:
-            self.ledger.record_delivery(d)
-        finally:
-            self.ledger._record = script
-        self.keys = [text(k) for k in captured["keys"]]
-        self.args = [a if isinstance(a, bytes) else str(a) for a in captured["args"]]
+        script = self.ledger.record_script
+        script_keys, args = script.positional(*self.ledger.delivery_call(d, job_id=""))
+        self.keys = [text(k) for k in script_keys]
+        self.args = [a if isinstance(a, bytes) else str(a) for a in args]
         self.ids = {"id": d.event["id"], "pk": d.classified.payment_key or "", "req": "f" * 24}
         if not self.ids["pk"]:
             raise RuntimeError("the filler template event needs a payment key")
         self.plan_k = self._plan(self.keys)
         self.plan_a = self._plan(self.args)
-        self.sha = self.ledger.redis.script_load(FILL % script.script)
+        self.sha = self.ledger.redis.script_load(FILL % script.registered.script)
 
     def _plan(self, values: list[Any]) -> list[list[Any]]:
         plan = []

@@ -1,8 +1,8 @@
 # ruff: noqa: E501  (Markdown table cells are long strings)
-"""Render bench/results/latest.json as Markdown (bench/results/latest.md and the marked
+"""Render var/bench/latest.json as Markdown (var/bench/latest.md and, with --docs, the marked
 region of docs/BENCHMARKS.md).
 
-    .venv/bin/python -m bench.report [--json bench/results/latest.json]
+    .venv/bin/python -m bench.report [--json var/bench/latest.json] [--docs]
 """
 
 import argparse
@@ -11,26 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import RESULTS, ROOT
 from bench.report_sections import (
     Lines,
     durability_section,
-    floors,
     fulfilment_section,
     intake_section,
-    med,
     memory_section,
     num,
     ratio,
     sp,
     table,
 )
-
-# The formatting helpers live in bench.report_sections; they stay importable from here.
-__all__ = ["floors", "main", "med", "num", "ratio", "render", "sp", "table", "update_doc"]
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 BEGIN, END = "<!-- bench:results:begin -->", "<!-- bench:results:end -->"

@@ -1,14 +1,13 @@
-"""Run every benchmark and write bench/results/latest.json, latest.md and the results
-region of docs/BENCHMARKS.md.
+"""Run every benchmark: raw results in var/bench/ (latest.json, one JSON per section, the
+py-spy stacks, latest.md) and the tables into the results region of docs/BENCHMARKS.md.
 
-    .venv/bin/python bench/run_all.py            # everything, about 11 minutes on 2 cores
-    .venv/bin/python bench/run_all.py --quick    # fewer, shorter runs (about 5 minutes)
-    .venv/bin/python bench/run_all.py --only intake --only memory   # merged into latest
+    .venv/bin/python -m bench.run_all            # everything, about 11 minutes on 2 cores
+    .venv/bin/python -m bench.run_all --quick    # fewer, shorter runs (about 6 minutes)
+    .venv/bin/python -m bench.run_all --only intake --only memory   # merged into latest
 
-Needs redis-server (scripts/bootstrap.sh), and for full coverage wrk
-(``apt-get install -y wrk``; else a Python load generator is used), gevent and py-spy
-(``.venv/bin/pip install gevent py-spy``; else that worker class / the profile is
-skipped). Every process is started on 127.0.0.1 and stopped by PID.
+Needs redis-server and wrk (scripts/bench.sh installs both), and for full coverage gevent
+and py-spy (``.venv/bin/pip install gevent py-spy``; else that worker class / the profile
+is skipped). Every process is started on 127.0.0.1 and stopped by PID.
 """
 
 import argparse
@@ -18,11 +17,7 @@ import shutil
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import fulfilment, hostile, intake, memory, profile, report, scale
 from bench.common import RESULTS, log, machine, write_json
@@ -43,7 +38,7 @@ def preflight() -> list[str]:
     if shutil.which("redis-server") is None:
         raise SystemExit("redis-server not found: run scripts/bootstrap.sh first")
     if not have_wrk():
-        notes.append("wrk not found (apt-get install -y wrk): peak load from the Python generator")
+        raise SystemExit("wrk not found: run scripts/bench.sh (or apt-get install -y wrk)")
     if importlib.util.find_spec("gevent") is None:
         notes.append("gevent not installed (.venv/bin/pip install gevent): gevent class skipped")
     if not profile.have_pyspy():

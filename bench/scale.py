@@ -14,30 +14,24 @@ multi-GB AOF during the run.
     .venv/bin/python -m bench.scale [--quick]
 """
 
-import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.common import (
-    RESULTS,
     RedisServer,
     Stack,
     Workdir,
     log,
+    section_main,
     service_env,
-    write_json,
 )
 from bench.events import EventFactory
 from bench.recording import Filler, delivery, ledger_for
 from bench.stats import alternate, column, pct, ratio_runs, spread, target
 
 
-def _evalsha(client) -> tuple[int, int]:  # noqa: ANN001
+def _evalsha(client) -> tuple[int, int]:
     stats = client.info("commandstats")
     row = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
     return int(row["calls"]), int(row["usec"])
@@ -69,7 +63,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             memory = {name: s.client().info("memory")["used_memory"] for name, s in servers.items()}
             keys = {name: s.client().dbsize() for name, s in servers.items()}
 
-            def measure(name: str):  # noqa: ANN202
+            def measure(name: str):
                 def one(_round: int) -> dict[str, Any]:
                     ledger = ledgers[name]
                     bodies = factory.events(per_run)
@@ -137,15 +131,5 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Scale benchmark (section 5a)")
-    p.add_argument("--quick", action="store_true", help="10,000 vs 200,000 events")
-    p.add_argument("--out", type=Path, default=RESULTS / "scale.json")
-    args = p.parse_args(argv)
-    write_json(args.out, run(args.quick))
-    log(f"wrote {args.out}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(section_main("scale", run, sys.argv[1:]))

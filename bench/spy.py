@@ -5,8 +5,8 @@ at peak load from wrk, both gunicorn workers sampled by py-spy (on-CPU samples o
 Worker: one ``rq worker -w rq.worker.SimpleWorker`` draining real fulfilment jobs.
 Each sample is put in one bucket by the innermost frame that matches a rule below, so
 the buckets add up to 100 % of the process's CPU samples; the share times the measured
-CPU per request gives microseconds per request. Raw collapsed stacks are kept in
-bench/results/ for flame graphs.
+CPU per request gives microseconds per request. Raw collapsed stacks are kept in var/bench/
+for flame graphs.
 """
 
 import re
@@ -47,16 +47,19 @@ RECEIVER_RULES = [
         r"stripe/|webhook/verify\.py",
     ),
     (
-        "RQ job built for every paid delivery (enqueue_commands: create_job, pickle, zlib)",
-        r"rq/|enqueue_commands",
+        "RQ job built for every paid delivery (Jobs.enqueue: create_job, pickle, zlib)",
+        r"rq/|ledger/enqueue",
     ),
-    ("payload compression (zlib level 6, compress_payload)", r"compress_payload"),
+    ("payload compression (zlib level 6, compress_payload)", r"compress_payload|ledger/payloads"),
     ("redis-py EVALSHA: pack, send, wait, parse", r"redis/"),
-    ("ledger arguments (sha256, scalars) in record_delivery", r"record_delivery|_scalar|_amount"),
+    (
+        "ledger arguments (sha256, scalars, names) in record_delivery",
+        r"record_delivery|delivery_call|_scalar|_amount|ledger/scripts\.py",
+    ),
     ("JSON parse + UTF-8 decode (orjson) in parse_event", r"parse_event"),
     (
         "event shape, classify, source",
-        r"check_shape|classify|rule_for|delivery_source|webhook/events\.py",
+        r"check_shape|classify|rule_for|delivery_source|ledger/events\.py",
     ),
     ("logging: one JSON line per delivery", r"logging/|log\.info"),
     ("Prometheus metrics", r"prometheus_client|webhook/metrics\.py"),
@@ -73,7 +76,7 @@ WORKER_OWNERS = [
     ("SQLite action: insert + commit (fsync)", r"SqliteAction|workers/actions\.py"),
     (
         "our Redis calls: start, finish (+ mark_calling if not replay-safe), incl. redis-py",
-        r"workers/attempts\.py",
+        r"ledger/attempts\.py|ledger/scripts\.py",
     ),
     ("job body (workers/jobs.py)", r"workers/jobs\.py"),
 ]
@@ -180,14 +183,14 @@ def receiver(wd: Workdir, seconds: float) -> dict[str, Any]:
     with Stack() as st:
         redis = st.start(RedisServer(wd.sub("redis")))
         env = service_env(redis.url, wd.path)
-        web = st.start(Gunicorn(env, logfile=wd.path / "web.log"))
+        web = st.start(Gunicorn(env, log=wd.path / "web.log"))
         load.warm_up(web, pool)
         redis.client().flushdb()
         pids = web.worker_pids()
         outs = [wd.path / f"receiver-{pid}.txt" for pid in pids]
         spies = [pyspy(pid, seconds, out) for pid, out in zip(pids, outs, strict=True)]
         time.sleep(0.5)
-        run = load.peak(web.port, web.pids, redis.proc.pid, pool.fresh(), seconds - 1)
+        run = load.peak(web.port, web.pids, redis.pid, pool.fresh(), seconds - 1)
         for spy in spies:
             spy.wait(60)
     result = buckets(parse_collapsed(outs), RECEIVER_RULES)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up and run the benchmarks (docs/BENCHMARKS.md): wrk from the system packages,
-# py-spy into .venv (gevent is a dependency of the service itself), then bench/run_all.py with
+# py-spy into .venv (gevent is a dependency of the service itself), then bench.run_all with
 # any arguments given (--quick).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,4 +11,4 @@ if ! command -v wrk >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk >/dev/null
 fi
 .venv/bin/python -m pip install -q -e '.[bench]'
-exec .venv/bin/python bench/run_all.py "$@"
+exec .venv/bin/python -m bench.run_all "$@"

@@ -31,5 +31,5 @@ export STRIPE_MODE="${STRIPE_MODE:-test}"
 export FULFILMENT_ACTION="${FULFILMENT_ACTION:-sqlite:///$PWD/var/downstream.sqlite3}"
 WORKERS="${WORKERS:-2}"
 
-DEV_WEBHOOK_SECRET="$DEV_WEBHOOK_SECRET" python -m scripts.banner
+DEV_WEBHOOK_SECRET="$DEV_WEBHOOK_SECRET" python -m ledgerctl.banner
 exec honcho start -f Procfile -c "worker=$WORKERS"

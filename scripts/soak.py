@@ -29,10 +29,11 @@ from redis import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env  # noqa: E402
-from webhook import keys, samples  # noqa: E402
-from webhook.checker import check  # noqa: E402
-from workers.downstream import read_downstream  # noqa: E402
+from ledger import keys
+from ledger.downstream import read_downstream
+from ledgerctl import samples
+from ledgerctl.checker import check
+from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
 
 WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
 FAST = {

@@ -1,9 +1,9 @@
-"""Stripe webhook intake with an exact Redis delivery ledger.
+"""The Flask app: the Stripe-facing receiver and the people-facing ops views.
 
-Reading order for one request: receiver.py (the view) -> intake.py (checks) ->
-verify.py (signature) -> events.py (payment key) -> ledger.py + enqueue.py +
-lua/record_delivery.lua (the one Redis round trip, which also enqueues the RQ job) ->
-workers/jobs.py.
+Reading order for one request: receiver.py (the view) -> intake.py (checks) -> verify.py
+(signature) -> ledger/events.py (payment key) -> ledger/deliveries.py + the Lua script (the
+one Redis round trip, which also enqueues the RQ job) -> workers/jobs.py. Imports the core
+(``ledger``), never ``workers``.
 """
 
 import logging
@@ -36,18 +36,16 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     # Flask, redis-py or RQ are imported.
     from flask import Flask
 
+    from ledger import settings as settings_module
     from webhook import dashboard, metrics, ops, receiver, store
-    from webhook import settings as settings_module
 
     app = Flask(__name__)
     settings = settings_module.load(**dict(test_config or {}))
     if not settings.secrets:
         raise ConfigError("STRIPE_WEBHOOK_SECRET is not set (one or more comma-separated whsec_)")
-    app.config.from_mapping(settings.as_dict())
-    app.config["SETTINGS"] = settings
+    store.init_app(app, settings)
     configure_logging()
 
-    store.init_app(app)
     app.register_blueprint(receiver.bp)
     app.register_blueprint(ops.health_bp)
     app.register_blueprint(ops.api_bp)

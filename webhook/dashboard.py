@@ -10,20 +10,18 @@ from typing import Any
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from webhook import readout, reconcile, secret_usage
-from webhook.auth import csrf_ok, csrf_token, presented_token, token_ok
-from webhook.ops import decide, int_arg, settings, unauthorized
-from webhook.store import get_redis
+from ledger import queries, reconcile, secret_usage
+from ledger.downstream import read_downstream
+from webhook.http import csrf_ok, csrf_token, decide, int_arg, require_token
+from webhook.store import current_settings, get_redis
 
 bp = Blueprint("dashboard", __name__, url_prefix="/ops")
 PAGE = 25
 
 
 @bp.before_request
-def require_token() -> Response | None:
-    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
-        return unauthorized("Basic")
-    return None
+def require_ops_token() -> Response | None:
+    return require_token(current_settings().OPS_TOKEN, "Basic")
 
 
 @bp.after_request
@@ -58,23 +56,23 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": csrf_token(settings().OPS_TOKEN), "states": readout.PAYMENT_STATES}
+    return {"csrf": csrf_token(current_settings().OPS_TOKEN), "states": queries.PAYMENT_STATES}
 
 
 @bp.get("/")
 def index() -> str:
-    s = settings()
+    s = current_settings()
     redis, queue = get_redis(), s.QUEUE_NAME
     return render_template(
         "ops/index.html",
-        summary=readout.summary(redis, queue),
-        workers=readout.workers_state(redis, queue),
-        series=readout.series(redis, 60),
-        events=readout.events(redis, limit=15),
-        attention=readout.payments(
-            redis, readout.ATTENTION, 0, 10, settings().STUCK_QUEUED_SECONDS
+        summary=queries.summary(redis, queue),
+        workers=queries.workers_state(redis, queue),
+        series=queries.series(redis, 60),
+        events=queries.events(redis, limit=15),
+        attention=queries.payments(
+            redis, queries.ATTENTION, 0, 10, current_settings().STUCK_QUEUED_SECONDS
         ),
-        rejections=readout.rejections(redis, 10),
+        rejections=queries.rejections(redis, 10),
         secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
         retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
         reconciled=reconcile.runs(redis, 1),
@@ -85,7 +83,7 @@ def index() -> str:
 @bp.get("/events")
 def events() -> str:
     offset = int_arg("offset", 0)
-    rows = readout.events(
+    rows = queries.events(
         get_redis(), request.args.get("type") or None, _ms("since"), _ms("until"), offset, PAGE
     )
     return render_template(
@@ -95,7 +93,7 @@ def events() -> str:
 
 @bp.get("/events/<event_id>")
 def event(event_id: str) -> str:
-    record = readout.event(get_redis(), event_id, with_payload=True)
+    record = queries.event(get_redis(), event_id, with_payload=True)
     if record is None:
         abort(404)
     sources = {k[4:]: v for k, v in record.items() if k.startswith("src:")}
@@ -105,10 +103,12 @@ def event(event_id: str) -> str:
 @bp.get("/payments")
 def payments() -> str:
     state = request.args.get("state") or None
-    if state and state not in readout.STATE_FILTERS:
+    if state and state not in queries.STATE_FILTERS:
         abort(400)
     offset = int_arg("offset", 0)
-    rows = readout.payments(get_redis(), state, offset, PAGE, settings().STUCK_QUEUED_SECONDS)
+    rows = queries.payments(
+        get_redis(), state, offset, PAGE, current_settings().STUCK_QUEUED_SECONDS
+    )
     return render_template("ops/payments.html", rows=rows, state=state, offset=offset, page=PAGE)
 
 
@@ -120,7 +120,7 @@ def payment(payment_key: str) -> str:
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
-    if not csrf_ok(settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
     answer, status = decide(payment_key, action, decision, "dashboard")
@@ -131,7 +131,7 @@ def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
 
 def _payment_page(payment_key: str, refusal: dict[str, Any] | None = None) -> str:
     """The payment page; ``refusal`` is the ops API's answer to a refused decision."""
-    record = readout.payment(get_redis(), payment_key)
+    record = queries.payment(get_redis(), payment_key)
     if record is None:
         abort(404)
     return render_template(
@@ -150,9 +150,6 @@ def _ms(name: str) -> int | None:
 
 
 def _downstream(payment_key: str) -> dict[str, int] | None:
-    action = settings().FULFILMENT_ACTION
-    if not action.startswith("sqlite:///"):
-        return None
-    from workers.downstream import read_downstream
-
-    return read_downstream(action.removeprefix("sqlite:///"))["payments"].get(payment_key)
+    """The built-in SQLite downstream's own record of this payment, if it is the action."""
+    path = current_settings().sqlite_downstream
+    return read_downstream(path)["payments"].get(payment_key) if path else None

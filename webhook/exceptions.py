@@ -1,11 +1,7 @@
-"""Errors of the intake and the ledger; views turn them into HTTP answers."""
+"""The intake's refusal of a delivery; the receiver turns it into an HTTP answer."""
 
 
-class WebhookError(Exception):
-    """Base class of every error raised by the webhook package."""
-
-
-class Rejected(WebhookError):
+class Rejected(Exception):
     """A delivery that is refused; ``reason`` is the counted, machine-readable cause."""
 
     def __init__(self, reason: str, status: int = 400, detail: str = "") -> None:
@@ -13,19 +9,3 @@ class Rejected(WebhookError):
         self.reason = reason
         self.status = status
         self.detail = detail
-
-
-class NotAStripeEvent(WebhookError):
-    """Valid JSON that lacks what every Stripe event has (evt_ id, type, data.object)."""
-
-
-class LedgerUnavailable(WebhookError):
-    """Redis could not record a delivery; the caller must answer 5xx so Stripe retries."""
-
-
-class UnknownPayment(WebhookError):
-    """No payment record under that key."""
-
-
-class InvalidTransition(WebhookError):
-    """The payment is not in a state that allows the requested change."""

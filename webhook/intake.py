@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from flask import Request
 
-from webhook.events import check_shape
-from webhook.exceptions import NotAStripeEvent, Rejected
-from webhook.settings import Settings
+from ledger.events import NotAStripeEvent, check_shape
+from ledger.settings import Settings
+from webhook.exceptions import Rejected
 from webhook.verify import verify
 
 ALLOWED_METHOD = "POST"

@@ -6,17 +6,17 @@ import os
 import time
 from collections.abc import Iterator
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Response, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+from redis import Redis
 
-from webhook import defaults, keys, readout, reconcile, secret_usage
-from webhook.auth import presented_token, token_ok
-from webhook.ops import unauthorized
-from webhook.settings import Settings
-from webhook.store import get_redis
+from ledger import defaults, keys, queries, reconcile, secret_usage
+from ledger.settings import Settings
+from webhook.http import require_token
+from webhook.store import current_settings, get_redis
 
 bp = Blueprint("metrics", __name__)
 REQUEST_LATENCY = Histogram(
@@ -30,11 +30,11 @@ REQUEST_LATENCY = Histogram(
 class LedgerCollector(Collector):
     """Reads the shared counters from Redis at scrape time."""
 
-    def __init__(self, redis, settings: Settings) -> None:  # noqa: ANN001
+    def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis, self.settings = redis, settings
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        s = readout.summary(self.redis, self.settings.QUEUE_NAME)
+        s = queries.summary(self.redis, self.settings.QUEUE_NAME)
         deliveries = CounterMetricFamily(
             "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
         )
@@ -127,7 +127,7 @@ class LedgerCollector(Collector):
 
     def _latency(self) -> HistogramMetricFamily:
         raw = {
-            readout.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
+            queries.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
         }
         cumulative, buckets = 0, []
         for bound in defaults.FULFIL_BUCKETS_MS:
@@ -158,9 +158,10 @@ def observe(response: Response) -> Response:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    s = current_app.config["SETTINGS"]
-    if not token_ok(s.METRICS_TOKEN or s.OPS_TOKEN, presented_token(request)):
-        return unauthorized("Bearer")
+    s = current_settings()
+    denied = require_token(s.METRICS_TOKEN or s.OPS_TOKEN, "Bearer")
+    if denied:
+        return denied
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)
@@ -168,7 +169,3 @@ def metrics() -> Response:
         registry.register(REQUEST_LATENCY)
     registry.register(LedgerCollector(get_redis(), s))
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-def init_app(app: Flask) -> None:
-    """Nothing to set up: the histogram is process-global, the rest is read from Redis."""

@@ -4,28 +4,16 @@ Read-only, except retry/resolve, which need POST and the CSRF token.
 """
 
 from importlib import resources
-from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
 
-from webhook import readout, reconcile, secret_usage
-from webhook.auth import csrf_ok, presented_token, token_ok
-from webhook.receiver import json_response
-from webhook.settings import Settings
-from webhook.store import get_redis
+from ledger import queries, reconcile, secret_usage
+from webhook.http import csrf_ok, decide, int_arg, json_response, require_token
+from webhook.store import current_settings, get_redis
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
-# action -> (decisions it accepts, states it is allowed from)
-ACTIONS = {
-    "retry": (("retry",), ("failed", "held")),
-    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
-}
-
-
-def settings() -> Settings:
-    return current_app.config["SETTINGS"]
 
 
 @health_bp.get("/healthz")
@@ -42,40 +30,22 @@ def readyz() -> Response:
     return json_response({"status": "ready"})
 
 
-def unauthorized(challenge: str) -> Response:
-    response = json_response({"error": "unauthorized"}, 401)
-    response.headers["WWW-Authenticate"] = f'{challenge} realm="ops"'
-    return response
-
-
 @api_bp.before_request
-def require_token() -> Response | None:
-    if not token_ok(settings().OPS_TOKEN, presented_token(request)):
-        return unauthorized("Bearer")
-    return None
-
-
-MAX_OFFSET = 10_000
-
-
-def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
-    try:
-        return max(0, min(high, int(request.args.get(name, default))))
-    except ValueError:
-        return default
+def require_ops_token() -> Response | None:
+    return require_token(current_settings().OPS_TOKEN, "Bearer")
 
 
 @api_bp.get("/summary")
 def api_summary() -> Response:
     redis = get_redis()
-    data = readout.summary(redis, settings().QUEUE_NAME)
-    data["workers"] = readout.workers_state(redis, settings().QUEUE_NAME)
+    data = queries.summary(redis, current_settings().QUEUE_NAME)
+    data["workers"] = queries.workers_state(redis, current_settings().QUEUE_NAME)
     return json_response(data)
 
 
 @api_bp.get("/events")
 def api_events() -> Response:
-    rows = readout.events(
+    rows = queries.events(
         get_redis(),
         request.args.get("type") or None,
         int_arg("since", 0, 10**14) or None,
@@ -88,42 +58,42 @@ def api_events() -> Response:
 
 @api_bp.get("/events/<event_id>")
 def api_event(event_id: str) -> Response:
-    record = readout.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
+    record = queries.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
     return json_response(record) if record else json_response({"error": "not_found"}, 404)
 
 
 @api_bp.get("/payments")
 def api_payments() -> Response:
     state = request.args.get("state") or None
-    if state and state not in readout.STATE_FILTERS:
-        return json_response({"error": "unknown_state", "states": list(readout.STATE_FILTERS)}, 400)
+    if state and state not in queries.STATE_FILTERS:
+        return json_response({"error": "unknown_state", "states": list(queries.STATE_FILTERS)}, 400)
     offset, limit = int_arg("offset", 0), int_arg("limit", 50, 500)
-    stuck = settings().STUCK_QUEUED_SECONDS
-    rows = readout.payments(get_redis(), state, offset, limit, stuck)
+    stuck = current_settings().STUCK_QUEUED_SECONDS
+    rows = queries.payments(get_redis(), state, offset, limit, stuck)
     return json_response({"payments": rows, "offset": int_arg("offset", 0)})
 
 
 @api_bp.get("/payments/<payment_key>")
 def api_payment(payment_key: str) -> Response:
-    record = readout.payment(get_redis(), payment_key)
+    record = queries.payment(get_redis(), payment_key)
     return json_response(record) if record else json_response({"error": "not_found"}, 404)
 
 
 @api_bp.get("/rejections")
 def api_rejections() -> Response:
     return json_response(
-        {"rejections": readout.rejections(get_redis(), int_arg("limit", 100, 1000))}
+        {"rejections": queries.rejections(get_redis(), int_arg("limit", 100, 1000))}
     )
 
 
 @api_bp.get("/series")
 def api_series() -> Response:
-    return json_response({"series": readout.series(get_redis(), int_arg("minutes", 60, 2880))})
+    return json_response({"series": queries.series(get_redis(), int_arg("minutes", 60, 2880))})
 
 
 @api_bp.get("/secrets")
 def api_secrets() -> Response:
-    s = settings()
+    s = current_settings()
     rows = secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
     return json_response({"retire_after_days": s.SECRET_RETIRE_AFTER_DAYS, "secrets": rows})
 
@@ -131,7 +101,7 @@ def api_secrets() -> Response:
 @api_bp.get("/reconcile")
 def api_reconcile() -> Response:
     runs = reconcile.runs(get_redis(), int_arg("limit", 10, 50))
-    return json_response({"interval": settings().RECONCILE_INTERVAL, "runs": runs})
+    return json_response({"interval": current_settings().RECONCILE_INTERVAL, "runs": runs})
 
 
 @api_bp.get("/openapi.yaml")
@@ -140,24 +110,9 @@ def api_openapi() -> Response:
     return Response(spec, mimetype="application/yaml")
 
 
-def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict[str, Any], int]:
-    """Apply a person's decision; refused (409) unless the payment is in an allowed state."""
-    from workers.attempts import Attempts
-
-    decisions, allowed = ACTIONS[action]
-    if decision not in decisions:
-        return {"error": "unknown_decision", "decisions": list(decisions)}, 400
-    verdict, state = Attempts(get_redis(), settings()).decide(payment_key, decision, allowed, who)
-    if verdict == "wait":
-        return {"error": "attempt_may_still_be_running", "retry_after_ms": int(state)}, 409
-    if verdict != "ok":
-        return {"error": "refused", "state": state, "allowed_from": list(allowed)}, 409
-    return {"payment": payment_key, "state": state}, 200
-
-
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
-    if not csrf_ok(settings().OPS_TOKEN, request):
+    if not csrf_ok(current_settings().OPS_TOKEN):
         return json_response({"error": "csrf_token_missing_or_wrong"}, 403)
     decision = "retry" if action == "retry" else request.values.get("as", "")
     body, status = decide(payment_key, action, decision, "ops-api")

@@ -5,30 +5,26 @@ import logging
 import time
 
 import orjson
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 
-from webhook.defaults import REPLAY_HEADER
-from webhook.events import classify
-from webhook.exceptions import LedgerUnavailable, Rejected
-from webhook.faults import fault
+from ledger.defaults import REPLAY_HEADER
+from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
+from ledger.events import classify
+from ledger.faults import fault
+from webhook.exceptions import Rejected
+from webhook.http import json_response
 from webhook.intake import delivery_source, parse_event, read_body
-from webhook.ledger import Delivery, new_request_id
-from webhook.settings import Settings
-from webhook.store import get_ledger
+from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def json_response(payload: dict[str, object], status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
-
-
 @bp.route("/webhooks/stripe", methods=ANY_METHOD, provide_automatic_options=False)
 def stripe_webhook() -> Response:
     started = time.perf_counter()
-    settings: Settings = current_app.config["SETTINGS"]
+    settings = current_settings()
     body = b""
     try:
         body = read_body(request, settings.MAX_BODY_BYTES)

@@ -1,39 +1,25 @@
-"""The Redis connection and the ledger, owned per process (Flask's get_db pattern)."""
+"""The app's settings, Redis connection and ledger, owned per process (Flask's get_db pattern)."""
 
 from flask import Flask, current_app
-from redis import BlockingConnectionPool, Redis
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
-from redis.retry import Retry
+from redis import Redis
 
-from webhook.ledger import Ledger
-from webhook.settings import Settings, from_config
+from ledger.connection import connect
+from ledger.deliveries import Ledger
+from ledger.settings import Settings
 
 EXTENSION = "webhook_ledger"
 
 
-def connect(settings: Settings) -> Redis:
-    """A Redis client that retries timeouts (ledger writes are idempotent, so that is safe)."""
-    # Blocking: a gevent worker serves hundreds of requests at once; beyond the pool's size
-    # they wait for a connection (up to the socket timeout) instead of failing at once.
-    pool = BlockingConnectionPool.from_url(
-        settings.REDIS_URL,
-        max_connections=settings.REDIS_MAX_CONNECTIONS,
-        timeout=settings.REDIS_SOCKET_TIMEOUT,
-        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        socket_connect_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
-        retry_on_error=[ConnectionError, TimeoutError],
-        health_check_interval=30,
-    )
-    return Redis.from_pool(pool)
+def current_settings() -> Settings:
+    """The settings ``create_app`` loaded: the one way the web app reads them."""
+    return current_app.extensions["settings"]
 
 
 def get_ledger() -> Ledger:
     """The ledger of the current app, created on first use in each process."""
     ledger = current_app.extensions.get(EXTENSION)
     if ledger is None:
-        ledger = Ledger(connect(from_config(current_app.config)), from_config(current_app.config))
+        ledger = Ledger(connect(current_settings()), current_settings())
         current_app.extensions[EXTENSION] = ledger
     return ledger
 
@@ -42,6 +28,7 @@ def get_redis() -> Redis:
     return get_ledger().redis
 
 
-def init_app(app: Flask) -> None:
-    """Nothing connects at import or app creation: gunicorn may fork after both."""
+def init_app(app: Flask, app_settings: Settings) -> None:
+    """Keep the settings; nothing connects yet: gunicorn may fork after app creation."""
+    app.extensions["settings"] = app_settings
     app.extensions.pop(EXTENSION, None)

@@ -12,11 +12,11 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import requests
 
+from ledger.downstream import open_downstream
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -42,37 +42,6 @@ class Action(Protocol):
     replay_safe: bool
 
     def __call__(self, call: Call) -> Receipt: ...
-
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS calls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    payment_key TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL,
-    token INTEGER NOT NULL,
-    at REAL NOT NULL,
-    outcome TEXT NOT NULL CHECK (outcome IN ('applied', 'already_applied'))
-);
-CREATE TABLE IF NOT EXISTS orders (
-    idempotency_key TEXT PRIMARY KEY,
-    payment_key TEXT NOT NULL,
-    amount INTEGER,
-    currency TEXT,
-    token INTEGER NOT NULL,
-    at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
-"""
-
-
-def open_downstream(path: str | Path) -> sqlite3.Connection:
-    """The SQLite order system, created on first use (WAL, so readers never block it)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, timeout=10, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA busy_timeout=10000")
-    db.executescript(SCHEMA)
-    return db
 
 
 class SqliteAction:
@@ -184,7 +153,7 @@ class CallableAction:
 
 def build_action(spec: str, timeout: float, replay_safe: bool) -> Action:
     """The action named by FULFILMENT_ACTION."""
-    if spec.startswith("sqlite:///"):
+    if spec.startswith("sqlite:///"):  # the built-in downstream (Settings.sqlite_downstream)
         return SqliteAction(spec.removeprefix("sqlite:///"))
     if spec.startswith(("http://", "https://")):
         return HttpAction(spec, timeout, replay_safe)

@@ -17,7 +17,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-class DeadlineExceeded(BaseException):  # noqa: N818 - not an Exception: libraries must not swallow it
+# A BaseException, not an Exception: libraries that catch Exception must not swallow it.
+class DeadlineExceeded(BaseException):
     """The call ran past FULFILMENT_TIMEOUT; it may or may not have been applied."""
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 from rq import get_current_job
 
-from webhook import settings as settings_module
-from webhook.faults import fault
-from webhook.redact import redact
-from webhook.store import connect
+from ledger import settings as settings_module
+from ledger.attempts import Attempts, encode_receipt
+from ledger.connection import connect
+from ledger.faults import fault
+from ledger.redact import redact
 from workers.actions import Action, Call, build_action
-from workers.attempts import Attempts, encode_receipt
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
     AmbiguousDownstreamError,

@@ -12,12 +12,11 @@ from collections import Counter
 from redis import Redis
 from redis.exceptions import RedisError
 
-from webhook import keys, reconcile
-from webhook.exceptions import LedgerUnavailable
-from webhook.faults import fault
-from webhook.ledger import Ledger
-from webhook.redact import redact
-from workers.attempts import Attempts
+from ledger import keys, reconcile
+from ledger.attempts import Attempts
+from ledger.deliveries import Ledger, LedgerUnavailable
+from ledger.faults import fault
+from ledger.redact import redact
 
 log = logging.getLogger("webhook.sweeper")
 BATCH = 500

@@ -1,0 +1,154 @@
+"""The fulfilment state machine, kept in the ledger and changed only by Lua scripts.
+
+queued -> in_progress -> fulfilled, with retrying, failed (dead letter) and interrupted.
+Each attempt takes a lease and a fencing token; only the current token may call the
+downstream (mark_calling) or record the outcome (finish).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis import Redis
+
+from ledger import faults, keys
+from ledger.enqueue import Enqueue, Jobs
+from ledger.queries import text
+from ledger.scripts import Script
+from ledger.settings import Settings
+
+DECISIONS = {
+    "retry": (("retry",), ("failed", "held")),
+    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
+}
+"""What a person may do to a payment: action -> (decisions it takes, states it is for)."""
+
+
+@dataclass(frozen=True)
+class Start:
+    verdict: str
+    token: int = 0
+    reason: str = ""
+    call_fields: dict[str, str] | None = None
+    """amount, currency, livemode, events: what the downstream call needs (with ``go``)."""
+
+
+class Attempts:
+    """One per process; every method is one atomic script call."""
+
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
+        self.redis = redis
+        self.settings = settings
+        self.jobs = Jobs(redis, settings)
+        names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
+        self.scripts = {name: Script(redis, name, clock_key) for name in names}
+
+    def start(
+        self, payment_key: str, job_id: str, replay_safe: bool, execution: str | None = None
+    ) -> Start:
+        """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
+        retry of this very call (answered ``go`` again) from a second run of the same job."""
+        reply = self.scripts["start_attempt"](
+            {"payment": keys.payment(payment_key)},
+            {
+                "job_id": job_id,
+                "execution": execution or f"{job_id}:{os.urandom(6).hex()}",
+                "lease_ms": self.settings.lease_ms,
+                "replay_safe": int(replay_safe),
+                "max_attempts": self.settings.MAX_ATTEMPTS,
+            },
+        )
+        verdict, token, *rest = reply
+        if text(verdict) == "go":
+            names = ("amount", "currency", "livemode", "events")
+            return Start(
+                "go", int(token), call_fields=dict(zip(names, map(text, rest), strict=True))
+            )
+        return Start(text(verdict), int(token), text(rest[0]) if rest else "")
+
+    def mark_calling(self, payment_key: str, token: int) -> bool:
+        """The fence before the call: True if this token still holds a live lease."""
+        args = {"token": token, "lease_ms": self.settings.lease_ms}
+        return bool(self.scripts["mark_calling"]({"payment": keys.payment(payment_key)}, args))
+
+    def finish(
+        self, payment_key: str, token: int, outcome: str, detail: str, call_ms: float
+    ) -> tuple[str, str]:
+        """Record how attempt ``token`` ended; returns the verdict and the payment's state."""
+        script = self.scripts["finish_attempt"]
+        named_keys = {"payment": keys.payment(payment_key)}
+        args = {
+            "token": token,
+            "outcome": outcome,
+            "detail": detail,
+            "call_ms": round(call_ms, 2),
+            "max_attempts": self.settings.MAX_ATTEMPTS,
+            "backoff_base_ms": self.settings.retry_base_ms,
+            "backoff_cap_ms": self.settings.retry_cap_ms,
+        }
+        if faults.fires("during_record"):
+            self._send_and_die(script, *script.positional(named_keys, args))
+        verdict, state = script(named_keys, args)
+        return text(verdict), text(state)
+
+    def _send_and_die(self, script: Script, script_keys: list[str], args: list[Any]) -> None:
+        """Fault point ``during_record``: the write is on the wire when the process dies."""
+        sha = self.redis.script_load(script.registered.script)
+        connection = self.redis.connection_pool.get_connection()
+        connection.send_command("EVALSHA", sha, len(script_keys), *script_keys, *args)
+        faults.act("during_record")
+
+    def recover(self, payment_key: str, job: Enqueue | None = None) -> str:
+        """The sweeper's step for one due payment; returns what it did. ``job`` is the job it
+        enqueues if it re-queues the payment (a new one when not given)."""
+        job = job or self.jobs.enqueue(payment_key)
+        s = self.settings
+        args = {
+            "job_id": job.job_id,
+            "grace_ms": s.grace_ms,
+            "max_attempts": s.MAX_ATTEMPTS,
+            "backoff_base_ms": s.retry_base_ms,
+            "backoff_cap_ms": s.retry_cap_ms,
+        }
+        named_keys = {"payment": keys.payment(payment_key), "queue": self.jobs.queue.key}
+        (verdict,) = self.scripts["recover"](named_keys, args, job.commands)
+        return text(verdict)
+
+    def decide(
+        self,
+        payment_key: str,
+        decision: str,
+        allowed: tuple[str, ...],
+        note: str,
+        job: Enqueue | None = None,
+    ) -> tuple[str, str]:
+        """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
+        (an interrupted call may still be in flight until the returned time, epoch ms).
+        ``job`` (a new one when not given) also identifies the decision."""
+        job = job or self.jobs.enqueue(payment_key)
+        args = {
+            "decision": decision,
+            "allowed": " ".join(allowed),
+            "note": note,
+            "job_id": job.job_id,
+            "grace_ms": self.settings.grace_ms,
+            # RQ's timeout for a job: a stalled call cannot outlive it.
+            "in_flight_ms": self.settings.job_timeout_s * 1000,
+        }
+        named_keys = {"payment": keys.payment(payment_key)}
+        verdict, state = self.scripts["operator"](named_keys, args, job.commands)
+        return text(verdict), text(state)
+
+    def purge(self, limit: int = 500) -> int:
+        """Delete settled payments older than PAYMENT_RETENTION_DAYS (0 keeps them for ever)."""
+        days = self.settings.PAYMENT_RETENTION_DAYS
+        if days <= 0:
+            return 0
+        seconds, _ = self.redis.time()
+        cutoff_ms = (seconds - days * 86400) * 1000
+        return int(self.scripts["purge"]({}, {"cutoff_ms": cutoff_ms, "limit": limit}))
+
+
+def encode_receipt(receipt: dict[str, Any]) -> str:
+    return orjson.dumps(receipt).decode()

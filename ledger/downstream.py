@@ -1,0 +1,80 @@
+"""The built-in SQLite downstream's own tables: the schema the action writes (workers) and
+what the dashboard, the CLI, bundles and the replay report read back, an independent record
+of effects."""
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    payment_key TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('applied', 'already_applied'))
+);
+CREATE TABLE IF NOT EXISTS orders (
+    idempotency_key TEXT PRIMARY KEY,
+    payment_key TEXT NOT NULL,
+    amount INTEGER,
+    currency TEXT,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
+"""
+
+
+def open_downstream(path: str | Path) -> sqlite3.Connection:
+    """The SQLite order system, created on first use (WAL, so readers never block it)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA busy_timeout=10000")
+    db.executescript(SCHEMA)
+    return db
+
+
+def _empty() -> dict[str, int]:
+    return {"calls": 0, "applied": 0, "already_applied": 0, "effects": 0}
+
+
+def read_downstream(path: str) -> dict[str, Any]:
+    """Calls and applied effects per payment, plus totals."""
+    if not Path(path).exists():
+        return {"totals": {"calls": 0, "effects": 0}, "payments": {}}
+    db = open_downstream(path)
+    try:
+        payments: dict[str, dict[str, int]] = {}
+        for key, outcome, count in db.execute(
+            "SELECT payment_key, outcome, COUNT(*) FROM calls GROUP BY payment_key, outcome"
+        ):
+            row = payments.setdefault(key, _empty())
+            row["calls"] += count
+            row[outcome] += count
+        for key, count in db.execute(
+            "SELECT payment_key, COUNT(*) FROM orders GROUP BY payment_key"
+        ):
+            payments.setdefault(key, _empty())["effects"] = count
+    finally:
+        db.close()
+    totals = {
+        "calls": sum(r["calls"] for r in payments.values()),
+        "effects": sum(r["effects"] for r in payments.values()),
+    }
+    return {"totals": totals, "payments": dict(sorted(payments.items()))}
+
+
+def read_tables(path: str) -> dict[str, list[dict[str, Any]]]:
+    """Every call and order as stored (read-only), for evidence bundles."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        return {
+            "calls": [dict(r) for r in db.execute("SELECT * FROM calls ORDER BY id")],
+            "orders": [dict(r) for r in db.execute("SELECT * FROM orders ORDER BY payment_key")],
+        }
+    finally:
+        db.close()

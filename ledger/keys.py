@@ -1,0 +1,155 @@
+"""Every Redis key the service uses is built here, and only here, with its TTL or cap.
+
+All keys share the ``wl:`` prefix, but RQ's own (``rq:``), whose names RQ fixes. The Lua
+scripts get every name, prefix, TTL and cap below as constants (:func:`lua_constants`,
+prepended to each script) and their per-call keys as KEYS; they never spell one out. The
+schema is documented in docs/ARCHITECTURE.md.
+"""
+
+from ledger import defaults
+
+PREFIX = "wl:"
+
+STATS = PREFIX + "stats"
+"""Hash of global counters: deliveries, events, duplicates, conflicts, rejected, ..."""
+
+PAYMENT_STATES = PREFIX + "payments:by_state"
+"""Hash: payment state -> number of payments in it."""
+
+REJECTIONS = PREFIX + "rejections"
+"""Capped list of recent rejections (JSON, newest first); bodies are never stored."""
+
+REJECTIONS_CAP = defaults.RECENT_REJECTIONS
+
+EVENT_INDEX = PREFIX + "events:index"
+"""Sorted set: event id scored by first delivery (ms); trimmed to the retention window."""
+
+STATE_INDEX_PREFIX = PREFIX + "payments:state:"
+"""Sorted sets ``wl:payments:state:{state}``: payment keys in that state, scored by when they
+entered it (ms). Every state change moves the key (``move`` in lua/prelude.lua)."""
+
+DUE = PREFIX + "payments:due"
+"""Sorted set: payments the sweeper must look at, scored by when (ms)."""
+
+SWEEPER = PREFIX + "sweeper"
+"""Hash: ``sweeps`` (passes completed by any sweeper) and ``last_ms`` (when the last ended)."""
+
+FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
+"""Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
+
+LATENCIES = PREFIX + "fulfil:latency_ms"
+"""Capped list of first-paid-delivery -> fulfilled latencies (ms), newest first."""
+
+LATENCIES_CAP = defaults.RECENT_LATENCIES
+
+SECRETS_LAST_SEEN = PREFIX + "secrets:last_seen"
+"""Hash: secret label -> time (ms) of the last delivery that secret verified."""
+
+SERIES_PREFIX = PREFIX + "series:"
+"""Per-hour hashes ``wl:series:{hour}`` of per-minute counts (``d:{minute}`` deliveries,
+``r:{minute}`` rejections; epoch minutes). The scripts append the hour."""
+
+SERIES_TTL = 48 * 3600
+
+EVENT_PREFIX = PREFIX + "evt:"
+"""Hashes ``wl:evt:{event_id}``: counts, times, metadata and the compressed payload; they
+expire EVENT_RETENTION_DAYS after the first delivery."""
+
+PAYMENT_PREFIX = PREFIX + "pay:"
+"""Hashes ``wl:pay:{payment_key}``: state, fencing token, lease, events, receipt, timings,
+attempts."""
+
+REQUEST_PREFIX = PREFIX + "req:"
+"""Strings ``wl:req:{request_id}``: the answer to one HTTP request's ledger write, so a
+retried write is applied once."""
+
+REQUEST_TTL = defaults.REQUEST_ID_TTL
+
+ALIAS_PREFIX = PREFIX + "alias:"
+"""Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
+Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment."""
+
+FINGERPRINT_PREFIX = PREFIX + "fp:"
+"""Strings ``wl:fp:{pi|invoice}:{mode}:{customer}:{currency}:{amount}`` -> payment key, to
+hold a possible duplicate purchase that no id ties (only with FULFIL_UNLINKED_INVOICES)."""
+
+FINGERPRINT_TTL = defaults.DUPLICATE_WINDOW_SECONDS
+
+RQ_QUEUE_PREFIX = "rq:queue:"
+"""RQ's queue lists (``Queue.redis_queue_namespace_prefix``; a test pins it)."""
+
+RQ_JOB_PREFIX = "rq:job:"
+"""RQ's job hashes (``Job.redis_job_namespace_prefix``; a test pins it)."""
+
+
+def event(event_id: str) -> str:
+    return EVENT_PREFIX + event_id
+
+
+def payment(payment_key: str) -> str:
+    return PAYMENT_PREFIX + payment_key
+
+
+def request(request_id: str) -> str:
+    return REQUEST_PREFIX + request_id
+
+
+def state_index(state: str) -> str:
+    return STATE_INDEX_PREFIX + state
+
+
+RECONCILE_RUNS = PREFIX + "reconcile:runs"
+"""Capped list of reconcile runs (JSON, newest first): when, window, what Stripe listed, what
+the ledger lacked (by type and payment) and what was recorded."""
+
+RECONCILE_SLOT = PREFIX + "reconcile:slot"
+"""String that lives RECONCILE_INTERVAL: set by the sweeper that runs reconcile in it."""
+
+
+def series(hour: int) -> str:
+    """The per-minute counts of one hour (epoch hours)."""
+    return f"{SERIES_PREFIX}{hour}"
+
+
+def rq_queue(name: str) -> str:
+    return RQ_QUEUE_PREFIX + name
+
+
+LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
+    "STATS": STATS,
+    "PAYMENT_STATES": PAYMENT_STATES,
+    "REJECTIONS": REJECTIONS,
+    "REJECTIONS_CAP": REJECTIONS_CAP,
+    "EVENT_INDEX": EVENT_INDEX,
+    "STATE_INDEX_PREFIX": STATE_INDEX_PREFIX,
+    "DUE": DUE,
+    "FULFIL_HISTOGRAM": FULFIL_HISTOGRAM,
+    "LATENCY_BUCKETS_MS": defaults.FULFIL_BUCKETS_MS,
+    "LATENCIES": LATENCIES,
+    "LATENCIES_CAP": LATENCIES_CAP,
+    "SECRETS_LAST_SEEN": SECRETS_LAST_SEEN,
+    "SERIES_PREFIX": SERIES_PREFIX,
+    "SERIES_TTL": SERIES_TTL,
+    "EVENT_PREFIX": EVENT_PREFIX,
+    "PAYMENT_PREFIX": PAYMENT_PREFIX,
+    "REQUEST_TTL": REQUEST_TTL,
+    "ALIAS_PREFIX": ALIAS_PREFIX,
+    "FP_PREFIX": FINGERPRINT_PREFIX,
+    "FP_TTL": FINGERPRINT_TTL,
+    "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
+}
+"""What every script knows by name (see lua/prelude.lua)."""
+
+
+def lua_constants(clock_key: str = "") -> str:
+    """``LUA_CONSTANTS`` as Lua locals, prepended to every script. ``clock_key`` names a key
+    whose value (ms) the scripts take as "now" instead of Redis ``TIME``: tests that explore
+    the protocol move time by hand. Production passes none, so no script reads such a key."""
+    names = {"CLOCK_KEY": clock_key, **LUA_CONSTANTS}
+    return "".join(f"local {name} = {_lua(value)}\n" for name, value in names.items())
+
+
+def _lua(value: str | int | tuple[int, ...]) -> str:
+    if isinstance(value, tuple):
+        return "{" + ", ".join(map(str, value)) + "}"
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,19 @@
+-- Fence before the downstream call: only the holder of the current token and a live lease
+-- may call. Marks the phase `calling` (what recovery needs to know) and renews the lease.
+-- Returns 1 (go ahead) or 0 (stale: do not call)
+local KEY = named(KEYS, 'payment')
+local ARG, ARGC = named(ARGV, 'token', 'lease_ms')
+local short = too_few('mark_calling', ARGC)
+if short then return short end
+if not whole(ARG.lease_ms, 1) then return refuse('mark_calling', 'lease ms must be a number') end
+local pay = KEY.payment
+local now = now_ms()
+if redis.call('HGET', pay, 'state') ~= 'in_progress'
+  or redis.call('HGET', pay, 'token') ~= ARG.token
+  or tonumber(redis.call('HGET', pay, 'lease_until') or '0') <= now then
+  update_attempt(pay, ARG.token, {outcome = 'stale_before_call', ended = now})
+  return 0
+end
+redis.call('HSET', pay, 'phase', 'calling', 'lease_until', now + tonumber(ARG.lease_ms))
+update_attempt(pay, ARG.token, {calling = now})
+return 1

@@ -1,0 +1,48 @@
+-- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
+-- decision: retry|fulfilled; allowed: the states it is allowed from (space-separated);
+-- job_id is also this decision's id; in_flight_ms: how long an interrupted attempt may still
+-- be running after its call started. ARGV after the named ones: the captured RQ enqueue.
+-- Returns {'ok', new state} | {'refused', current state} | {'wait', until ms}
+local KEY = named(KEYS, 'payment')
+local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms',
+  'in_flight_ms')
+local short = too_few('operator', ARGC)
+if short then return short end
+local grace_ms, in_flight_ms = whole(ARG.grace_ms, 0), whole(ARG.in_flight_ms, 0)
+if not (grace_ms and in_flight_ms) or not commands_ok(ARGC + 1) then
+  return refuse('operator', 'grace and in-flight ms must be numbers; commands well-formed')
+end
+if ARG.decision ~= 'retry' and ARG.decision ~= 'fulfilled' then
+  return refuse('operator', 'decision must be retry or fulfilled')
+end
+local pay = KEY.payment
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+if redis.call('HGET', pay, 'decision_id') == ARG.job_id then
+  return {'ok', state}  -- a client retry of this same decision
+end
+if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
+  return {'refused', state or ''}
+end
+if ARG.decision == 'retry' and state == 'interrupted' then
+  -- Its call may still be in flight (a stalled worker keeps its fenced call): wait it out.
+  local raw = redis.call('HGET', pay, 'attempt:' .. (redis.call('HGET', pay, 'token') or '1'))
+  local started = raw and cjson.decode(raw)['calling']
+  if started and now < tonumber(started) + in_flight_ms then
+    return {'wait', tostring(tonumber(started) + in_flight_ms)}
+  end
+end
+redis.call('HSET', pay, 'decision_id', ARG.job_id)
+redis.call('HSET', pay, 'resolved_by', ARG.note .. ' at ' .. now .. ' (' .. ARG.decision
+  .. ' from ' .. state .. ')')
+if ARG.decision == 'fulfilled' then
+  move(pay, 'fulfilled', now)
+  redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now)
+  redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  return {'ok', 'fulfilled'}
+end
+-- A fresh attempt budget for the retry.
+redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
+requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'operator')
+return {'ok', 'queued'}

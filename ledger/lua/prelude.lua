@@ -1,0 +1,170 @@
+-- Shared by every ledger script: prepended when the script is loaded (scripts cannot call
+-- each other), after the key names, TTLs and caps of ledger/keys.py. Every script checks
+-- its arguments before its first write: Redis does not roll back a script that fails
+-- half-way, so a runtime error after a write would leave the ledger partial.
+
+-- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2.
+-- ledger/scripts.py reads the same names and passes each call's values in this order.
+local function named(values, ...)
+  local names = {...}
+  local by_name = {}
+  for i, name in ipairs(names) do by_name[name] = values[i] end
+  return by_name, #names
+end
+
+local function now_ms()
+  if CLOCK_KEY ~= '' then  -- only in protocol tests (keys.lua_constants)
+    local fake = tonumber(redis.call('GET', CLOCK_KEY))
+    if fake then return fake end
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- An error reply that writes nothing; call it before the first write.
+local function refuse(script, what)
+  return redis.error_reply('ERR ' .. script .. ': ' .. what)
+end
+
+-- Refusal unless at least `n` arguments came (a missing one would fail later, half-way).
+local function too_few(script, n)
+  if #ARGV < n then return refuse(script, 'needs ' .. n .. ' arguments, got ' .. #ARGV) end
+  return nil
+end
+
+-- An argument as a whole number of at least `least`, else nil (rejects nan, inf, '1.5', '').
+local function whole(value, least)
+  local n = tonumber(value)
+  if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
+    return nil
+  end
+  if least and n < least then return nil end
+  return n
+end
+
+-- The commands an RQ enqueue is captured as, with the argument counts each may have
+-- (name included): anything else could fail half-way through a script, so it is refused.
+local CAPTURABLE = {
+  SADD = function(n) return n >= 3 end,
+  RPUSH = function(n) return n >= 3 end,
+  LPUSH = function(n) return n >= 3 end,
+  HSET = function(n) return n >= 4 and n % 2 == 0 end,
+}
+
+-- Whether ARGV[first..] is a well-formed list of captured commands: (count, arg1..argcount)*.
+local function commands_ok(first)
+  local i = first
+  while i <= #ARGV do
+    local count = tonumber(ARGV[i])
+    if not count or count < 1 or count ~= math.floor(count) or i + count > #ARGV then
+      return false
+    end
+    local arity = CAPTURABLE[string.upper(ARGV[i + 1])]
+    if not arity or not arity(count) then return false end
+    i = i + count + 1
+  end
+  return true
+end
+
+-- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by commands_ok.
+local function run_commands(first)
+  local i = first
+  while i <= #ARGV do
+    local count = tonumber(ARGV[i])
+    redis.call(unpack(ARGV, i + 1, i + count))
+    i = i + count + 1
+  end
+end
+
+-- The id a key was built from: id_of('wl:pay:pi_1', PAYMENT_PREFIX) -> 'pi_1'.
+local function id_of(key, prefix)
+  return string.sub(key, #prefix + 1)
+end
+
+-- Change a payment's state (or give a new one its first): the hash, the count per state
+-- and the per-state index.
+local function move(pay, to, now)
+  local from = redis.call('HGET', pay, 'state')
+  if from == to then return end
+  local pk = id_of(pay, PAYMENT_PREFIX)
+  redis.call('HSET', pay, 'state', to)
+  if from then
+    redis.call('HINCRBY', PAYMENT_STATES, from, -1)
+    redis.call('ZREM', STATE_INDEX_PREFIX .. from, pk)
+  end
+  redis.call('HINCRBY', PAYMENT_STATES, to, 1)
+  redis.call('ZADD', STATE_INDEX_PREFIX .. to, now, pk)
+end
+
+-- Count one delivery ('d') or rejection ('r') in this minute, for the dashboard's chart:
+-- one hash per hour.
+local function bump_series(kind, now)
+  local minute = math.floor(now / 60000)
+  local series = SERIES_PREFIX .. math.floor(minute / 60)
+  if redis.call('HINCRBY', series, kind .. ':' .. minute, 1) == 1 then
+    redis.call('EXPIRE', series, SERIES_TTL)
+  end
+end
+
+-- Attempts: outcomes written by the attempt's own worker (finish_attempt.lua). A payment
+-- hash keeps state, token (fencing counter = attempts started), lease_until, phase
+-- (leased|calling), replay_safe, job, next_at, last_error, receipt, fulfilled_at, and one
+-- `attempt:{token}` JSON record per attempt (in the hash: a key each would cost more).
+-- not_called: the worker stalled after its fence past the call's window and did not call.
+local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true,
+  not_called = true}
+
+-- Merge fields into the JSON record of attempt `token`.
+local function update_attempt(pay, token, fields)
+  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+  if not raw then return end
+  local record = cjson.decode(raw)
+  for k, v in pairs(fields) do record[k] = v end
+  redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
+end
+
+-- Attempts used since the last person's retry (the fencing token counts every start).
+local function attempts_used(pay)
+  return tonumber(redis.call('HGET', pay, 'token') or '0')
+    - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
+end
+
+-- The lease of the current attempt has expired: its worker died or stalled. Returns
+-- 'interrupted' (the call may have happened and the action is not replay-safe), 'spent'
+-- (that was the last attempt of the budget: the payment now waits for a person, so a job
+-- that kills its worker cannot loop for ever) or 'again'.
+local function expire_lease(pay, now, max_attempts)
+  local phase = redis.call('HGET', pay, 'phase')
+  local token = redis.call('HGET', pay, 'token')
+  local replay_safe = redis.call('HGET', pay, 'replay_safe') == '1'
+  update_attempt(pay, token, {outcome = 'lease_expired', ended = now, phase = phase})
+  redis.call('HINCRBY', STATS, 'leases_expired', 1)
+  redis.call('HDEL', pay, 'lease_until', 'phase')
+  local deaths = redis.call('HINCRBY', pay, 'leases_expired', 1)
+  if phase == 'calling' and not replay_safe then
+    move(pay, 'interrupted', now)
+    redis.call('HSET', pay, 'last_error', 'attempt ' .. token ..
+      ' was interrupted during the downstream call; the action is not replay-safe')
+    redis.call('HINCRBY', STATS, 'interrupted', 1)
+    return 'interrupted'
+  end
+  if attempts_used(pay) >= max_attempts then
+    local to = replay_safe and 'failed' or 'interrupted'
+    move(pay, to, now)
+    redis.call('HSET', pay, 'last_error', 'worker died (or stalled past its lease) ' .. deaths ..
+      ' times during this payment; attempt budget of ' .. max_attempts .. ' spent')
+    redis.call('HINCRBY', STATS, to == 'failed' and 'dead_letters' or 'interrupted', 1)
+    return 'spent'
+  end
+  return 'again'
+end
+
+-- Put the payment back in the queue with a new RQ job whose commands start at ARGV[first].
+local function requeue(pay, job_id, first, grace_ms, now, why)
+  move(pay, 'queued', now)
+  redis.call('HSET', pay, 'job', job_id)
+  redis.call('HDEL', pay, 'sweep_seen', 'next_at')
+  run_commands(first)
+  redis.call('ZADD', DUE, now + grace_ms, id_of(pay, PAYMENT_PREFIX))
+  redis.call('HINCRBY', STATS, 'requeued:' .. why, 1)
+end

@@ -1,0 +1,21 @@
+-- Count one rejected request by reason and keep a capped, body-free record of it.
+-- In memory only: nothing here reaches the append-only file or a replica, so a flood of
+-- forged requests costs no fsync and no disk (the counts are kept on disk by the next
+-- snapshot or AOF rewrite; a crash loses those since). No per-request key either: a
+-- client retry may count a rejection twice, which only rejections can afford.
+local ARG, ARGC = named(ARGV, 'reason', 'record')
+local short = too_few('record_rejection', ARGC)
+if short then return short end
+local ok, record = pcall(cjson.decode, ARG.record)
+if not (ok and type(record) == 'table') then
+  return refuse('record_rejection', 'record must be a JSON object')
+end
+redis.set_repl(redis.REPL_NONE)
+local now = now_ms()
+redis.call('HINCRBY', STATS, 'rejected', 1)
+redis.call('HINCRBY', STATS, 'rejected:' .. ARG.reason, 1)
+record['at'] = now
+redis.call('LPUSH', REJECTIONS, cjson.encode(record))
+redis.call('LTRIM', REJECTIONS, 0, REJECTIONS_CAP - 1)
+bump_series('r', now)
+return 1

@@ -1,0 +1,72 @@
+-- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
+-- whose lease expired (when that is safe), or mark it interrupted, or push it back.
+-- ARGV after the named ones: the captured RQ enqueue of job_id (run only to re-enqueue).
+-- Returns {verdict}
+local KEY = named(KEYS, 'payment', 'queue')
+local ARG, ARGC = named(ARGV, 'job_id', 'grace_ms', 'max_attempts', 'backoff_base_ms',
+  'backoff_cap_ms')
+local short = too_few('recover', ARGC)
+if short then return short end
+local grace_ms, max_attempts = whole(ARG.grace_ms, 0), whole(ARG.max_attempts, 1)
+local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0), whole(ARG.backoff_cap_ms, 0)
+if not (grace_ms and max_attempts and base_ms and cap_ms) or not commands_ok(ARGC + 1) then
+  return refuse('recover', 'grace, max attempts and backoff must be numbers; commands well-formed')
+end
+local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+if redis.call('HGET', pay, 'job') == ARG.job_id then
+  return {'requeued'}  -- a client retry of this same call: its new job is already queued
+end
+local function again(at, verdict)
+  redis.call('ZADD', DUE, at, pk)
+  return {verdict}
+end
+
+if state == 'queued' then
+  local job = redis.call('HGET', pay, 'job')
+  local status = job and redis.call('HGET', RQ_JOB_PREFIX .. job, 'status')
+  if status == 'queued' and redis.call('LPOS', KEY.queue, job) then
+    return again(now + grace_ms, 'waiting')
+  end
+  if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then
+    -- Picked up but no lease yet: give the worker one more grace period.
+    redis.call('HSET', pay, 'sweep_seen', job)
+    return again(now + grace_ms, 'watching')
+  end
+  if status == 'failed' then
+    -- The job crashed before it could take a lease (e.g. an action that cannot be loaded).
+    local failures = redis.call('HINCRBY', pay, 'job_failures', 1)
+    if failures >= max_attempts then
+      move(pay, 'failed', now)
+      redis.call('HSET', pay, 'last_error', 'the fulfilment job failed ' .. failures ..
+        ' times before it could start an attempt; see the worker log and RQ failed jobs')
+      redis.call('HINCRBY', STATS, 'dead_letters', 1)
+      redis.call('ZREM', DUE, pk)
+      return {'spent'}
+    end
+  end
+  requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'lost_job')
+  return {'requeued'}
+elseif state == 'in_progress' then
+  local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
+  if lease > now then return again(lease, 'leased') end
+  local expired = expire_lease(pay, now, max_attempts)
+  if expired ~= 'again' then
+    redis.call('ZREM', DUE, pk)
+    return {expired == 'interrupted' and 'interrupted' or 'spent'}
+  end
+  -- Back off like a failed attempt: a job that kills its worker must not spin.
+  local next_at = now + math.floor(math.min(base_ms * 2 ^ (attempts_used(pay) - 1), cap_ms))
+  move(pay, 'retrying', now)
+  redis.call('HSET', pay, 'next_at', next_at)
+  redis.call('HINCRBY', STATS, 'requeued:lease_expired', 1)
+  return again(next_at, 'backoff')
+elseif state == 'retrying' then
+  local next_at = tonumber(redis.call('HGET', pay, 'next_at') or '0')
+  if next_at > now then return again(next_at, 'not_due') end
+  requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'retry')
+  return {'requeued'}
+end
+redis.call('ZREM', DUE, pk)
+return {'settled'}

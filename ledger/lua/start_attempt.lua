@@ -1,0 +1,62 @@
+-- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
+-- `execution` is unique per run of a job: a client retry of this very call is answered
+-- `go` again, a second run of the same RQ job is skipped.
+-- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
+--       | {'interrupted', 0} | {'spent', 0} | {'missing', 0}
+local KEY = named(KEYS, 'payment')
+local ARG, ARGC = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts')
+local short = too_few('start_attempt', ARGC)
+if short then return short end
+local lease_ms, max_attempts = whole(ARG.lease_ms, 1), whole(ARG.max_attempts, 1)
+if not (lease_ms and max_attempts) or (ARG.replay_safe ~= '0' and ARG.replay_safe ~= '1') then
+  return refuse('start_attempt', 'lease ms and max attempts must be numbers, replay_safe 0 or 1')
+end
+local pay = KEY.payment
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+local function go(token)
+  local call = redis.call('HMGET', pay, 'amount', 'currency', 'livemode', 'events')
+  return {'go', token, call[1] or '', call[2] or '', call[3] or '', call[4] or ''}
+end
+if not state then return {'missing', 0} end
+
+local function skip(reason)
+  redis.call('HINCRBY', pay, 'skipped:' .. reason, 1)
+  redis.call('HSET', pay, 'last_skip', reason .. ' job ' .. ARG.job_id .. ' at ' .. now)
+  redis.call('HINCRBY', STATS, 'jobs_skipped:' .. reason, 1)
+  return {'skip', 0, reason}
+end
+
+if state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress' then
+  return skip(state)  -- settled, held for a person, or not paid
+end
+if state == 'in_progress' then
+  if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
+    if redis.call('HGET', pay, 'attempt_id') == ARG.execution then
+      return go(tonumber(redis.call('HGET', pay, 'token')))  -- a client retry of this call
+    end
+    return skip('leased')
+  end
+  local expired = expire_lease(pay, now, max_attempts)
+  if expired ~= 'again' then
+    redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+    return {expired == 'interrupted' and 'interrupted' or 'spent', 0}
+  end
+end
+if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then
+  return skip('not_due')
+end
+
+local lease_until = now + lease_ms
+local token = redis.call('HINCRBY', pay, 'token', 1)
+move(pay, 'in_progress', now)
+-- A replay-safe action needs no separate fence before its call: re-running it is harmless,
+-- so the attempt is `calling` from the start (one round trip less per job).
+local phase = ARG.replay_safe == '1' and 'calling' or 'leased'
+redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
+  'replay_safe', ARG.replay_safe, 'job', ARG.job_id, 'attempt_id', ARG.execution)
+redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+redis.call('HINCRBY', STATS, 'attempts_started', 1)
+redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
+redis.call('HSET', pay, 'attempt:' .. token, cjson.encode({started = now, outcome = 'started'}))
+return go(token)

@@ -1,0 +1,78 @@
+"""Which secret verifies the deliveries, by label, and which secret can be retired.
+
+Deliveries are counted under the verifying secret's label (``secret:{label}`` in the stats
+hash) and the time of its last one is kept (``wl:secrets:last_seen``). Ledgers written
+before labels counted by position; such entries are plain numbers and shown as ``#n``.
+
+Statuses: ``in_use`` (a delivery within the retire window), ``safe_to_retire`` (none for
+that long, and another configured secret verified deliveries since), ``idle`` (none for
+that long, but neither has any other secret: a quiet endpoint proves nothing),
+``never_seen`` and ``not_configured`` (known to the ledger only).
+"""
+
+from typing import Any
+
+from redis import Redis
+
+from ledger import keys
+from ledger.queries import text
+
+DAY_MS = 86_400_000
+STATUSES = ("in_use", "safe_to_retire", "idle", "never_seen", "not_configured")
+
+
+def display(label: str) -> str:
+    """A recorded label as people read it; a pre-label position becomes ``#n``."""
+    return f"#{label} (position, before labels)" if label.isdigit() else label
+
+
+def usage(redis: Redis, labels: list[str], retire_after_days: int) -> list[dict[str, Any]]:
+    """One row per configured label, in order, then per label only the ledger knows."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hgetall(keys.STATS)
+    pipe.hgetall(keys.SECRETS_LAST_SEEN)
+    pipe.time()
+    stats, seen, (seconds, micros) = pipe.execute()
+    counts = {
+        text(k).removeprefix("secret:"): int(v)
+        for k, v in stats.items()
+        if text(k).startswith("secret:")
+    }
+    last_seen = {text(k): int(v) for k, v in seen.items()}
+    now_ms = seconds * 1000 + micros // 1000
+    return rows(labels, counts, last_seen, now_ms, retire_after_days)
+
+
+def rows(
+    labels: list[str],
+    counts: dict[str, int],
+    last_seen: dict[str, int],
+    now_ms: int,
+    retire_after_days: int,
+) -> list[dict[str, Any]]:
+    """The usage rows from the counts and last-seen times (ms)."""
+    others = sorted((counts.keys() | last_seen.keys()) - set(labels))
+    return [
+        {
+            "label": label,
+            "shown_as": display(label),
+            "configured": label in labels,
+            "deliveries": counts.get(label, 0),
+            "last_seen": last_seen.get(label),
+            "status": status(label, labels, last_seen, now_ms, retire_after_days),
+        }
+        for label in labels + others
+    ]
+
+
+def status(label: str, labels: list[str], last_seen: dict[str, int], now_ms: int, days: int) -> str:
+    """One of STATUSES for ``label`` at ``now_ms``."""
+    if label not in labels:
+        return "not_configured"
+    last = last_seen.get(label)
+    if last is None:
+        return "never_seen"
+    if now_ms - last < days * DAY_MS:
+        return "in_use"
+    moved = any(last_seen.get(other, 0) > last for other in labels if other != label)
+    return "safe_to_retire" if moved else "idle"

@@ -1,0 +1,58 @@
+"""What every ``webhook-ledger`` command shares: settings and Redis, ``--json``, output and
+exit codes (0 ok, 1 not there or not in that state, or for ``reconcile`` events missing and
+not recorded, 2 usage, 3 Redis unreachable, 4 Stripe's API refused or could not be reached)."""
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+import orjson
+from redis import Redis
+from redis.exceptions import RedisError
+from rich.table import Table
+from rich.text import Text
+
+from ledger import settings
+from ledger.connection import connect
+from ledger.deliveries import LedgerUnavailable
+from ledger.redact import redact
+from ledgerctl.terminal import console, say
+
+EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
+T = TypeVar("T")
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON instead of a table or text."
+)
+
+
+class Context:
+    """Settings from the environment; Redis connected on first use."""
+
+    def __init__(self) -> None:
+        self.settings = settings.load()
+        self._redis: Redis | None = None
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            self._redis = connect(self.settings)
+        return self._redis
+
+
+def emit(data: object, as_json: bool, table: Table | None = None) -> None:
+    """``data`` as indented JSON, or ``table`` when given and JSON was not asked for."""
+    if as_json or table is None:
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        console.print(table)
+
+
+def run(fn: Callable[[], T]) -> T:
+    """``fn()``; an unreachable Redis ends the command with exit code 3."""
+    try:
+        return fn()
+    except (RedisError, LedgerUnavailable) as exc:
+        say(Text("Redis unreachable:", "red"), redact(str(exc)))
+        sys.exit(EXIT_REDIS)

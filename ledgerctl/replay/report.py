@@ -1,0 +1,157 @@
+"""Read back every layer after a run and put them side by side."""
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from redis import Redis
+from rich.table import Table
+from rich.text import Text
+
+from ledger import keys, queries
+from ledger.downstream import read_downstream
+from ledger.settings import Settings
+from ledgerctl.checker import Findings, check
+from ledgerctl.terminal import line, literal
+
+SETTLED = ("fulfilled", "failed", "interrupted")
+
+
+def event_counts(redis: Redis, event_ids: list[str]) -> dict[str, int]:
+    pipe = redis.pipeline(transaction=False)
+    for event_id in event_ids:
+        pipe.hget(keys.event(event_id), "n")
+    return {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
+
+
+def payment_states(redis: Redis, payment_keys: list[str]) -> dict[str, str]:
+    pipe = redis.pipeline(transaction=False)
+    for pk in payment_keys:
+        pipe.hget(keys.payment(pk), "state")
+    return {pk: (s or b"").decode() for pk, s in zip(payment_keys, pipe.execute(), strict=True)}
+
+
+def held(redis: Redis, payment_keys: set[str]) -> set[str]:
+    """The payments among these that the server holds for a person (state ``held``)."""
+    states = payment_states(redis, sorted(payment_keys))
+    return {pk for pk, state in states.items() if state == "held"}
+
+
+def wait_settled(
+    redis: Redis, payment_keys: list[str], timeout: float, tick: Callable[[int], None]
+) -> bool:
+    """Wait until every payment is fulfilled, failed or interrupted; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = payment_states(redis, payment_keys)
+        done = sum(1 for s in states.values() if s in SETTLED)
+        tick(done)
+        if done == len(payment_keys):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
+    pipe = redis.pipeline(transaction=False)
+    for pk in payment_keys:
+        pipe.hgetall(keys.payment(pk))
+    totals = Counter[str]()
+    for pk, raw in zip(payment_keys, pipe.execute(), strict=True):
+        record = queries.payment_record(pk, raw)
+        totals["started"] += int(record["attempts_started"])
+        totals["finished"] += int(record["attempts_finished"])
+        totals["stale"] += int(record.get("stale_finishes", 0))
+    return dict(totals)
+
+
+def downstream_db(settings: Settings, given: str | None) -> str | None:
+    """The SQLite file holding the downstream's own record, if there is one."""
+    return given or settings.sqlite_downstream
+
+
+def downstream_effects(
+    db: str | None, payment_keys: list[str], states: dict[str, str]
+) -> tuple[str, dict[str, int], int]:
+    """Effects per payment from the downstream's own record when it keeps one."""
+    if db:
+        data = read_downstream(db)["payments"]
+        rows = {pk: data.get(pk, {}) for pk in payment_keys}
+        effects = {pk: int(r.get("effects", 0)) for pk, r in rows.items()}
+        return "downstream (sqlite)", effects, sum(int(r.get("calls", 0)) for r in rows.values())
+    effects = {pk: int(states.get(pk) == "fulfilled") for pk in payment_keys}
+    return "ledger (no downstream record)", effects, -1
+
+
+def delta(after: dict[str, Any], before: dict[str, Any], name: str) -> int:
+    return int(after.get(name, 0)) - int(before.get(name, 0))
+
+
+def build(
+    answers: list[Any],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    recorded: dict[str, int],
+    paid: set[str],
+    redis: Redis,
+    db: str | None,
+) -> tuple[dict[str, Any], Findings]:
+    """All layers of one run, and the checker's findings."""
+    sent = Counter(a.kind for a in answers)
+    statuses = Counter(str(a.status) for a in answers)
+    acked = Counter(a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300)
+    pks = sorted(paid)
+    states = payment_states(redis, pks)
+    source, effects, calls = downstream_effects(db, pks, states)
+    rejected = {
+        k: v - before["rejected_by_reason"].get(k, 0)
+        for k, v in after["rejected_by_reason"].items()
+        if v - before["rejected_by_reason"].get(k, 0)
+    }
+    layers = {
+        "sent": {"total": len(answers), **dict(sent)},
+        "answered": dict(sorted(statuses.items())),
+        "ledger": {
+            "deliveries": delta(after, before, "deliveries"),
+            "events": delta(after, before, "events"),
+            "duplicates": delta(after, before, "duplicates"),
+            "rejected": delta(after, before, "rejected"),
+            "rejected_by_reason": rejected,
+        },
+        "payments": dict(Counter(states.values())),
+        "attempts": attempts_of(redis, pks),
+        "downstream": {"source": source, "calls": calls, "effects": sum(effects.values())},
+    }
+    return layers, check(acked, recorded, paid, effects, states)
+
+
+def table(layers: dict[str, Any], findings: Findings) -> Table:
+    out = Table(title="Replay: what each layer saw")
+    out.add_column("layer", style="bold")
+    out.add_column("observed")
+
+    def fmt(values: dict[str, Any]) -> str:
+        return (
+            "  ".join(f"{k} {fmt(v) if isinstance(v, dict) else v}" for k, v in values.items())
+            or "-"
+        )
+
+    for name, values in layers.items():
+        out.add_row(literal(name), literal(fmt(values)))
+    verdict = Text("ok", "green") if findings.ok else Text("FAILED", "red")
+    out.add_row(
+        "checker",
+        line(
+            verdict,
+            f" checks {findings.checks}  lost {len(findings.lost)}  duplicated "
+            f"{len(findings.duplicated)}  unfulfilled {len(findings.unfulfilled)}  interrupted "
+            f"{len(findings.interrupted)}  unexpected {len(findings.unexpected)}",
+        ),
+    )
+    return out
+
+
+def summary_now(redis: Redis, queue: str) -> dict[str, Any]:
+    return queries.summary(redis, queue)

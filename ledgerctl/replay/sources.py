@@ -1,0 +1,87 @@
+"""Where replayed events come from: files, the ledger, or the generator.
+
+Each source yields ``(event, body)``: the parsed event and the exact bytes to send.
+"""
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+from redis import Redis
+
+from ledger import keys, queries
+from ledger.payloads import decompress_payload
+from ledgerctl import samples
+
+Item = tuple[dict[str, Any], bytes]
+
+
+def _from_text(text: str) -> Iterator[Item]:
+    stripped = text.strip()
+    if not stripped:
+        return
+    if stripped.startswith("["):
+        for event in json.loads(stripped):
+            yield event, samples.encode(event)
+        return
+    try:
+        event = json.loads(stripped)
+    except json.JSONDecodeError:
+        for line in stripped.splitlines():
+            if line.strip():
+                yield json.loads(line), line.strip().encode()
+        return
+    yield event, text.encode()
+
+
+def from_files(paths: list[Path]) -> Iterator[Item]:
+    """A JSON event (bytes kept as they are), a JSON array, JSON Lines, or folders of them."""
+    for path in paths:
+        files = (
+            sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
+            if path.is_dir()
+            else [path]
+        )
+        for file in files:
+            yield from _from_text(file.read_text())
+
+
+def from_ledger(
+    redis: Redis,
+    event_ids: list[str] | None = None,
+    event_type: str | None = None,
+    payment: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> Iterator[Item]:
+    """Events stored in the ledger, re-sent with the same bytes as stored."""
+    if event_ids:
+        candidates = event_ids
+    elif payment:
+        record = queries.payment(redis, payment)
+        candidates = record["events"] if record else []
+    else:
+        low = since_ms if since_ms is not None else "-inf"
+        high = until_ms if until_ms is not None else "+inf"
+        candidates = [queries.text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
+    for event_id in candidates:
+        stored = redis.hget(keys.event(event_id), "body")
+        if stored is None:
+            continue
+        body = decompress_payload(cast(bytes, stored))
+        event = json.loads(body)
+        if event_type and event.get("type") != event_type:
+            continue
+        yield event, body
+
+
+def generated(
+    count: int, rng: random.Random, checkout: bool = False, only: tuple[str, ...] = ()
+) -> Iterator[Item]:
+    """``count`` realistic card payments, each with the events Stripe sends for it."""
+    for _ in range(count):
+        for event in samples.payment_events(rng, checkout=checkout):
+            if not only or event["type"] in only:
+                yield event, samples.encode(event)

@@ -1,0 +1,170 @@
+"""The fulfilment job and the sweeper in this process (RQ's SimpleWorker in burst mode, direct
+sweeps): one effect per payment whatever arrives, and each downstream answer recorded for
+what it is. Where a process dies or stalls, see tests/system/."""
+
+import itertools
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+import pytest
+from redis import Redis
+
+from ledger import queries
+from ledger.downstream import read_downstream
+from ledgerctl import samples
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import payment_key_of, run_cli, settled_as
+from tests.support.inprocess import Fulfilment
+from tests.support.processes import free_port, wait_until
+
+
+def pay(f: Fulfilment, rng: random.Random) -> str:
+    """One paid event recorded; its payment key."""
+    event = samples.payment_events(rng)[2]
+    assert f.deliver(event).enqueued
+    return payment_key_of(event)
+
+
+def work_until(f: Fulfilment, redis: Redis, pk: str, state: str) -> None:
+    """Run the queued jobs, and sweep what comes due, until ``pk`` settles in ``state``."""
+
+    def step() -> bool:
+        f.work()
+        f.sweep()
+        return settled_as(redis, pk, state)
+
+    wait_until(step, what=state)
+
+
+def test_every_order_of_all_paid_events_fulfils_once(fulfilment, redis, rng) -> None:
+    f = fulfilment()
+    payments = []
+    for order in itertools.permutations(range(3)):
+        events = samples.payment_events(rng, checkout=True)
+        paid = [e for e in events if e["type"] in samples.PAID_TYPES]
+        for index in order:
+            for _ in range(3):
+                f.deliver(paid[index])
+        payments.append(payment_key_of(events[0]))
+    assert redis.llen("rq:queue:fulfilment") == len(payments) == 6
+    f.work()
+    down = read_downstream(str(f.settings.sqlite_downstream))
+    assert down["totals"] == {"calls": 6, "effects": 6}
+    for pk in payments:
+        assert down["payments"][pk] == {
+            "calls": 1,
+            "applied": 1,
+            "already_applied": 0,
+            "effects": 1,
+        }
+        record = queries.payment(redis, pk)
+        assert record is not None and record["state"] == "fulfilled"
+        assert record["attempts_started"] == "1" and len(record["events"]) == 3
+        assert orjson.loads(record["receipt"])["outcome"] == "applied"
+
+
+def test_fifty_concurrent_copies_one_job_one_call_one_effect(fulfilment, redis, rng) -> None:
+    f = fulfilment()
+    event = samples.payment_events(rng)[2]
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(lambda _: f.deliver(event), range(50)))
+    assert sum(a.enqueued for a in answers) == 1 and redis.llen("rq:queue:fulfilment") == 1
+    f.work()
+    down = read_downstream(str(f.settings.sqlite_downstream))
+    assert down["payments"][payment_key_of(event)]["calls"] == 1
+    assert down["totals"]["effects"] == 1
+
+
+def test_transient_failures_retry_then_fulfil(fulfilment, redis, rng) -> None:
+    with CountingDownstream(script=[500, 500]) as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "fulfilled")
+        record = queries.payment(redis, pk)
+        assert record is not None and record["attempts_started"] == "3"
+        outcomes = [orjson.loads(a)["outcome"] for a in record["attempts"]]
+        assert outcomes == ["retry", "retry", "fulfilled"]
+        assert downstream.calls[pk] == 3
+
+
+def test_always_failing_downstream_dead_letters_then_retry_recovers(fulfilment, redis, rng) -> None:
+    with CountingDownstream(default=500) as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url, MAX_ATTEMPTS="3")
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "failed")
+        record = queries.payment(redis, pk)
+        assert record is not None and record["last_error"].startswith("http 500")
+        assert downstream.calls[pk] == 3
+        downstream.default = 200
+        assert run_cli({}, "retry", pk).exit_code == 0
+        work_until(f, redis, pk, "fulfilled")
+        assert downstream.calls[pk] == 4
+        assert run_cli({}, "retry", pk).exit_code == 1  # fulfilled: nothing to retry
+
+
+@pytest.mark.parametrize("replay_safe", [True, False])
+def test_slow_downstream(replay_safe: bool, fulfilment, redis, rng) -> None:
+    """The first call outlasts FULFILMENT_TIMEOUT: it may have been applied."""
+    with CountingDownstream(delays=[2.0]) as downstream:
+        f = fulfilment(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_TIMEOUT="0.5",
+            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
+        )
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "fulfilled" if replay_safe else "interrupted")
+        assert downstream.calls[pk] == (2 if replay_safe else 1)
+        first = queries.payment(redis, pk)["attempts"][0]  # type: ignore[index]
+        assert "ReadTimeout" in first or "deadline" in first  # whichever of the two fired first
+
+
+def test_downstream_answering_409_counts_as_done(fulfilment, redis, rng) -> None:
+    with CountingDownstream(default=409) as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        pk = pay(f, rng)
+        f.work()
+        assert settled_as(redis, pk, "fulfilled")
+        assert orjson.loads(queries.payment(redis, pk)["receipt"])["status"] == 409  # type: ignore[index]
+        assert downstream.calls[pk] == 1
+
+
+def test_downstream_refusing_connections_is_retried(fulfilment, redis, rng) -> None:
+    """Nothing listens: the request never left, so even a non-replay-safe action retries."""
+    f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{free_port()}/fulfil", MAX_ATTEMPTS="2")
+    pk = pay(f, rng)
+    work_until(f, redis, pk, "failed")
+    record = queries.payment(redis, pk)
+    assert record is not None
+    assert record["attempts_started"] == "2" and "ConnectionError" in record["last_error"]
+
+
+def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(fulfilment, redis, rng) -> None:
+    with CountingDownstream(default=502) as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        pk = pay(f, rng)
+        f.work()
+        assert settled_as(redis, pk, "interrupted")
+        f.sweep()
+        f.work()
+        assert downstream.calls[pk] == 1  # nothing may call it again
+
+
+def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
+    fulfilment, redis, rng
+) -> None:
+    f = fulfilment(FULFILMENT_ACTION="foo://x")
+    pk = pay(f, rng)
+    f.work()
+    assert settled_as(redis, pk, "failed")
+    record = queries.payment(redis, pk)
+    assert record is not None and "could not be loaded" in record["last_error"]
+    assert "foo" in record["last_error"]
+    assert pk in [p["key"] for p in queries.payments(redis, queries.ATTENTION)]
+
+
+def test_a_payment_queued_too_long_needs_a_person(fulfilment, redis, rng) -> None:
+    pk = pay(fulfilment(), rng)
+    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=3600) == []
+    wait_until(lambda: queries.payments(redis, queries.ATTENTION, stuck_after_s=0), what="listed")
+    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=0)[0]["key"] == pk

@@ -1,0 +1,200 @@
+"""The ops surface: API routes, dashboard pages, tokens, CSRF, CLI commands, /metrics."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ledger import queries
+from ledger import settings as settings_module
+from tests.support.constants import BASIC, BEARER, OLD_SECRET, OPS_TOKEN, SECRET
+from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers
+from webhook.http import csrf_token
+
+API_ROUTES = [
+    "summary",
+    "events",
+    "payments",
+    "rejections",
+    "series",
+    "secrets",
+    "reconcile",
+    "openapi.yaml",
+]
+
+
+def deliver(client, rng, copies: int = 1) -> dict:
+    event, body = paid_event(rng)
+    for _ in range(copies):
+        assert (
+            client.post("/webhooks/stripe", data=body, headers=signed_headers(body)).status_code
+            == 200
+        )
+    return event
+
+
+@pytest.mark.parametrize("route", API_ROUTES)
+def test_api_routes_need_the_token(client, redis, route: str) -> None:
+    assert client.get(f"/ops/api/{route}").status_code == 401
+    assert (
+        client.get(f"/ops/api/{route}", headers={"Authorization": "Bearer nope"}).status_code == 401
+    )
+    assert client.get(f"/ops/api/{route}", headers=BEARER).status_code == 200
+    assert client.get(f"/ops/api/{route}", headers=BASIC).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "page", ["/ops/", "/ops/events", "/ops/payments", "/ops/payments?state=failed"]
+)
+def test_dashboard_pages_need_the_token(client, redis, rng, page: str) -> None:
+    deliver(client, rng)
+    denied = client.get(page)
+    assert denied.status_code == 401 and denied.headers["WWW-Authenticate"].startswith("Basic")
+    assert client.get(page, headers=BASIC).status_code == 200
+
+
+def test_api_mirrors_the_ledger(client, redis, rng) -> None:
+    event = deliver(client, rng, copies=2)
+    pk = event["data"]["object"]["id"]
+    summary = client.get("/ops/api/summary", headers=BEARER).get_json()
+    assert (summary["deliveries"], summary["events"], summary["duplicates"]) == (2, 1, 1)
+    assert summary["workers"]["queue_length"] == 1
+    rows = client.get("/ops/api/events?limit=5", headers=BEARER).get_json()["events"]
+    assert [(r["id"], r["n"]) for r in rows] == [(event["id"], "2")]
+    assert (
+        client.get("/ops/api/events?type=charge.succeeded", headers=BEARER).get_json()["events"]
+        == []
+    )
+    one = client.get(f"/ops/api/events/{event['id']}?payload=1", headers=BEARER).get_json()
+    assert json.loads(one["payload"])["id"] == event["id"]
+    assert client.get("/ops/api/events/evt_nope", headers=BEARER).status_code == 404
+    payments = client.get("/ops/api/payments?state=queued", headers=BEARER).get_json()["payments"]
+    assert [p["key"] for p in payments] == [pk]
+    assert client.get("/ops/api/payments?state=bogus", headers=BEARER).status_code == 400
+    assert client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()["events"] == [
+        event["id"]
+    ]
+    series = client.get("/ops/api/series?minutes=5", headers=BEARER).get_json()["series"]
+    assert sum(p["deliveries"] for p in series) == 2 and len(series) == 5
+
+
+def test_events_paging_and_time_filter(client, redis, rng) -> None:
+    ids = [deliver(client, rng)["id"] for _ in range(5)]
+    page1 = client.get("/ops/api/events?limit=2", headers=BEARER).get_json()["events"]
+    page2 = client.get("/ops/api/events?limit=2&offset=2", headers=BEARER).get_json()["events"]
+    seen = [r["id"] for r in page1 + page2]
+    assert len(set(seen)) == 4 and set(seen) <= set(ids)
+    future = client.get("/ops/api/events?since=99999999999999", headers=BEARER).get_json()["events"]
+    assert future == []
+
+
+def test_openapi_documents_every_api_route(app) -> None:
+    spec = yaml.safe_load(Path(app.root_path, "openapi.yaml").read_text())
+    documented = {"/ops/api" + p.replace("{", "<").replace("}", ">") for p in spec["paths"]}
+    rules = [r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/ops/api")]
+    for rule in rules:
+        for action in ("retry", "resolve"):
+            assert rule.replace("<any(retry, resolve):action>", action) in documented, rule
+
+
+def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk)
+    url = f"/ops/api/payments/{pk}/retry"
+    assert client.get(url, headers=BEARER).status_code == 405
+    assert client.post(url, headers=BEARER).status_code == 403
+    assert client.post(url, headers={**BEARER, "X-CSRF-Token": "forged"}).status_code == 403
+    assert client.post(url).status_code == 401
+    ok = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
+    assert ok.status_code == 200 and ok.get_json()["state"] == "queued"
+    again = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
+    assert again.status_code == 409 and again.get_json()["state"] == "queued"
+
+
+def test_dashboard_resolve_form(client, redis, rng, config) -> None:
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk, "interrupted")
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    assert "interrupted" in page and csrf_token(OPS_TOKEN) in page
+    url = f"/ops/payments/{pk}/resolve"
+    assert client.post(url, data={"as": "fulfilled"}, headers=BASIC).status_code == 403
+    done = client.post(
+        url, data={"as": "fulfilled", "csrf_token": csrf_token(OPS_TOKEN)}, headers=BASIC
+    )
+    assert done.status_code == 303
+    assert queries.payment(redis, pk)["state"] == "fulfilled"
+
+
+def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:
+    """Refused decisions used to answer 303 back to the page with no word of why."""
+    pk = deliver(client, rng)["data"]["object"]["id"]
+    fail_payment(redis, config, pk, "interrupted")  # its call started just now
+    form = {"as": "retry", "csrf_token": csrf_token(OPS_TOKEN)}
+    wait = client.post(f"/ops/payments/{pk}/resolve", data=form, headers=BASIC)
+    page = wait.get_data(as_text=True)
+    assert wait.status_code == 409 and 'id="refusal"' in page
+    assert "attempt_may_still_be_running" in page and "may still be running, until" in page
+    assert queries.payment(redis, pk)["state"] == "interrupted"
+    form = {"csrf_token": csrf_token(OPS_TOKEN)}
+    wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
+    page = wrong.get_data(as_text=True)
+    assert wrong.status_code == 409 and "the payment is interrupted" in page
+    assert "applies only to failed or held payments" in page
+    ok = client.post(f"/ops/payments/{pk}/resolve", data={**form, "as": "fulfilled"}, headers=BASIC)
+    assert ok.status_code == 303 and 'id="refusal"' not in client.get(
+        ok.headers["Location"], headers=BASIC
+    ).get_data(as_text=True)
+
+
+def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:
+    env = {k: str(v) for k, v in config.items()}
+    event = deliver(client, rng, copies=2)
+    pk = event["data"]["object"]["id"]
+    client.post("/webhooks/stripe", data=b"{}", headers=signed_headers(b"{}", secret="whsec_x"))
+    assert json.loads(run_cli(env, "summary", "--json").stdout)["deliveries"] == 2
+    assert json.loads(run_cli(env, "events", "--json").stdout)[0]["n"] == "2"
+    assert json.loads(run_cli(env, "event", event["id"], "--payload", "--json").stdout)["payload"]
+    assert run_cli(env, "event", "evt_missing").exit_code == 1
+    assert (
+        json.loads(run_cli(env, "payments", "--state", "queued", "--json").stdout)[0]["key"] == pk
+    )
+    assert json.loads(run_cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
+    assert run_cli(env, "payment", "pi_missing").exit_code == 1
+    assert (
+        json.loads(run_cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
+    )
+    secrets = json.loads(run_cli(env, "secrets", "--json").stdout)
+    assert [(r["label"], r["deliveries"], r["status"]) for r in secrets] == [
+        (settings_module.fingerprint(SECRET), 2, "in_use"),
+        (settings_module.fingerprint(OLD_SECRET), 0, "never_seen"),
+    ]
+    assert run_cli(env, "retry", pk).exit_code == 1  # queued, not failed
+    refused = run_cli(env, "retry", pk, "--json")
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["verdict"] == "refused"
+    assert json.loads(run_cli(env, "sweep", "--json").stdout) == {}
+    fail_payment(redis, config, pk)
+    assert (
+        run_cli(env, "retry", pk).exit_code == 0 and queries.payment(redis, pk)["state"] == "queued"
+    )
+    assert run_cli(env, "resolve", pk).exit_code == 2  # neither --fulfilled nor --retry
+    assert run_cli(env, "resolve", pk, "--fulfilled").exit_code == 1  # not interrupted
+    assert run_cli(env, "sweep").exit_code == 0
+    assert json.loads(run_cli(env, "downstream", "--json").stdout)["totals"] == {
+        "calls": 0,
+        "effects": 0,
+    }
+    exported = run_cli(env, "export", str(tmp_path / "b"), "--json")
+    assert json.loads(exported.stdout)["records"]["events.json"] == 1
+    assert run_cli(env, "verify", str(tmp_path / "b")).exit_code == 0
+    for command in ("summary", "events", "payments", "rejections", "secrets", "downstream"):
+        table = run_cli(env, command)
+        assert table.exit_code == 0 and ("│" in table.stdout or "┃" in table.stdout), command
+    down = {"REDIS_URL": "redis://127.0.0.1:1/0"}
+    assert run_cli(down, "summary").exit_code == 3
+
+
+def test_dashboard_cannot_be_framed(client, redis) -> None:
+    page = client.get("/ops/", headers=BASIC)
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]

@@ -1,0 +1,423 @@
+"""The fulfilment protocol, explored by a machine instead of imagined by a person.
+
+Hypothesis drives the real Lua scripts on a real Redis (the shipped config: append-only,
+fsync always) through their Python API: deliveries of any event of a few payments (copies,
+any order, the same id with other bytes), workers that start, fence, call a downstream,
+finish with any outcome, die, or stall and come back with an old token, time moving past
+leases, the sweeper, a person's decisions, and Redis restarted from its append-only file.
+After every step the invariants of docs/ARCHITECTURE.md ("The protocol's invariants") are
+checked; at the end of every program, with faults stopped and time moving, every paid
+payment must reach an end.
+
+``PROTOCOL_PROGRAMS`` / ``PROTOCOL_STEPS`` set the budget (CI: 300 programs of up to 50
+steps, about 45 s); docs/RELIABILITY.md records the long run.
+"""
+
+import json
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from redis import Redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
+from rq.job import Job
+
+from ledger import keys, queries
+from ledger import settings as settings_module
+from ledger.attempts import Attempts
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
+from ledgerctl import samples
+from tests.support.processes import RedisServer, wait_until
+
+PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
+STEPS = int(os.environ.get("PROTOCOL_STEPS", "50"))
+CLOCK = "wl:test:clock"
+LEASE_MS, TIMEOUT_MS = 3000, 1000
+WINDOW_MS = LEASE_MS - TIMEOUT_MS  # a call must start this soon after its fence (jobs.py)
+START_MS = 1_800_000_000_000
+WORKERS = 2
+OUTCOMES = ("ok", "transient", "ambiguous", "permanent")
+SETTLED = {"fulfilled", "failed", "interrupted", "held"}
+
+
+@dataclass
+class Worker:
+    payment: str
+    token: int
+    fenced_at: int | None = None  # model ms; None until it may call
+    outcome: str = ""  # set once it has called
+
+
+class Protocol(RuleBasedStateMachine):
+    server: RedisServer
+    redis: Redis
+
+    @initialize(seed=st.integers(0, 2**32 - 1), replay_safe=st.booleans())
+    def setup(self, seed: int, replay_safe: bool) -> None:
+        self.redis.flushdb()
+        self.now = START_MS
+        self.redis.set(CLOCK, self.now)
+        self.replay_safe = replay_safe
+        self.settings = settings_module.load(
+            {},
+            REDIS_URL=self.server.url,
+            STRIPE_MODE="test",
+            LEASE_SECONDS=LEASE_MS // 1000,
+            FULFILMENT_TIMEOUT=TIMEOUT_MS / 1000,
+            FULFILMENT_REPLAY_SAFE=replay_safe,
+            MAX_ATTEMPTS=3,
+            RETRY_BASE_SECONDS=0.2,
+            RETRY_MAX_SECONDS=1,
+            QUEUED_GRACE_SECONDS=1,
+        )
+        self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
+        self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
+        self.events = event_pool(random.Random(seed))
+        self.seen: dict[str, bytes] = {}  # event id -> first body delivered
+        self.paid: set[str] = set()  # payments a paid event was recorded for
+        self.workers: list[Worker | None] = [None] * WORKERS
+        self.calls: Counter[str] = Counter()  # every downstream call
+        self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
+        self.again: Counter[str] = Counter()  # calls made after one that may have applied
+        self.maybe_applied: set[str] = set()  # an ok or ambiguous answer: it may have applied
+        self.tokens: dict[str, int] = {}
+        self.last_state: dict[str, str] = {}
+        self.person_acted: set[str] = set()
+        self.restarts = 0
+
+    # --- what happens -------------------------------------------------------------------
+
+    @rule(index=st.integers(0, 10_000))
+    def deliver(self, index: int) -> None:
+        event, body = self.events[index % len(self.events)]
+        c = classify(event, self.settings.policy)
+        delivery = Delivery(event, body, c, "primary", "stripe", new_request_id())
+        answer = self.ledger.record_delivery(delivery)
+        first = event["id"] not in self.seen
+        self.seen.setdefault(event["id"], body)
+        if first and c.paid and not c.hold:
+            self.paid.add(answer.payment_key)
+
+    @precondition(lambda self: None in self.workers)
+    @rule()
+    def worker_takes_a_job(self) -> None:
+        job_id = self.redis.lpop(f"rq:queue:{self.settings.QUEUE_NAME}")
+        if job_id is None:
+            return
+        pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        start = self.attempts.start(pk, job_id.decode(), self.replay_safe)
+        if start.verdict == "go":
+            # A replay-safe attempt may call from its start: no separate fence.
+            fenced = self.now if self.replay_safe else None
+            self.workers[self.workers.index(None)] = Worker(pk, start.token, fenced)
+
+    @rule(slot=st.integers(0, WORKERS - 1))
+    def worker_fences(self, slot: int) -> None:
+        w = self.workers[slot]
+        if w is None or w.fenced_at is not None:
+            return
+        stale = self.current_token(w.payment) != w.token
+        before = self.payment_core(w.payment)
+        if self.attempts.mark_calling(w.payment, w.token):
+            w.fenced_at = self.now
+        else:
+            self.workers[slot] = None
+        if stale:
+            assert self.payment_core(w.payment) == before, "a stale token changed state"
+
+    @rule(slot=st.integers(0, WORKERS - 1), outcome=st.sampled_from(OUTCOMES), hit=st.booleans())
+    def worker_calls(self, slot: int, outcome: str, hit: bool) -> None:
+        w = self.workers[slot]
+        if w is None or w.fenced_at is None or w.outcome:
+            return
+        if self.now - w.fenced_at > WINDOW_MS:  # jobs.py: too late to call, say so
+            self.finish(slot, "not_called")
+            return
+        self.calls[w.payment] += 1
+        if w.payment in self.maybe_applied:
+            self.again[w.payment] += 1
+        if outcome in ("ok", "ambiguous"):  # a refusal (transient, permanent) applied nothing
+            self.maybe_applied.add(w.payment)
+        if outcome == "ok" or (outcome == "ambiguous" and hit):
+            self.applied[w.payment] += 1
+        w.outcome = outcome
+
+    @rule(slot=st.integers(0, WORKERS - 1))
+    def worker_finishes(self, slot: int) -> None:
+        w = self.workers[slot]
+        if w is None or not w.outcome:
+            return
+        ambiguous = "retry" if self.replay_safe else "interrupted"
+        mapped = {"ok": "fulfilled", "transient": "retry", "ambiguous": ambiguous}
+        self.finish(slot, mapped.get(w.outcome, "failed"))
+
+    @rule(slot=st.integers(0, WORKERS - 1))
+    def worker_dies(self, slot: int) -> None:
+        self.workers[slot] = None  # its state simply vanishes
+
+    @rule(ms=st.sampled_from((200, WINDOW_MS + 1, LEASE_MS + 1, 4 * LEASE_MS)))
+    def time_passes(self, ms: int) -> None:
+        """Also how a worker pauses: it keeps its old token while time moves on."""
+        self.now += ms
+        self.redis.set(CLOCK, self.now)
+
+    @rule()
+    def sweeper_runs(self) -> None:
+        for pk in self.redis.zrangebyscore(keys.DUE, "-inf", self.now):
+            self.attempts.recover(pk.decode())
+
+    @rule(index=st.integers(0, 100), decision=st.sampled_from(("retry", "fulfilled", "requeue")))
+    def person_decides(self, index: int, decision: str) -> None:
+        waiting = ("interrupted", "failed", "held")
+        payments = sorted(pk for pk in self.all_payments() if self.state(pk) in waiting)
+        if not payments:
+            return
+        pk = payments[index % len(payments)]
+        if decision == "requeue":  # webhook-ledger retry
+            verdict, _ = self.attempts.decide(pk, "retry", ("failed", "held"), "person")
+        else:  # webhook-ledger resolve --fulfilled | --retry
+            if self.state(pk) == "interrupted":  # as the README asks: check the downstream first
+                decision = "fulfilled" if self.applied[pk] else "retry"
+            verdict, _ = self.attempts.decide(pk, decision, ("interrupted", "held"), "person")
+        if verdict == "ok":
+            self.person_acted.add(pk)
+            self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    @precondition(lambda self: self.restarts < 2)
+    @rule()
+    def redis_restarts_from_its_aof(self) -> None:
+        self.restarts += 1
+        self.server.kill()
+        self.server.start()
+        wait_until(self.loaded, what="Redis loaded its append-only file")
+
+    # --- invariants, after every step ---------------------------------------------------
+
+    @invariant()
+    def one_effect_per_payment(self) -> None:
+        if not hasattr(self, "calls"):
+            return
+        if not self.replay_safe:  # this downstream never dedupes
+            for pk, n in self.applied.items():
+                assert n <= 1, f"{pk}: {n} effects on a downstream that does not dedupe"
+            for pk, n in self.again.items():
+                assert n == 0, (
+                    f"{pk}: a non-replay-safe action called again after it may have applied"
+                )
+        for pk in self.all_payments():
+            record = queries.payment(self.redis, pk) or {}
+            done = [a for a in record.get("attempts", []) if '"outcome":"fulfilled"' in a]
+            assert len(done) <= 1, f"{pk}: more than one recorded effect"
+
+    @invariant()
+    def only_paid_payments_are_called(self) -> None:
+        if hasattr(self, "calls"):
+            assert set(self.calls) <= self.paid, set(self.calls) - self.paid
+
+    @invariant()
+    def tokens_only_grow(self) -> None:
+        if not hasattr(self, "tokens"):
+            return
+        for pk in self.all_payments():
+            token = self.current_token(pk)
+            assert token >= self.tokens.get(pk, 0), f"{pk}: token went back"
+            self.tokens[pk] = token
+
+    @invariant()
+    def counts_match_the_payments(self) -> None:
+        if not hasattr(self, "tokens"):
+            return
+        states = {pk: self.state(pk) for pk in self.all_payments()}
+        counted = {k.decode(): int(v) for k, v in self.redis.hgetall(keys.PAYMENT_STATES).items()}
+        assert {s: n for s, n in counted.items() if n} == dict(Counter(states.values()))
+        for state in queries.PAYMENT_STATES:
+            indexed = {m.decode() for m in self.redis.zrange(keys.state_index(state), 0, -1)}
+            assert indexed == {pk for pk, s in states.items() if s == state}, state
+
+    @invariant()
+    def terminal_stays_terminal_unless_a_person_acts(self) -> None:
+        if not hasattr(self, "last_state"):
+            return
+        for pk in self.all_payments():
+            now, was = self.state(pk), self.last_state.get(pk)
+            if was == "fulfilled":
+                assert now == "fulfilled", f"{pk}: fulfilled became {now}"
+            if was in ("failed", "held") and pk not in self.person_acted:
+                assert now == was, f"{pk}: {was} became {now} without a person"
+            if was == "interrupted" and pk not in self.person_acted:
+                # Only its own attempt may lift it: a late receipt, or its word it never called.
+                assert now in ("interrupted", "fulfilled", "retrying"), f"{pk}: became {now}"
+            self.last_state[pk] = now
+        self.person_acted.clear()
+
+    # --- liveness ------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        if not hasattr(self, "workers"):
+            return
+        self.workers = [None] * WORKERS  # faults stop: every stalled worker is gone
+        for _ in range(12):
+            self.time_passes(LEASE_MS + 1000)
+            self.sweeper_runs()
+            while self.redis.llen(f"rq:queue:{self.settings.QUEUE_NAME}"):
+                self.worker_takes_a_job()
+                self.worker_fences(0)
+                self.worker_calls(0, "ok", True)
+                self.worker_finishes(0)
+                self.workers[0] = None
+            if all(self.state(pk) in SETTLED for pk in self.paid):
+                break
+        stuck = {pk: self.state(pk) for pk in self.paid if self.state(pk) not in SETTLED}
+        assert not stuck, f"paid payments that never ended: {stuck}"
+        attention = {p["key"] for p in queries.payments(self.redis, queries.ATTENTION, limit=500)}
+        waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
+        assert waiting <= attention, waiting - attention
+        self.one_effect_per_payment()
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def finish(self, slot: int, outcome: str) -> None:
+        w = self.workers[slot]
+        assert w is not None
+        stale = self.current_token(w.payment) != w.token
+        before = self.payment_core(w.payment)
+        self.attempts.finish(w.payment, w.token, outcome, f"model {outcome}", 1.0)
+        if stale:
+            assert self.payment_core(w.payment) == before, "a stale token changed state"
+        self.workers[slot] = None
+
+    def loaded(self) -> bool:
+        try:
+            return self.redis.get(CLOCK) is not None  # PING answers even while loading
+        except BusyLoadingError:
+            return False
+
+    def all_payments(self) -> set[str]:
+        prefix = keys.payment("")
+        return {k.decode()[len(prefix) :] for k in self.redis.scan_iter(match=prefix + "*")}
+
+    def state(self, pk: str) -> str:
+        return (self.redis.hget(keys.payment(pk), "state") or b"").decode()
+
+    def current_token(self, pk: str) -> int:
+        return int(self.redis.hget(keys.payment(pk), "token") or 0)
+
+    def payment_core(self, pk: str) -> tuple[Any, ...]:
+        """What a stale worker must never change."""
+        fields = ("state", "token", "lease_until", "phase", "receipt", "fulfilled_at", "next_at")
+        return tuple(self.redis.hmget(keys.payment(pk), fields))
+
+
+# Every other type of the event table, as (shipped sample it is shaped like, type).
+OTHER_TYPES = (
+    ("charge.succeeded", "charge.captured"),
+    ("charge.failed", "charge.failed"),
+    ("charge.refunded", "charge.refunded"),
+    ("charge.refunded", "charge.dispute.created"),
+    ("payment_intent.payment_failed", "payment_intent.payment_failed"),
+    ("payment_intent.succeeded", "payment_intent.canceled"),
+    ("payment_intent.succeeded", "payment_intent.amount_capturable_updated"),
+    ("checkout.session.completed", "checkout.session.async_payment_succeeded"),
+    ("checkout.session.completed", "checkout.session.async_payment_failed"),
+    ("checkout.session.completed", "checkout.session.expired"),
+    ("invoice.paid", "invoice.paid"),
+    ("invoice.paid", "invoice.payment_succeeded"),
+    ("invoice.paid", "invoice.payment_failed"),
+)
+
+
+def event_pool(rng: random.Random) -> list[tuple[dict[str, Any], bytes]]:
+    """Every paid and non-paid type of the event table, for two payments, with a copy of
+    one paid event under the same id but other bytes (it names another PaymentIntent)."""
+    pool = []
+    for _ in range(2):
+        events = samples.payment_events(rng, checkout=True)
+        pi = events[0]["data"]["object"]["id"]
+        for shape, event_type in OTHER_TYPES:
+            extra = samples.event_of_type(rng, shape)
+            extra["type"] = event_type
+            field = "id" if shape.startswith("payment_intent") else "payment_intent"
+            extra["data"]["object"][field] = pi
+            events.append(extra)
+        pool += [(e, samples.encode(e)) for e in events]
+    twin = json.loads(pool[2][1])
+    twin["data"]["object"]["id"] = samples.random_id(rng, "pi")
+    pool.append((twin, samples.encode(twin)))
+    return pool
+
+
+@pytest.fixture(scope="module")
+def protocol_redis(tmp_path_factory: pytest.TempPathFactory):
+    server = RedisServer(Path(tmp_path_factory.mktemp("protocol"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(3600)  # the budget is PROTOCOL_PROGRAMS; CI's is about a minute
+def test_the_protocol_keeps_its_invariants(protocol_redis: RedisServer) -> None:
+    Protocol.server = protocol_redis
+    # A restarted Redis answers LOADING until it has replayed its file: wait it out.
+    Protocol.redis = Redis.from_url(
+        protocol_redis.url,
+        retry=Retry(ExponentialBackoff(cap=0.5), 50),
+        retry_on_error=[BusyLoadingError, RedisConnectionError],
+    )
+    run_state_machine_as_test(
+        Protocol,
+        settings=settings(
+            max_examples=PROGRAMS,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=os.environ.get("PROTOCOL_SEED") is None,
+        ),
+    )
+
+
+def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found while modelling the protocol for the explorer (not by it: with the call window
+    taken out, 1,600 random programs did not reach it): A fences, stalls past its lease
+    (interrupted) and past the in-flight wait; a person runs it again; B calls; A wakes and
+    would call too, twice on a downstream that does not dedupe."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=1, replay_safe=False)
+    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
+    m.deliver(paid)
+    m.worker_takes_a_job()
+    m.worker_fences(0)
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    pk = m.workers[0].payment  # type: ignore[union-attr]
+    assert m.state(pk) == "interrupted"
+    m.time_passes(4 * LEASE_MS)  # past the wait for an in-flight call
+    m.person_decides(0, "retry")
+    m.worker_takes_a_job()
+    m.worker_fences(1)
+    m.worker_calls(1, "ok", True)
+    m.worker_calls(0, "ok", True)  # A wakes: past its window it must not call
+    assert m.calls[pk] == 1
+    m.worker_finishes(1)
+    assert m.state(pk) == "fulfilled"
+    m.teardown()

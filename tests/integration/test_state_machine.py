@@ -1,0 +1,147 @@
+"""The fulfilment scripts called directly: retries of the same call are harmless, a second
+run of the same job is not let through, a person cannot race a call still in flight."""
+
+import json
+
+from redis import Redis
+
+from ledger import keys, queries, settings
+from ledger.attempts import Attempts
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
+from tests.support.helpers import paid_event
+
+
+def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
+    s = settings.load(
+        {}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test"
+    )
+    client = Redis.from_url(s.REDIS_URL)
+    event, body = paid_event(rng)
+    c = classify(event, s.policy)
+    Ledger(client, s).record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
+    return Attempts(client, s), str(c.payment_key)
+
+
+def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    redis.delete("rq:queue:fulfilment")
+    job = attempts.jobs.enqueue(pk)
+    assert attempts.recover(pk, job) == attempts.recover(pk, job) == "requeued"
+    assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job.job_id.encode()]
+
+
+def test_same_execution_may_retry_start_but_a_second_run_is_skipped(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    first = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
+    retried = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:aaaa")
+    assert first == retried and (first.verdict, first.token) == ("go", 1)
+    second_run = attempts.start(pk, "job-1", replay_safe=True, execution="job-1:bbbb")
+    assert (second_run.verdict, second_run.token, second_run.reason) == ("skip", 0, "leased")
+    assert redis.hget(keys.payment(pk), "token") == b"1"
+
+
+def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert attempts.recover(pk) == "interrupted"
+    verdict, until = attempts.decide(pk, "retry", ("interrupted",), "test")
+    assert verdict == "wait" and int(until) > 0
+    assert redis.hget(keys.payment(pk), "state") == b"interrupted"
+    # the stalled worker comes back with its receipt: accepted, it proves the effect
+    assert attempts.finish(pk, start.token, "fulfilled", '{"late": 1}', 5.0) == (
+        "fulfilled",
+        "fulfilled",
+    )
+
+
+def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=True)
+    attempts.finish(pk, start.token, "failed", "http 400", 1.0)
+    job = attempts.jobs.enqueue(pk)
+    first = attempts.decide(pk, "retry", ("failed",), "test", job)
+    again = attempts.decide(pk, "retry", ("failed",), "test", job)
+    assert first == again == ("ok", "queued")
+    assert redis.hget(keys.STATS, "requeued:operator") == b"1"
+
+
+def test_retention_purges_settled_payments_and_keeps_counts(
+    redis: Redis, redis_server, rng
+) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="PAYMENT_RETENTION_DAYS"):
+        settings.load({}, PAYMENT_RETENTION_DAYS=30, EVENT_RETENTION_DAYS=30)
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=True)
+    attempts.finish(pk, start.token, "fulfilled", "{}", 1.0)
+    kept = Attempts(
+        attempts.redis, settings.load({}, REDIS_URL=redis_server.url, PAYMENT_RETENTION_DAYS=31)
+    )
+    assert kept.purge() == 0  # fulfilled just now
+    redis.zadd(keys.state_index("fulfilled"), {pk: 1})  # as if it settled long ago
+    assert kept.purge() == 1
+    assert not redis.exists(keys.payment(pk))
+    assert redis.hget(keys.PAYMENT_STATES, "fulfilled") == b"0"
+    assert redis.zcard(keys.state_index("fulfilled")) == 0
+
+
+def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> None:
+    from rq.job import Job
+
+    from ledger.enqueue import FULFIL_JOB, Jobs
+
+    s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
+    jobs = Jobs(Redis.from_url(s.REDIS_URL), s)
+    job = jobs.enqueue("pi_b")
+    assert redis.keys("*") == []  # captured, not sent
+    commands = job.commands
+    while commands:  # (n, arg1..argn)*, as run_commands reads them
+        count, commands = commands[0], commands[1:]
+        redis.execute_command(*commands[:count])
+        commands = commands[count:]
+    fetched = Job.fetch(job.job_id, connection=redis)
+    assert (fetched.func_name, fetched.args, fetched.get_status()) == (
+        FULFIL_JOB,
+        ("pi_b",),
+        "queued",
+    )
+    assert fetched.timeout == s.job_timeout_s and fetched.result_ttl == s.RQ_RESULT_TTL
+    assert redis.lrange(f"rq:queue:{s.QUEUE_NAME}", 0, -1) == [job.job_id.encode()]
+
+
+def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    first = attempts.start(pk, "job-1", replay_safe=True)
+    assert attempts.finish(pk, first.token, "retry", "http 503", 2.0) == ("retry", "retrying")
+    assert attempts.finish(pk, first.token, "retry", "http 503", 2.0) == ("already", "retrying")
+    redis.hset(keys.payment(pk), "next_at", 0)
+    second = attempts.start(pk, "job-2", replay_safe=True)
+    receipt = '{"call_id": 7}'
+    assert attempts.finish(pk, second.token, "fulfilled", receipt, 3.5) == (
+        "fulfilled",
+        "fulfilled",
+    )
+    assert attempts.finish(pk, second.token, "fulfilled", receipt, 3.5)[0] == "already"
+    raw = redis.hgetall(keys.payment(pk))
+    assert {b"attempt:1", b"attempt:2"} <= raw.keys() and b"stale_finishes" not in raw
+    stored = json.loads(raw[b"attempt:2"])
+    assert "detail" not in stored and "ended" not in stored  # kept once: receipt, fulfilled_at
+    record = queries.payment(redis, pk)
+    assert record is not None
+    retried, done = (json.loads(a) for a in record["attempts"])
+    assert (retried["token"], retried["outcome"], retried["detail"]) == (1, "retry", "http 503")
+    assert (done["token"], done["outcome"], done["detail"]) == (2, "fulfilled", receipt)
+    assert done["ended"] == int(record["fulfilled_at"]) and done["ms"] == 3.5
+    assert (record["attempts_started"], record["attempts_finished"]) == ("2", "2")
+    assert record["paid_by"] == record["events"][0]
+    assert redis.hget(keys.STATS, "attempts_finished") == b"2"

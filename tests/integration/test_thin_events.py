@@ -1,0 +1,160 @@
+"""Thin events (``"object": "v2.core.event"``, a ``related_object``, no ``data.object``) from
+Stripe's event destinations: recorded and counted like any delivery, never fulfilled unless
+the thin-event table maps them (and PAID_EVENT_TYPES lists them)."""
+
+import json
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from redis import Redis
+from stripe import StripeClient
+from stripe.events import V1PaymentIntentSucceededEventNotification
+
+from ledger import keys, queries
+from ledgerctl import samples
+from tests.integration.test_intake import assert_rejected
+from tests.integration.test_ops import BASIC
+from tests.support.constants import SECRET
+from tests.support.helpers import signed_headers, stats
+from webhook import create_app
+
+QUEUE = "rq:queue:fulfilment"
+
+
+def thin_event(
+    rng: random.Random, event_type: str, related: dict[str, str] | None, **extra: Any
+) -> dict[str, Any]:
+    """A thin event as an event destination sends it."""
+    event = {
+        "id": samples.random_id(rng, "evt_test", 46),
+        "object": "v2.core.event",
+        "type": event_type,
+        "livemode": False,
+        "created": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "reason": {
+            "type": "request",
+            "request": {"id": samples.random_id(rng, "req", 14), "idempotency_key": "k-1"},
+        },
+        **extra,
+    }
+    if related is not None:
+        event["related_object"] = related
+    return event
+
+
+def payment_intent(pi: str) -> dict[str, str]:
+    return {"id": pi, "type": "payment_intent", "url": f"/v1/payment_intents/{pi}"}
+
+
+def post(client, event: dict[str, Any]):
+    body = json.dumps(event, indent=2).encode()
+    return client.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+
+
+def test_the_payload_is_what_stripe_python_parses(rng: random.Random) -> None:
+    pi = samples.random_id(rng, "pi")
+    body = json.dumps(thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi)))
+    header = samples.sign(body.encode(), SECRET)
+    parsed = StripeClient("sk_test_unused").parse_event_notification(body, header, SECRET)
+    assert isinstance(parsed, V1PaymentIntentSucceededEventNotification)
+    assert (parsed.related_object.id, parsed.related_object.type) == (pi, "payment_intent")
+
+
+def test_a_thin_event_is_recorded_and_counted_but_does_not_fulfil(
+    client,
+    redis: Redis,
+    rng: random.Random,
+) -> None:
+    pi = samples.random_id(rng, "pi")
+    event = thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi))
+    first, again = post(client, event), post(client, event)
+    assert first.status_code == again.status_code == 200
+    assert (first.get_json()["deliveries"], again.get_json()["duplicate"]) == (1, True)
+    record = queries.event(redis, event["id"])
+    assert record is not None
+    assert {k: record[k] for k in ("thin", "rel_type", "rel_id", "pk", "role", "paid", "n")} == {
+        "thin": "1",
+        "rel_type": "payment_intent",
+        "rel_id": pi,
+        "pk": pi,
+        "role": "info",
+        "paid": "0",
+        "n": "2",
+    }
+    counters = stats(redis)
+    assert (counters["deliveries"], counters["events"], counters["duplicates"]) == (2, 1, 1)
+    assert counters["type:v1.payment_intent.succeeded"] == 2
+    assert queries.payment(redis, pi)["state"] == "pending" and redis.llen(QUEUE) == 0
+    page = client.get(f"/ops/events/{event['id']}", headers=BASIC).get_data(as_text=True)
+    assert 'id="event-reason"' in page and "<code>thin</code>" in page and pi in page
+
+
+@pytest.mark.parametrize(
+    ("event_type", "related"),
+    [
+        ("v1.charge.succeeded", {"id": "ch_1", "type": "charge", "url": "/v1/charges/ch_1"}),
+        ("v1.checkout.session.completed", {"id": "cs_1", "type": "checkout.session", "url": "/"}),
+        ("v1.billing.meter.error_report_triggered", {"id": "mtr_1", "type": "billing.meter"}),
+        ("v1.payment_intent.succeeded", {"id": "ch_1", "type": "charge", "url": "/"}),
+        ("v2.core.event_destination.ping", {"type": "v2.core.event_destination", "url": "/"}),
+        ("v2.core.event_destination.ping", None),
+    ],
+)
+def test_thin_events_the_table_does_not_map_join_no_payment(
+    client,
+    redis: Redis,
+    rng: random.Random,
+    event_type: str,
+    related: dict[str, str] | None,
+) -> None:
+    event = thin_event(rng, event_type, related)
+    assert post(client, event).status_code == 200
+    record = queries.event(redis, event["id"])
+    assert record is not None and record["thin"] == "1" and record["pk"] == ""
+    assert not list(redis.scan_iter(match=keys.payment("*")))
+
+
+def test_a_mapped_thin_event_fulfils_once_when_paid_types_list_it(
+    config: dict[str, object],
+    redis: Redis,
+    rng: random.Random,
+) -> None:
+    paid_types = ("payment_intent.succeeded", "v1.payment_intent.succeeded")
+    client = create_app({**config, "PAID_EVENT_TYPES": paid_types}).test_client()
+    snapshot = samples.payment_events(rng)[2]
+    pi = snapshot["data"]["object"]["id"]
+    thin = thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi))
+    assert post(client, thin).status_code == 200
+    assert queries.payment(redis, pi)["state"] == "queued" and redis.llen(QUEUE) == 1
+    assert post(client, snapshot).status_code == 200  # the same payment, as a snapshot event
+    assert queries.payment(redis, pi)["events"] == [thin["id"], snapshot["id"]]
+    assert redis.llen(QUEUE) == 1
+    connect = thin_event(
+        rng, "v1.payment_intent.succeeded", payment_intent("pi_connect"), context="acct_1"
+    )
+    assert post(client, connect).status_code == 200
+    held = queries.payment(redis, "pi_connect")
+    assert held["state"] == "held" and "acct_1" in held["hold_reason"]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"related_object": "pi_1"},
+        {"related_object": {"id": "pi_1"}},
+        {"related_object": {"id": 12, "type": "payment_intent"}},
+        {"related_object": {"id": "", "type": "payment_intent"}},
+        {"id": "pi_1"},
+        {"type": None},
+    ],
+)
+def test_a_broken_thin_event_is_not_a_stripe_event(
+    client,
+    redis: Redis,
+    rng: random.Random,
+    broken: dict[str, Any],
+) -> None:
+    event = {**thin_event(rng, "v1.payment_intent.succeeded", payment_intent("pi_1")), **broken}
+    assert_rejected(post(client, event), redis, "not_a_stripe_event")

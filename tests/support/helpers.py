@@ -1,0 +1,101 @@
+"""Small helpers shared by tests: signed requests, ledger reads, the CLI in-process."""
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+from click.testing import CliRunner, Result
+from redis import Redis
+
+from ledger import keys
+from ledger import settings as settings_module
+from ledger.attempts import Attempts
+from ledgerctl import samples
+from tests.support.constants import SECRET, STRIPE_UA
+
+
+def signed_headers(body: bytes, secret: str = SECRET, **kwargs: Any) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json; charset=utf-8",
+        "User-Agent": STRIPE_UA,
+        "Stripe-Signature": samples.sign(body, secret, **kwargs),
+    }
+
+
+def paid_event(rng: random.Random) -> tuple[dict[str, Any], bytes]:
+    event = samples.payment_events(rng)[2]
+    return event, samples.encode(event)
+
+
+def stats(redis: Redis) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in redis.hgetall(keys.STATS).items()}
+
+
+def ledger_keys(redis: Redis) -> set[str]:
+    return {k.decode() for k in redis.scan_iter(match="*")}
+
+
+def payment_key_of(event: dict[str, Any]) -> str:
+    """The PaymentIntent id of a sample payment event."""
+    return str(event["data"]["object"]["id"])
+
+
+def state_of(redis: Redis, payment_key: str) -> str:
+    value = redis.hget(keys.payment(payment_key), "state")
+    return value.decode() if value else ""
+
+
+def settled_as(redis: Redis, payment_key: str, state: str) -> bool:
+    """In ``state`` and no longer due for the sweeper."""
+    return state_of(redis, payment_key) == state and redis.zscore(keys.DUE, payment_key) is None
+
+
+def sweeps(redis: Redis) -> int:
+    """Sweeper passes completed so far (any sweeper)."""
+    return int(redis.hget(keys.SWEEPER, "sweeps") or 0)
+
+
+def after_sweeps(redis: Redis, passes: int = 2) -> None:
+    """Wait until the sweeper has completed ``passes`` more passes: progress, not time."""
+    from tests.support.processes import wait_until
+
+    target = sweeps(redis) + passes
+    wait_until(lambda: sweeps(redis) >= target, what=f"{passes} more sweeps")
+
+
+def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:
+    """Put a payment in ``state`` through the real scripts (a worker's attempt that fails)."""
+    s = settings_module.load({}, **{k: v for k, v in config.items() if k == "REDIS_URL"})
+    attempts = Attempts(Redis.from_url(s.REDIS_URL), s)
+    start = attempts.start(payment_key, "job-test", replay_safe=state != "interrupted")
+    assert start.verdict == "go"
+    if state == "interrupted":
+        attempts.mark_calling(payment_key, start.token)
+        redis.hset(keys.payment(payment_key), "lease_until", 0)
+        assert attempts.recover(payment_key) == "interrupted"
+    else:
+        attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
+
+
+def run_cli(env: Mapping[str, str], *args: str) -> Result:
+    """``webhook-ledger ARGS`` in-process (Click's CliRunner), settings from ``env``."""
+    from ledgerctl.cli import main
+
+    return CliRunner().invoke(main, list(args), env=dict(env))
+
+
+def cli_ok(result: Result, code: int = 0) -> bool:
+    """The command ended with ``code`` and without a traceback."""
+    clean = result.exception is None or isinstance(result.exception, SystemExit)
+    return clean and result.exit_code == code
+
+
+def post_webhook(web_url: str, body: bytes) -> int | str:
+    """POST a signed delivery; its status, or the name of the error when none came."""
+    try:
+        return requests.post(
+            f"{web_url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=15
+        ).status_code
+    except requests.RequestException as exc:
+        return type(exc).__name__

@@ -1,0 +1,64 @@
+"""A whole service for a test: gunicorn + RQ workers + sweeper sharing one environment."""
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import requests
+from redis import Redis
+
+from tests.support.helpers import signed_headers
+from tests.support.processes import Gunicorn, RqWorker, Sweeper, service_env
+
+FAST = {
+    "LEASE_SECONDS": "3",
+    "FULFILMENT_TIMEOUT": "1",
+    "RETRY_BASE_SECONDS": "0.1",
+    "SWEEP_INTERVAL": "0.1",
+    "QUEUED_GRACE_SECONDS": "1",
+}
+
+
+class Stack:
+    """gunicorn + workers + sweeper sharing one env; each part can be started on its own."""
+
+    def __init__(self, env: dict[str, str], logs: Path, exits: ExitStack) -> None:
+        self.env, self.logs, self.exits = env, logs, exits
+        self.web: Gunicorn | None = None
+
+    def start_web(self, **extra: str) -> Gunicorn:
+        env = {**self.env, **extra}
+        self.web = Gunicorn(env, workers=2, log=self.logs / "web.log").start()
+        self.exits.callback(self.web.stop)
+        return self.web
+
+    def start_worker(self, worker_class: str = "rq.worker.SimpleWorker", **extra: str) -> RqWorker:
+        env = {**self.env, **extra}
+        worker = RqWorker(env, log=self.logs / "worker.log", worker_class=worker_class).start()
+        self.exits.callback(worker.stop)
+        return worker
+
+    def start_sweeper(self, **extra: str) -> Sweeper:
+        sweeper = Sweeper({**self.env, **extra}, log=self.logs / "sweeper.log").start()
+        self.exits.callback(sweeper.stop)
+        return sweeper
+
+    def send(self, body: bytes) -> requests.Response:
+        assert self.web is not None
+        return requests.post(
+            f"{self.web.url}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=30
+        )
+
+
+@pytest.fixture
+def stack(
+    config: dict[str, object], redis: Redis, tmp_path: Path
+) -> Iterator[Callable[..., Stack]]:
+    with ExitStack() as exits:
+
+        def make(**extra: str) -> Stack:
+            env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+            return Stack({**env, **FAST, **extra}, tmp_path, exits)
+
+        yield make

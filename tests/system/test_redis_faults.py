@@ -1,0 +1,137 @@
+"""The fault matrix, continued: Redis killed during a storm, Redis stalling under client
+timeouts and retries, and the CI-sized soak with random faults of every kind."""
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from redis import Redis
+
+from ledger import keys
+from ledgerctl import samples
+from ledgerctl.checker import check
+from tests.support.helpers import post_webhook
+from tests.support.processes import ROOT, Gunicorn, RedisServer, free_port, service_env
+
+
+def test_redis_killed_during_a_storm_and_restarted_from_its_aof(config, rng, tmp_path) -> None:
+    """Ordered by progress, never by wall time: Redis is killed once a third of the storm has
+    been answered and restarted once the failures show, so quiet and busy machines agree."""
+    port = free_port()
+    data = tmp_path / "redis"
+    server = RedisServer(data, port).start()
+    env = service_env(
+        server.url, {**{k: str(v) for k, v in config.items()}, "REDIS_URL": server.url}
+    )
+    web = Gunicorn(env, workers=2, log=tmp_path / "web.log").start()
+    events = [e for _ in range(120) for e in samples.payment_events(rng)]
+    answers: list[tuple[str, int | str]] = []
+    progress = threading.Condition()
+    restarted = threading.Event()
+
+    def send(event: dict) -> None:
+        status = post_webhook(web.url, samples.encode(event))
+        with progress:
+            answers.append((event["id"], status))
+            progress.notify_all()
+        if status != 200:  # like Stripe: hold off until the ledger is back, then go on
+            restarted.wait(30)
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(send, e) for e in events]
+            with progress:
+                progress.wait_for(lambda: len(answers) >= len(events) // 3, timeout=60)
+            answered_at_kill = len(answers)
+            server.kill()  # SIGKILL mid-storm
+            with progress:
+                noticed = progress.wait_for(
+                    lambda: any(st != 200 for _, st in answers[answered_at_kill:]), timeout=60
+                )
+            server = RedisServer(data, port).start()  # same dir: replays the append-only file
+            restarted.set()
+            for f in futures:
+                f.result()
+        redis = Redis.from_url(server.url)
+        acked: dict[str, int] = {}
+        for event_id, status in answers:
+            if status == 200:
+                acked[event_id] = acked.get(event_id, 0) + 1
+        recorded = {e: int(redis.hget(keys.event(e), "n") or 0) for e in acked}
+        found = check(acked, recorded, set(), {}, {})
+        assert found.lost == [], found.lost
+        statuses = {status for _, status in answers}
+        assert 200 in statuses and statuses - {200} <= {503, 0}, statuses
+        assert noticed, "the kill should have been noticed"
+        assert answered_at_kill < len(events), "the kill landed mid-storm"
+        assert any(st == 200 for _, st in answers[answered_at_kill:]), "acks after the restart"
+        assert sum(acked.values()) > 50
+    finally:
+        restarted.set()
+        web.stop()
+        server.stop()
+
+
+def test_slow_redis_timeouts_and_retries_keep_counts_exact(stack, redis, rng) -> None:
+    s = stack(REDIS_SOCKET_TIMEOUT="0.25", REDIS_RETRIES="8")
+    web = s.start_web()
+    events = [samples.payment_events(rng)[2] for _ in range(60)]
+    redis.config_resetstat()
+    stop = threading.Event()
+
+    def stall() -> None:
+        while not stop.is_set():
+            Redis(port=redis.connection_pool.connection_kwargs["port"]).execute_command(
+                "DEBUG", "SLEEP", "0.6"
+            )
+            time.sleep(0.4)
+
+    staller = threading.Thread(target=stall)
+    staller.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(
+                pool.map(lambda e: post_webhook(web.url, samples.encode(e)), events * 3)
+            )
+    finally:
+        stop.set()
+        staller.join()
+    assert statuses == [200] * 180
+    assert int(redis.hget(keys.STATS, "deliveries")) == 180
+    assert all(redis.hget(keys.event(e["id"]), "n") == b"3" for e in events)
+    assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] > 180, "retries happened"
+
+
+@pytest.mark.timeout(400)
+def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:
+    """The CI-sized soak: about 40 s of traffic with random faults, then the checker."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "soak.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "soak.py"),
+            "--duration",
+            "40",
+            "--fault-interval",
+            "3",
+            "--settle",
+            "90",
+            "--workdir",
+            str(tmp_path / "soak"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0, result["findings"]
+    assert result["lost"] == 0 and result["duplicated"] == 0
+    assert result["findings"]["unfulfilled"] == []
+    assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000
