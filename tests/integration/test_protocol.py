@@ -10,12 +10,14 @@ checked; at the end of every program, with faults stopped and time moving, every
 payment must reach an end.
 
 ``PROTOCOL_PROGRAMS`` / ``PROTOCOL_STEPS`` set the budget (CI: 300 programs of up to 50
-steps, about 45 s); docs/RELIABILITY.md records the long run.
+steps, about 45 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
+path) the run writes what it did there: programs, steps, Redis restarts, seconds.
 """
 
 import json
 import os
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -48,6 +50,8 @@ from ledgerctl import samples
 from tests.support.processes import RedisServer, wait_until
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
+TALLY: Counter[str] = Counter()
+"""What a run did, over all its programs (PROTOCOL_REPORT)."""
 STEPS = int(os.environ.get("PROTOCOL_STEPS", "50"))
 CLOCK = "wl:test:clock"
 LEASE_MS, TIMEOUT_MS = 3000, 1000
@@ -102,6 +106,8 @@ class Protocol(RuleBasedStateMachine):
         self.last_state: dict[str, str] = {}
         self.person_acted: set[str] = set()
         self.restarts = 0
+        self.checks = 0
+        TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class Protocol(RuleBasedStateMachine):
     @precondition(lambda self: None in self.workers)
     @rule()
     def worker_takes_a_job(self) -> None:
-        job_id = self.redis.lpop(f"rq:queue:{self.settings.QUEUE_NAME}")
+        job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
         if job_id is None:
             return
         pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
@@ -270,9 +276,15 @@ class Protocol(RuleBasedStateMachine):
 
     # --- liveness ------------------------------------------------------------------------
 
+    @invariant()
+    def counted(self) -> None:
+        self.checks += 1  # after each step, the setup's included
+
     def teardown(self) -> None:
         if not hasattr(self, "workers"):
             return
+        TALLY["steps"] += self.checks - 1
+        TALLY["restarts"] += self.restarts
         self.workers = [None] * WORKERS  # faults stop: every stalled worker is gone
         for _ in range(12):
             self.time_passes(LEASE_MS + 1000)
@@ -371,8 +383,10 @@ def protocol_redis(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
-@pytest.mark.timeout(3600)  # the budget is PROTOCOL_PROGRAMS; CI's is about a minute
+@pytest.mark.timeout(max(3600, PROGRAMS))  # the budget is PROTOCOL_PROGRAMS; CI's: a minute
 def test_the_protocol_keeps_its_invariants(protocol_redis: RedisServer) -> None:
+    TALLY.clear()
+    started = time.monotonic()
     Protocol.server = protocol_redis
     # A restarted Redis answers LOADING until it has replayed its file: wait it out.
     Protocol.redis = Redis.from_url(
@@ -380,16 +394,21 @@ def test_the_protocol_keeps_its_invariants(protocol_redis: RedisServer) -> None:
         retry=Retry(ExponentialBackoff(cap=0.5), 50),
         retry_on_error=[BusyLoadingError, RedisConnectionError],
     )
+    chosen = os.environ.get("PROTOCOL_SEED")  # else derandomized: CI runs the same programs
     run_state_machine_as_test(
-        Protocol,
+        seed(int(chosen))(Protocol) if chosen else Protocol,
         settings=settings(
             max_examples=PROGRAMS,
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=list(HealthCheck),
-            derandomize=os.environ.get("PROTOCOL_SEED") is None,
+            derandomize=chosen is None,
         ),
     )
+    if report := os.environ.get("PROTOCOL_REPORT"):
+        done = {**TALLY, "seconds": round(time.monotonic() - started, 1)}
+        Path(report).write_text(json.dumps({**done, "seed": chosen}))
+    assert TALLY["programs"] >= PROGRAMS and TALLY["steps"] > TALLY["programs"]
 
 
 def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
