@@ -4,9 +4,8 @@ the API, an export bundle, a log or the start-up banner."""
 import pytest
 
 from ledger.redact import mask_secret, redact
-from ledger.settings import SettingsError, load
+from ledger.settings import SettingsError, fingerprint, load
 from ledgerctl.banner import banner
-from tests.support.processes import ROOT
 
 SECRETS = ("SECRET123", "PASSWORD456", "TOKEN789")
 
@@ -36,19 +35,23 @@ def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
-def test_start_up_banner_masks_credentials() -> None:
+def test_start_up_banner_masks_credentials_and_shows_secrets_by_fingerprint() -> None:
     env = {
         "REDIS_URL": "redis://:PASSWORD456@127.0.0.1:6389/0",
         "FULFILMENT_ACTION": "https://shop.example/fulfil?api_key=SECRET123",
-        "OPS_TOKEN": "ops",
+        "OPS_TOKEN": "TOKEN789",
+        "STRIPE_WEBHOOK_SECRET": "whsec_cliSECRET123,whsec_localSECRET123",
+        "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local",
         "WEB_PORT": "8000",
-        "DEV_WEBHOOK_SECRET": "whsec_local",
     }
-    shown = banner(env)
+    settings = load(env)
+    shown = banner(env, settings, "whsec_localSECRET123", dev_token="another")
     assert "redis://***@127.0.0.1:6389/0" in shown
     assert "https://shop.example/fulfil?api_key=***" in shown
+    assert f"cli    {fingerprint('whsec_cliSECRET123')}" in shown
+    assert f"local  {fingerprint('whsec_localSECRET123')}  var/dev.env" in shown
+    assert "from OPS_TOKEN (not shown)" in shown
     assert not any(secret in shown for secret in SECRETS)
-    assert "python -m ledgerctl.banner" in (ROOT / "scripts" / "run.sh").read_text()
 
 
 def test_a_wrong_setting_is_named_with_its_credentials_masked() -> None:

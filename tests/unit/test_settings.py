@@ -8,6 +8,7 @@ import pytest
 
 from ledger import declared
 from ledger.settings import Settings, SettingsError, load
+from ledgerctl.run_local import Local
 from webhook.serving import Server
 
 # name: (a good text, the value it gives, a wrong text, words of what is allowed)
@@ -46,7 +47,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
 }
-# The web process's own (webhook/serving.py).
+# The web process's own (webhook/serving.py) and scripts/run.sh's (ledgerctl/run_local.py).
 OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
     Server: {
         "WEB_PORT": ("8080", 8080, "80a", "from 1 to 65535"),
@@ -56,6 +57,10 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
         "GUNICORN_WORKER_CONNECTIONS": ("100", 100, "many", "from 1 to 100000"),
         "GUNICORN_THREADS": ("8", 8, "0", "from 1 to 1024"),
         "LOG_LEVEL": ("warning", "warning", "loud", "one of debug, info"),
+    },
+    Local: {
+        "WORKERS": ("3", 3, "0", "from 1 to 64"),
+        "REDIS_PORT": ("7000", 7000, "-1", "from 1 to 65535"),
     },
 }
 FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
