@@ -47,9 +47,9 @@ Stripe webhook ledger
   endpoint      {url}/webhooks/stripe
   forward with  stripe listen --forward-to {url.removeprefix("http://")}/webhooks/stripe
   secrets       {secrets}
-                (which one is yours: {FINGERPRINT_HOWTO}); to add stripe listen's:
-                STRIPE_WEBHOOK_SECRET="$(stripe listen --print-secret)" \\
-                STRIPE_WEBHOOK_SECRET_LABELS=cli scripts/run.sh
+                a fingerprint is: {FINGERPRINT_HOWTO}
+                add stripe listen's: STRIPE_WEBHOOK_SECRET="$(stripe listen --print-secret)" \\
+                                     STRIPE_WEBHOOK_SECRET_LABELS=cli scripts/run.sh
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
   redis         {redact(settings.REDIS_URL)} (data in var/redis, append-only, fsync always)

@@ -105,7 +105,10 @@ def test_web_and_worker_lines_fulfil_a_paid_payment_with_only_the_required_setti
     answer = requests.post(f"{base}/webhooks/stripe", data=body, headers=signed_headers(body))
     assert answer.status_code == 200, answer.text
     key = event["data"]["object"]["id"]
-    fulfilled = lambda: (queries.payment(redis, key) or {}).get("state") == "fulfilled"  # noqa: E731
+
+    def fulfilled() -> bool:
+        return (queries.payment(redis, key) or {}).get("state") == "fulfilled"
+
     wait_until(fulfilled, 60, what=f"{key} fulfilled")
     downstream = lines.app_dir / "var" / "downstream.sqlite3"  # the default action
     with sqlite3.connect(downstream) as db:
