@@ -1,26 +1,33 @@
-"""Gunicorn settings for the web process; every value can be overridden by environment."""
+"""Gunicorn settings for the web process; every value can be overridden by environment.
+
+Read in gunicorn's master before it forks: every setting of the service is checked here
+(webhook/serving.py), so a wrong one stops the web process once, with one line per
+problem, before any worker starts.
+"""
 
 import os
 
-# WEB_PORT, not PORT: honcho hands every process its own PORT.
-_port = os.environ.get("WEB_PORT") or os.environ.get("PORT", "8000")
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_port}"
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+from webhook import serving
+
+_server = serving.load_or_exit()
+# WEB_PORT, else the platform's PORT (on every interface unless HOST is set), else 8000.
+bind = _server.bind
+workers = _server.WEB_CONCURRENCY
 # gevent with whole bodies under BODY_READ_TIMEOUT and JSON for malformed HTTP (webhook/server.py):
 # a slow client holds one greenlet, not one of a few threads.
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "webhook.server.Worker")
+worker_class = _server.GUNICORN_WORKER_CLASS
 # Connections one process serves at once; beyond it new ones wait in the listen backlog.
 # Each holds at most MAX_BODY_BYTES of body while it is read.
-worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "500"))
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))  # gthread only
+worker_connections = _server.GUNICORN_WORKER_CONNECTIONS
+threads = _server.GUNICORN_THREADS  # gthread only
 # Also the deadline for a request's line and headers (gunicorn's gevent worker).
 keepalive = 5
 # Stripe waits up to ~20 s; a request that takes longer than this is a bug.
 timeout = 30
 graceful_timeout = 10
-accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+accesslog = _server.GUNICORN_ACCESS_LOG or None
 errorlog = "-"
-loglevel = os.environ.get("LOG_LEVEL", "info")
+loglevel = _server.LOG_LEVEL
 # Verified bodies are at most MAX_BODY_BYTES; headers stay within gunicorn's limits.
 limit_request_field_size = 8190
 # Several servers may run on one machine (tests, benchmarks): no shared control socket.

@@ -2,7 +2,8 @@
 query value and Authorization header values become ``***``.
 
 Applied to error strings (a requests exception embeds the URL it called, query included)
-and to configured URLs printed at start-up. Over-masking is fine; leaking is not.
+and to configured URLs printed at start-up; :func:`mask_secret` shows a secret setting (a
+webhook secret, a token, an API key) by its kind only. Over-masking is fine; leaking is not.
 """
 
 import re
@@ -27,6 +28,23 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     text = _QUERY.sub(_mask_query, text)
     return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
+
+
+# whsec_, sk_test_, rk_live_, pk_test_...: what kind of secret it is, nothing of the secret.
+_KEY_PREFIX = re.compile(r"[a-z]{2,5}_(?:test_|live_)?")
+
+
+def mask_secret(value: str) -> str:
+    """Each comma-separated secret in ``value`` as its kind (``sk_test_***``) or ``***``."""
+    return ",".join(_mask_one(item) for item in value.split(","))
+
+
+def _mask_one(item: str) -> str:
+    secret = item.strip()
+    if not secret:
+        return item
+    kind = _KEY_PREFIX.match(secret)
+    return (kind[0] if kind and kind.end() < len(secret) else "") + MASK
 
 
 def _mask_query(match: re.Match[str]) -> str:

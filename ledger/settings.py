@@ -1,51 +1,107 @@
-"""Settings read from the environment, shared by the web app, the worker and the CLI."""
+"""Settings read from the environment, shared by the web app, the worker and the CLI.
+
+One declaration: each field of :class:`Settings` names its default (ledger/defaults.py),
+its kind (ledger/setting_kinds.py: what is allowed) and how its value is shown (secrets
+masked); rules between settings are the ``@check`` functions below. Every process loads
+them at start-up and refuses to start with one line per problem (:func:`load_or_exit`).
+To add a setting: a default in defaults.py, a field here, a case in tests/unit/test_settings.py.
+"""
 
 import hashlib
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 from ledger import defaults
-from ledger.events import Policy
+from ledger import setting_kinds as kinds
+from ledger.declared import SettingsError, exit_with, read, setting, shown
+from ledger.events import RULES, THIN_RULES, Policy
+from ledger.redact import mask_secret, redact
+
+__all__ = [
+    "Settings",
+    "SettingsError",
+    "exit_with",
+    "fingerprint",
+    "load",
+    "load_or_exit",
+    "validated",
+]
+
+PAYABLE = frozenset(
+    [t for t, r in RULES.items() if r.role == "paid"]
+    + [t for t, thin in THIN_RULES.items() if thin.role == "paid"]
+)
+"""The event types PAID_EVENT_TYPES may list: those the event tables can count as paid."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    REDIS_URL: str = defaults.REDIS_URL
-    REDIS_SOCKET_TIMEOUT: float = defaults.REDIS_SOCKET_TIMEOUT
-    REDIS_RETRIES: int = defaults.REDIS_RETRIES
-    REDIS_MAX_CONNECTIONS: int = defaults.REDIS_MAX_CONNECTIONS
-    STRIPE_WEBHOOK_SECRET: str = defaults.STRIPE_WEBHOOK_SECRET
-    STRIPE_WEBHOOK_SECRET_LABELS: str = defaults.STRIPE_WEBHOOK_SECRET_LABELS
-    STRIPE_WEBHOOK_TOLERANCE: int = defaults.STRIPE_WEBHOOK_TOLERANCE
-    SECRET_RETIRE_AFTER_DAYS: int = defaults.SECRET_RETIRE_AFTER_DAYS
-    MAX_BODY_BYTES: int = defaults.MAX_BODY_BYTES
-    BODY_READ_TIMEOUT: float = defaults.BODY_READ_TIMEOUT
-    EVENT_RETENTION_DAYS: int = defaults.EVENT_RETENTION_DAYS
-    PAYMENT_RETENTION_DAYS: int = defaults.PAYMENT_RETENTION_DAYS
-    OPS_TOKEN: str = defaults.OPS_TOKEN
-    METRICS_TOKEN: str = defaults.METRICS_TOKEN
-    QUEUE_NAME: str = defaults.QUEUE_NAME
-    RQ_RESULT_TTL: int = defaults.RQ_RESULT_TTL
-    FULFILMENT_ACTION: str = defaults.FULFILMENT_ACTION
-    FULFILMENT_REPLAY_SAFE: bool = defaults.FULFILMENT_REPLAY_SAFE
-    FULFILMENT_TIMEOUT: float = defaults.FULFILMENT_TIMEOUT
-    LEASE_SECONDS: int = defaults.LEASE_SECONDS
-    MAX_ATTEMPTS: int = defaults.MAX_ATTEMPTS
-    RETRY_BASE_SECONDS: float = defaults.RETRY_BASE_SECONDS
-    RETRY_MAX_SECONDS: float = defaults.RETRY_MAX_SECONDS
-    QUEUED_GRACE_SECONDS: int = defaults.QUEUED_GRACE_SECONDS
-    SWEEP_INTERVAL: float = defaults.SWEEP_INTERVAL
-    PAID_EVENT_TYPES: tuple[str, ...] = field(default=defaults.PAID_EVENT_TYPES)
-    FULFIL_UNLINKED_INVOICES: bool = defaults.FULFIL_UNLINKED_INVOICES
-    STRIPE_MODE: str = defaults.STRIPE_MODE
-    FULFIL_CONNECT: bool = defaults.FULFIL_CONNECT
-    STUCK_QUEUED_SECONDS: int = defaults.STUCK_QUEUED_SECONDS
-    STRIPE_API_KEY: str = defaults.STRIPE_API_KEY
-    STRIPE_API_BASE: str = defaults.STRIPE_API_BASE
-    RECONCILE_INTERVAL: float = defaults.RECONCILE_INTERVAL
+    REDIS_URL: str = setting(defaults.REDIS_URL, kinds.redis_url(), redact)
+    REDIS_SOCKET_TIMEOUT: float = setting(
+        defaults.REDIS_SOCKET_TIMEOUT, kinds.number(0, 300, "seconds", above=True)
+    )
+    REDIS_RETRIES: int = setting(defaults.REDIS_RETRIES, kinds.whole(0, 100))
+    REDIS_MAX_CONNECTIONS: int = setting(defaults.REDIS_MAX_CONNECTIONS, kinds.whole(1, 10_000))
+    STRIPE_WEBHOOK_SECRET: str = setting(
+        defaults.STRIPE_WEBHOOK_SECRET, kinds.webhook_secrets(), mask_secret
+    )
+    STRIPE_WEBHOOK_SECRET_LABELS: str = setting(
+        defaults.STRIPE_WEBHOOK_SECRET_LABELS, kinds.labels()
+    )
+    STRIPE_WEBHOOK_TOLERANCE: int = setting(
+        defaults.STRIPE_WEBHOOK_TOLERANCE, kinds.whole(0, None, "seconds", " (0: no check)")
+    )
+    SECRET_RETIRE_AFTER_DAYS: int = setting(
+        defaults.SECRET_RETIRE_AFTER_DAYS, kinds.whole(1, None, "days")
+    )
+    MAX_BODY_BYTES: int = setting(defaults.MAX_BODY_BYTES, kinds.whole(1, 64 << 20, "bytes"))
+    BODY_READ_TIMEOUT: float = setting(
+        defaults.BODY_READ_TIMEOUT, kinds.number(0, None, "seconds", above=True)
+    )
+    EVENT_RETENTION_DAYS: int = setting(defaults.EVENT_RETENTION_DAYS, kinds.whole(1, None, "days"))
+    PAYMENT_RETENTION_DAYS: int = setting(
+        defaults.PAYMENT_RETENTION_DAYS, kinds.whole(0, None, "days", " (0: keep)")
+    )
+    OPS_TOKEN: str = setting(defaults.OPS_TOKEN, kinds.token(), mask_secret)
+    METRICS_TOKEN: str = setting(defaults.METRICS_TOKEN, kinds.token(), mask_secret)
+    QUEUE_NAME: str = setting(defaults.QUEUE_NAME, kinds.name())
+    RQ_RESULT_TTL: int = setting(defaults.RQ_RESULT_TTL, kinds.whole(0, None, "seconds"))
+    FULFILMENT_ACTION: str = setting(defaults.FULFILMENT_ACTION, kinds.fulfilment_action(), redact)
+    FULFILMENT_REPLAY_SAFE: bool = setting(defaults.FULFILMENT_REPLAY_SAFE, kinds.boolean())
+    FULFILMENT_TIMEOUT: float = setting(
+        defaults.FULFILMENT_TIMEOUT, kinds.number(0, None, "seconds", above=True)
+    )
+    LEASE_SECONDS: int = setting(defaults.LEASE_SECONDS, kinds.whole(1, None, "seconds"))
+    MAX_ATTEMPTS: int = setting(defaults.MAX_ATTEMPTS, kinds.whole(1, 1000))
+    RETRY_BASE_SECONDS: float = setting(
+        defaults.RETRY_BASE_SECONDS, kinds.number(0, None, "seconds", above=True)
+    )
+    RETRY_MAX_SECONDS: float = setting(
+        defaults.RETRY_MAX_SECONDS, kinds.number(0, None, "seconds", above=True)
+    )
+    QUEUED_GRACE_SECONDS: int = setting(
+        defaults.QUEUED_GRACE_SECONDS, kinds.whole(1, None, "seconds")
+    )
+    SWEEP_INTERVAL: float = setting(
+        defaults.SWEEP_INTERVAL, kinds.number(0, None, "seconds", above=True)
+    )
+    PAID_EVENT_TYPES: tuple[str, ...] = setting(
+        defaults.PAID_EVENT_TYPES, kinds.event_types(PAYABLE)
+    )
+    FULFIL_UNLINKED_INVOICES: bool = setting(defaults.FULFIL_UNLINKED_INVOICES, kinds.boolean())
+    STRIPE_MODE: str = setting(defaults.STRIPE_MODE, kinds.choice("live", "test", "any"))
+    FULFIL_CONNECT: bool = setting(defaults.FULFIL_CONNECT, kinds.boolean())
+    STUCK_QUEUED_SECONDS: int = setting(
+        defaults.STUCK_QUEUED_SECONDS, kinds.whole(1, None, "seconds")
+    )
+    STRIPE_API_KEY: str = setting(defaults.STRIPE_API_KEY, kinds.api_key(), mask_secret)
+    STRIPE_API_BASE: str = setting(defaults.STRIPE_API_BASE, kinds.http_url(), redact)
+    RECONCILE_INTERVAL: float = setting(
+        defaults.RECONCILE_INTERVAL, kinds.number(0, None, "seconds", note=" (0: never)")
+    )
 
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
@@ -107,53 +163,119 @@ def fingerprint(secret: str) -> str:
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
-def _convert(raw: str, kind: object) -> object:
-    if kind is bool or kind == "bool":
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    if kind is int or kind == "int":
-        return int(raw)
-    if kind is float or kind == "float":
-        return float(raw)
-    if str(kind).startswith("tuple"):
-        return tuple(s.strip() for s in raw.split(",") if s.strip())
-    return raw
+# Rules between settings: each names the settings it reads (skipped when one of them is
+# itself invalid) and yields (setting, what is expected of it).
+Check = Callable[[Settings], Iterator[tuple[str, str]]]
+CHECKS: list[tuple[tuple[str, ...], Check]] = []
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Build settings from defaults, then the environment, then explicit overrides."""
+def check(*names: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS.append((names, fn))
+        return fn
+
+    return register
+
+
+@check("PAYMENT_RETENTION_DAYS", "EVENT_RETENTION_DAYS")
+def _payments_outlive_events(s: Settings) -> Iterator[tuple[str, str]]:
+    if 0 < s.PAYMENT_RETENTION_DAYS <= s.EVENT_RETENTION_DAYS:
+        why = f"expected 0 (keep) or more than EVENT_RETENTION_DAYS ({s.EVENT_RETENTION_DAYS})"
+        yield "PAYMENT_RETENTION_DAYS", why + ": a late resend must never fulfil a payment twice"
+
+
+@check("LEASE_SECONDS", "FULFILMENT_TIMEOUT")
+def _lease_outlasts_call(s: Settings) -> Iterator[tuple[str, str]]:
+    least = s.FULFILMENT_TIMEOUT + defaults.LEASE_MARGIN_SECONDS
+    if s.LEASE_SECONDS < least:
+        why = f"expected at least FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + "
+        why += f"{defaults.LEASE_MARGIN_SECONDS} = {least:g} seconds"
+        yield "LEASE_SECONDS", why + ": a call must end before its lease does"
+
+
+@check("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS")
+def _backoff_cap_above_base(s: Settings) -> Iterator[tuple[str, str]]:
+    if s.RETRY_MAX_SECONDS < s.RETRY_BASE_SECONDS:
+        yield (
+            "RETRY_MAX_SECONDS",
+            f"expected at least RETRY_BASE_SECONDS ({s.RETRY_BASE_SECONDS:g})",
+        )
+
+
+@check("RECONCILE_INTERVAL", "STRIPE_API_KEY")
+def _reconcile_has_a_key(s: Settings) -> Iterator[tuple[str, str]]:
+    if s.RECONCILE_INTERVAL > 0 and not s.STRIPE_API_KEY:
+        why = "expected 0 (never) while STRIPE_API_KEY is not set"
+        yield "RECONCILE_INTERVAL", why + ": reconcile reads Stripe's Events API with it"
+
+
+@check("STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_LABELS")
+def _one_label_per_secret(s: Settings) -> Iterator[tuple[str, str]]:
+    given = [x.strip() for x in s.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if x.strip()]
+    if s.secrets and len(given) > len(s.secrets):
+        why = f"{len(given)} labels for {len(s.secrets)} secrets; expected at most one label"
+        yield "STRIPE_WEBHOOK_SECRET_LABELS", why + " per secret, in the same order"
+    shared = sorted({label for label in s.secret_labels if s.secret_labels.count(label) > 1})
+    if shared and len(set(s.secrets)) < len(s.secrets):
+        why = "the same secret given twice; expected each secret once"
+        yield "STRIPE_WEBHOOK_SECRET", why
+    elif shared:
+        why = f"two secrets share the label {', '.join(shared)}; expected a unique label per secret"
+        yield "STRIPE_WEBHOOK_SECRET_LABELS", why
+
+
+def _as_text(value: object) -> str:
+    """An override as the environment would spell it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def load(
+    environ: Mapping[str, str] | None = None, require: Iterable[str] = (), **overrides: object
+) -> Settings:
+    """Settings from defaults, then the environment, then explicit overrides (tests), each
+    checked; raises SettingsError with every problem found."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {}
-    for f in fields(Settings):
-        if f.name in env:
-            values[f.name] = _convert(env[f.name], f.type)
-    values.update(overrides)
-    return validated(Settings(**values))  # type: ignore[arg-type]
+    given = {f.name: env[f.name] for f in fields(Settings) if f.name in env}
+    unknown = set(overrides) - {f.name for f in fields(Settings)}
+    if unknown:
+        raise TypeError(f"not settings: {sorted(unknown)}")
+    given |= {name: _as_text(value) for name, value in overrides.items()}
+    values, problems = read(fields(Settings), given, tuple(require))
+    settings = Settings(**values)  # type: ignore[arg-type]
+    failed = {name for name, text in given.items() if text and name not in values}
+    problems += _cross_problems(settings, given, failed | set(require) - set(values))
+    if problems:
+        raise SettingsError(problems)
+    return settings
+
+
+def _cross_problems(settings: Settings, given: Mapping[str, str], failed: set[str]) -> list[str]:
+    specs = {f.name: f for f in fields(Settings)}
+    problems = []
+    for names, rule in CHECKS:
+        if failed.intersection(names):
+            continue
+        for name, expected in rule(settings):
+            text = given.get(name) or _as_text(getattr(settings, name))
+            problems.append(f"invalid setting {name}={shown(specs[name], text)}: {expected}")
+    return problems
 
 
 def validated(settings: Settings) -> Settings:
-    """Refuse settings that would break a guarantee."""
-    days = settings.PAYMENT_RETENTION_DAYS
-    if 0 < days <= settings.EVENT_RETENTION_DAYS:
-        raise ValueError(
-            f"PAYMENT_RETENTION_DAYS={days} must be 0 (keep) or more than EVENT_RETENTION_DAYS="
-            f"{settings.EVENT_RETENTION_DAYS}: a late resend must never fulfil a payment twice"
-        )
-    if settings.STRIPE_MODE not in ("live", "test", "any"):
-        raise ValueError(f"STRIPE_MODE={settings.STRIPE_MODE!r} must be live, test or any")
-    margin = defaults.LEASE_MARGIN_SECONDS
-    if settings.LEASE_SECONDS < settings.FULFILMENT_TIMEOUT + margin:
-        raise ValueError(
-            f"LEASE_SECONDS={settings.LEASE_SECONDS} must be at least FULFILMENT_TIMEOUT="
-            f"{settings.FULFILMENT_TIMEOUT} + {margin}: a call must end before its lease does"
-        )
-    if settings.RECONCILE_INTERVAL > 0 and not settings.STRIPE_API_KEY:
-        raise ValueError("RECONCILE_INTERVAL is set, STRIPE_API_KEY is not: reconcile reads events")
-    labels = settings.secret_labels
-    if len(set(labels)) < len(labels):
-        raise ValueError(f"STRIPE_WEBHOOK_SECRET_LABELS: two secrets share a label in {labels}")
-    if any(label.isdigit() for label in labels):
-        raise ValueError(
-            "STRIPE_WEBHOOK_SECRET_LABELS: a label must not be a plain number (the ledger "
-            "recorded secrets by position before labels, and shows those as numbers)"
-        )
+    """``settings`` if the rules between settings hold; raises SettingsError otherwise."""
+    problems = _cross_problems(settings, {}, set())
+    if problems:
+        raise SettingsError(problems)
     return settings
+
+
+def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str] = ()) -> Settings:
+    """:func:`load`, or refuse to start with one line per problem (process entry points)."""
+    try:
+        return load(environ, require)
+    except SettingsError as exc:
+        exit_with(exc.problems)

@@ -1,35 +1,68 @@
-"""The start-up banner of ``scripts/run.sh``: where to point Stripe, which secret to use.
+"""What ``scripts/run.sh`` prints before and after the stack starts: where to point Stripe,
+which webhook secrets are active (by label and fingerprint, never the secret), where the
+dashboard is, and a "ready" line once /readyz answers.
 
 Configured URLs are shown with their credentials masked (``ledger.redact``): REDIS_URL may
 carry a password and FULFILMENT_ACTION an API key in its query.
 """
 
-import os
-import sys
 from collections.abc import Mapping
 
 from ledger.redact import redact
+from ledger.settings import Settings, fingerprint
+
+FINGERPRINT_HOWTO = 'printf %s "$SECRET" | sha256sum | cut -c1-8'
 
 
-def banner(env: Mapping[str, str]) -> str:
-    """The banner for this environment (``DEV_WEBHOOK_SECRET`` is the local secret)."""
-    port, local = env.get("WEB_PORT", "8000"), env.get("DEV_WEBHOOK_SECRET", "")
+def base_url(env: Mapping[str, str]) -> str:
+    """Where a browser on this machine reaches the web process."""
+    host = env.get("HOST", "127.0.0.1")
+    host = "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
+    return f"http://{host}:{env.get('WEB_PORT', '8000')}"
+
+
+def secret_lines(settings: Settings, local_secret: str) -> list[str]:
+    """One line per active webhook secret: its label, its fingerprint, where it comes from."""
+    width = max(len(label) for label in settings.secret_labels)
+    lines = []
+    for secret, label in zip(settings.secrets, settings.secret_labels, strict=True):
+        origin = (
+            "var/dev.env; scripts/replay_events.py signs with it" if secret == local_secret else ""
+        )
+        lines.append(f"{label:<{width}}  {fingerprint(secret)}  {origin}".rstrip())
+    return lines
+
+
+def banner(env: Mapping[str, str], settings: Settings, local_secret: str, dev_token: str) -> str:
+    """The banner for this environment and its (already checked) settings."""
+    url = base_url(env)
+    secrets = "\n                ".join(secret_lines(settings, local_secret))
+    token = (
+        f"{settings.OPS_TOKEN}   (var/dev.env)"
+        if settings.OPS_TOKEN == dev_token
+        else "from OPS_TOKEN (not shown)"
+    )
     return f"""\
 Stripe webhook ledger
-  endpoint      http://127.0.0.1:{port}/webhooks/stripe
-  forward with  stripe listen --forward-to localhost:{port}/webhooks/stripe
-  secret        the one 'stripe listen' prints; run with both it and the local one:
-                STRIPE_WEBHOOK_SECRET="$(stripe listen --print-secret),{local}" \\
-                STRIPE_WEBHOOK_SECRET_LABELS=cli,local scripts/run.sh
-  local secret  {local}   (used by scripts/replay_events.py; kept in var/dev.env)
-  ops token     {env.get("OPS_TOKEN", "")}   \
-(curl -H "Authorization: Bearer $OPS_TOKEN" .../ops/api/summary)
-  redis         {redact(env.get("REDIS_URL", ""))} (data in var/redis, append-only, fsync always)
-  downstream    {redact(env.get("FULFILMENT_ACTION", ""))}
-  stripe mode   {env.get("STRIPE_MODE", "live")}   \
+  endpoint      {url}/webhooks/stripe
+  forward with  stripe listen --forward-to {url.removeprefix("http://")}/webhooks/stripe
+  secrets       {secrets}
+                a fingerprint is: {FINGERPRINT_HOWTO}
+                add stripe listen's: STRIPE_WEBHOOK_SECRET="$(stripe listen --print-secret)" \\
+                                     STRIPE_WEBHOOK_SECRET_LABELS=cli scripts/run.sh
+  dashboard     {url}/ops/   (any user name, the ops token as password)
+  ops token     {token}
+  redis         {redact(settings.REDIS_URL)} (data in var/redis, append-only, fsync always)
+  downstream    {redact(settings.FULFILMENT_ACTION)}
+  stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
+  tools         export PATH="$PWD/.venv/bin:$PATH"   (webhook-ledger, replay-events)
 """
 
 
-if __name__ == "__main__":
-    sys.stdout.write(banner(os.environ))
+def ready_line(env: Mapping[str, str]) -> str:
+    url = base_url(env)
+    return (
+        f"ready: endpoint {url}/webhooks/stripe  dashboard {url}/ops/  "
+        f"metrics {url}/metrics  (Ctrl-C stops everything)"
+    )

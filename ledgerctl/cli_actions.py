@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import click
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
 from ledger import defaults
@@ -20,21 +20,35 @@ from ledgerctl.terminal import rows_table, say
 from workers.sweeper import run_forever, sweep_once
 
 
+def _note(text: str) -> None:
+    """One line on stderr, never wrapped (a process manager's log shows it)."""
+    click.echo(text, err=True)
+
+
 @click.command("wait-redis")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait.")
 @click.pass_obj
 def wait_redis(ctx: Context, timeout: float) -> None:
-    """Wait until Redis answers (used by the Procfile so processes start in any order)."""
-    deadline = time.monotonic() + timeout
+    """Wait until Redis answers (the Procfile's processes start in any order). Gives up at
+    once when Redis answers with a refusal (password, database), else after --timeout."""
+    where = redact(ctx.settings.REDIS_URL)
+    _note(f"waiting for Redis at {where} (up to {timeout:g} s)")
+    started = time.monotonic()
     while True:
         try:
             ctx.redis.ping()
-            return
-        except RedisError:
-            if time.monotonic() > deadline:
-                say(f"Redis at {redact(ctx.settings.REDIS_URL)} did not answer in {timeout}s")
+        except (AuthenticationError, ResponseError) as exc:  # it answered: waiting cannot help
+            _note(f"gave up: Redis at {where} refused: {redact(str(exc))} (check REDIS_URL)")
+            sys.exit(EXIT_REDIS)
+        except RedisError as exc:
+            if time.monotonic() - started > timeout:
+                why = redact(str(exc)) or type(exc).__name__
+                _note(f"gave up after {timeout:g} s: Redis at {where} did not answer: {why}")
                 sys.exit(EXIT_REDIS)
             time.sleep(0.2)
+        else:
+            _note(f"Redis at {where} answered after {time.monotonic() - started:.1f} s")
+            return
 
 
 def _decide(

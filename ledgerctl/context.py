@@ -1,6 +1,7 @@
 """What every ``webhook-ledger`` command shares: settings and Redis, ``--json``, output and
 exit codes (0 ok, 1 not there or not in that state, or for ``reconcile`` events missing and
-not recorded, 2 usage, 3 Redis unreachable, 4 Stripe's API refused or could not be reached)."""
+not recorded, 2 usage or a wrong setting, 3 Redis unreachable, 4 Stripe's API refused or
+could not be reached)."""
 
 import sys
 from collections.abc import Callable
@@ -28,11 +29,18 @@ json_option = click.option(
 
 
 class Context:
-    """Settings from the environment; Redis connected on first use."""
+    """Settings from the environment, checked on first use (a wrong one ends the command
+    with one line per problem, exit code 2); Redis connected on first use."""
 
     def __init__(self) -> None:
-        self.settings = settings.load()
+        self._settings: settings.Settings | None = None
         self._redis: Redis | None = None
+
+    @property
+    def settings(self) -> settings.Settings:
+        if self._settings is None:
+            self._settings = settings.load_or_exit()
+        return self._settings
 
     @property
     def redis(self) -> Redis:

@@ -14,10 +14,6 @@ if TYPE_CHECKING:
     from flask import Flask
 
 
-class ConfigError(RuntimeError):
-    """The service cannot start with this configuration."""
-
-
 def configure_logging() -> None:
     """One JSON line per delivery on stderr (the messages are JSON already)."""
     logger = logging.getLogger("webhook")
@@ -37,12 +33,11 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     from flask import Flask
 
     from ledger import settings as settings_module
-    from webhook import dashboard, metrics, ops, receiver, store
+    from webhook import dashboard, metrics, ops, receiver, serving, store, unavailable
 
     app = Flask(__name__)
-    settings = settings_module.load(**dict(test_config or {}))
-    if not settings.secrets:
-        raise ConfigError("STRIPE_WEBHOOK_SECRET is not set (one or more comma-separated whsec_)")
+    # Raises SettingsError, one line per problem (gunicorn.conf.py checked them already).
+    settings = settings_module.load(require=serving.REQUIRED, **dict(test_config or {}))
     store.init_app(app, settings)
     configure_logging()
 
@@ -51,4 +46,5 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     app.register_blueprint(ops.api_bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(metrics.bp)
+    unavailable.init_app(app)
     return app

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import requests
 
 from ledger.downstream import open_downstream
+from ledger.redact import redact
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -139,6 +140,8 @@ class CallableAction:
             )
         except (ImportError, AttributeError) as exc:
             raise ActionConfigError(f"cannot import {target}: {exc}") from exc
+        if not callable(self.fn):
+            raise ActionConfigError(f"{target} is not callable")
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
 
     def __call__(self, call: Call) -> Receipt:
@@ -162,3 +165,23 @@ def build_action(spec: str, timeout: float, replay_safe: bool) -> Action:
     raise ActionConfigError(
         f"FULFILMENT_ACTION {spec!r}: use sqlite:///PATH, http(s)://URL or module:function"
     )
+
+
+def unusable(spec: str, timeout: float, replay_safe: bool) -> str | None:
+    """Why the action FULFILMENT_ACTION names cannot run, or None: its module imported, its
+    URL prepared as requests would send it, its SQLite file created and writable. A worker
+    checks this when it starts (workers/rq_config.py), before its first job."""
+    try:
+        action = build_action(spec, timeout, replay_safe)
+        if isinstance(action, SqliteAction):
+            db = open_downstream(action.path)
+            try:
+                db.execute("BEGIN IMMEDIATE")  # takes the write lock: refused if read-only
+                db.rollback()
+            finally:
+                db.close()
+        elif isinstance(action, HttpAction):
+            requests.Request("POST", action.url).prepare()
+    except (ActionConfigError, sqlite3.Error, OSError, requests.RequestException) as exc:
+        return redact(f"{type(exc).__name__}: {exc}")
+    return None

@@ -146,7 +146,7 @@ def millis(value: str | None) -> int | None:
 def signing_secret(args: argparse.Namespace) -> str:
     if args.secret:
         return str(args.secret)
-    configured = settings_module.load().secrets
+    configured = settings_module.load_or_exit().secrets
     if configured:
         return configured[0]
     dev = Path("var/dev.env")
@@ -181,7 +181,7 @@ def plan_for(args: argparse.Namespace, items: list[sources.Item], rng: random.Ra
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_module.load()
+    settings = settings_module.load_or_exit()  # a wrong setting: one line each, exit 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     redis = connect(settings)

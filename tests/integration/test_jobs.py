@@ -153,7 +153,7 @@ def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(fulfilment, red
 def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
     fulfilment, redis, rng
 ) -> None:
-    f = fulfilment(FULFILMENT_ACTION="foo://x")
+    f = fulfilment(FULFILMENT_ACTION="foo_not_a_module:fulfil")
     pk = pay(f, rng)
     f.work()
     assert settled_as(redis, pk, "failed")

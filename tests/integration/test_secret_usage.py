@@ -30,8 +30,8 @@ def test_unlabelled_secrets_get_a_fingerprint_never_the_secret() -> None:
 @pytest.mark.parametrize(
     ("secrets", "labels", "message"),
     [
-        ("whsec_a,whsec_b", "cli,cli", "share a label"),
-        ("whsec_a,whsec_a", "", "share a label"),
+        ("whsec_a,whsec_b", "cli,cli", "share the label cli"),
+        ("whsec_a,whsec_a", "", "the same secret given twice"),
         ("whsec_a,whsec_b", "0,1", "plain number"),
     ],
 )

@@ -204,7 +204,8 @@ class Gunicorn:
 
 
 class RqWorker:
-    """``rq worker`` (SimpleWorker, as shipped) on the fulfilment queue, in its own process."""
+    """``rq worker`` (SimpleWorker, as shipped) on the fulfilment queue, in its own process,
+    started as the Procfile starts it."""
 
     def __init__(
         self,
@@ -222,17 +223,12 @@ class RqWorker:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "RqWorker":
-        argv = [
-            str(BIN / "rq"),
-            "worker",
-            "-w",
-            self.worker_class,
-            "-u",
-            self.env["REDIS_URL"],
-        ]
+        # As the Procfile runs it: Redis and the queue from the settings (workers/rq_config.py,
+        # which checks them and the fulfilment action first).
+        argv = [str(BIN / "rq"), "worker", "-w", self.worker_class, "-c", "workers.rq_config"]
         argv += ["--burst"] if self.burst else []
         argv += ["--logging_level", "WARNING"] if self.quiet else []
-        self.proc = spawn([*argv, self.env.get("QUEUE_NAME", "fulfilment")], self.env, self.log)
+        self.proc = spawn(argv, self.env, self.log)
         return self
 
     def signal(self, sig: int) -> None:

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 from redis import Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -15,6 +16,7 @@ from redis.retry import Retry
 from ledger import keys
 from ledgerctl import samples
 from ledgerctl.checker import check
+from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import post_webhook
 from tests.support.processes import ROOT, Gunicorn, RedisServer, free_port, service_env
 
@@ -151,3 +153,31 @@ def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:
     assert result["lost"] == 0 and result["duplicated"] == 0
     assert result["findings"]["unfulfilled"] == []
     assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000
+
+
+def test_redis_down_under_gunicorn_answers_503_without_a_traceback(config, tmp_path) -> None:
+    """The issue's case: Redis stopped while the web process runs; the dashboard, the API and
+    /metrics answered a generic HTML 500 and logged tracebacks."""
+    server = RedisServer(tmp_path / "redis").start()
+    env = service_env(
+        server.url, {**{k: str(v) for k, v in config.items()}, "REDIS_URL": server.url}
+    )
+    log = tmp_path / "web.log"
+    web = Gunicorn(env, workers=2, log=log).start()
+    try:
+        assert requests.get(f"{web.url}/ops/api/summary", headers=BEARER, timeout=10).ok
+        server.kill()
+        for path, headers, kind in [
+            ("/ops/api/summary", BEARER, "application/json"),
+            ("/metrics", BEARER, "application/json"),
+            ("/ops/", BASIC, "text/html"),
+        ]:
+            answer = requests.get(f"{web.url}{path}", headers=headers, timeout=30)
+            assert answer.status_code == 503, (path, answer.text[:200])
+            assert answer.headers["Content-Type"].startswith(kind)
+            assert "Connection refused" in answer.text
+    finally:
+        web.stop()
+        server.stop()
+    text = log.read_text()
+    assert "Traceback" not in text and text.count('"status":503') == 3

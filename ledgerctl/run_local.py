@@ -1,0 +1,165 @@
+"""What ``scripts/run.sh`` runs: the Procfile's processes under honcho's manager, with local
+defaults, a banner, a "ready" line once /readyz answers, and output that survives its
+reader going away.
+
+``scripts/run.sh | tee log`` then Ctrl-C: the terminal sends SIGINT to ``tee`` as well, and
+honcho's own ``honcho start`` dies of BrokenPipeError writing "SIGINT received" to the
+closed pipe, leaving Redis, gunicorn, the workers and the sweeper running. Here the output
+drops what it cannot write, so the manager goes on to stop every process (SIGTERM to each
+process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the same way.
+"""
+
+import datetime
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from honcho.environ import expand_processes, parse_procfile
+from honcho.manager import Manager
+from honcho.printer import Message, Printer
+
+from ledger import declared
+from ledger import setting_kinds as kinds
+from ledger import settings as settings_module
+from ledger.declared import setting
+from ledgerctl.banner import banner, base_url, ready_line
+
+DEV_ENV = Path("var/dev.env")
+NOT_READY_NOTE_S = 60.0
+"""After this long without an answer from /readyz, say so (once) and keep waiting."""
+
+
+@dataclass(frozen=True)
+class Local:
+    """What only scripts/run.sh reads."""
+
+    WORKERS: int = setting(2, kinds.whole(1, 64))
+    """RQ workers to run."""
+    REDIS_PORT: int = setting(6389, kinds.whole(1, 65535))
+    """The port of the Procfile's redis (REDIS_URL points at it unless set)."""
+
+
+class PipeSafeOutput:
+    """A file descriptor that outlives its reader: once a write fails (the pipe's reader
+    exited, as ``| head`` does), later output is dropped instead of raising."""
+
+    def __init__(self, fd: int = 1) -> None:
+        self.fd, self.broken = fd, False
+
+    def write(self, text: str) -> int:
+        data = text.encode(errors="replace")
+        while data and not self.broken:
+            try:
+                data = data[os.write(self.fd, data) :]
+            except OSError:
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        """Every write goes straight to the descriptor."""
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+
+def dev_values() -> dict[str, str]:
+    """The local webhook secret and ops token, made once and kept in var/dev.env (0600)."""
+    if not DEV_ENV.exists():
+        DEV_ENV.parent.mkdir(parents=True, exist_ok=True)
+        secret, token = "whsec_" + secrets.token_hex(24), secrets.token_urlsafe(24)
+        text = f"DEV_WEBHOOK_SECRET={secret}\nDEV_OPS_TOKEN={token}\n"
+        descriptor = os.open(DEV_ENV, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(text)
+    pairs = (line.partition("=") for line in DEV_ENV.read_text().splitlines())
+    return {name: value for name, _, value in pairs if name}
+
+
+def local_env(environ: Mapping[str, str], dev: Mapping[str, str], root: Path) -> dict[str, str]:
+    """The processes' environment: what is set wins, local defaults fill the rest. The local
+    secret is always among the active ones (labelled ``local`` when the others are
+    labelled), so the replay script can sign with it beside ``stripe listen``'s."""
+    env = dict(environ)
+    defaults = {
+        "REDIS_PORT": "6389",
+        "WEB_PORT": "8000",
+        "HOST": "127.0.0.1",
+        "STRIPE_MODE": "test",  # local work forwards test-mode events: they must fulfil
+        "FULFILMENT_ACTION": f"sqlite:///{root / 'var' / 'downstream.sqlite3'}",
+        "OPS_TOKEN": dev["DEV_OPS_TOKEN"],
+    }
+    env |= {name: value for name, value in defaults.items() if not env.get(name)}
+    if not env.get("REDIS_URL"):
+        env["REDIS_URL"] = f"redis://127.0.0.1:{env['REDIS_PORT']}/0"
+    env["PATH"] = f"{root / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    local = dev["DEV_WEBHOOK_SECRET"]
+    given = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET", "").split(",") if s.strip()]
+    labels = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET_LABELS", "").split(",")]
+    labels = [label for label in labels if label]
+    if local not in given:
+        if len(labels) == len(given):
+            labels.append("local")
+        given.append(local)
+    env["STRIPE_WEBHOOK_SECRET"] = ",".join(given)
+    env["STRIPE_WEBHOOK_SECRET_LABELS"] = ",".join(labels)
+    return env
+
+
+def announce_when_ready(manager: Manager, env: Mapping[str, str]) -> None:
+    """Print the ready line once /readyz answers 200 (a note if it takes long)."""
+    started, noted = time.monotonic(), False
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base_url(env)}/readyz", timeout=2):
+                say(manager, ready_line(env))
+                return
+        except (urllib.error.URLError, OSError) as exc:
+            why = str(exc)
+        if not noted and time.monotonic() - started > NOT_READY_NOTE_S:
+            say(manager, f"not ready after {NOT_READY_NOTE_S:g} s ({why}); still waiting")
+            noted = True
+        time.sleep(0.5)
+
+
+def say(manager: Manager, text: str) -> None:
+    """A line in the manager's own output, between the processes' lines."""
+    now = datetime.datetime.now()
+    manager.events.put(Message(type="line", data=text + "\n", time=now, name="system", colour=None))
+
+
+def main() -> None:
+    root = Path.cwd()
+    dev = dev_values()
+    env = local_env(os.environ, dev, root)
+    values, problems = declared.read(fields(Local), env)
+    try:
+        settings = settings_module.load(env, require=("STRIPE_WEBHOOK_SECRET",))
+    except settings_module.SettingsError as exc:
+        problems += exc.problems
+    if problems:  # before anything starts: one line per problem, exit code 2
+        settings_module.exit_with(problems)
+    local = Local(**values)  # type: ignore[arg-type]
+    Path("var/redis").mkdir(parents=True, exist_ok=True)
+    output = PipeSafeOutput()
+    output.write(banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"]))
+    manager = Manager(Printer(output))
+    procfile = parse_procfile(Path("Procfile").read_text())
+    concurrency = {"worker": local.WORKERS}
+    for p in expand_processes(procfile.processes, concurrency=concurrency, env=env):
+        manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
+    signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()
+    manager.loop()
+    sys.exit(manager.returncode)
+
+
+if __name__ == "__main__":
+    main()

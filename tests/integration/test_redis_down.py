@@ -1,0 +1,77 @@
+"""Redis down while the web process runs: the ops API and /metrics answer 503 JSON saying
+what is wrong, the dashboard a 503 page; never a traceback or a generic 500. The Stripe
+endpoint keeps its own answers (503 ledger_unavailable for a delivery, 400 for a forgery)."""
+
+import logging
+import random
+
+import pytest
+from flask.testing import FlaskClient
+
+from ledgerctl import samples
+from tests.support.constants import BASIC, BEARER, OPS_TOKEN, SECRET
+from tests.support.helpers import signed_headers
+from tests.support.processes import free_port
+from webhook import create_app
+from webhook.http import csrf_token
+
+API = ["summary", "events", "events/evt_1", "payments", "payments/pi_1", "rejections", "series"]
+API += ["secrets", "reconcile"]
+PAGES = ["", "events", "events/evt_1", "payments", "payments/pi_1"]
+
+
+@pytest.fixture
+def down() -> FlaskClient:
+    """The app with REDIS_URL pointing where nothing listens."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    config = {"REDIS_URL": url, "STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN}
+    return create_app({**config, "REDIS_RETRIES": 0}).test_client()
+
+
+def no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    assert not [r for r in caplog.records if r.exc_info], "an exception was logged"
+
+
+@pytest.mark.parametrize("path", [f"/ops/api/{p}" for p in API] + ["/metrics"])
+def test_api_and_metrics_answer_503_json(
+    down: FlaskClient, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        answer = down.get(path, headers=BEARER)
+    assert answer.status_code == 503 and answer.mimetype == "application/json"
+    body = answer.get_json()
+    assert body["error"] == "ledger_unavailable" and body["retry_after_s"] == 5
+    assert "the ledger's Redis at redis://127.0.0.1:" in body["message"]
+    assert "Connection refused" in body["message"]
+    assert answer.headers["Retry-After"] == "5"
+    no_traceback(caplog)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_dashboard_pages_answer_a_503_page(
+    down: FlaskClient, page: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        answer = down.get(f"/ops/{page}", headers=BASIC)
+    assert answer.status_code == 503 and answer.mimetype == "text/html"
+    text = answer.get_data(as_text=True)
+    assert "503: the ledger is unavailable" in text and "Connection refused" in text
+    assert answer.headers["X-Frame-Options"] == "DENY"  # the dashboard's own headers still apply
+    no_traceback(caplog)
+
+
+def test_a_decision_answers_503_and_credentials_still_come_first(down: FlaskClient) -> None:
+    csrf = {**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)}
+    assert down.post("/ops/api/payments/pi_1/retry", headers=csrf).status_code == 503
+    assert down.get("/ops/api/summary").status_code == 401
+    assert down.get("/ops/").status_code == 401
+    assert down.get("/metrics").status_code == 401
+
+
+def test_the_stripe_endpoint_keeps_its_own_answers(down: FlaskClient) -> None:
+    body = samples.encode(samples.payment_events(random.Random(1))[2])
+    answer = down.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+    assert answer.status_code == 503 and answer.get_json()["error"] == "ledger_unavailable"
+    forged = down.post("/webhooks/stripe", data=body, headers=signed_headers(body, "whsec_x"))
+    assert forged.status_code == 400 and forged.get_json()["error"] == "signature_mismatch"
+    assert down.get("/readyz").status_code == 503 and down.get("/healthz").status_code == 200

@@ -1,0 +1,185 @@
+"""scripts/run.sh as a newcomer meets it, in a copy of the checkout (its own var/, free
+ports): the banner shows the active webhook secrets by label and fingerprint, never a
+secret; a "ready" line follows once /readyz answers; Ctrl-C stops every process, also when
+the output goes through a pipe whose reader has exited. And the README's commands exist
+as written."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger.settings import fingerprint
+from tests.support.processes import ROOT, free_port, wait_until
+
+COPIED = ("scripts/run.sh", "scripts/bootstrap.sh", "Procfile", "gunicorn.conf.py")
+COPIED += ("pyproject.toml", "config")
+CLI_SECRET = "whsec_from_stripe_listen_0123456789"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """What run.sh needs of a clone, with this checkout's .venv (bootstrap has nothing to do)."""
+    root = tmp_path / "clone"
+    for name in COPIED:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(ROOT / name, target)
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    return root
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (honcho's children run in sessions of their own)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those still running (not gone, not a zombie waiting for its parent)."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            running.append(pid)
+    return running
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+class Running:
+    """``bash -c COMMAND`` in the checkout, in a session of its own like a terminal's
+    foreground job: Ctrl-C is SIGINT to its process group."""
+
+    def __init__(self, root: Path, command: str, env: dict[str, str]) -> None:
+        self.log = root / "out.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                ["bash", "-c", command], cwd=root, env=env, stdout=out, stderr=out,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def ctrl_c_stops_everything(self) -> float:
+        """Seconds until every process it started was gone after Ctrl-C."""
+        pids = descendants(self.proc.pid)
+        assert len(pids) >= 8, pids  # redis, gunicorn + 2, 2 workers, sweeper, their shells
+        started = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGINT)
+        wait_until(lambda: not alive(pids), timeout=60, interval=0.2, what="every process gone")
+        self.proc.wait(30)
+        return time.monotonic() - started
+
+    def kill_leftovers(self) -> None:
+        for pid in alive([self.proc.pid, *descendants(self.proc.pid)]):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def run_sh(checkout: Path) -> Iterator:
+    started: list[Running] = []
+    web, redis = free_port(), free_port()
+    env = {**os.environ, "WEB_PORT": str(web), "REDIS_PORT": str(redis)}
+    env = {k: v for k, v in env.items() if not k.startswith(("STRIPE_", "OPS_", "PYTEST"))}
+
+    def start(command: str = "scripts/run.sh", **extra: str) -> tuple[Running, int]:
+        running = Running(checkout, command, {**env, **extra})
+        started.append(running)
+        wait_until(lambda: ready(web), timeout=120, interval=0.2, what="/readyz")
+        return running, web
+
+    yield start
+    for running in started:
+        running.kill_leftovers()
+
+
+def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, checkout) -> None:
+    running, port = run_sh(STRIPE_WEBHOOK_SECRET=CLI_SECRET, STRIPE_WEBHOOK_SECRET_LABELS="cli")
+    wait_until(lambda: "ready:" in running.log.read_text(), 30, what="the ready line")
+    running.ctrl_c_stops_everything()
+    out = running.log.read_text()
+    local = re.search(r"DEV_WEBHOOK_SECRET=(\S+)", (checkout / "var/dev.env").read_text())
+    assert local is not None
+    assert f"cli    {fingerprint(CLI_SECRET)}" in out
+    assert f"local  {fingerprint(local[1])}  var/dev.env" in out
+    assert CLI_SECRET not in out and local[1] not in out
+    ready_line = next(line for line in out.splitlines() if "ready:" in line)
+    assert f"endpoint http://127.0.0.1:{port}/webhooks/stripe" in ready_line
+    assert f"dashboard http://127.0.0.1:{port}/ops/" in ready_line
+    assert out.index("Listening at:") < out.index("ready:")  # after the server, not a banner
+
+
+def test_ctrl_c_stops_everything_when_the_output_reader_has_exited(run_sh) -> None:
+    """``scripts/run.sh | head -n 1``: head exits after the first line, so every later write
+    meets a closed pipe; honcho's own start used to die of it on Ctrl-C and leave Redis,
+    gunicorn, the workers and the sweeper running."""
+    running, _ = run_sh("scripts/run.sh | head -n 1")
+    seconds = running.ctrl_c_stops_everything()
+    assert seconds < 60  # bounded by honcho's SIGKILL 5 s after its SIGTERM, plus slack
+
+
+def test_readme_commands_exist_as_written() -> None:
+    """Every command line of the README's code blocks names an executable script, a program
+    of .venv/bin, or webhook-ledger commands (``a | b`` alternatives) with the options shown."""
+    from ledgerctl.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, re.S)
+    checked = 0
+    for line in (line for block in blocks for line in block.splitlines()):
+        words = line.removeprefix("$ ").split("  #")[0].split()
+        while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before a command
+            words.pop(0)
+        if not words:
+            continue
+        if words[0].startswith(("scripts/", ".venv/bin/")):
+            assert os.access(ROOT / words[0], os.X_OK), line
+        elif words[0] in ("webhook-ledger", "replay-events"):
+            assert os.access(ROOT / ".venv" / "bin" / words[0], os.X_OK), line
+        else:
+            continue
+        checked += 1
+        if words[0] != "webhook-ledger":
+            continue
+        for part in re.split(r"\s\|\s", " ".join(words[1:])):
+            name, *rest = part.split()
+            assert name in main.commands, (name, line)
+            known = {opt for param in main.commands[name].params for opt in param.opts}
+            assert set(re.findall(r"--[a-z][a-z-]*", " ".join(rest))) <= known, (part, line)
+    assert checked >= 10
+
+
+def test_replay_script_runs_as_written_without_the_venv_on_path() -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "replay_events.py"), "--help"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and "--scenario" in done.stdout, done.stderr

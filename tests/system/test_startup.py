@@ -1,0 +1,154 @@
+"""Each kind of process refuses to start on a wrong setting with one line per problem (the
+variable, the value it got, what is allowed), exit code 2, no traceback: the web process
+(gunicorn, checked once in its master), the RQ worker (also resolving FULFILMENT_ACTION),
+the sweeper, the CLI and the replay script. ``wait-redis`` says what it waits for and why
+it gave up."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.constants import SECRET
+from tests.support.processes import BIN, ROOT, RedisServer, free_port
+
+WEB = [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "webhook.wsgi:app"]
+WORKER = [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-c", "workers.rq_config"]
+SWEEPER = [str(BIN / "webhook-ledger"), "sweep", "--loop"]
+CLI = [str(BIN / "webhook-ledger"), "summary"]
+REPLAY = [str(ROOT / "scripts" / "replay_events.py"), "--generate", "1"]
+
+
+def env_with(**settings: str) -> dict[str, str]:
+    """Only what a process needs to be found and run, plus ``settings``."""
+    base = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
+    return {**base, "PYTHONPATH": str(ROOT), **settings}
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return done.returncode, (done.stdout + done.stderr).splitlines()
+
+
+def refuses(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The lines a process printed when it refused to start (asserting how it refused)."""
+    code, lines = run(argv, env)
+    assert code == 2, (code, lines)
+    assert not any("Traceback" in line for line in lines), lines
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (WEB, {"WEB_CONCURRENCY": "4", "PORT": str(free_port())}),
+        (WORKER, {}),
+        (SWEEPER, {}),
+        (CLI, {}),
+        (REPLAY, {}),
+    ],
+    ids=["web", "worker", "sweeper", "cli", "replay"],
+)
+def test_every_process_refuses_a_wrong_setting_with_one_line_each(
+    argv: list[str], extra: dict[str, str]
+) -> None:
+    wrong = {
+        "STRIPE_WEBHOOK_TOLERANCE": "abc",
+        "MAX_ATTEMPTS": "-1",
+        "REDIS_URL": "redis://:PASSWORD456@127.0.0.1:6389/99",
+        "LEASE_SECONDS": "5",
+    }
+    lines = refuses(argv, env_with(STRIPE_WEBHOOK_SECRET=SECRET, **wrong, **extra))
+    assert lines == [
+        "invalid setting REDIS_URL='redis://***@127.0.0.1:6389/99': database 99 is out of"
+        " range; expected redis://[user:password@]host[:port][/db] (db 0-15), rediss://… (TLS)"
+        " or unix:///path/to/socket[?db=N]",
+        "invalid setting STRIPE_WEBHOOK_TOLERANCE=abc: expected a whole number of seconds, 0 or"
+        " more (0: no check)",
+        "invalid setting MAX_ATTEMPTS=-1: expected a whole number, from 1 to 1000",
+        "invalid setting LEASE_SECONDS=5: expected at least FULFILMENT_TIMEOUT (10) + 2 = 12"
+        " seconds: a call must end before its lease does",
+    ]
+
+
+def test_the_web_process_names_a_missing_secret_and_its_own_settings() -> None:
+    env = env_with(STRIPE_WEBHOOK_SECRET="sk_live_SECRET123", WEB_CONCURRENCY="0")
+    lines = refuses(WEB, env)
+    assert [line.split(":")[0] for line in lines] == [
+        "invalid setting WEB_CONCURRENCY=0",
+        "invalid setting STRIPE_WEBHOOK_SECRET='sk_live_***'",
+    ]
+    assert "a Stripe API key, not a webhook signing secret" in lines[1]
+    assert "SECRET123" not in "\n".join(lines)
+    lines = refuses(WEB, env_with())
+    assert lines[0].startswith("missing setting STRIPE_WEBHOOK_SECRET: expected one or more")
+
+
+@pytest.mark.parametrize(
+    ("action", "why"),
+    [
+        ("no_such_shop.actions:fulfil", "ActionConfigError: cannot import no_such_shop.actions"),
+        ("tests.support.constants:SECRET", "ActionConfigError: tests.support.constants:SECRET is"),
+        ("sqlite:///{file}/downstream.sqlite3", "Error"),  # its directory is a file
+        ("http://[::1/fulfil", "expected sqlite:///PATH, http(s)://URL or module:function"),
+    ],
+)
+def test_the_worker_resolves_the_action_before_its_first_job(
+    action: str, why: str, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    spec = action.format(file=tmp_path / "file")
+    lines = refuses(WORKER, env_with(FULFILMENT_ACTION=spec))
+    assert len(lines) == 1 and lines[0].startswith("invalid setting FULFILMENT_ACTION="), lines
+    assert why in lines[0]
+
+
+def test_the_worker_starts_with_a_good_action_and_creates_the_sqlite_file(tmp_path) -> None:
+    """The counterpart: the same check lets a good configuration through (burst: it returns)."""
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        db = tmp_path / "var" / "downstream.sqlite3"
+        env = env_with(REDIS_URL=server.url, FULFILMENT_ACTION=f"sqlite:///{db}")
+        code, lines = run([*WORKER, "--burst"], env)
+        assert code == 0, lines
+        assert db.exists() and any("Listening on fulfilment" in line for line in lines)
+    finally:
+        server.stop()
+
+
+def test_wait_redis_says_what_it_waits_for_and_why_it_gave_up() -> None:
+    port = free_port()  # nothing listens there
+    url, shown = f"redis://:PASSWORD456@127.0.0.1:{port}/0", f"redis://***@127.0.0.1:{port}/0"
+    started = time.monotonic()
+    code, lines = run([*CLI[:1], "wait-redis", "--timeout", "1"], env_with(REDIS_URL=url))
+    assert code == 3 and time.monotonic() - started < 30
+    assert lines[0] == f"waiting for Redis at {shown} (up to 1 s)"
+    assert lines[-1].startswith(f"gave up after 1 s: Redis at {shown} did not answer: ")
+    assert "Connection refused" in lines[-1] and "PASSWORD456" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("extra", "userinfo", "db", "why"),
+    [
+        (["--databases", "4"], "", "5", "DB index is out of range"),
+        (["--requirepass", "right"], ":wrong@", "0", "invalid username-password pair"),
+    ],
+)
+def test_wait_redis_gives_up_at_once_when_redis_refuses(
+    tmp_path: Path, extra: list[str], userinfo: str, db: str, why: str
+) -> None:
+    """Redis answered: waiting cannot help (a wrong database or password), so it says so
+    at once instead of after its 30 s."""
+    server = RedisServer(tmp_path / "redis", extra=extra).start()
+    try:
+        url = f"redis://{userinfo}127.0.0.1:{server.port}/{db}"
+        started = time.monotonic()
+        code, lines = run([*CLI[:1], "wait-redis"], env_with(REDIS_URL=url), timeout=60)
+        assert code == 3 and time.monotonic() - started < 25, lines
+        masked = "***@" if userinfo else ""
+        assert lines[-1].startswith(f"gave up: Redis at redis://{masked}127.0.0.1:{server.port}")
+        assert why in lines[-1] and "wrong" not in lines[-1]
+    finally:
+        server.stop()

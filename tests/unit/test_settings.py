@@ -1,0 +1,205 @@
+"""Every setting is checked at start-up: a wrong value gives one line naming the variable,
+the value it got (secrets masked) and what is allowed. One case per setting; a setting
+added without a case fails test_every_setting_has_a_case."""
+
+from dataclasses import fields
+
+import pytest
+
+from ledger import declared
+from ledger.settings import Settings, SettingsError, load
+from ledgerctl.run_local import Local
+from webhook.serving import Server
+
+# name: (a good text, the value it gives, a wrong text, words of what is allowed)
+CASES: dict[str, tuple[str, object, str, str]] = {
+    "REDIS_URL": ("rediss://:pw@r.example:6380/3", None, "redis://127.0.0.1:6389/99", "db 0-15"),
+    "REDIS_SOCKET_TIMEOUT": ("0.5", 0.5, "0", "a number of seconds, above 0 up to 300"),
+    "REDIS_RETRIES": ("0", 0, "three", "a whole number, from 0 to 100"),
+    "REDIS_MAX_CONNECTIONS": ("8", 8, "0", "from 1 to 10000"),
+    "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", None, "sk_test_abc", "whsec_"),
+    "STRIPE_WEBHOOK_SECRET_LABELS": ("cli", None, "cli,,local", "one label per secret"),
+    "STRIPE_WEBHOOK_TOLERANCE": ("0", 0, "abc", "a whole number of seconds, 0 or more"),
+    "SECRET_RETIRE_AFTER_DAYS": ("14", 14, "0", "days, 1 or more"),
+    "MAX_BODY_BYTES": ("1024", 1024, "1e6", "bytes, from 1 to 67108864"),
+    "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
+    "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
+    "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
+    "OPS_TOKEN": ("s3cret-token", "s3cret-token", "tok ", "without spaces around it"),
+    "METRICS_TOKEN": ("m3trics", "m3trics", "a\tb", "a token"),
+    "QUEUE_NAME": ("fulfil-eu", "fulfil-eu", "my queue", "letters, digits"),
+    "RQ_RESULT_TTL": ("3600", 3600, "-1", "0 or more"),
+    "FULFILMENT_ACTION": ("shop.actions:fulfil", None, "foo://x", "module:function"),
+    "FULFILMENT_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
+    "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
+    "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
+    "MAX_ATTEMPTS": ("3", 3, "-1", "from 1 to 1000"),
+    "RETRY_BASE_SECONDS": ("0.1", 0.1, "nan", "above 0"),
+    "RETRY_MAX_SECONDS": ("60", 60.0, "0", "above 0"),
+    "QUEUED_GRACE_SECONDS": ("5", 5, "0", "1 or more"),
+    "SWEEP_INTERVAL": ("0.5", 0.5, "0", "above 0"),
+    "PAID_EVENT_TYPES": ("invoice.paid", ("invoice.paid",), "charge.refunded", "one or more of"),
+    "FULFIL_UNLINKED_INVOICES": ("on", True, "maybe", "true or false"),
+    "STRIPE_MODE": ("TEST", "test", "prod", "one of live, test, any"),
+    "FULFIL_CONNECT": ("0", False, "2", "true or false"),
+    "STUCK_QUEUED_SECONDS": ("60", 60, "soon", "1 or more"),
+    "STRIPE_API_KEY": ("rk_live_abc", "rk_live_abc", "pk_live_abc", "sk_… or rk_…"),
+    "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
+    "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
+}
+# The web process's own (webhook/serving.py) and scripts/run.sh's (ledgerctl/run_local.py).
+OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
+    Server: {
+        "WEB_PORT": ("8080", 8080, "80a", "from 1 to 65535"),
+        "PORT": ("5000", 5000, "70000", "from 1 to 65535"),
+        "HOST": ("[::]", "[::]", "local host", "a host name or address"),
+        "WEB_CONCURRENCY": ("4", 4, "0", "from 1 to 256"),
+        "GUNICORN_WORKER_CONNECTIONS": ("100", 100, "many", "from 1 to 100000"),
+        "GUNICORN_THREADS": ("8", 8, "0", "from 1 to 1024"),
+        "LOG_LEVEL": ("warning", "warning", "loud", "one of debug, info"),
+    },
+    Local: {
+        "WORKERS": ("3", 3, "0", "from 1 to 64"),
+        "REDIS_PORT": ("7000", 7000, "-1", "from 1 to 65535"),
+    },
+}
+FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
+"""Read by gunicorn itself, which names them when wrong."""
+# What a wrong value of these shows instead of itself.
+MASKED = {
+    "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
+    "OPS_TOKEN": "'***'",
+    "METRICS_TOKEN": "'***'",
+    "STRIPE_API_KEY": "'pk_live_***'",
+}
+
+
+def all_cases() -> list[tuple[type, str, tuple[str, object, str, str]]]:
+    found: list[tuple[type, str, tuple[str, object, str, str]]] = [
+        (Settings, name, case) for name, case in CASES.items()
+    ]
+    return found + [(cls, n, c) for cls, cases in OTHER_CASES.items() for n, c in cases.items()]
+
+
+def problems(cls: type, env: dict[str, str]) -> list[str]:
+    if cls is Settings:
+        try:
+            load(env)
+        except SettingsError as exc:
+            return exc.problems
+        return []
+    return declared.read(fields(cls), env)[1]
+
+
+def value_of(cls: type, name: str, text: str) -> object:
+    if cls is Settings:
+        return getattr(load({name: text}), name)
+    return declared.read(fields(cls), {name: text})[0][name]
+
+
+def test_every_setting_has_a_case() -> None:
+    assert {f.name for f in fields(Settings)} == set(CASES)
+    for cls, cases in OTHER_CASES.items():
+        assert {f.name for f in fields(cls)} - FREE_TEXT == set(cases)
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "case"), all_cases(), ids=[f"{c.__name__}.{n}" for c, n, _ in all_cases()]
+)
+def test_a_setting_takes_a_good_value_and_names_a_wrong_one(
+    cls: type, name: str, case: tuple[str, object, str, str]
+) -> None:
+    good, value, wrong, allowed = case
+    assert value_of(cls, name, good) == (good if value is None else value)
+    lines = problems(cls, {name: wrong})
+    assert len(lines) == 1, lines
+    shown = MASKED.get(name, wrong if wrong.isprintable() and " " not in wrong else None)
+    assert lines[0].startswith(f"invalid setting {name}={shown or ''}"), lines[0]
+    assert allowed in lines[0] and "\n" not in lines[0]
+
+
+def test_an_empty_value_means_the_default() -> None:
+    assert load({"MAX_ATTEMPTS": "", "REDIS_URL": "", "FULFIL_CONNECT": ""}) == Settings()
+
+
+def test_every_problem_is_a_line_of_its_own() -> None:
+    env = {"STRIPE_WEBHOOK_TOLERANCE": "abc", "MAX_ATTEMPTS": "-1", "STRIPE_MODE": "prod"}
+    with pytest.raises(SettingsError) as refused:
+        load(env, require=("STRIPE_WEBHOOK_SECRET",))
+    assert [line.split(":")[0] for line in refused.value.problems] == [
+        "missing setting STRIPE_WEBHOOK_SECRET",
+        "invalid setting STRIPE_WEBHOOK_TOLERANCE=abc",
+        "invalid setting MAX_ATTEMPTS=-1",
+        "invalid setting STRIPE_MODE=prod",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (
+            {"LEASE_SECONDS": "10", "FULFILMENT_TIMEOUT": "10"},
+            "invalid setting LEASE_SECONDS=10: expected at least FULFILMENT_TIMEOUT (10) + 2",
+        ),
+        (
+            {"FULFILMENT_TIMEOUT": "29"},  # the default lease (30) is named too
+            "invalid setting LEASE_SECONDS=30: expected at least FULFILMENT_TIMEOUT (29) + 2",
+        ),
+        (
+            {"PAYMENT_RETENTION_DAYS": "30"},
+            "invalid setting PAYMENT_RETENTION_DAYS=30: expected 0 (keep) or more than",
+        ),
+        (
+            {"RETRY_BASE_SECONDS": "10", "RETRY_MAX_SECONDS": "5"},
+            "invalid setting RETRY_MAX_SECONDS=5: expected at least RETRY_BASE_SECONDS (10)",
+        ),
+        (
+            {"RECONCILE_INTERVAL": "60"},
+            "invalid setting RECONCILE_INTERVAL=60: expected 0 (never) while STRIPE_API_KEY",
+        ),
+        (
+            {"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local"},
+            "invalid setting STRIPE_WEBHOOK_SECRET_LABELS=cli,local: 2 labels for 1 secrets",
+        ),
+    ],
+)
+def test_rules_between_settings_name_the_setting_to_change(env: dict[str, str], line: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load(env)
+    assert len(refused.value.problems) == 1 and refused.value.problems[0].startswith(line)
+
+
+def test_a_rule_is_skipped_when_one_of_its_settings_is_wrong_itself() -> None:
+    with pytest.raises(SettingsError) as refused:
+        load({"LEASE_SECONDS": "abc", "FULFILMENT_TIMEOUT": "40"})
+    assert len(refused.value.problems) == 1 and "LEASE_SECONDS=abc" in refused.value.problems[0]
+
+
+def test_a_required_setting_must_be_set() -> None:
+    with pytest.raises(SettingsError, match="^missing setting STRIPE_WEBHOOK_SECRET: expected"):
+        load({}, require=("STRIPE_WEBHOOK_SECRET",))
+    assert load({}).secrets == []  # the worker, sweeper and CLI need no webhook secret
+
+
+def test_overrides_are_checked_like_the_environment() -> None:
+    assert load({}, PAID_EVENT_TYPES=("invoice.paid",), FULFIL_CONNECT=True).FULFIL_CONNECT
+    with pytest.raises(SettingsError, match="MAX_ATTEMPTS=0"):
+        load({}, MAX_ATTEMPTS=0)
+    with pytest.raises(TypeError, match="NOT_A_SETTING"):
+        load({}, NOT_A_SETTING=1)
+
+
+@pytest.mark.parametrize(
+    ("env", "bind"),
+    [
+        ({}, "127.0.0.1:8000"),
+        ({"PORT": "5000"}, "0.0.0.0:5000"),  # a platform's PORT: every interface, as gunicorn
+        ({"PORT": "5000", "HOST": "127.0.0.1"}, "127.0.0.1:5000"),
+        ({"PORT": "5000", "WEB_PORT": "8001"}, "127.0.0.1:8001"),  # honcho's PORT under run.sh
+    ],
+)
+def test_the_web_process_listens_on_web_port_else_the_platforms_port(
+    env: dict[str, str], bind: str
+) -> None:
+    values, found = declared.read(fields(Server), env)
+    assert found == [] and Server(**values).bind == bind  # type: ignore[arg-type]

@@ -1,0 +1,57 @@
+"""The web process's own settings: where it listens, how many processes and connections.
+
+gunicorn.conf.py reads them in gunicorn's master, before it forks, together with the
+service's settings (ledger/settings.py): a misconfigured web process exits once, with one
+line per problem, instead of one traceback per worker. Standard library and ``ledger`` only
+(gevent has not patched anything yet in the master).
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from ledger import declared, settings
+from ledger import setting_kinds as kinds
+from ledger.declared import setting
+
+REQUIRED = ("STRIPE_WEBHOOK_SECRET",)
+"""Settings the web process cannot start without (the worker, sweeper and CLI can)."""
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@dataclass(frozen=True)
+class Server:
+    WEB_PORT: int = setting(0, kinds.whole(1, 65535))
+    """The port, when it must differ from the platform's PORT (scripts/run.sh sets it)."""
+    PORT: int = setting(0, kinds.whole(1, 65535))
+    """The platform's port (Heroku-style platforms and honcho set it)."""
+    HOST: str = setting("", kinds.host())
+    """Where to listen; by default 127.0.0.1, or every interface under the platform's PORT."""
+    WEB_CONCURRENCY: int = setting(2, kinds.whole(1, 256))
+    GUNICORN_WORKER_CONNECTIONS: int = setting(500, kinds.whole(1, 100_000))
+    GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
+    GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
+    GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
+    LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
+
+    @property
+    def bind(self) -> str:
+        """WEB_PORT, else PORT, else 8000; a platform's PORT on every interface unless HOST
+        says otherwise, as gunicorn itself does when PORT is set."""
+        platform = bool(self.PORT and not self.WEB_PORT)
+        host = self.HOST or ("0.0.0.0" if platform else "127.0.0.1")
+        return f"{host}:{self.WEB_PORT or self.PORT or 8000}"
+
+
+def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:
+    """The web process's settings, after every setting the service reads is checked; else
+    exit with one line per problem (code 2)."""
+    env = os.environ if environ is None else environ
+    values, problems = declared.read(fields(Server), env)
+    try:
+        settings.load(env, require=REQUIRED)
+    except settings.SettingsError as exc:
+        problems += exc.problems
+    if problems:
+        declared.exit_with(problems)
+    return Server(**values)  # type: ignore[arg-type]

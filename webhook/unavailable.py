@@ -1,0 +1,41 @@
+"""Redis down while the web process runs: every page and API that reads the ledger answers
+503 with what is wrong, never a traceback or a generic 500. The Stripe endpoint answers its
+own 503 (``ledger_unavailable``, so Stripe retries) in receiver.py; rejections are still
+answered, their count lost (ledger/deliveries.py)."""
+
+import logging
+
+import orjson
+from flask import Flask, Response, render_template, request
+from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, TimeoutError
+
+from ledger.deliveries import LedgerUnavailable
+from ledger.redact import redact
+from webhook.http import json_response
+from webhook.store import current_settings
+
+log = logging.getLogger("webhook.ops")
+UNAVAILABLE = (ConnectionError, TimeoutError, ReadOnlyError, OutOfMemoryError, LedgerUnavailable)
+"""What means the ledger cannot be read or written now (another Redis error is a bug: 500)."""
+RETRY_AFTER_S = 5
+
+
+def answer(exc: Exception) -> Response:
+    """503: JSON for the API, /metrics and anything else, a page for the dashboard."""
+    where = redact(current_settings().REDIS_URL)
+    error = redact(str(exc)) or type(exc).__name__
+    message = f"the ledger's Redis at {where} cannot be used now: {error}"
+    log.warning(orjson.dumps({"path": request.path, "status": 503, "error": message}).decode())
+    if request.path.startswith("/ops/") and not request.path.startswith("/ops/api/"):
+        page = render_template("ops/unavailable.html", message=message, retry=RETRY_AFTER_S)
+        response = Response(page, status=503, mimetype="text/html")
+    else:
+        body = {"error": "ledger_unavailable", "message": message, "retry_after_s": RETRY_AFTER_S}
+        response = json_response(body, 503)
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def init_app(app: Flask) -> None:
+    for kind in UNAVAILABLE:
+        app.register_error_handler(kind, answer)
