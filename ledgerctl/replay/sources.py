@@ -61,7 +61,7 @@ def from_ledger(
         candidates = event_ids
     elif payment:
         record = queries.payment(redis, payment)
-        candidates = record["events"] if record else []
+        candidates = [e.id for e in record.events] if record else []
     else:
         low = since_ms if since_ms is not None else "-inf"
         high = until_ms if until_ms is not None else "+inf"
