@@ -131,7 +131,12 @@ def events() -> str:
     offset = int_arg("offset", 0)
     event_type = request.args.get("type") or None
     rows = queries.events(
-        get_redis(), event_type, time_arg("since"), time_arg("until"), offset, PAGE
+        get_redis(),
+        event_type,
+        time_arg("since", strict=False),
+        time_arg("until", strict=False),
+        offset,
+        PAGE,
     )
     return render_template(
         "ops/events.html", rows=rows, offset=offset, page=PAGE, args=request.args

@@ -7,6 +7,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from datetime import UTC, datetime
 
 import orjson
@@ -18,6 +19,7 @@ from ledger.views import Decision, Problem, to_json
 from webhook.store import current_settings, get_redis
 
 MAX_OFFSET = 10_000
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
 PROBLEM_STATUS = {
     "unknown_decision": 400,
     "bad_argument": 400,
@@ -94,27 +96,37 @@ def csrf_ok(ops_token: str) -> bool:
 def int_arg(name: str, default: int, low: int = 0, high: int = MAX_OFFSET) -> int:
     """A whole-number query argument from ``low`` to ``high``; BadArgument otherwise."""
     given = request.args.get(name)
-    if given is None or given == "":
+    if given is None:
         return default
     if not (given.isascii() and given.isdigit() and low <= int(given) <= high):
         raise BadArgument(name, f"a whole number from {low} to {high}")
     return int(given)
 
 
-def time_arg(name: str) -> int | None:
-    """An ISO-8601 time (UTC unless it names a zone) or epoch milliseconds, as epoch ms."""
-    given = request.args.get(name, "")
-    if not given:
+def time_arg(name: str, strict: bool = True) -> int | None:
+    """A time as epoch ms: in the API an RFC 3339 date-time (``2026-01-02T03:04:05Z``), on
+    the dashboard also a browser's datetime-local value (taken as UTC)."""
+    given = request.args.get(name)
+    if given is None or (given == "" and not strict):
         return None
-    if given.isascii() and given.isdigit() and len(given) <= 15:
-        return int(given)
-    try:
-        moment = datetime.fromisoformat(given)
+    wanted = "an RFC 3339 time such as 2026-01-02T03:04:05Z"
+    if strict and not RFC3339.fullmatch(given):
+        raise BadArgument(name, wanted)
+    try:  # a leap second is the second before it here
+        moment = datetime.fromisoformat(given.upper().replace(":60", ":59"))
     except ValueError:
-        raise BadArgument(name, "an ISO-8601 time or epoch milliseconds") from None
+        raise BadArgument(name, wanted) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def flag_arg(name: str) -> bool:
+    """A yes/no query argument: 1 or 0 (absent: no)."""
+    given = request.args.get(name, "0")
+    if given not in ("0", "1"):
+        raise BadArgument(name, "1 or 0")
+    return given == "1"
 
 
 def decide(payment_key: str, action: str, decision: str, who: str) -> Decision | Problem:

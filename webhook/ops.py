@@ -17,6 +17,7 @@ from webhook.http import (
     BadArgument,
     csrf_ok,
     decide,
+    flag_arg,
     int_arg,
     json_response,
     problem_response,
@@ -92,8 +93,7 @@ def api_events() -> Response:
 
 @api_bp.get("/events/<event_id>")
 def api_event(event_id: str) -> Response:
-    with_payload = request.args.get("payload") in ("1", "true")
-    record = queries.event(get_redis(), event_id, with_payload)
+    record = queries.event(get_redis(), event_id, flag_arg("payload"))
     if record is None:
         return problem_response(Problem(error="not_found", message=f"no event {event_id}"))
     return view_response(record)
@@ -101,8 +101,8 @@ def api_event(event_id: str) -> Response:
 
 @api_bp.get("/payments")
 def api_payments() -> Response:
-    state = request.args.get("state") or None
-    if state and state not in queries.STATE_FILTERS:
+    state = request.args.get("state")
+    if state is not None and state not in queries.STATE_FILTERS:
         message = f"state must be one of {', '.join(queries.STATE_FILTERS)}"
         allowed = list(queries.STATE_FILTERS)
         return problem_response(Problem(error="unknown_state", message=message, allowed=allowed))
