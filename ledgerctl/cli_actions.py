@@ -114,7 +114,7 @@ def downstream(ctx: Context, limit: int, as_json: bool) -> None:
     rows = [{"payment": key, **row} for key, row in data["payments"].items()]
     totals = data["totals"]
     caption = (
-        f"{len(rows):,} payments, {totals['calls']:,} calls, {totals['effects']:,} effects"
+        f"{len(rows):,} payment(s), {totals['calls']:,} call(s), {totals['effects']:,} effect(s)"
         + (f"; first {limit} shown (--limit)" if len(rows) > limit else "")
     )
     columns = ("payment", *counts)
@@ -133,7 +133,7 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
         return
     say(f"exported to {directory}:")
     for name, n in counts.items():
-        say(f"  {name}: {n:,} records")
+        say(f"  {name}: {n:,} record{'' if n == 1 else 's'}")
     say(f"check it any time with: webhook-ledger verify {directory}")
 
 

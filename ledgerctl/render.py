@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ledger import money, secret_usage
 from ledger.views import (
+    Attempt,
     Event,
     EventList,
     Payment,
@@ -30,7 +31,7 @@ def summary(s: Summary) -> list[Table]:
         "conflicting copies": s.conflicts,
         "rejected requests": s.rejected,
         "found by reconcile (not delivered)": s.reconciled,
-        "payments fulfilled": s.effects,
+        "fulfilled by a worker": s.effects,
         "attempts started / finished": f"{s.attempts_started:,} / {s.attempts_finished:,}",
     }
     counters |= {f"rejected: {k}": v for k, v in s.rejected_by_reason.items()}
@@ -86,8 +87,8 @@ def events(page: EventList) -> Table:
     ]
     delivered = sum(e.deliveries for e in page.events)
     more = "; more with --offset" if len(rows) == page.limit else ""
-    caption = f"{len(rows):,} events (from #{page.offset + 1}, newest first), {delivered:,} "
-    caption += f"deliveries{more}"
+    caption = f"{plural(len(rows), 'event')} (from #{page.offset + 1}, newest first), "
+    caption += f"{plural(delivered, 'delivery', 'deliveries')}{more}"
     columns = tuple(rows[0]) if rows else ("event", "type", "deliveries")
     return rows_table("Events", rows, columns, ("deliveries",), caption)
 
@@ -139,7 +140,7 @@ def payments(page: PaymentList) -> Table:
         for p in page.payments
     ]
     states = Counter(p.state for p in page.payments)
-    caption = f"{len(rows):,} payments: " + (
+    caption = f"{plural(len(rows), 'payment')}: " + (
         ", ".join(f"{n:,} {s}" for s, n in sorted(states.items())) or "none"
     )
     sums = _amount_totals(page)
@@ -193,7 +194,11 @@ def payment(p: Payment) -> list[Table]:
         {
             "event": e.id,
             "type": "(record expired)" if e.expired else e.type,
-            "role": f"{e.role}{', paid it' if e.paid_the_payment else ''}",
+            "role": "paid it"
+            if e.paid_the_payment
+            else "paid (after the one that paid it)"
+            if e.pays
+            else e.role,
             "deliveries": e.deliveries,
             "first recorded": e.first_recorded_at,
             "last delivery": e.last_delivered_at,
@@ -203,7 +208,7 @@ def payment(p: Payment) -> list[Table]:
     attempts = [
         {
             "token": a.token,
-            "outcome": a.outcome + (" (late receipt)" if a.late else ""),
+            "outcome": _outcome(a),
             "started": a.started_at,
             "took (ms)": a.duration_ms,
             "call (ms)": round(a.call_ms, 1) if a.call_ms is not None else None,
@@ -235,6 +240,22 @@ def _receipt(receipt: dict[str, Any] | None) -> str | None:
     return ", ".join(
         f"{k}: {v if isinstance(v, str) else to_json(v).decode()}" for k, v in receipt.items()
     )
+
+
+def _outcome(a: Attempt) -> str:
+    outcome = a.outcome.replace("_", " ")
+    if a.phase_at_expiry:
+        outcome += f" (while {a.phase_at_expiry})"
+    if a.late:
+        outcome += " (late receipt)"
+    if a.stale_outcome:
+        outcome += f" (its worker later said {a.stale_outcome})"
+    return outcome
+
+
+def plural(n: int, one: str, many: str = "") -> str:
+    """'1 payment', '2 payments'; '1 delivery', '2 deliveries' (``many`` given)."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def rejections(page: RejectionList) -> Table:
@@ -271,4 +292,5 @@ def secrets(found: SecretList) -> Table:
     title = f"Secrets (safe to retire after {found.retire_after_days} days unused)"
     total = sum(s.deliveries for s in found.secrets)
     columns = ("secret", "configured", "deliveries verified", "last", "status")
-    return rows_table(title, rows, columns, ("deliveries verified",), f"{total:,} deliveries")
+    caption = plural(total, "delivery", "deliveries")
+    return rows_table(title, rows, columns, ("deliveries verified",), caption)

@@ -41,8 +41,8 @@ def line(*parts: object) -> Text:
 
 
 def say(*parts: object) -> None:
-    """Print one line of ``parts`` (see :func:`line`)."""
-    console.print(line(*parts))
+    """Print one line of ``parts`` (see :func:`line`), never wrapped (ids stay whole)."""
+    console.print(line(*parts), soft_wrap=True)
 
 
 def show(renderable: RenderableType) -> None:

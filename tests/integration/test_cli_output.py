@@ -1,6 +1,8 @@
 """Strings from event data are data in every ``webhook-ledger`` output: Rich markup, emoji
 codes, terminal control sequences and bidi overrides in events, errors, receipts,
-rejections, downstream rows, bundle names and arguments are printed literally."""
+rejections, downstream rows, bundle names and arguments are printed literally, and whole:
+the CLI runs here as when piped (no terminal, no COLUMNS), and every id is longer than 80
+characters."""
 
 import json
 import random
@@ -73,7 +75,7 @@ def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:
         Call(PAYMENT_KEY, f"fulfil:{PAYMENT_KEY}", 1, 100, H, False, [EVENT_ID])
     )
     env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
-    return {**env, "COLUMNS": "20000"}
+    return {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # as when piped
 
 
 def assert_literal(result: Result, code: int, *values: str) -> None:
