@@ -5,6 +5,7 @@ HUF and TWD keep two decimals in the API although their ISO exponent or payouts 
 The lists are Stripe's "zero-decimal" and "three-decimal" currencies.
 """
 
+from ledger.stored import text
 from ledger.views import Amount
 
 ZERO_DECIMAL = frozenset("bif clp djf gnf jpy kmf krw mga pyg rwf ugx vnd vuv xaf xof xpf".split())
@@ -28,11 +29,11 @@ def format_minor(minor_units: int, currency: str) -> str:
 
 def amount(minor_units: object, currency: object) -> Amount | None:
     """The typed amount from the stored strings; None when either is missing or unreadable."""
-    text, code = str(minor_units or ""), str(currency or "")
-    digits = text.removeprefix("-")
+    digits_text, code = text(minor_units or ""), text(currency or "")
+    digits = digits_text.removeprefix("-")
     if not (digits.isascii() and digits.isdigit() and code.isascii() and code.isalpha()):
         return None
-    value = int(text)
+    value = int(digits_text)
     return Amount(
         minor_units=value,
         currency=code.lower(),
