@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ledger import money
+from ledger import figures, keys, money
 from ledger import settings as settings_module
 from tests.support.constants import BASIC, BEARER, OLD_SECRET, OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers, state_of
@@ -254,3 +254,27 @@ def test_the_cli_prints_the_objects_the_api_answers(client, config, one_of_every
     assert payment["downstream"] == {"calls": 1, "applied": 1, "already_applied": 0, "effects": 1}
     assert [a["outcome"] for a in payment["attempts"]] == ["fulfilled"]
     assert payment["receipt"]["outcome"] == "applied"
+
+
+def test_fulfil_latency_is_over_the_last_hour(redis) -> None:
+    """An old backlog (slow payments fulfilled two hours ago) no longer weighs on the
+    percentiles; a payment a person marked fulfilled is not a latency at all."""
+    seconds, _ = redis.time()
+    now = seconds * 1000
+
+    def fulfilled(pk: str, ago_ms: int, latency_ms: int, **extra: str) -> None:
+        done = now - ago_ms
+        fields = {"state": "fulfilled", "paid_at": done - latency_ms, "fulfilled_at": done}
+        redis.hset(keys.payment(pk), mapping={**fields, **extra})
+        redis.zadd(keys.state_index("fulfilled"), {pk: done})
+
+    for n in range(50):  # the backlog: 10 minutes each, two hours ago
+        fulfilled(f"pi_old{n}", 2 * 3600_000, 600_000)
+    for n, latency in enumerate((100, 200, 300, 400)):
+        fulfilled(f"pi_new{n}", 60_000, latency)
+    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli at 1 (fulfilled from held)")
+    latency = figures.summary(redis, "fulfilment").fulfil_latency
+    assert (latency.window_s, latency.payments) == (3600, 4)
+    assert (latency.p50_ms, latency.p90_ms, latency.p99_ms) == (200, 400, 400)
+    wider = figures.summary(redis, "fulfilment", window_s=3 * 3600).fulfil_latency
+    assert wider.payments == 54 and wider.p50_ms == 600_000
