@@ -128,7 +128,7 @@ def workers(redis: Redis, queue_name: str, at: datetime) -> Workers:
         w
         for w in registered
         if w.last_heartbeat is not None
-        and (at - w.last_heartbeat.replace(tzinfo=at.tzinfo)).total_seconds() < HEARTBEAT_WINDOW_S
+        and (at - w.last_heartbeat).total_seconds() < HEARTBEAT_WINDOW_S
         and (connected is None or w.name in connected)
     ]
     pipe = redis.pipeline(transaction=False)
@@ -163,8 +163,7 @@ def _age_s(queue: Queue, head: bytes | None, at: datetime) -> float | None:
     job = queue.fetch_job(text(head)) if head is not None else None
     if job is None or job.enqueued_at is None:
         return None
-    enqueued = job.enqueued_at.replace(tzinfo=at.tzinfo)
-    return round(max(0.0, (at - enqueued).total_seconds()), 1)
+    return round(max(0.0, (at - job.enqueued_at).total_seconds()), 1)
 
 
 def series(redis: Redis, minutes: int = 60) -> Series:

@@ -8,6 +8,8 @@ from typing import Any
 from redis import Redis
 
 from ledger import defaults, keys, money
+from ledger.downstream import downstream_record
+from ledger.payloads import decompress_payload
 from ledger.stored import count, decode_hash, ms_time, optional, s_time, text, whole
 from ledger.timeline import attempts_of, finished, receipt_of, resolution_of, timeline
 from ledger.views import (
@@ -18,8 +20,6 @@ from ledger.views import (
     PaymentRow,
     RelatedObject,
 )
-
-__all__ = ["text"]  # re-exported: older callers read Redis replies through queries.text
 
 PAYMENT_STATES = (
     "pending",
@@ -79,8 +79,6 @@ def event(redis: Redis, event_id: str, with_payload: bool = False) -> Event | No
 
 
 def event_record(event_id: str, raw: dict[bytes, bytes], with_payload: bool = False) -> Event:
-    from ledger.payloads import decompress_payload
-
     f = decode_hash({k: v for k, v in raw.items() if k != b"body"})
     body = raw.get(b"body")
     related = None
@@ -195,11 +193,7 @@ def _paid_by_n(nth: str, event_ids: list[str]) -> str | None:
 
 
 def _downstream(path: str | None, payment_key: str) -> DownstreamRecord | None:
-    if not path:
-        return None
-    from ledger.downstream import downstream_record
-
-    return downstream_record(path, payment_key)
+    return downstream_record(path, payment_key) if path else None
 
 
 def _payment_row_fields(pk: str, f: dict[str, str], since: object) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from redis import Redis
 
 from ledger import keys, queries
 from ledger.payloads import decompress_payload
+from ledger.stored import text
 from ledgerctl import samples
 
 Item = tuple[dict[str, Any], bytes]
@@ -65,7 +66,7 @@ def from_ledger(
     else:
         low = since_ms if since_ms is not None else "-inf"
         high = until_ms if until_ms is not None else "+inf"
-        candidates = [queries.text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
+        candidates = [text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
     for event_id in candidates:
         stored = redis.hget(keys.event(event_id), "body")
         if stored is None:
