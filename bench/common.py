@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ledger import keys
-from ledger.queries import text
+from ledger.stored import text
 from tests.support import processes
 from tests.support.processes import BIN, ROOT, Gunicorn, spawn, stop
 

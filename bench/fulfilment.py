@@ -37,7 +37,7 @@ from bench.events import EventFactory
 from bench.latency import first_fulfilled
 from bench.recording import recorder
 from bench.stats import alternate, column, ratio_runs, spread, target
-from ledger.queries import text
+from ledger.stored import text
 
 QUEUE = "fulfilment"
 FORK = "rq.worker.Worker"

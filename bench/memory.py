@@ -44,7 +44,7 @@ from bench.common import (
 from bench.stats import target
 from ledger import keys
 from ledger.defaults import QUEUE_NAME, REQUEST_ID_TTL
-from ledger.queries import text
+from ledger.stored import text
 
 SAMPLE = 500
 HELD_OUT = Path(__file__).resolve().parent / "heldout"

@@ -9,8 +9,8 @@ from redis import Redis
 
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
-from ledger.queries import text
 from ledger.settings import load as load_settings
+from ledger.stored import text
 
 
 def ledger_for(env: Mapping[str, str]) -> Ledger:

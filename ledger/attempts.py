@@ -14,9 +14,9 @@ from redis import Redis
 
 from ledger import faults, keys
 from ledger.enqueue import Enqueue, Jobs
-from ledger.queries import text
 from ledger.scripts import Script
 from ledger.settings import Settings
+from ledger.stored import text
 
 DECISIONS = {
     "retry": (("retry",), ("failed", "held")),

@@ -72,7 +72,15 @@ RECENT_REJECTIONS = 1000
 """Length of the capped list of recent rejections."""
 
 RECENT_LATENCIES = 10000
-"""Fulfil latency samples kept for percentiles."""
+"""Fulfil latencies kept in a capped list (written by the scripts; no reader since the
+percentiles are taken over a time window, LATENCY_WINDOW_SECONDS)."""
+
+LATENCY_WINDOW_SECONDS = 3600
+"""Fulfil latency percentiles (summary, dashboard) are over the payments fulfilled this
+recently, so an old backlog stops dominating them once it is older."""
+
+LATENCY_SAMPLES = 10000
+"""Most payments (the latest) those percentiles read."""
 
 FULFIL_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
 """Bucket bounds (ms) of the fulfil latency histogram kept in Redis for Prometheus."""

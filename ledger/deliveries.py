@@ -18,9 +18,9 @@ from ledger import keys
 from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified, data_object, is_thin, related
 from ledger.payloads import compress_payload
-from ledger.queries import text
 from ledger.scripts import Script
 from ledger.settings import Settings
+from ledger.stored import text
 
 API_SOURCE = "api"
 """The source of an event found through Stripe's Events API (reconcile): recorded like a

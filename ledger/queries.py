@@ -1,14 +1,25 @@
-"""Read-only views of the ledger, shared by the ops API, the CLI and the replay report."""
+"""Events and payments as people and programs read them: the typed views of ledger/views.py
+built from the Redis hashes, for the ops API, the CLI, the dashboard, evidence bundles and
+the replay tools. The figures (counters, workers, series, rejections) are ledger/figures.py;
+attempts and a payment's timeline are read in ledger/timeline.py."""
 
-import math
 from typing import Any
 
-import orjson
 from redis import Redis
-from rq import Queue, Worker
 
-from ledger import defaults, keys
+from ledger import defaults, keys, money
+from ledger.downstream import downstream_record
 from ledger.payloads import decompress_payload
+from ledger.stored import count, decode_hash, ms_time, optional, s_time, text, whole
+from ledger.timeline import attempts_of, finished, receipt_of, resolution_of, timeline
+from ledger.views import (
+    DownstreamRecord,
+    Event,
+    EventRow,
+    Payment,
+    PaymentRow,
+    RelatedObject,
+)
 
 PAYMENT_STATES = (
     "pending",
@@ -26,107 +37,67 @@ ATTENTION_STATES = ("interrupted", "held", "failed")
 """States that wait for a person; a payment queued too long joins them."""
 STATE_FILTERS = (*PAYMENT_STATES, ATTENTION)
 """What ``payments`` may be filtered by."""
-COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected", "reconciled")
-"""``reconciled``: events recorded from Stripe's Events API, not delivered (no delivery)."""
+
+MAX_SCAN = 20_000
+"""Most index entries one filtered events query reads."""
+EVENT_FIELDS = (
+    "type",
+    "n",
+    "first",
+    "last",
+    "pk",
+    "role",
+    "paid",
+    "origin",
+    "secret",
+    "livemode",
+    "conflicts",
+)
 
 
-def text(value: Any) -> str:
-    """A Redis reply as str (clients here do not decode responses)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _decode_hash(raw: dict[Any, Any], skip: tuple[str, ...] = ()) -> dict[str, str]:
-    return {text(k): text(v) for k, v in raw.items() if text(k) not in skip}
-
-
-def percentiles(samples: list[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
-    """Nearest-rank percentiles of ``samples`` (empty dict when there are none)."""
-    if not samples:
-        return {}
-    ordered = sorted(samples)
-    return {f"p{p}": ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] for p in points}
-
-
-def summary(redis: Redis, queue_name: str) -> dict[str, Any]:
-    """Global counters, rejections by reason, payments by state and fulfilment figures."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.hgetall(keys.STATS)
-    pipe.hgetall(keys.PAYMENT_STATES)
-    pipe.lrange(keys.LATENCIES, 0, -1)
-    pipe.llen(keys.rq_queue(queue_name))
-    stats_raw, states_raw, latencies, queued_jobs = pipe.execute()
-    stats = {k: int(v) for k, v in _decode_hash(stats_raw).items()}
-    grouped: dict[str, dict[str, int]] = {}
-    for name, value in stats.items():
-        group, sep, sub = name.partition(":")
-        if sep:
-            grouped.setdefault(group, {})[sub] = value
-    states = {k: int(v) for k, v in _decode_hash(states_raw).items()}
+def _row_fields(event_id: str, f: dict[str, str]) -> dict[str, Any]:
     return {
-        **{name: stats.get(name, 0) for name in COUNTERS},
-        "rejected_by_reason": grouped.get("rejected", {}),
-        "deliveries_by_source": grouped.get("source", {}),
-        "deliveries_by_secret": grouped.get("secret", {}),
-        "deliveries_by_type": grouped.get("type", {}),
-        "payments": {s: states.get(s, 0) for s in PAYMENT_STATES},
-        "attempts": {
-            "started": stats.get("attempts_started", 0),
-            "finished": stats.get("attempts_finished", 0),
-        },
-        "effects": stats.get("effects", 0),
-        "fulfil_latency_ms": percentiles([float(x) for x in latencies]),
-        "queue_length": int(queued_jobs),
+        "id": event_id,
+        "type": f.get("type", ""),
+        "deliveries": count(f.get("n")),
+        "first_recorded_at": ms_time(f.get("first")),
+        "last_delivered_at": ms_time(f.get("last")),
+        "payment_key": optional(f.get("pk")),
+        "role": f.get("role") or "info",
+        "pays": f.get("paid") == "1",
+        "origin": "api" if f.get("origin") == "api" else "webhook",
+        "secret_label": optional(f.get("secret")),
+        "livemode": f.get("livemode") == "1",
+        "conflicts": count(f.get("conflicts")),
     }
 
 
-def event(redis: Redis, event_id: str, with_payload: bool = False) -> dict[str, Any] | None:
-    """One event record, its payload decompressed on request."""
+def event(redis: Redis, event_id: str, with_payload: bool = False) -> Event | None:
+    """One event, its payload decompressed on request."""
     raw: dict[bytes, bytes] = redis.hgetall(keys.event(event_id))  # type: ignore[assignment]
-    if not raw:
-        return None
-    record: dict[str, Any] = _decode_hash(raw, skip=("body",))
-    record["id"] = event_id
-    if with_payload and b"body" in raw:
-        record["payload"] = decompress_payload(raw[b"body"]).decode()
-    return record
+    return event_record(event_id, raw, with_payload) if raw else None
 
 
-def payment(redis: Redis, payment_key: str) -> dict[str, Any] | None:
-    """One payment record with its event ids and attempts."""
-    raw: dict[bytes, bytes] = redis.hgetall(keys.payment(payment_key))  # type: ignore[assignment]
-    return payment_record(payment_key, raw) if raw else None
-
-
-# The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua.
-FINISHED_OUTCOMES = {"fulfilled", "retry", "failed", "interrupted", "not_called"}
-
-
-def payment_record(payment_key: str, raw: dict[bytes, bytes]) -> dict[str, Any]:
-    """A payment hash as read by people: ``attempt:{n}`` fields become an ordered list of
-    JSON records (with their token, and a fulfilled one's receipt), counts are derived."""
-    record: dict[str, Any] = {}
-    attempts: dict[int, dict[str, Any]] = {}
-    for field, value in _decode_hash(raw).items():
-        name, _, token = field.partition(":")
-        if name == "attempt" and token.isdigit():
-            attempts[int(token)] = {"token": int(token), **orjson.loads(value)}
-        else:
-            record[field] = value
-    for done in attempts.values():
-        if done.get("outcome") == "fulfilled":  # at most one; its end and receipt are kept once
-            done.setdefault("ended", int(record.get("fulfilled_at", 0)) or None)
-            done.setdefault("detail", record.get("receipt"))
-    record["key"] = payment_key
-    record["latency_ms"] = latency_ms(record)
-    record["events"] = record.get("events", "").split()
-    nth = record.pop("paid_by_n", "")  # how payments recorded before paid_by named it
-    if nth.isdigit() and 0 < int(nth) <= len(record["events"]):
-        record["paid_by"] = record["events"][int(nth) - 1]
-    record["attempts_started"] = record.get("token", "0")
-    finished = sum(1 for a in attempts.values() if a.get("outcome") in FINISHED_OUTCOMES)
-    record["attempts_finished"] = str(finished)
-    record["attempts"] = [orjson.dumps(attempts[t]).decode() for t in sorted(attempts)]
-    return record
+def event_record(event_id: str, raw: dict[bytes, bytes], with_payload: bool = False) -> Event:
+    f = decode_hash({k: v for k, v in raw.items() if k != b"body"})
+    body = raw.get(b"body")
+    related = None
+    if f.get("rel_type"):
+        related = RelatedObject(type=f["rel_type"], id=f.get("rel_id", ""))
+    return Event(
+        **_row_fields(event_id, f),
+        created_at=s_time(f.get("created")),
+        api_version=optional(f.get("api")),
+        account=optional(f.get("account")),
+        thin=f.get("thin") == "1",
+        related_object=related,
+        deliveries_by_source={k[4:]: count(v) for k, v in f.items() if k.startswith("src:")},
+        confirmed_by_reconcile_at=ms_time(f.get("confirmed")),
+        payload_sha256=f.get("sha", ""),
+        delivered_payload_sha256=optional(f.get("delivered_sha")),
+        conflicting_payload_sha256=optional(f.get("conflict_sha")),
+        payload=decompress_payload(body).decode() if with_payload and body else None,
+    )
 
 
 def events(
@@ -136,11 +107,11 @@ def events(
     until_ms: int | None = None,
     offset: int = 0,
     limit: int = 50,
-) -> list[dict[str, Any]]:
-    """Latest events first, optionally of one type or within a time range (first delivery)."""
+) -> list[EventRow]:
+    """Latest events first, optionally of one type or within a time range (first record)."""
     high = until_ms if until_ms is not None else "+inf"
     low = since_ms if since_ms is not None else "-inf"
-    found: list[dict[str, Any]] = []
+    found: list[EventRow] = []
     # Without a type filter the index pages directly; with one, scan (bounded) and page.
     wanted = limit if event_type is None else offset + limit
     start = offset if event_type is None else 0
@@ -153,30 +124,99 @@ def events(
         for event_id in batch:
             pipe.hmget(keys.event(text(event_id)), EVENT_FIELDS)
         for event_id, values in zip(batch, pipe.execute(), strict=True):
-            record = {
-                f: text(v) if v is not None else ""
-                for f, v in zip(EVENT_FIELDS, values, strict=True)
-            }
-            if not record["n"] or (event_type and record["type"] != event_type):
-                continue
-            found.append({"id": text(event_id), **record})
+            f = {k: text(v) for k, v in zip(EVENT_FIELDS, values, strict=True) if v is not None}
+            if "n" not in f or (event_type and f.get("type") != event_type):
+                continue  # expired since the index was read, or another type
+            found.append(EventRow(**_row_fields(text(event_id), f)))
     return found[:limit] if event_type is None else found[offset : offset + limit]
 
 
-MAX_SCAN = 20_000
-"""Most index entries one filtered events query reads."""
-EVENT_FIELDS = (
-    "type",
-    "n",
-    "first",
-    "last",
-    "pk",
-    "secret",
-    "livemode",
-    "conflicts",
-    "role",
-    "origin",
-)
+def payment(redis: Redis, payment_key: str, downstream: str | None = None) -> Payment | None:
+    """One payment with its timeline: events, attempts and (with the SQLite file of the
+    built-in downstream) the downstream's own record."""
+    raw: dict[bytes, bytes] = redis.hgetall(keys.payment(payment_key))  # type: ignore[assignment]
+    if not raw:
+        return None
+    f = decode_hash(raw)
+    pipe = redis.pipeline(transaction=False)
+    pipe.zscore(keys.state_index(f.get("state", "")), payment_key)
+    event_ids = f.get("events", "").split()
+    for event_id in event_ids:
+        pipe.hmget(keys.event(event_id), EVENT_FIELDS)
+    since, *event_fields = pipe.execute()
+    return payment_record(
+        payment_key, f, since, dict(zip(event_ids, event_fields, strict=True)), downstream
+    )
+
+
+def payment_record(
+    payment_key: str,
+    f: dict[str, str],
+    state_since: object = None,
+    event_fields: dict[str, list[object]] | None = None,
+    downstream: str | None = None,
+) -> Payment:
+    """A payment hash (decoded) as people read it."""
+    event_ids = f.get("events", "").split()
+    paid_by = f.get("paid_by") or _paid_by_n(f.get("paid_by_n", ""), event_ids)
+    fields = {e: dict(zip(EVENT_FIELDS, v, strict=True)) for e, v in (event_fields or {}).items()}
+    attempts = attempts_of(f)
+    return Payment(
+        **_payment_row_fields(payment_key, f, state_since),
+        livemode=None if "livemode" not in f else f["livemode"] == "1",
+        paid_by=paid_by,
+        events=timeline(event_ids, fields, paid_by),
+        attempts_finished=finished(attempts),
+        attempts=attempts,
+        receipt=receipt_of(f.get("receipt")),
+        resolution=resolution_of(f.get("resolved_by")),
+        same_purchase_as=optional(f.get("same_purchase_as")),
+        last_failed_event_type=optional(f.get("last_failed")),
+        last_refund_event_type=optional(f.get("last_refund")),
+        lease_until=ms_time(f.get("lease_until")),
+        phase=optional(f.get("phase")),
+        next_attempt_at=ms_time(f.get("next_at")),
+        job_id=optional(f.get("job")),
+        leases_expired=count(f.get("leases_expired")),
+        stale_finishes=count(f.get("stale_finishes")),
+        job_failures=count(f.get("job_failures")),
+        jobs_skipped={k[8:]: count(v) for k, v in f.items() if k.startswith("skipped:")},
+        last_skip=optional(f.get("last_skip")),
+        downstream=_downstream(downstream, payment_key),
+    )
+
+
+def _paid_by_n(nth: str, event_ids: list[str]) -> str | None:
+    """How payments recorded before ``paid_by`` named the event that paid them."""
+    n = whole(nth)
+    return event_ids[n - 1] if n is not None and 0 < n <= len(event_ids) else None
+
+
+def _downstream(path: str | None, payment_key: str) -> DownstreamRecord | None:
+    return downstream_record(path, payment_key) if path else None
+
+
+def _payment_row_fields(pk: str, f: dict[str, str], since: object) -> dict[str, Any]:
+    paid, done = ms_time(f.get("paid_at")), ms_time(f.get("fulfilled_at"))
+    return {
+        "payment_key": pk,
+        "state": f.get("state", ""),
+        "state_since": ms_time(whole(since)),
+        "amount": money.amount(f.get("amount"), f.get("currency")),
+        "deliveries": count(f.get("deliveries")),
+        "attempts_started": count(f.get("token")),
+        "paid_at": paid,
+        "fulfilled_at": done,
+        "paid_to_fulfilled_ms": _ms_between(f.get("paid_at"), f.get("fulfilled_at")),
+        "last_error": optional(f.get("last_error")),
+        "hold_reason": optional(f.get("hold_reason")),
+        "account": optional(f.get("account")),
+    }
+
+
+def _ms_between(start: object, end: object) -> int | None:
+    a, b = whole(start), whole(end)
+    return b - a if a is not None and b is not None else None
 
 
 def payments(
@@ -185,7 +225,7 @@ def payments(
     offset: int = 0,
     limit: int = 50,
     stuck_after_s: int = defaults.STUCK_QUEUED_SECONDS,
-) -> list[dict[str, Any]]:
+) -> list[PaymentRow]:
     """Payments, most recent state change first; all states merged when ``state`` is None;
     ``attention``: the ones that need a person (ATTENTION_STATES, and queued too long)."""
     states = [state] if state else list(PAYMENT_STATES)
@@ -209,13 +249,8 @@ def payments(
         pipe.hmget(keys.payment(pk), PAYMENT_FIELDS)
     rows = []
     for (pk, since), values in zip(merged, pipe.execute(), strict=True):
-        record = {
-            f: text(v) if v is not None else "" for f, v in zip(PAYMENT_FIELDS, values, strict=True)
-        }
-        record["attempts_started"] = record.pop("token") or "0"
-        rows.append(
-            {"key": pk, "state_since": int(since), **record, "latency_ms": latency_ms(record)}
-        )
+        f = {k: text(v) for k, v in zip(PAYMENT_FIELDS, values, strict=True) if v is not None}
+        rows.append(PaymentRow(**_payment_row_fields(pk, f, int(since))))
     return rows
 
 
@@ -231,53 +266,3 @@ PAYMENT_FIELDS = (
     "hold_reason",
     "account",
 )
-
-
-def latency_ms(record: dict[str, Any]) -> int | None:
-    """First paid delivery to fulfilled, from the two times the payment keeps."""
-    paid, done = record.get("paid_at", ""), record.get("fulfilled_at", "")
-    return int(done) - int(paid) if paid.isdigit() and done.isdigit() else None
-
-
-def rejections(redis: Redis, limit: int = 100) -> list[dict[str, Any]]:
-    return [orjson.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, limit - 1)]
-
-
-def series(redis: Redis, minutes: int = 60) -> list[dict[str, int]]:
-    """Deliveries and rejections per minute for the last ``minutes`` minutes (oldest first)."""
-    seconds, _ = redis.time()
-    now_minute = seconds // 60
-    first = now_minute - minutes + 1
-    hours = sorted({m // 60 for m in range(first, now_minute + 1)})
-    pipe = redis.pipeline(transaction=False)
-    for hour in hours:
-        pipe.hgetall(keys.series(hour))
-    counts = {text(k): int(v) for batch in pipe.execute() for k, v in batch.items()}
-    return [
-        {
-            "minute": m * 60,
-            "deliveries": counts.get(f"d:{m}", 0),
-            "rejected": counts.get(f"r:{m}", 0),
-        }
-        for m in range(first, now_minute + 1)
-    ]
-
-
-def workers_state(redis: Redis, queue_name: str) -> dict[str, Any]:
-    """Queue length, live RQ workers and the age of the oldest queued job."""
-    queue = Queue(queue_name, connection=redis)
-    head = redis.lindex(queue.key, 0)
-    oldest_s = None
-    if head is not None:
-        job = queue.fetch_job(text(head))
-        if job is not None and job.enqueued_at is not None:
-            seconds, _ = redis.time()
-            oldest_s = round(seconds - job.enqueued_at.timestamp(), 1)
-    workers = Worker.all(connection=redis, queue=queue)
-    return {
-        "queue_length": queue.count,
-        "workers": len(workers),
-        "workers_busy": sum(1 for w in workers if w.get_state() == "busy"),
-        "oldest_queued_age_s": oldest_s,
-        "due_for_sweeper": redis.zcard(keys.DUE),
-    }

@@ -23,6 +23,8 @@ from ledger import defaults, keys
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
 from ledger.redact import redact
+from ledger.stored import count, ms_time, s_time
+from ledger.views import MissingEvent, ReconcileRun
 
 PAGE = 100
 """Events per request: the most Stripe's list endpoints return."""
@@ -165,9 +167,40 @@ def store(redis: Redis, run: Run) -> None:
         pipe.execute()
 
 
-def runs(redis: Redis, limit: int = 10) -> list[dict[str, Any]]:
+def runs(redis: Redis, limit: int = 10) -> list[ReconcileRun]:
     """The latest stored runs, newest first."""
-    return [orjson.loads(r) for r in redis.lrange(keys.RECONCILE_RUNS, 0, limit - 1)]
+    return [view(orjson.loads(r)) for r in redis.lrange(keys.RECONCILE_RUNS, 0, limit - 1)]
+
+
+def view(stored: dict[str, Any]) -> ReconcileRun:
+    """A run as stored (``Run.as_dict``: epoch times) as people read it."""
+    return ReconcileRun(
+        started_at=ms_time(stored.get("started_ms")),
+        finished_at=ms_time(stored.get("finished_ms")),
+        window_start=s_time(stored.get("since")),
+        trigger=str(stored.get("trigger", "")),
+        applied=bool(stored.get("applied")),
+        every_event=bool(stored.get("every_event")),
+        listed=count(stored.get("listed")),
+        missing_total=count(stored.get("missing_total")),
+        by_type={str(k): count(v) for k, v in (stored.get("by_type") or {}).items()},
+        payments=[str(p) for p in stored.get("payments") or []],
+        missing=[
+            MissingEvent(
+                id=str(m.get("id", "")),
+                type=str(m.get("type", "")),
+                payment_key=m.get("payment") or None,
+                pays=bool(m.get("paid")),
+                created_at=s_time(m.get("created")),
+            )
+            for m in stored.get("missing") or []
+        ],
+        recorded=count(stored.get("recorded")),
+        arrived=count(stored.get("arrived")),
+        enqueued=count(stored.get("enqueued")),
+        unreadable=count(stored.get("unreadable")),
+        error=stored.get("error") or None,
+    )
 
 
 def claim(redis: Redis, interval: float) -> bool:

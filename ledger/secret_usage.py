@@ -10,12 +10,11 @@ that long, but neither has any other secret: a quiet endpoint proves nothing),
 ``never_seen`` and ``not_configured`` (known to the ledger only).
 """
 
-from typing import Any
-
 from redis import Redis
 
 from ledger import keys
-from ledger.queries import text
+from ledger.stored import ms_time, text
+from ledger.views import SecretList, SecretStatus, SecretUsage
 
 DAY_MS = 86_400_000
 STATUSES = ("in_use", "safe_to_retire", "idle", "never_seen", "not_configured")
@@ -26,7 +25,7 @@ def display(label: str) -> str:
     return f"#{label} (position, before labels)" if label.isdigit() else label
 
 
-def usage(redis: Redis, labels: list[str], retire_after_days: int) -> list[dict[str, Any]]:
+def usage(redis: Redis, labels: list[str], retire_after_days: int) -> SecretList:
     """One row per configured label, in order, then per label only the ledger knows."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.STATS)
@@ -40,7 +39,8 @@ def usage(redis: Redis, labels: list[str], retire_after_days: int) -> list[dict[
     }
     last_seen = {text(k): int(v) for k, v in seen.items()}
     now_ms = seconds * 1000 + micros // 1000
-    return rows(labels, counts, last_seen, now_ms, retire_after_days)
+    found = rows(labels, counts, last_seen, now_ms, retire_after_days)
+    return SecretList(retire_after_days=retire_after_days, secrets=found)
 
 
 def rows(
@@ -49,23 +49,25 @@ def rows(
     last_seen: dict[str, int],
     now_ms: int,
     retire_after_days: int,
-) -> list[dict[str, Any]]:
+) -> list[SecretUsage]:
     """The usage rows from the counts and last-seen times (ms)."""
     others = sorted((counts.keys() | last_seen.keys()) - set(labels))
     return [
-        {
-            "label": label,
-            "shown_as": display(label),
-            "configured": label in labels,
-            "deliveries": counts.get(label, 0),
-            "last_seen": last_seen.get(label),
-            "status": status(label, labels, last_seen, now_ms, retire_after_days),
-        }
+        SecretUsage(
+            label=label,
+            shown_as=display(label),
+            configured=label in labels,
+            deliveries=counts.get(label, 0),
+            last_seen_at=ms_time(last_seen.get(label)),
+            status=status(label, labels, last_seen, now_ms, retire_after_days),
+        )
         for label in labels + others
     ]
 
 
-def status(label: str, labels: list[str], last_seen: dict[str, int], now_ms: int, days: int) -> str:
+def status(
+    label: str, labels: list[str], last_seen: dict[str, int], now_ms: int, days: int
+) -> SecretStatus:
     """One of STATUSES for ``label`` at ``now_ms``."""
     if label not in labels:
         return "not_configured"

@@ -1,5 +1,8 @@
 """Evidence bundles: ``export`` writes the ledger (and the built-in downstream's record) as
-JSON files with a MANIFEST.sha256; ``verify`` re-checks them without touching Redis."""
+JSON files with a MANIFEST.sha256; ``verify`` re-checks them without touching Redis.
+
+events.json and payments.json hold the very objects the ops API answers for one event
+(with its payload) and one payment (with its timeline and the downstream's record)."""
 
 import hashlib
 import json
@@ -13,6 +16,8 @@ from redis import Redis
 
 from ledger import defaults, keys, queries
 from ledger.downstream import read_tables
+from ledger.stored import text
+from ledger.views import to_builtins
 from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 
 REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
@@ -48,37 +53,39 @@ def add_to_manifest(path: Path) -> bool:
 def _events(redis: Redis) -> list[dict[str, Any]]:
     records = []
     for key in redis.scan_iter(match=keys.event("*"), count=1000):
-        event_id = queries.text(key).removeprefix(keys.event(""))
+        event_id = text(key).removeprefix(keys.event(""))
         record = queries.event(redis, event_id, with_payload=True)
         if record is not None:
             records.append(record)
-    return sorted(records, key=lambda r: r["id"])
+    return [to_builtins(r) for r in sorted(records, key=lambda r: r.id)]
 
 
-def _payments(redis: Redis) -> list[dict[str, Any]]:
+def _payments(redis: Redis, downstream: str | None) -> list[dict[str, Any]]:
     keys_seen = [
-        queries.text(k)
+        text(k)
         for state in queries.PAYMENT_STATES
         for k in redis.zrange(keys.state_index(state), 0, -1)
     ]
-    records = [queries.payment(redis, pk) for pk in keys_seen]
-    return sorted((r for r in records if r is not None), key=lambda r: r["key"])
+    records = [queries.payment(redis, pk, downstream) for pk in keys_seen]
+    found = sorted((r for r in records if r is not None), key=lambda r: r.payment_key)
+    return [to_builtins(r) for r in found]
 
 
 def export(redis: Redis, directory: Path, downstream: str | None) -> dict[str, int]:
     """Write the bundle (with the SQLite downstream's tables when ``downstream`` names its
     file); returns how many records of each kind it holds."""
     directory.mkdir(parents=True, exist_ok=True)
-    stats = {queries.text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
-    states = {queries.text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
+    stats = {text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
+    states = {text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
+    has_downstream = bool(downstream and Path(downstream).exists())
     rejections = [json.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, -1)]
     files = {
         "counters.json": {"stats": stats, "payments_by_state": states},
         "events.json": _events(redis),
-        "payments.json": _payments(redis),
+        "payments.json": _payments(redis, downstream if has_downstream else None),
         "rejections.json": rejections,
     }
-    if downstream and Path(downstream).exists():
+    if downstream and has_downstream:
         down = read_tables(downstream)
         files["downstream_calls.json"] = down["calls"]
         files["downstream_orders.json"] = down["orders"]
@@ -115,7 +122,7 @@ def verify(directory: Path, max_bytes: int = defaults.BUNDLE_MAX_FILE_BYTES) -> 
     v = Verification()
     data = _parse(v, _read_files(v, directory, max_bytes))
     events = _index(v, data, "events.json", "id")
-    payments = _index(v, data, "payments.json", "key")
+    payments = _index(v, data, "payments.json", "payment_key")
     _check_events(v, data)
     _check_payments(v, data, events)
     _check_downstream(v, data, payments, events)
@@ -193,13 +200,16 @@ def _check_events(v: Verification, data: dict[str, Any]) -> None:
     with v.records("events.json"):
         for e in events:
             actual = hashlib.sha256(e["payload"].encode()).hexdigest()
-            v.expect(actual == e["sha"], f"event {e['id']}: payload does not match its SHA-256")
+            v.expect(
+                actual == e["payload_sha256"],
+                f"event {e['id']}: payload does not match its SHA-256",
+            )
     if counters is None:
         return
     with v.records("events.json and counters.json"):
         stats = counters["stats"]
         v.expect(
-            sum(int(e["n"]) for e in events) == stats.get("deliveries", 0),
+            sum(int(e["deliveries"]) for e in events) == stats.get("deliveries", 0),
             "per-event deliveries do not sum to the counter",
         )
         v.expect(len(events) == stats.get("events", 0), "distinct events do not match the counter")
@@ -225,10 +235,10 @@ def _check_payments(v: Verification, data: dict[str, Any], events: dict[str, Any
     with v.records("payments.json"):
         for p in payments:
             # Events older than EVENT_RETENTION_DAYS may have expired; those present must match.
-            for event_id in (e for e in p["events"] if e in events):
+            for event_id in (e["id"] for e in p["events"] if e["id"] in events):
                 v.expect(
-                    events[event_id]["pk"] == p["key"],
-                    f"payment {p['key']}: event {event_id} is not its own",
+                    events[event_id]["payment_key"] == p["payment_key"],
+                    f"payment {p['payment_key']}: event {event_id} is not its own",
                 )
 
 
@@ -245,7 +255,7 @@ def _check_downstream(
             paid_by = payments.get(pk, {}).get("paid_by")
             v.expect(pk in payments, f"effect for unknown payment {pk}")
             v.expect(
-                events.get(paid_by or "", {}).get("paid") == "1",
+                events.get(paid_by or "", {}).get("pays") is True,
                 f"effect for {pk} without its paid event",
             )
     if calls is None:

@@ -1,4 +1,5 @@
-"""``webhook-ledger``: the ops command line. Tables by default, ``--json`` everywhere.
+"""``webhook-ledger``: the ops command line. Tables for people by default; ``--json`` prints
+the very objects the ops API answers (ledger/views.py).
 
 Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 2 usage error, 3 Redis unreachable.
@@ -8,10 +9,18 @@ import sys
 
 import click
 
-from ledger import queries, secret_usage
-from ledgerctl import cli_actions, cli_reconcile
+from ledger import figures, queries, secret_usage
+from ledger.views import EventList, PaymentList, RejectionList
+from ledgerctl import cli_actions, cli_reconcile, render
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
-from ledgerctl.terminal import kv_table, literal, rows_table, say, utc
+from ledgerctl.terminal import say
+
+limit_option = click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(1, 500), help="Most rows."
+)
+offset_option = click.option(
+    "--offset", default=0, type=click.IntRange(0), help="Rows to skip (newest first)."
+)
 
 
 @click.group()
@@ -25,31 +34,22 @@ def main(ctx: click.Context) -> None:
 @json_option
 @click.pass_obj
 def summary(ctx: Context, as_json: bool) -> None:
-    """Global counters, rejections by reason and payments by state."""
-    data = run(lambda: queries.summary(ctx.redis, ctx.settings.QUEUE_NAME))
-    rows = {name: data[name] for name in queries.COUNTERS}
-    rows |= {f"rejected: {k}": v for k, v in sorted(data["rejected_by_reason"].items())}
-    rows |= {f"payments: {k}": v for k, v in data["payments"].items()}
-    rows |= {"attempts started": data["attempts"]["started"], "effects": data["effects"]}
-    rows |= {f"fulfil latency {k} (ms)": v for k, v in data["fulfil_latency_ms"].items()}
-    rows["queue length"] = data["queue_length"]
-    emit(data, as_json, kv_table("Webhook ledger", rows))
+    """Counters, payments by state, fulfil latency (last hour), queue and workers."""
+    data = run(lambda: figures.summary(ctx.redis, ctx.settings.QUEUE_NAME))
+    emit(data, as_json, *render.summary(data))
 
 
 @main.command()
 @click.option("--type", "event_type", help="Only events of this type.")
-@click.option("--limit", default=20, show_default=True)
-@click.option("--offset", default=0)
+@limit_option
+@offset_option
 @json_option
 @click.pass_obj
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
     rows = run(lambda: queries.events(ctx.redis, event_type, None, None, offset, limit))
-    emit(
-        rows,
-        as_json,
-        rows_table("Events", rows, ("id", "type", "n", "origin", "pk", "first", "last")),
-    )
+    page = EventList(events=rows, offset=offset, limit=limit)
+    emit(page, as_json, render.events(page))
 
 
 @main.command()
@@ -63,7 +63,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     if record is None:
         say("no event", event_id)
         sys.exit(EXIT_NOT_FOUND)
-    emit(record, as_json, kv_table(f"Event {event_id}", record))
+    emit(record, as_json, *render.event(record))
 
 
 @main.command()
@@ -72,25 +72,16 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     type=click.Choice(queries.STATE_FILTERS),
     help="Only this state; 'attention': what needs a person.",
 )
-@click.option("--limit", default=20, show_default=True)
-@click.option("--offset", default=0)
+@limit_option
+@offset_option
 @json_option
 @click.pass_obj
 def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Payments, most recent state change first."""
     stuck = ctx.settings.STUCK_QUEUED_SECONDS
     rows = run(lambda: queries.payments(ctx.redis, state, offset, limit, stuck))
-    columns: tuple[str, ...] = (
-        "key",
-        "state",
-        "deliveries",
-        "attempts_started",
-        "latency_ms",
-        "last_error",
-    )
-    if state == queries.ATTENTION:
-        columns = ("key", "state", "attempts_started", "hold_reason", "last_error")
-    emit(rows, as_json, rows_table("Payments", rows, columns))
+    page = PaymentList(payments=rows, state=state, offset=offset, limit=limit)
+    emit(page, as_json, render.payments(page))
 
 
 @main.command()
@@ -98,27 +89,23 @@ def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: 
 @json_option
 @click.pass_obj
 def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
-    """One payment: state, events, attempts, receipt."""
-    record = run(lambda: queries.payment(ctx.redis, payment_key))
+    """One payment's timeline: state, amount, events, attempts, the downstream's record."""
+    downstream = ctx.settings.sqlite_downstream
+    record = run(lambda: queries.payment(ctx.redis, payment_key, downstream))
     if record is None:
         say("no payment", payment_key)
         sys.exit(EXIT_NOT_FOUND)
-    rows = {k: v for k, v in record.items() if k != "attempts"}
-    table = kv_table(f"Payment {payment_key}", rows)
-    for attempt in record["attempts"]:
-        table.add_row("attempt", literal(attempt))
-    emit(record, as_json, table)
+    emit(record, as_json, *render.payment(record))
 
 
 @main.command()
-@click.option("--limit", default=20, show_default=True)
+@limit_option
 @json_option
 @click.pass_obj
 def rejections(ctx: Context, limit: int, as_json: bool) -> None:
-    """Recent rejections (reason, status, size, hash, remote address; never the body)."""
-    rows = run(lambda: queries.rejections(ctx.redis, limit))
-    columns = ("at", "reason", "status", "size", "remote", "sha256")
-    emit(rows, as_json, rows_table("Rejections", rows, columns))
+    """Latest rejections (reason, status, size, hash, remote address; never the body)."""
+    page = RejectionList(rejections=run(lambda: figures.rejections(ctx.redis, limit)), limit=limit)
+    emit(page, as_json, render.rejections(page))
 
 
 @main.command()
@@ -127,13 +114,8 @@ def rejections(ctx: Context, limit: int, as_json: bool) -> None:
 def secrets(ctx: Context, as_json: bool) -> None:
     """Deliveries and last use per secret label, and which secrets can be retired."""
     s = ctx.settings
-    rows = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
-    shown = [
-        {**r, "last_seen": utc(r["last_seen"]), "configured": str(r["configured"])} for r in rows
-    ]
-    columns = ("shown_as", "configured", "deliveries", "last_seen", "status")
-    title = f"Secrets (safe to retire after {s.SECRET_RETIRE_AFTER_DAYS} days unused)"
-    emit(rows, as_json, rows_table(title, shown, columns))
+    found = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
+    emit(found, as_json, render.secrets(found))
 
 
 for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS):

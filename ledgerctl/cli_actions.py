@@ -9,14 +9,15 @@ import click
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
-from ledger import defaults
-from ledger.attempts import DECISIONS, Attempts
+from ledger import decisions, defaults
+from ledger.attempts import Attempts
 from ledger.downstream import read_downstream
 from ledger.redact import redact
+from ledger.views import Problem
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
-from ledgerctl.terminal import rows_table, say
+from ledgerctl.terminal import iso, rows_table, say
 from workers.sweeper import run_forever, sweep_once
 
 
@@ -51,22 +52,23 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             return
 
 
-def _decide(
-    ctx: Context, payment_key: str, decision: str, allowed: tuple[str, ...], as_json: bool
-) -> None:
-    verdict, state = run(
-        lambda: Attempts(ctx.redis, ctx.settings).decide(payment_key, decision, allowed, "cli")
-    )
+def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json: bool) -> None:
+    """Apply the decision; print the answer the ops API would give (exit 1 when refused)."""
+    attempts = Attempts(ctx.redis, ctx.settings)
+    answer = run(lambda: decisions.decide(attempts, payment_key, action, decision, "cli"))
     if as_json:
-        emit({"payment": payment_key, "verdict": verdict, "state": state}, True)
-    elif verdict == "wait":
-        wait_s = max(0.0, int(state) / 1000 - time.time())
-        say(f"refused: its last call may still be running; try again in {wait_s:.0f} s")
-    elif verdict != "ok":
-        say("refused:", payment_key, f"is {state or 'unknown'}, not {' or '.join(allowed)}")
+        emit(answer, True)
+    elif isinstance(answer, Problem) and answer.retry_after is not None:
+        wait_s = max(0.0, answer.retry_after.timestamp() - time.time())
+        when = f"{iso(answer.retry_after)} (in {wait_s:.0f} s)"
+        say(f"refused: its last call may still be running; try again after {when}")
+    elif isinstance(answer, Problem) and answer.error == "not_found":
+        say("refused: no payment", payment_key)
+    elif isinstance(answer, Problem):
+        say("refused:", payment_key, f"is {answer.state}, not {' or '.join(answer.allowed or [])}")
     else:
-        say(f"{payment_key}: {state}")
-    sys.exit(0 if verdict == "ok" else EXIT_NOT_FOUND)
+        say(f"{payment_key}: {answer.state}")
+    sys.exit(EXIT_NOT_FOUND if isinstance(answer, Problem) else 0)
 
 
 @click.command()
@@ -75,7 +77,7 @@ def _decide(
 @click.pass_obj
 def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
     """Re-queue a failed (or held) payment with a fresh attempt budget."""
-    _decide(ctx, payment_key, "retry", DECISIONS["retry"][1], as_json)
+    _decide(ctx, payment_key, "retry", "retry", as_json)
 
 
 @click.command()
@@ -88,7 +90,7 @@ def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool)
     """A person's decision on an interrupted or held payment (checked by hand)."""
     if decision is None:
         raise click.UsageError("say --fulfilled or --retry")
-    _decide(ctx, payment_key, decision, DECISIONS["resolve"][1], as_json)
+    _decide(ctx, payment_key, "resolve", decision, as_json)
 
 
 @click.command()
@@ -100,15 +102,23 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     attempts = Attempts(ctx.redis, ctx.settings)
     if loop:
         run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
-    done = run(lambda: sweep_once(attempts))
-    emit(dict(done), True) if as_json else say(dict(done) or "nothing due")
+    done = dict(run(lambda: sweep_once(attempts)))
+    if as_json:
+        emit(done, True)
+    else:
+        say(
+            ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in sorted(done.items()))
+            or "nothing due"
+        )
 
 
 @click.command()
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1), help="Most rows.")
 @json_option
 @click.pass_obj
-def downstream(ctx: Context, as_json: bool) -> None:
-    """The built-in SQLite downstream's own record: calls and applied effects per payment."""
+def downstream(ctx: Context, limit: int, as_json: bool) -> None:
+    """The built-in SQLite downstream's own record: calls and applied effects per payment
+    (totals over every payment; the table lists the first --limit by payment key)."""
     path = ctx.settings.sqlite_downstream
     if path is None:
         say("FULFILMENT_ACTION is not the built-in SQLite downstream")
@@ -116,7 +126,13 @@ def downstream(ctx: Context, as_json: bool) -> None:
     data = read_downstream(path)
     counts = ("calls", "applied", "already_applied", "effects")
     rows = [{"payment": key, **row} for key, row in data["payments"].items()]
-    emit(data, as_json, rows_table("Downstream (SQLite)", rows, ("payment", *counts), counts))
+    totals = data["totals"]
+    caption = (
+        f"{len(rows):,} payment(s), {totals['calls']:,} call(s), {totals['effects']:,} effect(s)"
+        + (f"; first {limit} shown (--limit)" if len(rows) > limit else "")
+    )
+    columns = ("payment", *counts)
+    emit(data, as_json, rows_table("Downstream (SQLite)", rows[:limit], columns, counts, caption))
 
 
 @click.command()
@@ -128,8 +144,11 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
     counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.sqlite_downstream))
     if as_json:
         emit({"directory": str(directory), "records": counts}, True)
-    else:
-        say(f"exported to {directory}: {counts}")
+        return
+    say(f"exported to {directory}:")
+    for name, n in counts.items():
+        say(f"  {name}: {n:,} record{'' if n == 1 else 's'}")
+    say(f"check it any time with: webhook-ledger verify {directory}")
 
 
 @click.command()

@@ -6,7 +6,7 @@ import click
 from rich.text import Text
 
 from ledger.deliveries import Ledger
-from ledger.reconcile import Run, reconcile, window_s
+from ledger.reconcile import Run, reconcile, view, window_s
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_STRIPE, Context, emit, json_option, run
 from ledgerctl.terminal import console, kv_table, rows_table, say, utc
 
@@ -39,13 +39,13 @@ def reconcile_command(
         raise click.BadParameter(str(exc), param_hint="--since") from exc
     ledger = Ledger(ctx.redis, ctx.settings)
     result: Run = run(lambda: reconcile(ledger, window, apply, every_event))
-    emit(result.as_dict(), True) if as_json else show(result)
+    emit(view(result.as_dict()), True) if as_json else show_run(result)
     if result.error:
         sys.exit(EXIT_STRIPE)
     sys.exit(EXIT_NOT_FOUND if result.missing and not apply else 0)
 
 
-def show(result: Run) -> None:
+def show_run(result: Run) -> None:
     """The run as tables: figures, missing by type, then each missing event."""
     rows: dict[str, object] = {
         "events created since": utc(result.since * 1000),

@@ -8,17 +8,17 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import click
-import orjson
 from redis import Redis
 from redis.exceptions import RedisError
-from rich.table import Table
+from rich.console import RenderableType
 from rich.text import Text
 
 from ledger import settings
 from ledger.connection import connect
 from ledger.deliveries import LedgerUnavailable
 from ledger.redact import redact
-from ledgerctl.terminal import console, say
+from ledger.views import to_json
+from ledgerctl.terminal import say, show
 
 EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
 T = TypeVar("T")
@@ -49,12 +49,14 @@ class Context:
         return self._redis
 
 
-def emit(data: object, as_json: bool, table: Table | None = None) -> None:
-    """``data`` as indented JSON, or ``table`` when given and JSON was not asked for."""
-    if as_json or table is None:
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        console.print(table)
+def emit(data: object, as_json: bool, *text: RenderableType) -> None:
+    """``data`` (a view of ledger/views.py: what the ops API answers) as indented JSON, or
+    the ``text`` tables and lines when given and JSON was not asked for."""
+    if as_json or not text:
+        sys.stdout.write(to_json(data, indent=True).decode() + "\n")
+        return
+    for part in text:
+        show(part)
 
 
 def run(fn: Callable[[], T]) -> T:

@@ -1,22 +1,36 @@
 """The ops dashboard: server-rendered HTML under /ops/, refreshing itself; no build step.
 
-Browsers sign in with HTTP basic auth (any user name, OPS_TOKEN as password). Pages only
-read; the retry/resolve buttons POST with the CSRF token.
+It shows the typed views of ledger/views.py, the objects the ops API answers. Times are
+written in ISO-8601 UTC and shown in the browser's zone (a few lines of script; without
+script they stay UTC). Browsers sign in with HTTP basic auth (any user name, OPS_TOKEN as
+password). Pages only read; the retry/resolve buttons POST with the CSRF token.
 """
 
-from datetime import UTC, datetime
+import math
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from markupsafe import Markup
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from ledger import queries, reconcile, secret_usage
-from ledger.downstream import read_downstream
-from webhook.http import csrf_ok, csrf_token, decide, int_arg, require_token
+from ledger import figures, queries, reconcile, secret_usage
+from ledger.views import Minute, Problem, to_json
+from webhook.http import (
+    PROBLEM_STATUS,
+    BadArgument,
+    csrf_ok,
+    csrf_token,
+    decide,
+    int_arg,
+    require_token,
+    time_arg,
+)
 from webhook.store import current_settings, get_redis
 
 bp = Blueprint("dashboard", __name__, url_prefix="/ops")
 PAGE = 25
+CHART_HEIGHT = 100
 
 
 @bp.before_request
@@ -33,20 +47,29 @@ def no_framing(response: WerkzeugResponse) -> WerkzeugResponse:
     return response
 
 
+@bp.errorhandler(BadArgument)
+def bad_argument(exc: BadArgument) -> tuple[str, int]:
+    return render_template("ops/problem.html", problem=exc.problem), 400
+
+
 @bp.app_template_filter("when")
-def when(ms: object) -> str:
-    """Epoch milliseconds as UTC time of day (date too when not today)."""
-    try:
-        moment = datetime.fromtimestamp(int(str(ms)) / 1000, UTC)
-    except ValueError:
-        return ""
-    today = datetime.now(UTC).date() == moment.date()
-    return moment.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S")
+def when(moment: datetime | None) -> Markup:
+    """A time as ISO-8601 UTC in a <time> element (the page's script shows it local)."""
+    if moment is None:
+        return Markup('<span class="muted">-</span>')
+    iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return Markup('<time datetime="{0}">{1}</time>').format(iso, iso.replace("T", " "))
+
+
+@bp.app_template_filter("number")
+def number(value: int | float | None) -> str:
+    """Thousands separated; '-' for nothing."""
+    return "-" if value is None else f"{value:,}"
 
 
 @bp.app_template_filter("secret_label")
-def secret_label(label: object) -> str:
-    return secret_usage.display(str(label)) if label else ""
+def secret_label(label: str | None) -> str:
+    return secret_usage.display(label) if label else ""
 
 
 @bp.app_template_filter("reject_offset")
@@ -54,27 +77,50 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if k != "offset"}
 
 
+@bp.app_template_filter("pretty_json")
+def pretty_json(value: object) -> str:
+    return to_json(value, indent=True).decode()
+
+
 @bp.context_processor
 def common() -> dict[str, object]:
     return {"csrf": csrf_token(current_settings().OPS_TOKEN), "states": queries.PAYMENT_STATES}
+
+
+def chart(points: list[Minute]) -> dict[str, Any]:
+    """Bars on a log scale (a burst of thousands leaves a minute of ten readable): each
+    bar's height, and gridlines at the powers of ten up to the peak."""
+    peak = max((max(p.deliveries, p.rejected) for p in points), default=0)
+    top = math.log10(peak + 1) or 1.0
+
+    def height(n: int) -> float:
+        return round(math.log10(n + 1) / top * CHART_HEIGHT, 1)
+
+    bars = [
+        {"x": i * 10, "deliveries": height(p.deliveries), "rejected": height(p.rejected), "p": p}
+        for i, p in enumerate(points)
+    ]
+    ticks = [
+        {"y": CHART_HEIGHT + 10 - height(10**k), "label": f"{10**k:,}"}
+        for k in range(0, int(math.log10(peak)) + 1 if peak else 0)
+    ]
+    return {"bars": bars, "ticks": ticks, "peak": peak, "base": CHART_HEIGHT + 10}
 
 
 @bp.get("/")
 def index() -> str:
     s = current_settings()
     redis, queue = get_redis(), s.QUEUE_NAME
+    series = figures.series(redis, 60)
     return render_template(
         "ops/index.html",
-        summary=queries.summary(redis, queue),
-        workers=queries.workers_state(redis, queue),
-        series=queries.series(redis, 60),
+        summary=figures.summary(redis, queue),
+        series=series,
+        chart=chart(series.series),
         events=queries.events(redis, limit=15),
-        attention=queries.payments(
-            redis, queries.ATTENTION, 0, 10, current_settings().STUCK_QUEUED_SECONDS
-        ),
-        rejections=queries.rejections(redis, 10),
+        attention=queries.payments(redis, queries.ATTENTION, 0, 10, s.STUCK_QUEUED_SECONDS),
+        rejections=figures.rejections(redis, 10),
         secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
-        retire_after_days=s.SECRET_RETIRE_AFTER_DAYS,
         reconciled=reconcile.runs(redis, 1),
         reconcile_interval=s.RECONCILE_INTERVAL,
     )
@@ -83,8 +129,14 @@ def index() -> str:
 @bp.get("/events")
 def events() -> str:
     offset = int_arg("offset", 0)
+    event_type = request.args.get("type") or None
     rows = queries.events(
-        get_redis(), request.args.get("type") or None, _ms("since"), _ms("until"), offset, PAGE
+        get_redis(),
+        event_type,
+        time_arg("since", strict=False),
+        time_arg("until", strict=False),
+        offset,
+        PAGE,
     )
     return render_template(
         "ops/events.html", rows=rows, offset=offset, page=PAGE, args=request.args
@@ -96,8 +148,7 @@ def event(event_id: str) -> str:
     record = queries.event(get_redis(), event_id, with_payload=True)
     if record is None:
         abort(404)
-    sources = {k[4:]: v for k, v in record.items() if k.startswith("src:")}
-    return render_template("ops/event.html", e=record, sources=sources)
+    return render_template("ops/event.html", e=record)
 
 
 @bp.get("/payments")
@@ -123,33 +174,21 @@ def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     if not csrf_ok(current_settings().OPS_TOKEN):
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
-    answer, status = decide(payment_key, action, decision, "dashboard")
-    if status != 200:
-        return _payment_page(payment_key, refusal=answer), status
+    answer = decide(payment_key, action, decision, "dashboard")
+    if isinstance(answer, Problem):
+        return _payment_page(payment_key, refusal=answer), PROBLEM_STATUS.get(answer.error, 400)
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
 
 
-def _payment_page(payment_key: str, refusal: dict[str, Any] | None = None) -> str:
+def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:
     """The payment page; ``refusal`` is the ops API's answer to a refused decision."""
-    record = queries.payment(get_redis(), payment_key)
+    s = current_settings()
+    record = queries.payment(get_redis(), payment_key, s.sqlite_downstream)
     if record is None:
         abort(404)
     return render_template(
-        "ops/payment.html", p=record, downstream=_downstream(payment_key), refusal=refusal
+        "ops/payment.html",
+        p=record,
+        refusal=refusal,
+        downstream_kept=s.sqlite_downstream is not None,
     )
-
-
-def _ms(name: str) -> int | None:
-    value = request.args.get(name, "")
-    if not value:
-        return None
-    try:
-        return int(datetime.fromisoformat(value).replace(tzinfo=UTC).timestamp() * 1000)
-    except ValueError:
-        return None
-
-
-def _downstream(payment_key: str) -> dict[str, int] | None:
-    """The built-in SQLite downstream's own record of this payment, if it is the action."""
-    path = current_settings().sqlite_downstream
-    return read_downstream(path)["payments"].get(payment_key) if path else None

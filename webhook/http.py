@@ -1,24 +1,54 @@
-"""What the blueprints share: JSON answers, OPS_TOKEN as a bearer token or HTTP basic
-password (compared in constant time), the CSRF token of the few routes that change
-anything, paging arguments, and a person's decision on a payment."""
+"""What the blueprints share: JSON answers (the typed views of ledger/views.py), OPS_TOKEN as
+a bearer token or HTTP basic password (compared in constant time), the CSRF token of the few
+routes that change anything, query arguments (a bad one is a 400 that says why), and a
+person's decision on a payment."""
 
 import base64
 import binascii
 import hashlib
 import hmac
-from typing import Any
+import re
+from datetime import UTC, datetime
 
 import orjson
 from flask import Response, request
 
-from ledger.attempts import DECISIONS, Attempts
+from ledger import decisions
+from ledger.attempts import Attempts
+from ledger.views import Decision, Problem, to_json
 from webhook.store import current_settings, get_redis
 
 MAX_OFFSET = 10_000
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+PROBLEM_STATUS = {
+    "unknown_decision": 400,
+    "bad_argument": 400,
+    "unknown_state": 400,
+    "not_found": 404,
+    "refused": 409,
+    "attempt_may_still_be_running": 409,
+}
+
+
+class BadArgument(ValueError):
+    """A query argument that is not what the route takes; answered 400 with ``problem``."""
+
+    def __init__(self, name: str, wanted: str) -> None:
+        super().__init__(f"{name}: {wanted}")
+        self.problem = Problem(error="bad_argument", message=f"{name} must be {wanted}")
 
 
 def json_response(payload: dict[str, object], status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+
+
+def view_response(view: object, status: int = 200) -> Response:
+    """A typed view (ledger/views.py) as the JSON answer."""
+    return Response(to_json(view), status=status, mimetype="application/json")
+
+
+def problem_response(problem: Problem) -> Response:
+    return view_response(problem, PROBLEM_STATUS.get(problem.error, 400))
 
 
 def presented_token() -> str:
@@ -41,7 +71,8 @@ def token_ok(expected: str, given: str) -> bool:
 
 
 def unauthorized(challenge: str) -> Response:
-    response = json_response({"error": "unauthorized"}, 401)
+    message = "send OPS_TOKEN as a bearer token, or as the password of HTTP basic auth"
+    response = view_response(Problem(error="unauthorized", message=message), 401)
     response.headers["WWW-Authenticate"] = f'{challenge} realm="ops"'
     return response
 
@@ -62,23 +93,43 @@ def csrf_ok(ops_token: str) -> bool:
     return token_ok(csrf_token(ops_token), given)
 
 
-def int_arg(name: str, default: int, high: int = MAX_OFFSET) -> int:
-    """A whole-number query argument, clamped to 0..high."""
-    try:
-        return max(0, min(high, int(request.args.get(name, default))))
-    except ValueError:
+def int_arg(name: str, default: int, low: int = 0, high: int = MAX_OFFSET) -> int:
+    """A whole-number query argument from ``low`` to ``high``; BadArgument otherwise."""
+    given = request.args.get(name)
+    if given is None:
         return default
+    if not (given.isascii() and given.isdigit() and low <= int(given) <= high):
+        raise BadArgument(name, f"a whole number from {low} to {high}")
+    return int(given)
 
 
-def decide(payment_key: str, action: str, decision: str, who: str) -> tuple[dict[str, Any], int]:
-    """Apply a person's decision; refused (409) unless the payment is in an allowed state."""
-    decisions, allowed = DECISIONS[action]
-    if decision not in decisions:
-        return {"error": "unknown_decision", "decisions": list(decisions)}, 400
+def time_arg(name: str, strict: bool = True) -> int | None:
+    """A time as epoch ms: in the API an RFC 3339 date-time (``2026-01-02T03:04:05Z``), on
+    the dashboard also a browser's datetime-local value (taken as UTC)."""
+    given = request.args.get(name)
+    if given is None or (given == "" and not strict):
+        return None
+    wanted = "an RFC 3339 time such as 2026-01-02T03:04:05Z"
+    if strict and not RFC3339.fullmatch(given):
+        raise BadArgument(name, wanted)
+    try:  # a leap second is the second before it here
+        moment = datetime.fromisoformat(given.upper().replace(":60", ":59"))
+    except ValueError:
+        raise BadArgument(name, wanted) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def flag_arg(name: str) -> bool:
+    """A yes/no query argument: 1 or 0 (absent: no)."""
+    given = request.args.get(name, "0")
+    if given not in ("0", "1"):
+        raise BadArgument(name, "1 or 0")
+    return given == "1"
+
+
+def decide(payment_key: str, action: str, decision: str, who: str) -> Decision | Problem:
+    """Apply a person's decision: the new state, or a Problem saying why not."""
     attempts = Attempts(get_redis(), current_settings())
-    verdict, state = attempts.decide(payment_key, decision, allowed, who)
-    if verdict == "wait":
-        return {"error": "attempt_may_still_be_running", "retry_after_ms": int(state)}, 409
-    if verdict != "ok":
-        return {"error": "refused", "state": state, "allowed_from": list(allowed)}, 409
-    return {"payment": payment_key, "state": state}, 200
+    return decisions.decide(attempts, payment_key, action, decision, who)

@@ -13,8 +13,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from redis import Redis
 
-from ledger import defaults, keys, queries, reconcile, secret_usage
+from ledger import defaults, figures, keys, reconcile, secret_usage
 from ledger.settings import Settings
+from ledger.stored import text
 from webhook.http import require_token
 from webhook.store import current_settings, get_redis
 
@@ -34,48 +35,49 @@ class LedgerCollector(Collector):
         self.redis, self.settings = redis, settings
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-        s = queries.summary(self.redis, self.settings.QUEUE_NAME)
+        s = figures.counters(self.redis)
+        queued = self.redis.llen(keys.rq_queue(self.settings.QUEUE_NAME))
         deliveries = CounterMetricFamily(
             "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
         )
-        for event_type, n in sorted(s["deliveries_by_type"].items()):
+        for event_type, n in sorted(s.deliveries_by_type.items()):
             deliveries.add_metric([event_type], n)
         yield deliveries
         rejected = CounterMetricFamily(
             "webhook_rejections", "Rejected requests, by reason.", labels=["reason"]
         )
-        for reason, n in sorted(s["rejected_by_reason"].items()):
+        for reason, n in sorted(s.rejected_by_reason.items()):
             rejected.add_metric([reason], n)
         yield rejected
-        yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s["events"])
+        yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s.events)
         yield CounterMetricFamily(
-            "webhook_duplicates", "Deliveries of an event already recorded.", value=s["duplicates"]
+            "webhook_duplicates", "Deliveries of an event already recorded.", value=s.duplicates
         )
         yield CounterMetricFamily(
-            "webhook_conflicts", "Deliveries with a known id but other bytes.", value=s["conflicts"]
+            "webhook_conflicts", "Deliveries with a known id but other bytes.", value=s.conflicts
         )
         states = GaugeMetricFamily("webhook_payments", "Payments by state.", labels=["state"])
-        for state, n in s["payments"].items():
-            states.add_metric([state], n)
+        for state in s.payments_by_state.__struct_fields__:
+            states.add_metric([state], getattr(s.payments_by_state, state))
         yield states
         attempts = CounterMetricFamily(
             "webhook_fulfil_attempts", "Fulfilment attempts.", labels=["phase"]
         )
-        attempts.add_metric(["started"], s["attempts"]["started"])
-        attempts.add_metric(["finished"], s["attempts"]["finished"])
+        attempts.add_metric(["started"], s.attempts_started)
+        attempts.add_metric(["finished"], s.attempts_finished)
         yield attempts
         yield CounterMetricFamily(
-            "webhook_fulfil_effects", "Payments recorded fulfilled.", value=s["effects"]
+            "webhook_fulfil_effects", "Payments recorded fulfilled.", value=s.effects
         )
         yield GaugeMetricFamily(
-            "webhook_queue_depth", "Jobs waiting in the RQ queue.", value=s["queue_length"]
+            "webhook_queue_depth", "Jobs waiting in the RQ queue.", value=queued
         )
         yield self._latency()
         yield from self._secrets()
         yield CounterMetricFamily(
             "webhook_reconciled_events",
             "Events recorded from Stripe's Events API by reconcile (not deliveries).",
-            value=s["reconciled"],
+            value=s.reconciled,
         )
         yield from self._reconcile()
 
@@ -87,17 +89,17 @@ class LedgerCollector(Collector):
         yield GaugeMetricFamily(
             "webhook_reconcile_last_run_timestamp_seconds",
             "When the last reconcile run ended.",
-            value=run["finished_ms"] / 1000,
+            value=run.finished_at.timestamp() if run.finished_at else 0,
         )
         yield GaugeMetricFamily(
             "webhook_reconcile_missing",
             "Events Stripe listed that the ledger lacked, at the last reconcile run.",
-            value=run["missing_total"],
+            value=run.missing_total,
         )
         yield GaugeMetricFamily(
             "webhook_reconcile_failed",
             "1 when the last reconcile run could not read Stripe's Events API.",
-            value=int(bool(run["error"])),
+            value=int(bool(run.error)),
         )
 
     def _secrets(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -117,18 +119,16 @@ class LedgerCollector(Collector):
             "while another one has verified deliveries since.",
             labels=["secret"],
         )
-        for row in rows:
-            verified.add_metric([row["label"]], row["deliveries"])
-            if row["last_seen"] is not None:
-                seen.add_metric([row["label"]], row["last_seen"] / 1000)
-            if row["configured"]:
-                retire.add_metric([row["label"]], int(row["status"] == "safe_to_retire"))
+        for row in rows.secrets:
+            verified.add_metric([row.label], row.deliveries)
+            if row.last_seen_at is not None:
+                seen.add_metric([row.label], row.last_seen_at.timestamp())
+            if row.configured:
+                retire.add_metric([row.label], int(row.status == "safe_to_retire"))
         yield from (verified, seen, retire)
 
     def _latency(self) -> HistogramMetricFamily:
-        raw = {
-            queries.text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()
-        }
+        raw = {text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()}
         cumulative, buckets = 0, []
         for bound in defaults.FULFIL_BUCKETS_MS:
             cumulative += raw.get(f"le:{bound}", 0)

@@ -1,19 +1,35 @@
 """People-facing JSON: health probes and the ops API under /ops/api (OPS_TOKEN required).
 
-Read-only, except retry/resolve, which need POST and the CSRF token.
+Every answer is one of the typed views of ledger/views.py, the same objects that
+``webhook-ledger ... --json`` prints; webhook/openapi.yaml documents them. Read-only, except
+retry/resolve, which need POST and the CSRF token.
 """
 
 from importlib import resources
 
 from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
+from werkzeug.exceptions import HTTPException
 
-from ledger import queries, reconcile, secret_usage
-from webhook.http import csrf_ok, decide, int_arg, json_response, require_token
+from ledger import figures, queries, reconcile, secret_usage
+from ledger.views import EventList, PaymentList, Problem, ReconcileList, RejectionList
+from webhook.http import (
+    BadArgument,
+    csrf_ok,
+    decide,
+    flag_arg,
+    int_arg,
+    json_response,
+    problem_response,
+    require_token,
+    time_arg,
+    view_response,
+)
 from webhook.store import current_settings, get_redis
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
+FAVICON = resources.files("webhook").joinpath("static/favicon.svg")
 
 
 @health_bp.get("/healthz")
@@ -30,78 +46,105 @@ def readyz() -> Response:
     return json_response({"status": "ready"})
 
 
+@health_bp.get("/favicon.ico")
+def favicon() -> Response:
+    """The dashboard's icon (browsers ask for it without credentials)."""
+    response = Response(FAVICON.read_bytes(), mimetype="image/svg+xml")
+    response.cache_control.max_age = 86400
+    return response
+
+
 @api_bp.before_request
 def require_ops_token() -> Response | None:
     return require_token(current_settings().OPS_TOKEN, "Bearer")
 
 
+@api_bp.errorhandler(BadArgument)
+def bad_argument(exc: BadArgument) -> Response:
+    return problem_response(exc.problem)
+
+
+@health_bp.app_errorhandler(404)
+def api_not_found(exc: HTTPException) -> Response | HTTPException:
+    """Under /ops/api an unknown route is answered in JSON too (405: webhook/receiver.py)."""
+    if not request.path.startswith(api_bp.url_prefix or ""):
+        return exc
+    return problem_response(Problem(error="not_found", message="no such route in the ops API"))
+
+
 @api_bp.get("/summary")
 def api_summary() -> Response:
-    redis = get_redis()
-    data = queries.summary(redis, current_settings().QUEUE_NAME)
-    data["workers"] = queries.workers_state(redis, current_settings().QUEUE_NAME)
-    return json_response(data)
+    return view_response(figures.summary(get_redis(), current_settings().QUEUE_NAME))
 
 
 @api_bp.get("/events")
 def api_events() -> Response:
+    offset, limit = int_arg("offset", 0), int_arg("limit", 50, 1, 500)
     rows = queries.events(
         get_redis(),
         request.args.get("type") or None,
-        int_arg("since", 0, 10**14) or None,
-        int_arg("until", 0, 10**14) or None,
-        int_arg("offset", 0),
-        int_arg("limit", 50, 500),
+        time_arg("since"),
+        time_arg("until"),
+        offset,
+        limit,
     )
-    return json_response({"events": rows, "offset": int_arg("offset", 0)})
+    return view_response(EventList(events=rows, offset=offset, limit=limit))
 
 
 @api_bp.get("/events/<event_id>")
 def api_event(event_id: str) -> Response:
-    record = queries.event(get_redis(), event_id, with_payload=request.args.get("payload") == "1")
-    return json_response(record) if record else json_response({"error": "not_found"}, 404)
+    record = queries.event(get_redis(), event_id, flag_arg("payload"))
+    if record is None:
+        return problem_response(Problem(error="not_found", message=f"no event {event_id}"))
+    return view_response(record)
 
 
 @api_bp.get("/payments")
 def api_payments() -> Response:
-    state = request.args.get("state") or None
-    if state and state not in queries.STATE_FILTERS:
-        return json_response({"error": "unknown_state", "states": list(queries.STATE_FILTERS)}, 400)
-    offset, limit = int_arg("offset", 0), int_arg("limit", 50, 500)
+    state = request.args.get("state")
+    if state is not None and state not in queries.STATE_FILTERS:
+        message = f"state must be one of {', '.join(queries.STATE_FILTERS)}"
+        allowed = list(queries.STATE_FILTERS)
+        return problem_response(Problem(error="unknown_state", message=message, allowed=allowed))
+    offset, limit = int_arg("offset", 0), int_arg("limit", 50, 1, 500)
     stuck = current_settings().STUCK_QUEUED_SECONDS
     rows = queries.payments(get_redis(), state, offset, limit, stuck)
-    return json_response({"payments": rows, "offset": int_arg("offset", 0)})
+    return view_response(PaymentList(payments=rows, state=state, offset=offset, limit=limit))
 
 
 @api_bp.get("/payments/<payment_key>")
 def api_payment(payment_key: str) -> Response:
-    record = queries.payment(get_redis(), payment_key)
-    return json_response(record) if record else json_response({"error": "not_found"}, 404)
+    record = queries.payment(get_redis(), payment_key, current_settings().sqlite_downstream)
+    if record is None:
+        return problem_response(Problem(error="not_found", message=f"no payment {payment_key}"))
+    return view_response(record)
 
 
 @api_bp.get("/rejections")
 def api_rejections() -> Response:
-    return json_response(
-        {"rejections": queries.rejections(get_redis(), int_arg("limit", 100, 1000))}
+    limit = int_arg("limit", 100, 1, 1000)
+    return view_response(
+        RejectionList(rejections=figures.rejections(get_redis(), limit), limit=limit)
     )
 
 
 @api_bp.get("/series")
 def api_series() -> Response:
-    return json_response({"series": queries.series(get_redis(), int_arg("minutes", 60, 2880))})
+    return view_response(figures.series(get_redis(), int_arg("minutes", 60, 1, 2880)))
 
 
 @api_bp.get("/secrets")
 def api_secrets() -> Response:
     s = current_settings()
-    rows = secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
-    return json_response({"retire_after_days": s.SECRET_RETIRE_AFTER_DAYS, "secrets": rows})
+    return view_response(
+        secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
+    )
 
 
 @api_bp.get("/reconcile")
 def api_reconcile() -> Response:
-    runs = reconcile.runs(get_redis(), int_arg("limit", 10, 50))
-    return json_response({"interval": current_settings().RECONCILE_INTERVAL, "runs": runs})
+    runs = reconcile.runs(get_redis(), int_arg("limit", 10, 1, 50))
+    return view_response(ReconcileList(interval_s=current_settings().RECONCILE_INTERVAL, runs=runs))
 
 
 @api_bp.get("/openapi.yaml")
@@ -113,7 +156,8 @@ def api_openapi() -> Response:
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
     if not csrf_ok(current_settings().OPS_TOKEN):
-        return json_response({"error": "csrf_token_missing_or_wrong"}, 403)
+        message = "send the CSRF token (X-CSRF-Token header or csrf_token form field)"
+        return view_response(Problem(error="csrf_token_missing_or_wrong", message=message), 403)
     decision = "retry" if action == "retry" else request.values.get("as", "")
-    body, status = decide(payment_key, action, decision, "ops-api")
-    return json_response(body, status)
+    answer = decide(payment_key, action, decision, "ops-api")
+    return view_response(answer) if not isinstance(answer, Problem) else problem_response(answer)

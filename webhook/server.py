@@ -89,8 +89,7 @@ class WholeBodies:
 
     def __init__(self, app: "Flask", reject: Callable[[Rejected, bytes], "Response"]) -> None:
         self.app, self.reject = app, reject
-        settings = app.extensions["settings"]  # webhook.store keeps them there (not imported:
-        # this module is loaded by gunicorn's master, before gevent patches, Flask must not be)
+        settings = app.extensions["settings"]  # as webhook/store.py keeps them
         self.limit, self.seconds = settings.MAX_BODY_BYTES, settings.BODY_READ_TIMEOUT
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:

@@ -9,9 +9,11 @@ from redis import Redis
 from rich.table import Table
 from rich.text import Text
 
-from ledger import keys, queries
+from ledger import figures, keys, queries
 from ledger.downstream import read_downstream
 from ledger.settings import Settings
+from ledger.stored import decode_hash
+from ledger.views import Counters
 from ledgerctl.checker import Findings, check
 from ledgerctl.terminal import line, literal
 
@@ -60,10 +62,10 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
         pipe.hgetall(keys.payment(pk))
     totals = Counter[str]()
     for pk, raw in zip(payment_keys, pipe.execute(), strict=True):
-        record = queries.payment_record(pk, raw)
-        totals["started"] += int(record["attempts_started"])
-        totals["finished"] += int(record["attempts_finished"])
-        totals["stale"] += int(record.get("stale_finishes", 0))
+        record = queries.payment_record(pk, decode_hash(raw))
+        totals["started"] += record.attempts_started
+        totals["finished"] += record.attempts_finished
+        totals["stale"] += record.stale_finishes
     return dict(totals)
 
 
@@ -85,14 +87,14 @@ def downstream_effects(
     return "ledger (no downstream record)", effects, -1
 
 
-def delta(after: dict[str, Any], before: dict[str, Any], name: str) -> int:
-    return int(after.get(name, 0)) - int(before.get(name, 0))
+def delta(after: Counters, before: Counters, name: str) -> int:
+    return int(getattr(after, name)) - int(getattr(before, name))
 
 
 def build(
     answers: list[Any],
-    before: dict[str, Any],
-    after: dict[str, Any],
+    before: Counters,
+    after: Counters,
     recorded: dict[str, int],
     paid: set[str],
     redis: Redis,
@@ -106,9 +108,9 @@ def build(
     states = payment_states(redis, pks)
     source, effects, calls = downstream_effects(db, pks, states)
     rejected = {
-        k: v - before["rejected_by_reason"].get(k, 0)
-        for k, v in after["rejected_by_reason"].items()
-        if v - before["rejected_by_reason"].get(k, 0)
+        k: v - before.rejected_by_reason.get(k, 0)
+        for k, v in after.rejected_by_reason.items()
+        if v - before.rejected_by_reason.get(k, 0)
     }
     layers = {
         "sent": {"total": len(answers), **dict(sent)},
@@ -153,5 +155,6 @@ def table(layers: dict[str, Any], findings: Findings) -> Table:
     return out
 
 
-def summary_now(redis: Redis, queue: str) -> dict[str, Any]:
-    return queries.summary(redis, queue)
+def summary_now(redis: Redis, queue: str) -> Counters:
+    """The ledger's counters, as the ops API and ``webhook-ledger summary`` read them."""
+    return figures.counters(redis)

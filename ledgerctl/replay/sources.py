@@ -13,6 +13,7 @@ from redis import Redis
 
 from ledger import keys, queries
 from ledger.payloads import decompress_payload
+from ledger.stored import text
 from ledgerctl import samples
 
 Item = tuple[dict[str, Any], bytes]
@@ -61,11 +62,11 @@ def from_ledger(
         candidates = event_ids
     elif payment:
         record = queries.payment(redis, payment)
-        candidates = record["events"] if record else []
+        candidates = [e.id for e in record.events] if record else []
     else:
         low = since_ms if since_ms is not None else "-inf"
         high = until_ms if until_ms is not None else "+inf"
-        candidates = [queries.text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
+        candidates = [text(i) for i in redis.zrangebyscore(keys.EVENT_INDEX, low, high)]
     for event_id in candidates:
         stored = redis.hget(keys.event(event_id), "body")
         if stored is None:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import figures, keys, queries
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
 from ledgerctl import bundle, samples
@@ -48,14 +48,24 @@ def test_an_event_from_the_api_is_recorded_but_not_delivered(
     assert (answer.deliveries, answer.duplicate, answer.enqueued) == (0, False, True)
     record = queries.event(redis, event["id"], with_payload=True)
     assert record is not None
-    assert (record["n"], record["origin"], record["pk"], record["paid"]) == ("0", "api", pk, "1")
-    assert orjson.loads(record["payload"]) == event
-    assert not {"last", "secret"} & record.keys() and not any(k.startswith("src:") for k in record)
+    assert (record.deliveries, record.origin, record.payment_key, record.pays) == (
+        0,
+        "api",
+        pk,
+        True,
+    )
+    assert record.payload is not None and orjson.loads(record.payload) == event
+    assert (record.last_delivered_at, record.secret_label, record.deliveries_by_source) == (
+        None,
+        None,
+        {},
+    )
     assert stats(redis) == {"events": 1, "reconciled": 1}
     assert not redis.exists(keys.SECRETS_LAST_SEEN)
-    assert queries.payment(redis, pk)["deliveries"] == "0"
-    assert queries.payment(redis, pk)["state"] == "queued" and queue_length(ledger) == 1
-    assert sum(p["deliveries"] for p in queries.series(redis, 2)) == 0
+    pay = queries.payment(redis, pk)
+    assert pay is not None and pay.deliveries == 0
+    assert pay.state == "queued" and queue_length(ledger) == 1
+    assert sum(p.deliveries for p in figures.series(redis, 2).series) == 0
     bundle.export(redis, tmp_path / "b", ledger.settings.FULFILMENT_ACTION)
     assert bundle.verify(tmp_path / "b").failures == []
 
@@ -85,7 +95,7 @@ def test_a_webhook_after_reconcile_is_the_first_delivery(
         "type:payment_intent.succeeded": 3,
     }
     record = queries.event(redis, event["id"])
-    assert record is not None and record["origin"] == "api" and record["n"] == "3"
+    assert record is not None and record.origin == "api" and record.deliveries == 3
     assert queue_length(ledger) == 1
 
 
@@ -143,5 +153,6 @@ def test_webhook_and_reconcile_at_once_are_one_event_one_job(
     for event in events:
         assert redis.hget(keys.event(event["id"]), "n") == b"3"
         pay = queries.payment(redis, event["data"]["object"]["id"])
-        assert pay is not None and pay["events"] == [event["id"]] and pay["deliveries"] == "3"
+        assert pay is not None and [e.id for e in pay.events] == [event["id"]]
+        assert pay.deliveries == 3
     print(f"raced 40 events: {from_the_api} first recorded by reconcile, the rest by webhook")

@@ -1,15 +1,16 @@
 """The ops surface: API routes, dashboard pages, tokens, CSRF, CLI commands, /metrics."""
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ledger import queries
+from ledger import figures, keys, money
 from ledger import settings as settings_module
 from tests.support.constants import BASIC, BEARER, OLD_SECRET, OPS_TOKEN, SECRET
-from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers
+from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers, state_of
 from webhook.http import csrf_token
 
 API_ROUTES = [
@@ -60,21 +61,35 @@ def test_api_mirrors_the_ledger(client, redis, rng) -> None:
     summary = client.get("/ops/api/summary", headers=BEARER).get_json()
     assert (summary["deliveries"], summary["events"], summary["duplicates"]) == (2, 1, 1)
     assert summary["workers"]["queue_length"] == 1
+    assert summary["payments_by_state"]["queued"] == 1
     rows = client.get("/ops/api/events?limit=5", headers=BEARER).get_json()["events"]
-    assert [(r["id"], r["n"]) for r in rows] == [(event["id"], "2")]
+    assert [(r["id"], r["deliveries"], r["payment_key"]) for r in rows] == [(event["id"], 2, pk)]
+    assert rows[0]["first_recorded_at"].endswith("Z") and rows[0]["secret_label"]
     assert (
         client.get("/ops/api/events?type=charge.succeeded", headers=BEARER).get_json()["events"]
         == []
     )
     one = client.get(f"/ops/api/events/{event['id']}?payload=1", headers=BEARER).get_json()
     assert json.loads(one["payload"])["id"] == event["id"]
-    assert client.get("/ops/api/events/evt_nope", headers=BEARER).status_code == 404
+    assert one["payload_sha256"] == hashlib.sha256(one["payload"].encode()).hexdigest()
+    assert one["deliveries_by_source"] == {"stripe": 2}
+    missing = client.get("/ops/api/events/evt_nope", headers=BEARER)
+    assert missing.status_code == 404 and missing.get_json()["error"] == "not_found"
     payments = client.get("/ops/api/payments?state=queued", headers=BEARER).get_json()["payments"]
-    assert [p["key"] for p in payments] == [pk]
+    assert [p["payment_key"] for p in payments] == [pk]
+    obj = event["data"]["object"]
+    assert payments[0]["amount"] == {
+        "minor_units": obj["amount_received"] or obj["amount"],
+        "currency": obj["currency"],
+        "exponent": 2,
+        "formatted": money.format_minor(obj["amount_received"] or obj["amount"], obj["currency"]),
+    }
     assert client.get("/ops/api/payments?state=bogus", headers=BEARER).status_code == 400
-    assert client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()["events"] == [
-        event["id"]
+    one_payment = client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()
+    assert [(e["id"], e["type"], e["deliveries"]) for e in one_payment["events"]] == [
+        (event["id"], event["type"], 2)
     ]
+    assert one_payment["events"][0]["paid_the_payment"] and one_payment["attempts"] == []
     series = client.get("/ops/api/series?minutes=5", headers=BEARER).get_json()["series"]
     assert sum(p["deliveries"] for p in series) == 2 and len(series) == 5
 
@@ -85,8 +100,13 @@ def test_events_paging_and_time_filter(client, redis, rng) -> None:
     page2 = client.get("/ops/api/events?limit=2&offset=2", headers=BEARER).get_json()["events"]
     seen = [r["id"] for r in page1 + page2]
     assert len(set(seen)) == 4 and set(seen) <= set(ids)
-    future = client.get("/ops/api/events?since=99999999999999", headers=BEARER).get_json()["events"]
-    assert future == []
+    future = client.get("/ops/api/events?since=2999-01-01T00:00:00Z", headers=BEARER)
+    assert future.status_code == 200 and future.get_json()["events"] == []
+    past = client.get("/ops/api/events?since=2000-01-01T00:00:00%2B02:00", headers=BEARER)
+    assert len(past.get_json()["events"]) == 5
+    bad = client.get("/ops/api/events?limit=0", headers=BEARER)
+    assert bad.status_code == 400 and "limit must be" in bad.get_json()["message"]
+    assert client.get("/ops/api/events?since=yesterday", headers=BEARER).status_code == 400
 
 
 def test_openapi_documents_every_api_route(app) -> None:
@@ -107,9 +127,15 @@ def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:
     assert client.post(url, headers={**BEARER, "X-CSRF-Token": "forged"}).status_code == 403
     assert client.post(url).status_code == 401
     ok = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
-    assert ok.status_code == 200 and ok.get_json()["state"] == "queued"
+    assert ok.status_code == 200 and ok.get_json() == {"payment_key": pk, "state": "queued"}
     again = client.post(url, headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)})
     assert again.status_code == 409 and again.get_json()["state"] == "queued"
+    assert again.get_json()["allowed"] == ["failed", "held"]
+    nobody = client.post(
+        "/ops/api/payments/pi_nobody/retry",
+        headers={**BEARER, "X-CSRF-Token": csrf_token(OPS_TOKEN)},
+    )
+    assert nobody.status_code == 404 and nobody.get_json()["error"] == "not_found"
 
 
 def test_dashboard_resolve_form(client, redis, rng, config) -> None:
@@ -123,7 +149,7 @@ def test_dashboard_resolve_form(client, redis, rng, config) -> None:
         url, data={"as": "fulfilled", "csrf_token": csrf_token(OPS_TOKEN)}, headers=BASIC
     )
     assert done.status_code == 303
-    assert queries.payment(redis, pk)["state"] == "fulfilled"
+    assert state_of(redis, pk) == "fulfilled"
 
 
 def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) -> None:
@@ -135,7 +161,7 @@ def test_dashboard_shows_why_a_decision_was_refused(client, redis, rng, config) 
     page = wait.get_data(as_text=True)
     assert wait.status_code == 409 and 'id="refusal"' in page
     assert "attempt_may_still_be_running" in page and "may still be running, until" in page
-    assert queries.payment(redis, pk)["state"] == "interrupted"
+    assert state_of(redis, pk) == "interrupted"
     form = {"csrf_token": csrf_token(OPS_TOKEN)}
     wrong = client.post(f"/ops/payments/{pk}/retry", data=form, headers=BASIC)
     page = wrong.get_data(as_text=True)
@@ -152,31 +178,32 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:
     event = deliver(client, rng, copies=2)
     pk = event["data"]["object"]["id"]
     client.post("/webhooks/stripe", data=b"{}", headers=signed_headers(b"{}", secret="whsec_x"))
-    assert json.loads(run_cli(env, "summary", "--json").stdout)["deliveries"] == 2
-    assert json.loads(run_cli(env, "events", "--json").stdout)[0]["n"] == "2"
+    summary = json.loads(run_cli(env, "summary", "--json").stdout)
+    assert summary["deliveries"] == 2 and summary["workers"]["queue_length"] == 1
+    assert json.loads(run_cli(env, "events", "--json").stdout)["events"][0]["deliveries"] == 2
     assert json.loads(run_cli(env, "event", event["id"], "--payload", "--json").stdout)["payload"]
     assert run_cli(env, "event", "evt_missing").exit_code == 1
     assert (
-        json.loads(run_cli(env, "payments", "--state", "queued", "--json").stdout)[0]["key"] == pk
+        json.loads(run_cli(env, "payments", "--state", "queued", "--json").stdout)["payments"][0][
+            "payment_key"
+        ]
+        == pk
     )
     assert json.loads(run_cli(env, "payment", pk, "--json").stdout)["state"] == "queued"
     assert run_cli(env, "payment", "pi_missing").exit_code == 1
-    assert (
-        json.loads(run_cli(env, "rejections", "--json").stdout)[0]["reason"] == "signature_mismatch"
-    )
-    secrets = json.loads(run_cli(env, "secrets", "--json").stdout)
+    rejected = json.loads(run_cli(env, "rejections", "--json").stdout)["rejections"]
+    assert rejected[0]["reason"] == "signature_mismatch" and rejected[0]["status"] == 400
+    secrets = json.loads(run_cli(env, "secrets", "--json").stdout)["secrets"]
     assert [(r["label"], r["deliveries"], r["status"]) for r in secrets] == [
         (settings_module.fingerprint(SECRET), 2, "in_use"),
         (settings_module.fingerprint(OLD_SECRET), 0, "never_seen"),
     ]
     assert run_cli(env, "retry", pk).exit_code == 1  # queued, not failed
     refused = run_cli(env, "retry", pk, "--json")
-    assert refused.exit_code == 1 and json.loads(refused.stdout)["verdict"] == "refused"
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["error"] == "refused"
     assert json.loads(run_cli(env, "sweep", "--json").stdout) == {}
     fail_payment(redis, config, pk)
-    assert (
-        run_cli(env, "retry", pk).exit_code == 0 and queries.payment(redis, pk)["state"] == "queued"
-    )
+    assert run_cli(env, "retry", pk).exit_code == 0 and state_of(redis, pk) == "queued"
     assert run_cli(env, "resolve", pk).exit_code == 2  # neither --fulfilled nor --retry
     assert run_cli(env, "resolve", pk, "--fulfilled").exit_code == 1  # not interrupted
     assert run_cli(env, "sweep").exit_code == 0
@@ -198,3 +225,56 @@ def test_dashboard_cannot_be_framed(client, redis) -> None:
     page = client.get("/ops/", headers=BASIC)
     assert page.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+
+
+def test_the_cli_prints_the_objects_the_api_answers(client, config, one_of_everything) -> None:
+    """``webhook-ledger ... --json`` and /ops/api/... give the same typed objects."""
+    env = {k: str(v) for k, v in config.items()}
+    ids = one_of_everything
+    same = {
+        ("events",): "events?limit=20",
+        ("event", ids.event, "--payload"): f"events/{ids.event}?payload=1",
+        ("payments",): "payments?limit=20",
+        ("payments", "--state", "attention", "--limit", "5"): "payments?state=attention&limit=5",
+        ("payment", ids.fulfilled): f"payments/{ids.fulfilled}",
+        ("rejections",): "rejections?limit=20",
+        ("secrets",): "secrets",
+    }
+    for args, route in same.items():
+        printed = json.loads(run_cli(env, *args, "--json").stdout)
+        assert printed == client.get(f"/ops/api/{route}", headers=BEARER).get_json(), args
+    printed = json.loads(run_cli(env, "summary", "--json").stdout)
+    answered = client.get("/ops/api/summary", headers=BEARER).get_json()
+    for when in (printed, answered):  # read at different moments
+        del when["at"], when["workers"]["oldest_queued_age_s"]
+    assert printed == answered and printed["workers"]["registered"] == 0
+    assert printed["workers"]["queue_length"] == 2  # the jobs of the two failed by hand
+    assert printed["payments_by_state"]["fulfilled"] == 1 and printed["duplicates"] == 2
+    payment = client.get(f"/ops/api/payments/{ids.fulfilled}", headers=BEARER).get_json()
+    assert payment["downstream"] == {"calls": 1, "applied": 1, "already_applied": 0, "effects": 1}
+    assert [a["outcome"] for a in payment["attempts"]] == ["fulfilled"]
+    assert payment["receipt"]["outcome"] == "applied"
+
+
+def test_fulfil_latency_is_over_the_last_hour(redis) -> None:
+    """An old backlog (slow payments fulfilled two hours ago) no longer weighs on the
+    percentiles; a payment a person marked fulfilled is not a latency at all."""
+    seconds, _ = redis.time()
+    now = seconds * 1000
+
+    def fulfilled(pk: str, ago_ms: int, latency_ms: int, **extra: str) -> None:
+        done = now - ago_ms
+        fields = {"state": "fulfilled", "paid_at": done - latency_ms, "fulfilled_at": done}
+        redis.hset(keys.payment(pk), mapping={**fields, **extra})
+        redis.zadd(keys.state_index("fulfilled"), {pk: done})
+
+    for n in range(50):  # the backlog: 10 minutes each, two hours ago
+        fulfilled(f"pi_old{n}", 2 * 3600_000, 600_000)
+    for n, latency in enumerate((100, 200, 300, 400)):
+        fulfilled(f"pi_new{n}", 60_000, latency)
+    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli at 1 (fulfilled from held)")
+    latency = figures.summary(redis, "fulfilment").fulfil_latency
+    assert (latency.window_s, latency.payments) == (3600, 4)
+    assert (latency.p50_ms, latency.p90_ms, latency.p99_ms) == (200, 400, 400)
+    wider = figures.summary(redis, "fulfilment", window_s=3 * 3600).fulfil_latency
+    assert wider.payments == 54 and wider.p50_ms == 600_000

@@ -229,8 +229,8 @@ class Protocol(RuleBasedStateMachine):
                     f"{pk}: a non-replay-safe action called again after it may have applied"
                 )
         for pk in self.all_payments():
-            record = queries.payment(self.redis, pk) or {}
-            done = [a for a in record.get("attempts", []) if '"outcome":"fulfilled"' in a]
+            record = queries.payment(self.redis, pk)
+            done = [a for a in (record.attempts if record else []) if a.outcome == "fulfilled"]
             assert len(done) <= 1, f"{pk}: more than one recorded effect"
 
     @invariant()
@@ -299,7 +299,9 @@ class Protocol(RuleBasedStateMachine):
                 break
         stuck = {pk: self.state(pk) for pk in self.paid if self.state(pk) not in SETTLED}
         assert not stuck, f"paid payments that never ended: {stuck}"
-        attention = {p["key"] for p in queries.payments(self.redis, queries.ATTENTION, limit=500)}
+        attention = {
+            p.payment_key for p in queries.payments(self.redis, queries.ATTENTION, limit=500)
+        }
         waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
         assert waiting <= attention, waiting - attention
         self.one_effect_per_payment()

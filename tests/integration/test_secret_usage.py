@@ -42,7 +42,7 @@ def test_labels_must_be_unique_and_not_positions(secrets: str, labels: str, mess
 
 def statuses(last_seen: dict[str, int], counts: dict[str, int] | None = None) -> dict[str, str]:
     rows = secret_usage.rows(["new", "old"], counts or {}, last_seen, NOW, 7)
-    return {r["label"]: r["status"] for r in rows}
+    return {r.label: r.status for r in rows}
 
 
 def test_retire_only_a_secret_whose_traffic_moved_to_another() -> None:
@@ -61,7 +61,7 @@ def test_retire_only_a_secret_whose_traffic_moved_to_another() -> None:
 
 def test_labels_only_the_ledger_knows_are_listed_after_the_configured_ones() -> None:
     rows = secret_usage.rows(["new"], {"new": 3, "0": 5, "gone": 1}, {"gone": NOW}, NOW, 7)
-    assert [(r["label"], r["shown_as"], r["configured"], r["status"]) for r in rows] == [
+    assert [(r.label, r.shown_as, r.configured, r.status) for r in rows] == [
         ("new", "new", True, "never_seen"),
         ("0", "#0 (position, before labels)", False, "not_configured"),
         ("gone", "gone", False, "not_configured"),
@@ -88,9 +88,9 @@ def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> N
     ]
     summary = client.get("/ops/api/summary", headers=BEARER).get_json()
     assert summary["deliveries_by_secret"] == {"primary": 2, old: 1, "1": 4}
-    assert client.get(f"/ops/api/events/{event['id']}", headers=BEARER).get_json()["secret"] == (
-        "primary"
-    )
+    assert client.get(f"/ops/api/events/{event['id']}", headers=BEARER).get_json()[
+        "secret_label"
+    ] == ("primary")
 
     families = {
         f.name: f

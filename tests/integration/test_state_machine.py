@@ -138,10 +138,12 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert "detail" not in stored and "ended" not in stored  # kept once: receipt, fulfilled_at
     record = queries.payment(redis, pk)
     assert record is not None
-    retried, done = (json.loads(a) for a in record["attempts"])
-    assert (retried["token"], retried["outcome"], retried["detail"]) == (1, "retry", "http 503")
-    assert (done["token"], done["outcome"], done["detail"]) == (2, "fulfilled", receipt)
-    assert done["ended"] == int(record["fulfilled_at"]) and done["ms"] == 3.5
-    assert (record["attempts_started"], record["attempts_finished"]) == ("2", "2")
-    assert record["paid_by"] == record["events"][0]
+    retried, done = record.attempts
+    assert (retried.token, retried.outcome, retried.error) == (1, "retry", "http 503")
+    assert (done.token, done.outcome, done.error) == (2, "fulfilled", None)
+    assert record.receipt == json.loads(receipt)  # the fulfilled attempt's detail, kept once
+    assert done.ended_at == record.fulfilled_at and done.call_ms == 3.5
+    assert done.started_at is not None and done.duration_ms is not None
+    assert (record.attempts_started, record.attempts_finished) == (2, 2)
+    assert record.paid_by == record.events[0].id and record.events[0].paid_the_payment
     assert redis.hget(keys.STATS, "attempts_finished") == b"2"

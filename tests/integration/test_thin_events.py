@@ -13,11 +13,12 @@ from stripe import StripeClient
 from stripe.events import V1PaymentIntentSucceededEventNotification
 
 from ledger import keys, queries
+from ledger.views import RelatedObject
 from ledgerctl import samples
 from tests.integration.test_intake import assert_rejected
 from tests.integration.test_ops import BASIC
 from tests.support.constants import SECRET
-from tests.support.helpers import signed_headers, stats
+from tests.support.helpers import signed_headers, state_of, stats
 from webhook import create_app
 
 QUEUE = "rq:queue:fulfilment"
@@ -74,19 +75,16 @@ def test_a_thin_event_is_recorded_and_counted_but_does_not_fulfil(
     assert (first.get_json()["deliveries"], again.get_json()["duplicate"]) == (1, True)
     record = queries.event(redis, event["id"])
     assert record is not None
-    assert {k: record[k] for k in ("thin", "rel_type", "rel_id", "pk", "role", "paid", "n")} == {
-        "thin": "1",
-        "rel_type": "payment_intent",
-        "rel_id": pi,
-        "pk": pi,
-        "role": "info",
-        "paid": "0",
-        "n": "2",
-    }
+    assert (record.thin, record.related_object, record.payment_key) == (
+        True,
+        RelatedObject(type="payment_intent", id=pi),
+        pi,
+    )
+    assert (record.role, record.pays, record.deliveries) == ("info", False, 2)
     counters = stats(redis)
     assert (counters["deliveries"], counters["events"], counters["duplicates"]) == (2, 1, 1)
     assert counters["type:v1.payment_intent.succeeded"] == 2
-    assert queries.payment(redis, pi)["state"] == "pending" and redis.llen(QUEUE) == 0
+    assert state_of(redis, pi) == "pending" and redis.llen(QUEUE) == 0
     page = client.get(f"/ops/events/{event['id']}", headers=BASIC).get_data(as_text=True)
     assert 'id="event-reason"' in page and "<code>thin</code>" in page and pi in page
 
@@ -112,7 +110,7 @@ def test_thin_events_the_table_does_not_map_join_no_payment(
     event = thin_event(rng, event_type, related)
     assert post(client, event).status_code == 200
     record = queries.event(redis, event["id"])
-    assert record is not None and record["thin"] == "1" and record["pk"] == ""
+    assert record is not None and record.thin and record.payment_key is None
     assert not list(redis.scan_iter(match=keys.payment("*")))
 
 
@@ -127,16 +125,18 @@ def test_a_mapped_thin_event_fulfils_once_when_paid_types_list_it(
     pi = snapshot["data"]["object"]["id"]
     thin = thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi))
     assert post(client, thin).status_code == 200
-    assert queries.payment(redis, pi)["state"] == "queued" and redis.llen(QUEUE) == 1
+    assert state_of(redis, pi) == "queued" and redis.llen(QUEUE) == 1
     assert post(client, snapshot).status_code == 200  # the same payment, as a snapshot event
-    assert queries.payment(redis, pi)["events"] == [thin["id"], snapshot["id"]]
+    timeline = queries.payment(redis, pi)
+    assert timeline is not None and [e.id for e in timeline.events] == [thin["id"], snapshot["id"]]
+    assert [e.type for e in timeline.events] == [thin["type"], snapshot["type"]]
     assert redis.llen(QUEUE) == 1
     connect = thin_event(
         rng, "v1.payment_intent.succeeded", payment_intent("pi_connect"), context="acct_1"
     )
     assert post(client, connect).status_code == 200
     held = queries.payment(redis, "pi_connect")
-    assert held["state"] == "held" and "acct_1" in held["hold_reason"]
+    assert held is not None and held.state == "held" and "acct_1" in (held.hold_reason or "")
 
 
 @pytest.mark.parametrize(

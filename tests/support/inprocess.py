@@ -1,20 +1,23 @@
 """Fulfilment in the test's own process, for tests whose point is the logic, not a process
 dying: deliveries through the real ledger, RQ's SimpleWorker in burst mode, direct sweeps."""
 
+import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import msgspec
 import pytest
 from rq import Queue, SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
-from ledger import settings
+from ledger import reconcile, settings
 from ledger.attempts import Attempts
 from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
+from tests.support.helpers import fail_payment, payment_key_of, settled_as, signed_headers
 from workers import jobs
 from workers.sweeper import sweep_once
 
@@ -63,3 +66,63 @@ def fulfilment(
     """``fulfilment(**env)``: the test's config, FAST, then ``env``."""
     yield lambda **env: Fulfilment({**config, **env}, monkeypatch)
     jobs._context.cache_clear()
+
+
+class Seeded(msgspec.Struct):
+    """Ids of the records the seeded ledger holds."""
+
+    event: str
+    fulfilled: str
+    failed: str
+    interrupted: str
+
+
+@pytest.fixture
+def one_of_everything(
+    client: Any,
+    redis: Any,
+    config: dict[str, object],
+    fulfilment: Callable[..., Fulfilment],
+    rng: random.Random,
+) -> Seeded:
+    """A ledger that holds one of everything the ops API shows: a payment fulfilled by a
+    worker (attempt, receipt, the downstream's record), a failed and an interrupted one
+    (each delivered twice), a rejection and a reconcile run."""
+    f = fulfilment()
+    fulfilled = samples.payment_events(rng)[2]
+    f.deliver(fulfilled)
+    f.work()
+    assert settled_as(redis, payment_key_of(fulfilled), "fulfilled")
+    others = []
+    for _ in range(2):
+        event = samples.payment_events(rng)[2]
+        body = samples.encode(event)
+        for _ in range(2):  # a duplicate each
+            answer = client.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+            assert answer.status_code == 200
+        others.append(payment_key_of(event))
+    bad = client.post("/webhooks/stripe", data=b"{}", headers=signed_headers(b"{}", "whsec_x"))
+    assert bad.status_code == 400
+    fail_payment(redis, config, others[0])
+    fail_payment(redis, config, others[1], "interrupted")
+    seconds, _ = redis.time()
+    run = reconcile.Run(
+        started_ms=seconds * 1000,
+        since=seconds - 3600,
+        applied=False,
+        every_event=False,
+        trigger="cli",
+        listed=1,
+        finished_ms=seconds * 1000,
+    )
+    run.missing.append(
+        {
+            "id": "evt_gone",
+            "type": "charge.succeeded",
+            "payment": "pi_gone",
+            "paid": True,
+            "created": seconds - 60,
+        }
+    )
+    reconcile.store(redis, run)
+    return Seeded(fulfilled["id"], payment_key_of(fulfilled), others[0], others[1])

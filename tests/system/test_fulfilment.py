@@ -3,10 +3,9 @@
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
-import orjson
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import figures, keys, queries
 from ledger.downstream import read_downstream
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
@@ -46,8 +45,8 @@ def test_non_deduping_downstream_is_called_once_per_payment(stack, redis, rng) -
         assert len(downstream.calls) == 100
         assert set(downstream.calls.values()) == {1}
         assert set(downstream.idempotency_keys) == {f"fulfil:{pk}" for pk in payments}
-        summary = queries.summary(redis, "fulfilment")
-        assert summary["payments"]["fulfilled"] == 100 and summary["effects"] == 100
+        counted = figures.counters(redis)
+        assert counted.payments_by_state.fulfilled == 100 and counted.effects == 100
 
 
 def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rng) -> None:
@@ -67,11 +66,11 @@ def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rn
     down = read_downstream(sqlite_path(config))["payments"][pk]
     assert down == {"calls": 2, "applied": 1, "already_applied": 1, "effects": 1}
     record = queries.payment(redis, pk)
-    assert record is not None and record["token"] == "2"
-    first, second = (orjson.loads(a) for a in record["attempts"])
-    assert first["outcome"] == "lease_expired" and first["phase"] == "calling"
-    assert second["outcome"] == "fulfilled"
-    assert orjson.loads(record["receipt"])["outcome"] == "already_applied"
+    assert record is not None and record.attempts_started == 2
+    first, second = record.attempts
+    assert first.outcome == "lease_expired" and first.phase_at_expiry == "calling"
+    assert second.outcome == "fulfilled"
+    assert record.receipt is not None and record.receipt["outcome"] == "already_applied"
 
 
 def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tmp_path) -> None:
@@ -89,8 +88,8 @@ def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tm
         wait_until(lambda: redis.zscore(keys.DUE, pk) is None, what="no longer due")
         assert downstream.calls[pk] == 1
         record = queries.payment(redis, pk)
-        assert record is not None and "not replay-safe" in record["last_error"]
-        assert queries.summary(redis, "fulfilment")["payments"]["interrupted"] == 1
+        assert record is not None and "not replay-safe" in (record.last_error or "")
+        assert figures.counters(redis).payments_by_state.interrupted == 1
 
 
 def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_path) -> None:
@@ -109,17 +108,18 @@ def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_pa
         s.start_worker()
         wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
         newer = queries.payment(redis, pk)
-        assert newer is not None and newer["token"] == "2"
+        assert newer is not None and newer.attempts_started == 2
         wait_until(
             lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"
         )
         after = queries.payment(redis, pk)
         assert after is not None
-        assert (after["state"], after["token"], after["receipt"]) == (
+        assert (after.state, after.attempts_started, after.receipt) == (
             "fulfilled",
-            "2",
-            newer["receipt"],
+            2,
+            newer.receipt,
         )
-        first = orjson.loads(after["attempts"][0])
-        assert first["stale"] is True and first["stale_outcome"] == "fulfilled"
+        first = after.attempts[0]
+        assert first.stale_outcome == "fulfilled" and first.stale_at is not None
+        assert after.stale_finishes == 1
         assert downstream.calls[pk] == 2

@@ -128,7 +128,8 @@ def test_cli_summary_matches_the_api(web, redis, rng, redis_server) -> None:
         check=True,
     )
     data = orjson.loads(out.stdout)
-    assert (data["deliveries"], data["events"], data["payments"]["queued"]) == (1, 1, 1)
+    assert (data["deliveries"], data["events"], data["payments_by_state"]["queued"]) == (1, 1, 1)
+    assert data["workers"]["queue_length"] == 1  # the API's workers block, in the CLI too
     table = subprocess.run(
         [sys.executable, "-m", "ledgerctl.cli", "summary"],
         env=service_env(redis_server.url),
@@ -184,7 +185,7 @@ def test_metrics_agree_with_summary_across_two_gunicorn_workers(
             assert total(families, "webhook_duplicates") == summary["duplicates"] == 20
             assert total(families, "webhook_rejections") == summary["rejected"] == 3
             states = {s.labels["state"]: s.value for s in families["webhook_payments"].samples}
-            assert states["queued"] == summary["payments"]["queued"] == 20
+            assert states["queued"] == summary["payments_by_state"]["queued"] == 20
             count = [
                 s
                 for s in families["webhook_request_duration_seconds"].samples

@@ -25,7 +25,7 @@ from tests.integration.test_ledger import make_ledger
 from tests.integration.test_script_atomicity import dump
 from tests.support.constants import BASIC, BEARER
 from tests.support.downstream_server import CountingDownstream
-from tests.support.helpers import after_sweeps, settled_as, stats
+from tests.support.helpers import after_sweeps, settled_as, state_of, stats
 from tests.support.processes import free_port, service_env, wait_until
 from tests.support.stripe_api import API_KEY, EventsApi
 
@@ -93,8 +93,9 @@ def test_a_dry_run_reports_what_stripe_has_and_the_ledger_lacks(
     assert report["by_type"] == {t: 40 for t in samples.CARD_PAYMENT}
     assert report["payments"] == sorted(pi_of(p) for p in missing)
     wanted = {e["id"]: (e["type"], pi_of(p)) for p in missing for e in p}
-    assert {m["id"]: (m["type"], m["payment"]) for m in report["missing"]} == wanted
-    assert {m["type"] for m in report["missing"] if m["paid"]} == set(samples.PAID_TYPES[:2])
+    assert {m["id"]: (m["type"], m["payment_key"]) for m in report["missing"]} == wanted
+    assert {m["type"] for m in report["missing"] if m["pays"]} == set(samples.PAID_TYPES[:2])
+    assert report["window_start"].endswith("Z") and report["missing"][0]["created_at"]
     assert without_runs(dump(redis)) == without_runs(before)
     # The real client followed Stripe's pagination: 150 undelivered events, pages of 100.
     first, second = stripe_api.requests
@@ -105,7 +106,7 @@ def test_a_dry_run_reports_what_stripe_has_and_the_ledger_lacks(
     )[::-1]
     assert second["starting_after"] == [newest_first[99]["id"]]
     stored = reconcile.runs(redis)[0]
-    assert (stored["missing_total"], len(stored["missing"]), stored["trigger"]) == (120, 100, "cli")
+    assert (stored.missing_total, len(stored.missing), stored.trigger) == (120, 100, "cli")
     table = cli(env, "reconcile", "--since", "3d")
     assert table.returncode == 1 and "--apply records them" in table.stdout
     assert "missing: charge.succeeded" in table.stdout
@@ -137,10 +138,10 @@ def test_apply_records_what_is_missing_once_and_a_second_run_finds_nothing(
     assert after["deliveries"] == counted["deliveries"] == 15
     assert (after["events"], after["reconciled"]) == (135, 120)
     for payment in missing:
-        assert queries.payment(redis, pi_of(payment))["state"] == "queued"
+        assert state_of(redis, pi_of(payment)) == "queued"
         for event in payment:
             record = queries.event(redis, event["id"])
-            assert record is not None and (record["n"], record["origin"]) == ("0", "api")
+            assert record is not None and (record.deliveries, record.origin) == (0, "api")
     again = cli(env, "reconcile", "--apply", "--json")
     second = json.loads(again.stdout)
     assert again.returncode == 0 and (second["listed"], second["missing_total"]) == (120, 0)
@@ -162,7 +163,7 @@ def test_reconcile_refuses_what_it_cannot_do(
     assert json.loads(wrong.stdout)["error"].startswith("AuthenticationError")
     nobody = cli({**env, "STRIPE_API_BASE": f"http://127.0.0.1:{free_port()}"}, "reconcile")
     assert nobody.returncode == 4 and "APIConnectionError" in nobody.stdout
-    assert [r["error"].split(":")[0] for r in reconcile.runs(redis)] == [
+    assert [(r.error or "").split(":")[0] for r in reconcile.runs(redis)] == [
         "APIConnectionError",
         "AuthenticationError",
     ]
@@ -242,7 +243,7 @@ def test_the_sweeper_reconciles_once_per_interval(
     after_sweeps(redis, 10)
     runs = reconcile.runs(redis, 10)
     assert len(runs) == 1, "one run per interval, however many sweepers"
-    assert (runs[0]["trigger"], runs[0]["applied"], runs[0]["recorded"]) == ("sweeper", True, 9)
+    assert (runs[0].trigger, runs[0].applied, runs[0].recorded) == ("sweeper", True, 9)
     assert redis.pttl(keys.RECONCILE_SLOT) > 3_500_000
 
 
@@ -267,9 +268,10 @@ def test_the_dashboard_api_and_metrics_show_the_last_run(
     reconcile.reconcile(ledger, 3600, apply=False)
     page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
     assert "(cli, dry run)" in page and 'id="reconcile-missing" class="bad">3 / 3' in page
-    assert "missing charge.succeeded" in page and f"<code>{pi_of(payment)}</code> (paid)" in page
+    assert "missing charge.succeeded" in page
+    assert f"<code>{pi_of(payment)}</code> (a paid event)" in page
     runs = client.get("/ops/api/reconcile", headers=BEARER).get_json()
-    assert runs["interval"] == 0 and runs["runs"][0]["missing_total"] == 3
+    assert runs["interval_s"] == 0 and runs["runs"][0]["missing_total"] == 3
     reconcile.reconcile(ledger, 3600, apply=True)
     assert client.get("/ops/api/summary", headers=BEARER).get_json()["reconciled"] == 3
     families = metric_families(client)

@@ -26,15 +26,21 @@ GOOD: dict[str, Any] = {
     "events.json": [
         {
             "id": "evt_1",
-            "n": "2",
-            "pk": "pi_1",
-            "paid": "1",
+            "deliveries": 2,
+            "payment_key": "pi_1",
+            "pays": True,
+            "origin": "webhook",
             "payload": PAYLOAD,
-            "sha": hashlib.sha256(PAYLOAD.encode()).hexdigest(),
+            "payload_sha256": hashlib.sha256(PAYLOAD.encode()).hexdigest(),
         }
     ],
     "payments.json": [
-        {"key": "pi_1", "state": "fulfilled", "events": ["evt_1"], "paid_by": "evt_1"}
+        {
+            "payment_key": "pi_1",
+            "state": "fulfilled",
+            "events": [{"id": "evt_1", "type": "payment_intent.succeeded"}],
+            "paid_by": "evt_1",
+        }
     ],
     "rejections.json": [{"reason": "signature_mismatch", "status": 400}],
     "downstream_calls.json": [{"payment_key": "pi_1", "outcome": "applied"}],
@@ -223,14 +229,14 @@ BAD_CONTENTS = {
     "record without a payload": ("events.json", b'[{"id": "evt_1"}]', "KeyError"),
     "payload not a string": (
         "events.json",
-        b'[{"id": "e", "payload": 1, "sha": "", "n": "1"}]',
+        b'[{"id": "e", "payload": 1, "payload_sha256": "", "deliveries": 1}]',
         "AttributeError",
     ),
     "list for counters": ("counters.json", b"[]", "counters.json: not a JSON object"),
     "scalar records": ("payments.json", b"[1, 2]", "payments.json: records not as"),
     "huge number of deliveries": (
         "events.json",
-        json.dumps([{**GOOD["events.json"][0], "n": "9" * 5000}]).encode(),
+        json.dumps([{**GOOD["events.json"][0], "deliveries": "9" * 5000}]).encode(),
         "ValueError",
     ),
     "unhashable payment key": ("downstream_orders.json", b'[{"payment_key": []}]', "TypeError"),

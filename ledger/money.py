@@ -1,0 +1,42 @@
+"""Amounts as Stripe sends them (integer minor units) and as people read them.
+
+Stripe's own convention decides how many minor units make one unit, not ISO 4217's: ISK,
+HUF and TWD keep two decimals in the API although their ISO exponent or payouts have none.
+The lists are Stripe's "zero-decimal" and "three-decimal" currencies.
+"""
+
+from ledger.stored import text
+from ledger.views import Amount
+
+ZERO_DECIMAL = frozenset("bif clp djf gnf jpy kmf krw mga pyg rwf ugx vnd vuv xaf xof xpf".split())
+THREE_DECIMAL = frozenset("bhd jod kwd omr tnd".split())
+
+
+def exponent(currency: str) -> int:
+    """Digits after the decimal point of ``currency`` in Stripe's amounts."""
+    code = currency.lower()
+    return 0 if code in ZERO_DECIMAL else 3 if code in THREE_DECIMAL else 2
+
+
+def format_minor(minor_units: int, currency: str) -> str:
+    """2000 usd -> '20.00 USD'; 2000 jpy -> '2,000 JPY'; -150 usd -> '-1.50 USD'."""
+    digits = exponent(currency)
+    sign = "-" if minor_units < 0 else ""
+    units, cents = divmod(abs(minor_units), 10**digits)
+    fraction = f".{cents:0{digits}d}" if digits else ""
+    return f"{sign}{units:,}{fraction} {currency.upper()}"
+
+
+def amount(minor_units: object, currency: object) -> Amount | None:
+    """The typed amount from the stored strings; None when either is missing or unreadable."""
+    digits_text, code = text(minor_units or ""), text(currency or "")
+    digits = digits_text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and code.isascii() and code.isalpha()):
+        return None
+    value = int(digits_text)
+    return Amount(
+        minor_units=value,
+        currency=code.lower(),
+        exponent=exponent(code),
+        formatted=format_minor(value, code),
+    )

@@ -1,0 +1,116 @@
+"""One payment's story as people read it: its events in the order they were first recorded,
+its attempts (``attempt:{token}`` JSON records in the payment hash) as objects, its receipt
+and a person's decision."""
+
+import re
+from typing import Any
+
+import orjson
+
+from ledger.stored import count, ms_time, whole
+from ledger.views import Attempt, PaymentEvent, Resolution
+
+FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
+"""The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
+
+# What lua/operator.lua writes in resolved_by: '{who} at {ms} ({decision} from {state})'.
+_RESOLVED = re.compile(r"(?P<by>.*) at (?P<at>\d+) \((?P<decision>\S+) from (?P<from>\S*)\)")
+
+
+def timeline(
+    event_ids: list[str], fields: dict[str, dict[str, Any]], paid_by: str | None
+) -> list[PaymentEvent]:
+    """The payment's events in the order first recorded; ``fields`` holds each one's stored
+    fields (all None once its record expired)."""
+    rows = []
+    for event_id in event_ids:
+        f = {k: v.decode() for k, v in fields.get(event_id, {}).items() if v is not None}
+        expired = "n" not in f
+        rows.append(
+            PaymentEvent(
+                id=event_id,
+                expired=expired,
+                type=f.get("type"),
+                role=f.get("role"),
+                pays=f.get("paid") == "1",
+                paid_the_payment=event_id == paid_by,
+                deliveries=None if expired else count(f.get("n")),
+                first_recorded_at=ms_time(f.get("first")),
+                last_delivered_at=ms_time(f.get("last")),
+            )
+        )
+    return rows
+
+
+def attempts_of(f: dict[str, str]) -> list[Attempt]:
+    """The attempts of a payment hash (decoded), by token. A fulfilled attempt's end is the
+    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there)."""
+    found = []
+    for name, value in f.items():
+        label, _, token = name.partition(":")
+        if label == "attempt" and token.isascii() and token.isdigit():
+            found.append(_attempt(int(token), _json_object(value), f.get("fulfilled_at")))
+    return sorted(found, key=lambda a: a.token)
+
+
+def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> Attempt:
+    outcome = str(record.get("outcome", "unreadable"))
+    ended = record.get("ended")
+    if ended is None and outcome == "fulfilled":
+        ended = fulfilled_at
+    started, stopped = whole(record.get("started")), whole(ended)
+    call_ms = record.get("ms")
+    return Attempt(
+        token=token,
+        outcome=outcome,
+        started_at=ms_time(started),
+        call_started_at=ms_time(record.get("calling")),
+        ended_at=ms_time(stopped),
+        duration_ms=stopped - started if started is not None and stopped is not None else None,
+        call_ms=float(call_ms) if isinstance(call_ms, int | float) else None,
+        error=_text_or_none(record.get("detail")) if outcome != "fulfilled" else None,
+        late=record.get("late") is True,
+        phase_at_expiry=_text_or_none(record.get("phase")),
+        stale_outcome=_text_or_none(record.get("stale_outcome")),
+        stale_at=ms_time(record.get("stale_at")),
+    )
+
+
+def finished(attempts: list[Attempt]) -> int:
+    """Attempts whose worker recorded how they ended."""
+    return sum(1 for a in attempts if a.outcome in FINISHED_OUTCOMES)
+
+
+def receipt_of(stored: str | None) -> dict[str, Any] | None:
+    """The downstream's receipt (a JSON object), or what was stored in its place."""
+    if not stored:
+        return None
+    parsed = _json_object(stored)
+    return parsed if parsed else {"unparsed": stored}
+
+
+def resolution_of(stored: str | None) -> Resolution | None:
+    """A person's decision, from the sentence lua/operator.lua stores."""
+    if not stored:
+        return None
+    found = _RESOLVED.fullmatch(stored)
+    if found is None:
+        return Resolution(by=stored, at=None, decision=None, from_state=None)
+    return Resolution(
+        by=found["by"],
+        at=ms_time(found["at"]),
+        decision=found["decision"],
+        from_state=found["from"] or None,
+    )
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None or value == "" else str(value)
