@@ -4,6 +4,7 @@ own 503 (``ledger_unavailable``, so Stripe retries) in receiver.py; rejections a
 answered, their count lost (ledger/deliveries.py)."""
 
 import logging
+from datetime import UTC, datetime, timedelta
 
 import orjson
 from flask import Flask, Response, render_template, request
@@ -11,7 +12,8 @@ from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, T
 
 from ledger.deliveries import LedgerUnavailable
 from ledger.redact import redact
-from webhook.http import json_response
+from ledger.views import Problem
+from webhook.http import view_response
 from webhook.store import current_settings
 
 log = logging.getLogger("webhook.ops")
@@ -30,8 +32,9 @@ def answer(exc: Exception) -> Response:
         page = render_template("ops/unavailable.html", message=message, retry=RETRY_AFTER_S)
         response = Response(page, status=503, mimetype="text/html")
     else:
-        body = {"error": "ledger_unavailable", "message": message, "retry_after_s": RETRY_AFTER_S}
-        response = json_response(body, 503)
+        retry_after = datetime.now(UTC) + timedelta(seconds=RETRY_AFTER_S)  # Redis has no clock now
+        problem = Problem(error="ledger_unavailable", message=message, retry_after=retry_after)
+        response = view_response(problem, 503)
     response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
