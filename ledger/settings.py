@@ -17,6 +17,12 @@ class Settings:
     REDIS_SOCKET_TIMEOUT: float = defaults.REDIS_SOCKET_TIMEOUT
     REDIS_RETRIES: int = defaults.REDIS_RETRIES
     REDIS_MAX_CONNECTIONS: int = defaults.REDIS_MAX_CONNECTIONS
+    REDIS_SENTINELS: str = defaults.REDIS_SENTINELS
+    REDIS_SENTINEL_MASTER: str = defaults.REDIS_SENTINEL_MASTER
+    REDIS_SENTINEL_PASSWORD: str = defaults.REDIS_SENTINEL_PASSWORD
+    REDIS_PASSWORD: str = defaults.REDIS_PASSWORD
+    LEDGER_MIN_REPLICAS: int = defaults.LEDGER_MIN_REPLICAS
+    LEDGER_WAIT_TIMEOUT: float = defaults.LEDGER_WAIT_TIMEOUT
     STRIPE_WEBHOOK_SECRET: str = defaults.STRIPE_WEBHOOK_SECRET
     STRIPE_WEBHOOK_SECRET_LABELS: str = defaults.STRIPE_WEBHOOK_SECRET_LABELS
     STRIPE_WEBHOOK_TOLERANCE: int = defaults.STRIPE_WEBHOOK_TOLERANCE
@@ -57,6 +63,14 @@ class Settings:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
         return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
+
+    @cached_property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """``REDIS_SENTINELS`` as (host, port) pairs; empty: connect to REDIS_URL."""
+        pairs = [s.strip().rsplit(":", 1) for s in self.REDIS_SENTINELS.split(",") if s.strip()]
+        if any(len(p) != 2 or not p[0] or not p[1].isdigit() for p in pairs):
+            raise ValueError(f"REDIS_SENTINELS={self.REDIS_SENTINELS!r}: expected host:port,...")
+        return [(host, int(port)) for host, port in pairs]
 
     @cached_property
     def policy(self) -> Policy:
@@ -148,6 +162,7 @@ def validated(settings: Settings) -> Settings:
         )
     if settings.RECONCILE_INTERVAL > 0 and not settings.STRIPE_API_KEY:
         raise ValueError("RECONCILE_INTERVAL is set, STRIPE_API_KEY is not: reconcile reads events")
+    _check_replication(settings)
     labels = settings.secret_labels
     if len(set(labels)) < len(labels):
         raise ValueError(f"STRIPE_WEBHOOK_SECRET_LABELS: two secrets share a label in {labels}")
@@ -157,3 +172,17 @@ def validated(settings: Settings) -> Settings:
             "recorded secrets by position before labels, and shows those as numbers)"
         )
     return settings
+
+
+def _check_replication(settings: Settings) -> None:
+    """Sentinel addresses parse, and a replica wait ends before its socket timeout."""
+    if settings.sentinels and not settings.REDIS_SENTINEL_MASTER:
+        raise ValueError("REDIS_SENTINELS is set: REDIS_SENTINEL_MASTER must name the primary")
+    if settings.LEDGER_MIN_REPLICAS < 0:
+        raise ValueError(f"LEDGER_MIN_REPLICAS={settings.LEDGER_MIN_REPLICAS} must be 0 or more")
+    wait, socket = settings.LEDGER_WAIT_TIMEOUT, settings.REDIS_SOCKET_TIMEOUT
+    if settings.LEDGER_MIN_REPLICAS and not 0 < wait < socket:
+        raise ValueError(
+            f"LEDGER_WAIT_TIMEOUT={wait} must be above 0 and under REDIS_SOCKET_TIMEOUT={socket}"
+            ": a client that gives up on the WAIT first would retry the write"
+        )

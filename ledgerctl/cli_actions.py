@@ -11,8 +11,8 @@ from rich.text import Text
 
 from ledger import defaults
 from ledger.attempts import DECISIONS, Attempts
+from ledger.connection import describe
 from ledger.downstream import read_downstream
-from ledger.redact import redact
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
@@ -32,7 +32,7 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             return
         except RedisError:
             if time.monotonic() > deadline:
-                say(f"Redis at {redact(ctx.settings.REDIS_URL)} did not answer in {timeout}s")
+                say(f"Redis at {describe(ctx.settings)} did not answer in {timeout}s")
                 sys.exit(EXIT_REDIS)
             time.sleep(0.2)
 
