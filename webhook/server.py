@@ -89,7 +89,7 @@ class WholeBodies:
 
     def __init__(self, app: "Flask", reject: Callable[[Rejected, bytes], "Response"]) -> None:
         self.app, self.reject = app, reject
-        settings = app.config["SETTINGS"]
+        settings = app.extensions["settings"]  # kept there by store.init_app
         self.limit, self.seconds = settings.MAX_BODY_BYTES, settings.BODY_READ_TIMEOUT
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
