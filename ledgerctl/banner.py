@@ -24,11 +24,22 @@ Stripe webhook ledger
   local secret  {local}   (used by scripts/replay_events.py; kept in var/dev.env)
   ops token     {env.get("OPS_TOKEN", "")}   \
 (curl -H "Authorization: Bearer $OPS_TOKEN" .../ops/api/summary)
-  redis         {redact(env.get("REDIS_URL", ""))} (data in var/redis, append-only, fsync always)
+  redis         {redis_line(env)}
   downstream    {redact(env.get("FULFILMENT_ACTION", ""))}
   stripe mode   {env.get("STRIPE_MODE", "live")}   \
 (events of the other mode are held for a person; production defaults to live)
 """
+
+
+def redis_line(env: Mapping[str, str]) -> str:
+    """Where the ledger is: one Redis, or the Sentinels of a replicated one."""
+    if env.get("REDIS_SENTINELS"):
+        return (
+            f"primary {env.get('REDIS_SENTINEL_MASTER', 'ledger')!r} of the Sentinels at "
+            f"{env['REDIS_SENTINELS']}\n                "
+            f"(LEDGER_MIN_REPLICAS={env.get('LEDGER_MIN_REPLICAS', '0')}; run.sh --ha: var/ha)"
+        )
+    return f"{redact(env.get('REDIS_URL', ''))} (data in var/redis, append-only, fsync always)"
 
 
 if __name__ == "__main__":

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Set up and run the whole service on this machine: Redis (config/redis.conf), the web
 # receiver (gunicorn), two RQ workers and the sweeper, from the Procfile via honcho.
+# --ha: a replicated ledger instead (Procfile.ha): a primary, two replicas and three
+# Sentinels on loopback (ledgerctl/ha.py, data in var/ha), LEDGER_MIN_REPLICAS=1, the same
+# web, workers (fulfilment-worker) and sweeper finding the primary through the Sentinels.
 # Embedded defaults; anything already set in the environment wins. Ctrl-C stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 mkdir -p var/redis
+PROCFILE=Procfile
+if [ "${1:-}" = "--ha" ]; then
+  PROCFILE=Procfile.ha
+  # shellcheck disable=SC2046
+  export $(.venv/bin/python -m ledgerctl.ha var/ha)
+  export LEDGER_MIN_REPLICAS="${LEDGER_MIN_REPLICAS:-1}"
+fi
 
 # A local secret and ops token, made once and kept in var/dev.env.
 if [ ! -f var/dev.env ]; then
@@ -32,4 +42,4 @@ export FULFILMENT_ACTION="${FULFILMENT_ACTION:-sqlite:///$PWD/var/downstream.sql
 WORKERS="${WORKERS:-2}"
 
 DEV_WEBHOOK_SECRET="$DEV_WEBHOOK_SECRET" python -m ledgerctl.banner
-exec honcho start -f Procfile -c "worker=$WORKERS"
+exec honcho start -f "$PROCFILE" -c "worker=$WORKERS"
