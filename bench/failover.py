@@ -1,6 +1,6 @@
 """The replicated ledger: what waiting for a replica costs, and how long a failover takes.
 
-    .venv/bin/python -m bench.failover [--quick] [--only intake|drain|script|window]
+    .venv/bin/python -m bench.failover [--quick] [--runs N] [--only intake|drain|script|window]
 
 1 intake: peak req/s (wrk, distinct signed events) of the shipped web server (2 gevent
   processes) on a primary with two replicas and three Sentinels, LEDGER_MIN_REPLICAS=1 vs
@@ -9,10 +9,12 @@
 2 drain: N recorded payments fulfilled by 2 fulfilment-workers (SQLite action), MIN=1 vs 0.
 3 script: record_delivery.lua alone on the primary with redis-benchmark (50 connections,
   appendfsync always, two replicas attached): the ceiling of one primary.
-4 window: Stripe-like senders (tests/support/storm.py), kill -9 of the primary; unavailability is
-  the first answer that is not a 2xx to the first 2xx after it; per Sentinel timing.
+4 window: Stripe-like senders (tests/support/storm.py), kill -9 of the primary;
+  unavailability is the first answer that is not a 2xx to the first 2xx after it; per
+  Sentinel timing.
 
-Writes var/bench/failover.json (ignored by git); docs/DEPLOYMENT.md and docs/RELIABILITY.md
+Rounds per section: 5, 3 with --quick, or --runs. Writes var/bench/failover.json (ignored by
+git; each section notes the commit it ran at); docs/DEPLOYMENT.md and docs/RELIABILITY.md
 keep the tables.
 """
 
@@ -57,8 +59,8 @@ UNUSED_URL = "redis://127.0.0.1:1/0"
 
 
 class Failover:
-    def __init__(self, quick: bool) -> None:
-        self.runs = 3 if quick else 5
+    def __init__(self, quick: bool, runs: int | None = None) -> None:
+        self.runs = runs or (3 if quick else 5)
         self.duration = 2.0 if quick else 3.0
         self.n_drain = 150 if quick else 300
         self.wd = Workdir.make("failover")
@@ -237,8 +239,8 @@ class Failover:
         }
 
 
-def run(quick: bool, only: list[str]) -> dict[str, Any]:
-    bench = Failover(quick)
+def run(quick: bool, only: list[str], runs: int | None = None) -> dict[str, Any]:
+    bench = Failover(quick, runs)
     sections = {
         "intake": bench.intake,
         "drain": bench.drain,
@@ -249,10 +251,11 @@ def run(quick: bool, only: list[str]) -> dict[str, Any]:
     # --only re-runs some sections and keeps the others' last results.
     result: dict[str, Any] = json.loads(path.read_text()) if only and path.exists() else {}
     result.update({"machine": machine(), "quick": quick})
+    at = {k: result["machine"][k] for k in ("git", "git_dirty", "date")}
     try:
         for name, section in sections.items():
             if not only or name in only:
-                result[name] = section()
+                result[name] = {**section(), "at": at, "rounds": bench.runs}
                 write_json(path, result)
     finally:
         bench.wd.remove()
@@ -263,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--runs", type=int, help="rounds per section (default 5, quick 3)")
     args = parser.parse_args(argv)
-    run(args.quick, args.only)
+    run(args.quick, args.only, args.runs)
     print(f"written: {RESULTS / 'failover.json'}")
     return 0
 
