@@ -25,9 +25,11 @@ class Cluster:
     """One primary, two replicas, three Sentinels; nodes addressed by port."""
 
     def __init__(self, base: Path, timing: Timing = FAST) -> None:
-        ports = (free_port(), free_port(), free_port())
-        sentinels = (free_port(), free_port(), free_port())
-        self.topology = Topology(base, ports, sentinels, timing)
+        ports: set[int] = set()
+        while len(ports) < 6:
+            ports.add(free_port())
+        a, b, c, d, e, f = sorted(ports)
+        self.topology = Topology(base, (a, b, c), (d, e, f), timing)
         self.nodes: dict[int, subprocess.Popen] = {}
         self.sentinels: list[subprocess.Popen] = []
         self.stopped: set[int] = set()
@@ -46,6 +48,7 @@ class Cluster:
             proc = subprocess.Popen([_exe("redis-sentinel"), str(conf)], stdout=subprocess.DEVNULL)
             self.sentinels.append(proc)
             wait_for_port(port, proc=proc)
+            _owned(port, proc)
         self.wait_healthy(self.topology.node_ports[0], replicas=2)
         return self
 
@@ -56,6 +59,7 @@ class Cluster:
         proc = subprocess.Popen([_exe("redis-server"), str(conf)], stdout=subprocess.DEVNULL)
         self.nodes[port] = proc
         wait_for_port(port, proc=proc)
+        _owned(port, proc)
 
     def configure(self, name: str, value: str) -> None:
         """CONFIG SET on every data node (kept across a failover: nodes keep their config)."""
@@ -115,7 +119,25 @@ class Cluster:
                     return False
             return True
 
-        wait_until(healthy, timeout, 0.2, f"primary {primary} with {replicas} replicas")
+        try:
+            wait_until(healthy, timeout, 0.2, f"primary {primary} with {replicas} replicas")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {self.state()}") from exc
+
+    def state(self) -> str:
+        """What the nodes and Sentinels report, for a failure message."""
+        nodes = {port: self.role(port).get("role", "down") for port in self.topology.node_ports}
+        seen = []
+        for port in self.topology.sentinel_ports:
+            try:
+                with Redis(port=port, socket_timeout=1) as sentinel:
+                    m = sentinel.sentinel_master(MASTER)
+                seen.append(
+                    f"{m['port']} {m['flags']} {m['num-slaves']}/{m['num-other-sentinels']}"
+                )
+            except RedisError as exc:
+                seen.append(str(exc))
+        return f"nodes {nodes}; Sentinels (primary, flags, replicas/others) {seen}"
 
     def primary(self) -> int:
         port = wait_until(self.reported_primary, 30, 0.1, "the Sentinels to agree")
@@ -193,6 +215,15 @@ def _exe(name: str) -> str:
     if path is None:
         raise RuntimeError(f"{name} not found: run scripts/bootstrap.sh")
     return path
+
+
+def _owned(port: int, proc: subprocess.Popen) -> None:
+    """The process answering on ``port`` is ``proc``, not another one that took the free port
+    first (the machine is shared)."""
+    with Redis(port=port, socket_timeout=5) as node:
+        pid = int(node.info("server")["process_id"])
+    if pid != proc.pid:
+        raise RuntimeError(f"127.0.0.1:{port} is served by pid {pid}, not ours ({proc.pid})")
 
 
 def queued_bytes(server_port: int, client_port: int) -> int:
