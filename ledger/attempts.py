@@ -14,6 +14,7 @@ from redis import Redis
 
 from ledger import faults, keys
 from ledger.enqueue import Enqueue, Jobs
+from ledger.replication import replicated
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
@@ -44,12 +45,20 @@ class Attempts:
         names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
         self.scripts = {name: Script(redis, name, clock_key) for name in names}
 
+    def _replicated(
+        self, name: str, named_keys: dict[str, str], args: dict[str, Any], extra: Any = ()
+    ) -> Any:
+        """Transitions that hand out or check a fencing token, or answer a person, count
+        once LEDGER_MIN_REPLICAS replicas have them: a promoted replica knows the token."""
+        return replicated(self.scripts[name], named_keys, args, self.settings, extra)
+
     def start(
         self, payment_key: str, job_id: str, replay_safe: bool, execution: str | None = None
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
         retry of this very call (answered ``go`` again) from a second run of the same job."""
-        reply = self.scripts["start_attempt"](
+        reply = self._replicated(
+            "start_attempt",
             {"payment": keys.payment(payment_key)},
             {
                 "job_id": job_id,
@@ -70,7 +79,7 @@ class Attempts:
     def mark_calling(self, payment_key: str, token: int) -> bool:
         """The fence before the call: True if this token still holds a live lease."""
         args = {"token": token, "lease_ms": self.settings.lease_ms}
-        return bool(self.scripts["mark_calling"]({"payment": keys.payment(payment_key)}, args))
+        return bool(self._replicated("mark_calling", {"payment": keys.payment(payment_key)}, args))
 
     def finish(
         self, payment_key: str, token: int, outcome: str, detail: str, call_ms: float
@@ -89,7 +98,7 @@ class Attempts:
         }
         if faults.fires("during_record"):
             self._send_and_die(script, *script.positional(named_keys, args))
-        verdict, state = script(named_keys, args)
+        verdict, state = self._replicated("finish_attempt", named_keys, args)
         return text(verdict), text(state)
 
     def _send_and_die(self, script: Script, script_keys: list[str], args: list[Any]) -> None:
@@ -137,7 +146,7 @@ class Attempts:
             "in_flight_ms": self.settings.job_timeout_s * 1000,
         }
         named_keys = {"payment": keys.payment(payment_key)}
-        verdict, state = self.scripts["operator"](named_keys, args, job.commands)
+        verdict, state = self._replicated("operator", named_keys, args, job.commands)
         return text(verdict), text(state)
 
     def purge(self, limit: int = 500) -> int:

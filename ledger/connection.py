@@ -1,26 +1,80 @@
 """The Redis client every process uses (web, workers, CLI, replay): one place for its
-timeouts and retries."""
+timeouts and retries, and for where the primary is.
+
+From ``REDIS_URL``, or from ``REDIS_SENTINELS`` through redis-py's Sentinel support, which
+asks the Sentinels for the primary on every new connection and drops a connection that finds
+the primary demoted (``READONLY``), so a failover is found without a restart
+(docs/DEPLOYMENT.md).
+"""
+
+from typing import Any
 
 from redis import BlockingConnectionPool, Redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from ledger.redact import redact
 from ledger.settings import Settings
 
 
-def connect(settings: Settings) -> Redis:
-    """A Redis client that retries timeouts (ledger writes are idempotent, so that is safe)."""
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Sentinel's pool, waiting for a free connection like the single-node one does."""
+
+
+def options(settings: Settings) -> dict[str, Any]:
+    """Pool options of both ways of connecting: timeouts and dropped connections are
+    retried (every ledger write is idempotent per request id)."""
     # Blocking: a gevent worker serves hundreds of requests at once; beyond the pool's size
     # they wait for a connection (up to the socket timeout) instead of failing at once.
-    pool = BlockingConnectionPool.from_url(
-        settings.REDIS_URL,
-        max_connections=settings.REDIS_MAX_CONNECTIONS,
-        timeout=settings.REDIS_SOCKET_TIMEOUT,
-        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        socket_connect_timeout=settings.REDIS_SOCKET_TIMEOUT,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
-        retry_on_error=[ConnectionError, TimeoutError],
-        health_check_interval=30,
+    timeout = settings.REDIS_SOCKET_TIMEOUT
+    return {
+        "max_connections": settings.REDIS_MAX_CONNECTIONS,
+        "timeout": timeout,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
+        "retry_on_error": [ConnectionError, TimeoutError],
+        "health_check_interval": 30,
+    }
+
+
+def connect(settings: Settings) -> Redis:
+    """The ledger's client: REDIS_URL, or the primary of REDIS_SENTINELS when that is set."""
+    if not settings.sentinels:
+        pool = BlockingConnectionPool.from_url(settings.REDIS_URL, **options(settings))
+        return Redis.from_pool(pool)
+    timeout = settings.REDIS_SOCKET_TIMEOUT
+    sentinels = Sentinel(
+        settings.sentinels,
+        # One try per Sentinel: a dead one is skipped at once and the next one asked.
+        sentinel_kwargs={
+            "password": settings.REDIS_SENTINEL_PASSWORD or None,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        },
     )
-    return Redis.from_pool(pool)
+    return sentinels.master_for(
+        settings.REDIS_SENTINEL_MASTER,
+        connection_pool_class=BlockingSentinelPool,
+        password=settings.REDIS_PASSWORD or None,
+        **options(settings),
+    )
+
+
+def close(redis: Redis) -> None:
+    """Close a client from :func:`connect`, with its connections to the Sentinels."""
+    redis.close()
+    sentinels = getattr(redis.connection_pool, "sentinel_manager", None)
+    if sentinels is not None:
+        sentinels.close()
+
+
+def describe(settings: Settings) -> str:
+    """Where the ledger is, for people (credentials masked)."""
+    if not settings.sentinels:
+        return redact(settings.REDIS_URL)
+    where = ",".join(f"{host}:{port}" for host, port in settings.sentinels)
+    return f"primary {settings.REDIS_SENTINEL_MASTER!r} of the Sentinels at {where}"

@@ -21,6 +21,32 @@ REDIS_RETRIES = 3
 """Retries of a ledger command after a timeout or a dropped connection. Safe
 because every ledger write is idempotent per request id."""
 
+REDIS_SENTINELS = ""
+"""Comma-separated ``host:port`` of Redis Sentinels. Set, every process (web, workers,
+sweeper, CLI, the replay script's read-back) asks them for the current primary of
+REDIS_SENTINEL_MASTER instead of using REDIS_URL, and finds a new one after a failover
+(docs/DEPLOYMENT.md)."""
+
+REDIS_SENTINEL_MASTER = "ledger"
+"""The name the Sentinels monitor the ledger's primary under (``sentinel monitor NAME``)."""
+
+REDIS_SENTINEL_PASSWORD = ""
+"""Password of the Sentinels themselves (their ``requirepass``); empty: none."""
+
+REDIS_PASSWORD = ""
+"""Password of the primary and replicas when found through Sentinel (with REDIS_URL, put
+it in the URL); empty: none."""
+
+LEDGER_MIN_REPLICAS = 0
+"""Replicas that must have a ledger write before it counts: a delivery is answered 2xx,
+and a fulfilment transition that hands out or checks a fencing token goes ahead, only
+once its write reached this many replicas (Redis ``WAIT``), besides the primary's own
+fsync. 0: single-node behaviour, nothing waits."""
+
+LEDGER_WAIT_TIMEOUT = 1.0
+"""Seconds a write waits for LEDGER_MIN_REPLICAS replicas; then the delivery is answered
+503 (Stripe retries) and a worker does not call. Must be under REDIS_SOCKET_TIMEOUT."""
+
 STRIPE_WEBHOOK_SECRET = ""
 """The webhook signing secrets (``whsec_...``), comma-separated, tried in order: the old and
 the new one during a rotation, or a dashboard endpoint's and ``stripe listen``'s. The web

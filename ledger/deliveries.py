@@ -18,6 +18,7 @@ from ledger import keys
 from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified, data_object, is_thin, related
 from ledger.payloads import compress_payload
+from ledger.replication import replicated
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
@@ -33,7 +34,8 @@ def new_request_id() -> str:
 
 
 class LedgerUnavailable(Exception):
-    """Redis could not record a delivery; the caller must answer 5xx so Stripe retries."""
+    """Redis could not record a delivery, or no replica confirmed it (LEDGER_MIN_REPLICAS);
+    the caller must answer 5xx so Stripe retries."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ class Ledger:
         try:
             # Offered with every paid delivery; the script runs it for the payment's first.
             job = self.jobs.enqueue(c.payment_key) if c.paid and c.payment_key else NO_JOB
-            reply = self.record_script(*self.delivery_call(delivery, job.job_id), job.commands)
+            named_keys, args = self.delivery_call(delivery, job.job_id)
+            reply = replicated(self.record_script, named_keys, args, self.settings, job.commands)
         except RedisError as exc:  # RQ too asks the server (its version, once per process)
             raise LedgerUnavailable(str(exc)) from exc
         n, dup, conflict, enqueued, state, key = reply

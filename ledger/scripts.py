@@ -40,6 +40,7 @@ class Script:
     def __init__(self, redis: Redis, name: str, clock_key: str = "") -> None:
         text = source(name, clock_key)
         self.name = name
+        self.redis = redis
         self.key_names = declared(text, "KEYS")
         self.arg_names = declared(text, "ARGV")
         self.registered = redis.register_script(text)
@@ -59,9 +60,10 @@ class Script:
         key_list, arg_list = self.positional(keys, args)
         return self.run(key_list, [*arg_list, *extra])
 
-    def run(self, keys: list[str], args: list[Any]) -> Any:
-        """Run it with positional KEYS and ARGV, as Redis sees them."""
-        return self.registered(keys=keys, args=args)
+    def run(self, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        """Run it with positional KEYS and ARGV, as Redis sees them; ``client``: a pipeline
+        to queue it on (the script is loaded first if that server lacks it)."""
+        return self.registered(keys=keys, args=args, client=client)
 
 
 def _exactly(script: str, what: str, names: tuple[str, ...], given: Mapping[str, object]) -> None:

@@ -122,6 +122,19 @@ def host() -> Kind:
     return Kind(parse, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
 
 
+def host_ports() -> Kind:
+    """Comma-separated ``host:port`` addresses (Redis Sentinels)."""
+
+    def parse(text: str) -> str:
+        for item in _items(text):
+            host_part, _, port = item.rpartition(":")
+            if not _HOST.fullmatch(host_part) or not port.isdigit() or not 0 < int(port) < 65536:
+                raise Invalid(f"{item or '(empty)'} is not host:port")
+        return text
+
+    return Kind(parse, "host:port[,host:port...] (port 1-65535)")
+
+
 def token() -> Kind:
     """A bearer token or password: any printable text without surrounding spaces."""
 

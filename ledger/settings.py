@@ -45,6 +45,16 @@ class Settings:
     )
     REDIS_RETRIES: int = setting(defaults.REDIS_RETRIES, kinds.whole(0, 100))
     REDIS_MAX_CONNECTIONS: int = setting(defaults.REDIS_MAX_CONNECTIONS, kinds.whole(1, 10_000))
+    REDIS_SENTINELS: str = setting(defaults.REDIS_SENTINELS, kinds.host_ports())
+    REDIS_SENTINEL_MASTER: str = setting(defaults.REDIS_SENTINEL_MASTER, kinds.name())
+    REDIS_SENTINEL_PASSWORD: str = setting(
+        defaults.REDIS_SENTINEL_PASSWORD, kinds.token(), mask_secret
+    )
+    REDIS_PASSWORD: str = setting(defaults.REDIS_PASSWORD, kinds.token(), mask_secret)
+    LEDGER_MIN_REPLICAS: int = setting(defaults.LEDGER_MIN_REPLICAS, kinds.whole(0, 100))
+    LEDGER_WAIT_TIMEOUT: float = setting(
+        defaults.LEDGER_WAIT_TIMEOUT, kinds.number(0, 300, "seconds", above=True)
+    )
     STRIPE_WEBHOOK_SECRET: str = setting(
         defaults.STRIPE_WEBHOOK_SECRET, kinds.webhook_secrets(), mask_secret
     )
@@ -113,6 +123,12 @@ class Settings:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
         return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
+
+    @cached_property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """``REDIS_SENTINELS`` as (host, port) pairs; empty: connect to REDIS_URL."""
+        pairs = [s.strip().rpartition(":") for s in self.REDIS_SENTINELS.split(",") if s.strip()]
+        return [(host.strip("[]"), int(port)) for host, _, port in pairs]  # kinds.host_ports
 
     @cached_property
     def policy(self) -> Policy:
@@ -191,6 +207,14 @@ def _lease_outlasts_call(s: Settings) -> Iterator[tuple[str, str]]:
         why = f"expected at least FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + "
         why += f"{defaults.LEASE_MARGIN_SECONDS} = {least:g} seconds"
         yield "LEASE_SECONDS", why + ": a call must end before its lease does"
+
+
+@check("LEDGER_MIN_REPLICAS", "LEDGER_WAIT_TIMEOUT", "REDIS_SOCKET_TIMEOUT")
+def _replica_wait_ends_first(s: Settings) -> Iterator[tuple[str, str]]:
+    if s.LEDGER_MIN_REPLICAS and s.LEDGER_WAIT_TIMEOUT >= s.REDIS_SOCKET_TIMEOUT:
+        why = f"expected under REDIS_SOCKET_TIMEOUT ({s.REDIS_SOCKET_TIMEOUT:g}) while "
+        why += "LEDGER_MIN_REPLICAS is set: a client that gives up on the WAIT first would "
+        yield "LEDGER_WAIT_TIMEOUT", why + "retry the write"
 
 
 @check("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS")

@@ -8,6 +8,7 @@ carry a password and FULFILMENT_ACTION an API key in its query.
 
 from collections.abc import Mapping
 
+from ledger.connection import describe
 from ledger.redact import redact
 from ledger.settings import Settings, fingerprint
 
@@ -52,7 +53,7 @@ Stripe webhook ledger
                                      STRIPE_WEBHOOK_SECRET_LABELS=cli scripts/run.sh
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
-  redis         {redact(settings.REDIS_URL)} (data in var/redis, append-only, fsync always)
+  redis         {redis_line(settings)}
   downstream    {redact(settings.FULFILMENT_ACTION)}
   stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
@@ -66,3 +67,13 @@ def ready_line(env: Mapping[str, str]) -> str:
         f"ready: endpoint {url}/webhooks/stripe  dashboard {url}/ops/  "
         f"metrics {url}/metrics  (Ctrl-C stops everything)"
     )
+
+
+def redis_line(settings: Settings) -> str:
+    """Where the ledger is: one Redis, or the Sentinels of a replicated one."""
+    if settings.sentinels:
+        return (
+            f"{describe(settings)}\n                "
+            f"(LEDGER_MIN_REPLICAS={settings.LEDGER_MIN_REPLICAS}; run.sh --ha: var/ha)"
+        )
+    return f"{redact(settings.REDIS_URL)} (data in var/redis, append-only, fsync always)"

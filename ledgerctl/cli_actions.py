@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ledger import decisions, defaults
 from ledger.attempts import Attempts
+from ledger.connection import describe
 from ledger.downstream import read_downstream
 from ledger.redact import redact
 from ledger.views import Problem
@@ -32,14 +33,14 @@ def _note(text: str) -> None:
 def wait_redis(ctx: Context, timeout: float) -> None:
     """Wait until Redis answers (the Procfile's processes start in any order). Gives up at
     once when Redis answers with a refusal (password, database), else after --timeout."""
-    where = redact(ctx.settings.REDIS_URL)
+    where = describe(ctx.settings)
     _note(f"waiting for Redis at {where} (up to {timeout:g} s)")
     started = time.monotonic()
     while True:
         try:
             ctx.redis.ping()
         except (AuthenticationError, ResponseError) as exc:  # it answered: waiting cannot help
-            _note(f"gave up: Redis at {where} refused: {redact(str(exc))} (check REDIS_URL)")
+            _note(f"gave up: Redis at {where} refused: {redact(str(exc))} (check REDIS_URL, REDIS_PASSWORD)")
             sys.exit(EXIT_REDIS)
         except RedisError as exc:
             if time.monotonic() - started > timeout:

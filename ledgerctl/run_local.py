@@ -1,6 +1,6 @@
-"""What ``scripts/run.sh`` runs: the Procfile's processes under honcho's manager, with local
-defaults, a banner, a "ready" line once /readyz answers, and output that survives its
-reader going away.
+"""What ``scripts/run.sh`` runs: the Procfile's processes (``--ha``: Procfile.ha's, a
+replicated ledger) under honcho's manager, with local defaults, a banner, a "ready" line
+once /readyz answers, and output that survives its reader going away.
 
 ``scripts/run.sh | tee log`` then Ctrl-C: the terminal sends SIGINT to ``tee`` as well, and
 honcho's own ``honcho start`` dies of BrokenPipeError writing "SIGINT received" to the
@@ -9,6 +9,7 @@ drops what it cannot write, so the manager goes on to stop every process (SIGTER
 process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the same way.
 """
 
+import argparse
 import datetime
 import os
 import secrets
@@ -30,6 +31,7 @@ from ledger import declared
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.declared import setting
+from ledgerctl import ha
 from ledgerctl.banner import banner, base_url, ready_line
 
 DEV_ENV = Path("var/dev.env")
@@ -113,6 +115,19 @@ def local_env(environ: Mapping[str, str], dev: Mapping[str, str], root: Path) ->
     return env
 
 
+def replicated_env(env: Mapping[str, str], root: Path) -> dict[str, str]:
+    """``--ha``: a primary, two replicas and three Sentinels on loopback (their files in
+    var/ha, written once), found through the Sentinels, each write on one replica too."""
+    topology = ha.Topology(root / "var" / "ha")
+    ha.write(topology)
+    given = {
+        "REDIS_SENTINELS": topology.sentinels_setting,
+        "REDIS_SENTINEL_MASTER": ha.MASTER,
+        "LEDGER_MIN_REPLICAS": "1",
+    }
+    return {**given, **{name: value for name, value in env.items() if value}}
+
+
 def announce_when_ready(manager: Manager, env: Mapping[str, str]) -> None:
     """Print the ready line once /readyz answers 200 (a note if it takes long)."""
     started, noted = time.monotonic(), False
@@ -136,9 +151,14 @@ def say(manager: Manager, text: str) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(prog="scripts/run.sh", description=__doc__.split("\n")[0])
+    parser.add_argument("--ha", action="store_true", help="a replicated ledger (Procfile.ha)")
+    replicated = parser.parse_args().ha
     root = Path.cwd()
     dev = dev_values()
     env = local_env(os.environ, dev, root)
+    if replicated:
+        env = replicated_env(env, root)
     values, problems = declared.read(fields(Local), env)
     try:
         settings = settings_module.load(env, require=("STRIPE_WEBHOOK_SECRET",))
@@ -151,7 +171,7 @@ def main() -> None:
     output = PipeSafeOutput()
     output.write(banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"]))
     manager = Manager(Printer(output))
-    procfile = parse_procfile(Path("Procfile").read_text())
+    procfile = parse_procfile(Path("Procfile.ha" if replicated else "Procfile").read_text())
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(procfile.processes, concurrency=concurrency, env=env):
         manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Install what the service needs on this machine: redis-server (system package) and a
-# virtual environment in .venv with the project and its dev tools. Safe to re-run.
+# Install what the service needs on this machine: redis-server and redis-sentinel (system
+# packages) and a virtual environment in .venv with the project and its dev tools. Safe to
+# re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "bootstrap: installing redis-server" >&2
+# redis-sentinel (the same binary in Sentinel mode) runs the replicated topology
+# (scripts/run.sh --ha, tests/system/test_failover.py).
+missing=""
+for tool in redis-server redis-sentinel; do
+  command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+if [ -n "$missing" ]; then
+  echo "bootstrap: installing$missing" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
 PYTHON="${PYTHON:-python3}"

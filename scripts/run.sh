@@ -2,9 +2,11 @@
 # Set up and run the whole service on this machine: Redis (config/redis.conf), the web
 # receiver (gunicorn), two RQ workers and the sweeper, from the Procfile under honcho's
 # manager (ledgerctl/run_local.py: local defaults, the banner, a "ready" line once /readyz
-# answers). Anything already set in the environment wins. Ctrl-C stops it all, also when
+# answers). --ha: a replicated ledger instead (Procfile.ha): a primary, two replicas and
+# three Sentinels on loopback (ledgerctl/ha.py, data in var/ha), LEDGER_MIN_REPLICAS=1.
+# Anything already set in the environment wins. Ctrl-C stops it all, also when
 # the output goes through a pipe (scripts/run.sh | tee log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-exec .venv/bin/python -m ledgerctl.run_local
+exec .venv/bin/python -m ledgerctl.run_local "$@"

@@ -4,4 +4,6 @@ pytest_plugins = [
     "tests.support.fixtures",
     "tests.support.stack",
     "tests.support.inprocess",
+    "tests.support.ha",  # the replicated ledger: cluster
+    "tests.support.ha_service",  # the service on it: exits
 ]

@@ -11,13 +11,16 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 import requests
 
+from ledger import declared
+from ledger import settings as settings_module
 from ledger.downstream import open_downstream
 from ledger.redact import redact
+from ledger.settings import Settings
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -185,3 +188,15 @@ def unusable(spec: str, timeout: float, replay_safe: bool) -> str | None:
     except (ActionConfigError, sqlite3.Error, OSError, requests.RequestException) as exc:
         return redact(f"{type(exc).__name__}: {exc}")
     return None
+
+
+def settings_or_exit() -> Settings:
+    """A worker's start: the settings checked, then the action resolved; else one line per
+    problem and exit code 2 (``rq worker -c workers.rq_config`` and ``fulfilment-worker``)."""
+    s = settings_module.load_or_exit()
+    why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
+    if why:
+        field = next(f for f in fields(Settings) if f.name == "FULFILMENT_ACTION")
+        shown = declared.shown(field, s.FULFILMENT_ACTION)
+        declared.exit_with([f"invalid setting FULFILMENT_ACTION={shown}: {why}"])
+    return s

@@ -18,6 +18,7 @@ from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.redact import redact
+from ledger.replication import NotReplicated
 from workers.actions import Action, Call, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
@@ -104,7 +105,10 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
-    fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
+    try:
+        fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
+    except NotReplicated as exc:
+        return unconfirmed(ctx, payment_key, start.token, exc)
     if not fenced:
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fenced_at = time.monotonic()
@@ -127,6 +131,13 @@ def not_called(ctx: Context, payment_key: str, token: int, stalled_s: float) -> 
     lifts an interruption its own lease expiry caused."""
     detail = f"not called: stalled {stalled_s:.1f} s after the fence"
     verdict, state = ctx.attempts.finish(payment_key, token, "not_called", detail, 0.0)
+    return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
+
+
+def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) -> dict[str, Any]:
+    """The fence reached the primary but not LEDGER_MIN_REPLICAS replicas: a replica promoted
+    now would not know this token, so the worker does not call, and says so (retried)."""
+    verdict, state = ctx.attempts.finish(payment_key, token, "not_called", f"not called: {exc}", 0)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 

@@ -22,6 +22,7 @@ if not state then return {'missing', ''} end
 local current = redis.call('HGET', pay, 'token')
 local record = redis.call('HGET', pay, 'attempt:' .. token)
 if record and FINISHED[cjson.decode(record)['outcome']] then
+  redis.call('HSET', pay, 'attempt:' .. token, record)  -- written again for WAIT (prelude)
   return {'already', state}  -- a client retry of this same call: one worker per token
 end
 -- A late receipt for the same token after its lease expired still proves the effect (also

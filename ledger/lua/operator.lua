@@ -19,6 +19,7 @@ local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 if redis.call('HGET', pay, 'decision_id') == ARG.job_id then
+  redis.call('HSET', pay, 'decision_id', ARG.job_id)  -- written again for WAIT (prelude)
   return {'ok', state}  -- a client retry of this same decision
 end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then

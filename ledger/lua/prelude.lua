@@ -2,6 +2,9 @@
 -- each other), after the key names, TTLs and caps of ledger/keys.py. Every script checks
 -- its arguments before its first write: Redis does not roll back a script that fails
 -- half-way, so a runtime error after a write would leave the ledger partial.
+-- A replayed answer (a client retry of a call whose reply was lost) is "written again for
+-- WAIT": the same value once more, because WAIT (LEDGER_MIN_REPLICAS, ledger/replication.py)
+-- is documented to wait for the writes of its own connection, and a retry runs on a new one.
 
 -- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2.
 -- ledger/scripts.py reads the same names and passes each call's values in this order.

@@ -14,6 +14,7 @@ local ARG, ARGC = named(ARGV, 'type', 'created', 'livemode', 'api_version', 'pay
   'related_id')
 local cached = redis.call('GET', KEY.request)
 if cached then
+  redis.call('SET', KEY.request, cached, 'KEEPTTL')  -- written again for WAIT (prelude)
   return cjson.decode(cached)
 end
 local short = too_few('record_delivery', ARGC)

@@ -33,6 +33,7 @@ end
 if state == 'in_progress' then
   if tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now then
     if redis.call('HGET', pay, 'attempt_id') == ARG.execution then
+      redis.call('HSET', pay, 'attempt_id', ARG.execution)  -- written again for WAIT (prelude)
       return go(tonumber(redis.call('HGET', pay, 'token')))  -- a client retry of this call
     end
     return skip('leased')

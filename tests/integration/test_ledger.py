@@ -13,11 +13,10 @@ from redis.retry import Retry
 
 from ledger import keys, queries, settings
 from ledger.connection import connect
-from ledger.deliveries import Delivery, Ledger, new_request_id
-from ledger.events import classify
+from ledger.deliveries import Ledger
 from ledger.payloads import decompress_payload
 from ledgerctl import samples
-from tests.support.helpers import paid_event, stats
+from tests.support.helpers import delivery, paid_event, stats
 from tests.support.processes import wait_until
 
 
@@ -26,17 +25,6 @@ def make_ledger(url: str, **overrides: object) -> Ledger:
         {}, REDIS_URL=url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test", **overrides
     )
     return Ledger(connect(s), s)
-
-
-def delivery(event: dict, body: bytes, request_id: str | None = None) -> Delivery:
-    return Delivery(
-        event=event,
-        body=body,
-        classified=classify(event, settings.load({}, STRIPE_MODE="test").policy),
-        secret_label="primary",
-        source="stripe",
-        request_id=request_id or new_request_id(),
-    )
 
 
 def test_same_request_id_counts_once(redis: Redis, redis_server, rng) -> None:

@@ -11,6 +11,9 @@ from redis import Redis
 from ledger import keys
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
+from ledger.deliveries import Delivery, new_request_id
+from ledger.events import classify
+from ledger.queries import text
 from ledgerctl import samples
 from tests.support.constants import SECRET, STRIPE_UA
 
@@ -28,8 +31,20 @@ def paid_event(rng: random.Random) -> tuple[dict[str, Any], bytes]:
     return event, samples.encode(event)
 
 
+def delivery(event: dict[str, Any], body: bytes, request_id: str | None = None) -> Delivery:
+    """What the receiver hands the ledger for ``event`` once it has verified it."""
+    return Delivery(
+        event=event,
+        body=body,
+        classified=classify(event, settings_module.load({}, STRIPE_MODE="test").policy),
+        secret_label="primary",
+        source="stripe",
+        request_id=request_id or new_request_id(),
+    )
+
+
 def stats(redis: Redis) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in redis.hgetall(keys.STATS).items()}
+    return {text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
 
 
 def ledger_keys(redis: Redis) -> set[str]:
@@ -43,7 +58,7 @@ def payment_key_of(event: dict[str, Any]) -> str:
 
 def state_of(redis: Redis, payment_key: str) -> str:
     value = redis.hget(keys.payment(payment_key), "state")
-    return value.decode() if value else ""
+    return text(value) if value else ""
 
 
 def settled_as(redis: Redis, payment_key: str, state: str) -> bool:

@@ -106,6 +106,7 @@ def test_cycles_are_found() -> None:
     [
         "workers.jobs",  # what `rq worker` imports to run fulfil_payment
         "workers.sweeper",
+        "workers.worker",  # fulfilment-worker (RQ's SimpleWorker on the ledger's connection)
         "ledgerctl.cli",  # webhook-ledger, which also runs the sweeper
         "ledgerctl.replay.main",
     ],

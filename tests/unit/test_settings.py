@@ -17,6 +17,12 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REDIS_SOCKET_TIMEOUT": ("0.5", 0.5, "0", "a number of seconds, above 0 up to 300"),
     "REDIS_RETRIES": ("0", 0, "three", "a whole number, from 0 to 100"),
     "REDIS_MAX_CONNECTIONS": ("8", 8, "0", "from 1 to 10000"),
+    "REDIS_SENTINELS": ("10.0.0.1:26379, s-b:26380", None, "127.0.0.1", "host:port"),
+    "REDIS_SENTINEL_MASTER": ("ledger-eu", "ledger-eu", "my ledger", "letters, digits"),
+    "REDIS_SENTINEL_PASSWORD": ("s3nt", "s3nt", "s3nt ", "without spaces around it"),
+    "REDIS_PASSWORD": ("r3dis", "r3dis", "r3dis\n", "a token"),
+    "LEDGER_MIN_REPLICAS": ("2", 2, "-1", "a whole number, from 0 to 100"),
+    "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, above 0 up to 300"),
     "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", None, "sk_test_abc", "whsec_"),
     "STRIPE_WEBHOOK_SECRET_LABELS": ("cli", None, "cli,,local", "one label per secret"),
     "STRIPE_WEBHOOK_TOLERANCE": ("0", 0, "abc", "a whole number of seconds, 0 or more"),
@@ -69,6 +75,8 @@ FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
 MASKED = {
     "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
     "OPS_TOKEN": "'***'",
+    "REDIS_SENTINEL_PASSWORD": "'***'",
+    "REDIS_PASSWORD": "'***'",
     "METRICS_TOKEN": "'***'",
     "STRIPE_API_KEY": "'pk_live_***'",
 }

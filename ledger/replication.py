@@ -1,0 +1,45 @@
+"""Ledger writes that count only once LEDGER_MIN_REPLICAS replicas have them (Redis
+``WAIT``), so that a replica promoted after the primary's machine died has every delivery
+that was acknowledged and every fencing token a worker acted on (docs/DEPLOYMENT.md)."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ledger.scripts import Script
+from ledger.settings import Settings
+
+
+class NotReplicated(RedisError):
+    """The write is on the primary but fewer than LEDGER_MIN_REPLICAS replicas confirmed
+    it in time: it may stand (a retry then counts as a duplicate) or go with the primary."""
+
+
+def replicated(
+    script: Script,
+    keys: Mapping[str, str],
+    args: Mapping[str, object],
+    settings: Settings,
+    extra: Sequence[Any] = (),
+) -> Any:
+    """``script``'s reply, once LEDGER_MIN_REPLICAS replicas have its write.
+
+    WAIT is documented to wait for the writes of its own connection, so it runs on the
+    script's connection: both go in one pipeline (redis-py loads the script first if this
+    primary lacks it, e.g. after a failover: SCRIPT LOAD is not replicated).
+    """
+    wanted = settings.LEDGER_MIN_REPLICAS
+    if not wanted:
+        return script(keys, args, extra)
+    key_list, arg_list = script.positional(keys, args)
+    with script.redis.pipeline(transaction=False) as pipe:
+        script.run(key_list, [*arg_list, *extra], client=pipe)
+        pipe.wait(wanted, int(settings.LEDGER_WAIT_TIMEOUT * 1000))
+        reply, confirmed = pipe.execute()
+    if confirmed < wanted:
+        raise NotReplicated(
+            f"written on the primary, confirmed by {confirmed} of {wanted} replicas within "
+            f"{settings.LEDGER_WAIT_TIMEOUT:g} s"
+        )
+    return reply

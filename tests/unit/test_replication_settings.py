@@ -1,0 +1,43 @@
+"""The replicated ledger's settings: what cannot work is refused before anything connects,
+and people are told where the ledger is (no Redis needed)."""
+
+import pytest
+
+from ledger import settings
+from ledger.connection import describe
+from ledgerctl.banner import redis_line
+from tests.support.processes import ROOT
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"REDIS_SENTINELS": "127.0.0.1"}, "host:port"),
+        ({"REDIS_SENTINELS": "a:1,b:x"}, "host:port"),
+        ({"REDIS_SENTINELS": "a:1", "REDIS_SENTINEL_MASTER": "two words"}, "SENTINEL_MASTER"),
+        ({"LEDGER_MIN_REPLICAS": -1}, "from 0 to 100"),
+        ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 2.0}, "REDIS_SOCKET_TIMEOUT"),
+        ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 0.0}, "above 0"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(overrides: dict, error: str) -> None:
+    with pytest.raises(settings.SettingsError, match=error):
+        settings.load({}, **overrides)
+
+
+def test_sentinel_settings_are_read_from_the_environment() -> None:
+    env = {"REDIS_SENTINELS": "10.0.0.1:26379, sentinel-b:26380", "LEDGER_MIN_REPLICAS": "1"}
+    s = settings.load(env)
+    assert s.sentinels == [("10.0.0.1", 26379), ("sentinel-b", 26380)]
+    assert s.LEDGER_MIN_REPLICAS == 1 and s.REDIS_SENTINEL_MASTER == "ledger"
+    assert describe(s) == "primary 'ledger' of the Sentinels at 10.0.0.1:26379,sentinel-b:26380"
+    assert describe(settings.load({"REDIS_URL": "redis://:pw@h:1/0"})) == "redis://***@h:1/0"
+
+
+def test_start_up_banner_names_the_sentinels() -> None:
+    env = {"REDIS_SENTINELS": "127.0.0.1:26390", "LEDGER_MIN_REPLICAS": "1"}
+    line = redis_line(settings.load(env))
+    assert "primary 'ledger' of the Sentinels at 127.0.0.1:26390" in line
+    assert "LEDGER_MIN_REPLICAS=1" in line
+    assert "Procfile.ha" in (ROOT / "scripts" / "run.sh").read_text()
+    assert "var/redis" in redis_line(settings.load({"REDIS_URL": "redis://127.0.0.1:6389/0"}))

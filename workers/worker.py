@@ -1,0 +1,87 @@
+"""``fulfilment-worker``: RQ's SimpleWorker on the ledger's own connection (REDIS_URL, or
+the primary found through REDIS_SENTINELS), working on after Redis fails over under it.
+
+RQ's work loop waits out a lost connection while it waits for a job, but quits on an error
+anywhere else: a job's bookkeeping sent to a primary that just died, a demoted primary
+releasing a blocked pop (``UNBLOCKED``), a write refused for want of replicas
+(``NOREPLICAS``). This process then starts a fresh worker on the same client, whose next
+connection asks the Sentinels again. ``rq worker -c workers.rq_config`` (the single-node
+Procfile) is the same worker without that loop; both check the settings and resolve the
+fulfilment action before they start (workers/actions.py ``settings_or_exit``).
+"""
+
+import logging
+import signal
+import time
+from types import FrameType
+
+import click
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import Queue
+from rq.exceptions import StopRequested
+from rq.worker import SimpleWorker
+
+from ledger.connection import connect
+from ledger.redact import redact
+from workers.actions import settings_or_exit
+
+log = logging.getLogger("workers.worker")
+
+WORKER_TTL = 20
+"""RQ's worker TTL: a pop waits 5 s and RQ's own socket timeout is 15 s (RQ sets both from
+it), so a worker waiting on a primary that froze finds the new one within ~15 s instead of
+RQ's default 7 minutes."""
+
+RESTART_SECONDS = 1.0
+"""Pause before a fresh worker after RQ's loop quit on a Redis error."""
+
+
+class Worker(SimpleWorker):
+    """SimpleWorker that remembers a stop request (SIGINT, SIGTERM) across Redis errors."""
+
+    stop_requested = False
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+        super().request_stop(signum, frame)
+
+
+def work_once(redis: Redis, queue_names: tuple[str, ...], burst: bool) -> bool:
+    """One RQ worker's life; True when it ended for good (a stop request, burst done)."""
+    worker: Worker | None = None
+    try:
+        worker = Worker(
+            [Queue(name, connection=redis) for name in queue_names],
+            connection=redis,
+            worker_ttl=WORKER_TTL,
+        )
+        worker.work(burst=burst, logging_level="INFO")
+    except (RedisError, StopRequested) as exc:  # at its start, or in its teardown
+        log.warning("worker: %s", redact(str(exc)) or type(exc).__name__)
+        if worker is not None and worker.pubsub_thread is not None:
+            worker.pubsub_thread.stop()  # left running when the teardown failed
+    return burst or (worker is not None and worker.stop_requested)
+
+
+def pause() -> None:
+    """Between two workers nothing runs: a stop signal ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    time.sleep(RESTART_SECONDS)
+
+
+@click.command()
+@click.argument("queues", nargs=-1)
+@click.option("--burst", is_flag=True, help="Quit once the queues are empty.")
+def main(queues: tuple[str, ...], burst: bool) -> None:
+    """Work the fulfilment queue (QUEUE_NAME, or QUEUES) until stopped."""
+    logging.basicConfig(level=logging.INFO)
+    s = settings_or_exit()
+    redis = connect(s)  # RQ's own; the jobs build theirs (workers.jobs.context)
+    while not work_once(redis, queues or (s.QUEUE_NAME,), burst):
+        pause()
+
+
+if __name__ == "__main__":
+    main()
