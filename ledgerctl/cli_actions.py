@@ -40,7 +40,8 @@ def wait_redis(ctx: Context, timeout: float) -> None:
         try:
             ctx.redis.ping()
         except (AuthenticationError, ResponseError) as exc:  # it answered: waiting cannot help
-            _note(f"gave up: Redis at {where} refused: {redact(str(exc))} (check REDIS_URL, REDIS_PASSWORD)")
+            why = redact(str(exc))
+            _note(f"gave up: Redis at {where} refused: {why} (check REDIS_URL, REDIS_PASSWORD)")
             sys.exit(EXIT_REDIS)
         except RedisError as exc:
             if time.monotonic() - started > timeout:
