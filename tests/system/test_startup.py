@@ -1,8 +1,8 @@
 """Each kind of process refuses to start on a wrong setting with one line per problem (the
 variable, the value it got, what is allowed), exit code 2, no traceback: the web process
-(gunicorn, checked once in its master), the RQ worker (also resolving FULFILMENT_ACTION),
-the sweeper, the CLI and the replay script. ``wait-redis`` says what it waits for and why
-it gave up."""
+(gunicorn, checked once in its master), the RQ worker (also resolving FULFILMENT_ACTION;
+``fulfilment-worker`` likewise), the sweeper, the CLI and the replay script. ``wait-redis``
+says what it waits for and why it gave up."""
 
 import os
 import subprocess
@@ -16,6 +16,7 @@ from tests.support.processes import BIN, ROOT, RedisServer, free_port
 
 WEB = [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "webhook.wsgi:app"]
 WORKER = [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-c", "workers.rq_config"]
+HA_WORKER = [str(BIN / "fulfilment-worker")]  # Procfile.ha's
 SWEEPER = [str(BIN / "webhook-ledger"), "sweep", "--loop"]
 CLI = [str(BIN / "webhook-ledger"), "summary"]
 REPLAY = [str(ROOT / "scripts" / "replay_events.py"), "--generate", "1"]
@@ -45,11 +46,12 @@ def refuses(argv: list[str], env: dict[str, str]) -> list[str]:
     [
         (WEB, {"WEB_CONCURRENCY": "4", "PORT": str(free_port())}),
         (WORKER, {}),
+        (HA_WORKER, {}),
         (SWEEPER, {}),
         (CLI, {}),
         (REPLAY, {}),
     ],
-    ids=["web", "worker", "sweeper", "cli", "replay"],
+    ids=["web", "worker", "fulfilment-worker", "sweeper", "cli", "replay"],
 )
 def test_every_process_refuses_a_wrong_setting_with_one_line_each(
     argv: list[str], extra: dict[str, str]
@@ -95,12 +97,13 @@ def test_the_web_process_names_a_missing_secret_and_its_own_settings() -> None:
         ("http://[::1/fulfil", "expected sqlite:///PATH, http(s)://URL or module:function"),
     ],
 )
+@pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
 def test_the_worker_resolves_the_action_before_its_first_job(
-    action: str, why: str, tmp_path: Path
+    worker: list[str], action: str, why: str, tmp_path: Path
 ) -> None:
     (tmp_path / "file").write_text("not a directory")
     spec = action.format(file=tmp_path / "file")
-    lines = refuses(WORKER, env_with(FULFILMENT_ACTION=spec))
+    lines = refuses(worker, env_with(FULFILMENT_ACTION=spec))
     assert len(lines) == 1 and lines[0].startswith("invalid setting FULFILMENT_ACTION="), lines
     assert why in lines[0]
 
