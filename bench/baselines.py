@@ -5,6 +5,10 @@ ping_app        A': the same plus one Redis PING, nothing stored
 store_app       A'': the same plus one SET of the body, no check: the floor of storing
 quickstart_app  B: as Stripe's quick-start guides write it: ``construct_event`` (verify,
                 then a StripeObject tree), then one SET of the payload; no ledger, no job
+peer_app        C, the peer: what users write instead, Stripe's and RQ's quick-starts put
+                together: ``construct_event``, ``SET NX`` of the event id with a 30-day
+                expiry to drop duplicates, and for ``payment_intent.succeeded``
+                ``Queue.enqueue(fulfil, payment_intent_id, job_id=...)``; a JSON answer
 
 gunicorn -c gunicorn.conf.py bench.baselines:bare_app
 """
@@ -14,6 +18,7 @@ import os
 import redis
 import stripe
 from flask import Flask, Response, jsonify, request
+from rq import Queue
 
 ANSWER = b'{"received": true}'
 store = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
@@ -23,6 +28,9 @@ bare_app = Flask("bare")
 ping_app = Flask("ping")
 store_app = Flask("store")
 quickstart_app = Flask("quickstart")
+peer_app = Flask("peer")
+peer_queue = Queue("peer", connection=store)
+PEER_DEDUP_SECONDS = 30 * 86400
 
 
 @bare_app.post("/webhooks/stripe")
@@ -57,3 +65,26 @@ def quickstart() -> tuple[Response, int] | Response:
         return jsonify(error="invalid signature"), 400
     store.set(f"stripe:event:{event['id']}", request.data)
     return jsonify(success=True)
+
+
+def fulfil(payment_intent_id: str) -> None:
+    """The peer's job (the benchmark measures intake: it is enqueued, never run)."""
+
+
+@peer_app.post("/webhooks/stripe")
+def peer() -> tuple[Response, int] | Response:
+    secret = os.environ["STRIPE_WEBHOOK_SECRET"].split(",")[0]
+    try:
+        event = stripe.Webhook.construct_event(
+            request.data, request.headers.get("Stripe-Signature"), secret
+        )
+    except ValueError:
+        return jsonify(error="invalid payload"), 400
+    except stripe.SignatureVerificationError:
+        return jsonify(error="invalid signature"), 400
+    if not store.set(f"peer:event:{event.id}", 1, nx=True, ex=PEER_DEDUP_SECONDS):
+        return jsonify(received=True, duplicate=True)
+    if event.type == "payment_intent.succeeded":
+        payment_intent_id = event.data.object.id
+        peer_queue.enqueue(fulfil, payment_intent_id, job_id=f"fulfil-{payment_intent_id}")
+    return jsonify(received=True)

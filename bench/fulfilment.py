@@ -234,7 +234,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         target(
             "3. ours / trivial RQ job rate (2 x SimpleWorker)",
             r["ours/trivial SimpleWorker"]["ratio_of_medians"],
-            0.8,
+            0.9,
             True,
         ),
         target(
