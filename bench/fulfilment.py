@@ -119,7 +119,8 @@ class Fulfilment:
                 deadline = time.monotonic() + 30
                 while client.scard(f"rq:workers:{QUEUE}") < 2:
                     if time.monotonic() > deadline:
-                        raise RuntimeError("rq workers did not register")
+                        codes = [p.poll() for p in procs]
+                        raise RuntimeError(f"rq workers did not register (exit codes {codes})")
                     time.sleep(0.05)
                 time.sleep(0.5)  # registered, then into BLMOVE on the empty queue
                 pids = lambda: [p.pid for p in procs]  # noqa: E731

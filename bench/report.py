@@ -234,10 +234,13 @@ def machine_section(m: dict[str, Any]) -> Lines:
 
 def render(data: dict[str, Any]) -> str:
     """The whole report as Markdown, section by section."""
-    sec = data.get("sections", {})
+    failed = {name: s for name, s in data.get("sections", {}).items() if "error" in s}
+    sec = {name: s for name, s in data.get("sections", {}).items() if name not in failed}
     intake = sec.get("intake", {})
     sections = [
         run_header(data),
+        [f"Section {name} failed: `{s['error']}`" for name, s in failed.items()]
+        + ([""] if failed else []),
         targets_section(data.get("targets", [])),
         intake_section(intake),
         durability_section(intake),
