@@ -3,10 +3,14 @@ what the dashboard, the CLI, bundles and the replay report read back, an indepen
 of effects."""
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from ledger.views import DownstreamRecord
+
+BUSY_SECONDS = 10.0
+"""How long the order system waits for another connection's write lock."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -32,11 +36,25 @@ CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
 def open_downstream(path: str | Path) -> sqlite3.Connection:
     """The SQLite order system, created on first use (WAL, so readers never block it)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, timeout=10, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA busy_timeout=10000")
+    db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
+    _into_wal(db)
     db.executescript(SCHEMA)
     return db
+
+
+def _into_wal(db: sqlite3.Connection) -> None:
+    """WAL mode, waiting for another process that holds the write lock: SQLite answers this
+    PRAGMA "database is locked" at once instead of calling its busy handler, so two workers
+    starting together on a new file failed (one refused to start)."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _empty() -> dict[str, int]:
