@@ -199,7 +199,13 @@ def fulfilment_drain(ful: dict[str, Any]) -> Lines:
     r = ful["drain"]["ratios"]
     return lines + [
         f"ours / trivial (SimpleWorker): {ratio(r['ours/trivial SimpleWorker'])} (target ≥ 0.9); "
-        f"SimpleWorker / forking Worker (ours): {ratio(r['ours SimpleWorker/fork Worker'])} (target ≥ 4); "
+        + (
+            "the same with a no-op downstream: "
+            f"{ratio(r['ours no-op downstream/trivial SimpleWorker'])}; "
+            if "ours no-op downstream/trivial SimpleWorker" in r
+            else ""
+        )
+        + f"SimpleWorker / forking Worker (ours): {ratio(r['ours SimpleWorker/fork Worker'])} (target ≥ 4); "
         f"ours / trivial (forking Worker): {ratio(r['ours/trivial fork Worker'])}.",
         "",
     ]
