@@ -60,11 +60,13 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> At
         ended = fulfilled_at
     started, stopped = whole(record.get("started")), whole(ended)
     call_ms = record.get("ms")
+    # A replay-safe action is fenced to call from the start (start_attempt.lua).
+    calling = record.get("calling") or (started if call_ms is not None else None)
     return Attempt(
         token=token,
         outcome=outcome,
         started_at=ms_time(started),
-        call_started_at=ms_time(record.get("calling")),
+        call_started_at=ms_time(calling),
         ended_at=ms_time(stopped),
         duration_ms=stopped - started if started is not None and stopped is not None else None,
         call_ms=float(call_ms) if isinstance(call_ms, int | float) else None,

@@ -8,6 +8,7 @@ carry a password and FULFILMENT_ACTION an API key in its query.
 
 from collections.abc import Mapping
 
+from ledger import defaults
 from ledger.connection import describe
 from ledger.redact import redact
 from ledger.settings import Settings, fingerprint
@@ -58,7 +59,19 @@ Stripe webhook ledger
   stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
   tools         export PATH="$PWD/.venv/bin:$PATH"   (webhook-ledger, replay-events)
-"""
+{moved_line(env, settings)}"""
+
+
+def moved_line(env: Mapping[str, str], settings: Settings) -> str:
+    """What the tools in another terminal need when this run is not at the default places."""
+    if settings.sentinels:
+        moved = [f"REDIS_SENTINELS={settings.REDIS_SENTINELS}"]
+    else:
+        moved = [f"REDIS_URL={redact(settings.REDIS_URL)}"]
+        moved = moved if settings.REDIS_URL != defaults.REDIS_URL else []
+    if env.get("WEB_PORT", "8000") != "8000":
+        moved.append(f"WEB_PORT={env['WEB_PORT']}")
+    return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
 
 
 def ready_line(env: Mapping[str, str]) -> str:

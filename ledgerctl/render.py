@@ -50,7 +50,7 @@ def summary(s: Summary) -> list[Table]:
     }
     return [
         kv_table(f"Webhook ledger at {iso(s.at)}", counters),
-        kv_table("Payments by state", states, caption=f"{total:,} payments in all"),
+        kv_table("Payments by state", states, caption=f"{plural(total, 'payment')} in all"),
         kv_table("Fulfilment and workers", work),
     ]
 

@@ -144,6 +144,7 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert record.receipt == json.loads(receipt)  # the fulfilled attempt's detail, kept once
     assert done.ended_at == record.fulfilled_at and done.call_ms == 3.5
     assert done.started_at is not None and done.duration_ms is not None
+    assert done.call_started_at == done.started_at  # replay-safe: fenced from the start
     assert (record.attempts_started, record.attempts_finished) == (2, 2)
     assert record.paid_by == record.events[0].id and record.events[0].paid_the_payment
     assert redis.hget(keys.STATS, "attempts_finished") == b"2"

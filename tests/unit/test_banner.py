@@ -1,0 +1,27 @@
+"""scripts/run.sh's banner tells the tools in another terminal where this run is when it is
+not at the default places (a moved Redis port, a moved web port, Sentinel)."""
+
+from ledger.settings import load
+from ledgerctl.banner import banner
+
+SECRET = "whsec_localSECRET123"
+
+
+def shown(env: dict[str, str]) -> str:
+    settings = load({**env, "STRIPE_WEBHOOK_SECRET": SECRET})
+    return banner(env, settings, SECRET, dev_token="tok")
+
+
+def test_nothing_to_export_at_the_default_places() -> None:
+    assert "another terminal" not in shown({})
+
+
+def test_moved_ports_are_given_to_export() -> None:
+    text = shown({"REDIS_URL": "redis://127.0.0.1:6420/0", "WEB_PORT": "8200"})
+    wanted = "and in another terminal: export REDIS_URL=redis://127.0.0.1:6420/0 WEB_PORT=8200"
+    assert wanted in text
+
+
+def test_a_replicated_run_gives_its_sentinels() -> None:
+    text = shown({"REDIS_SENTINELS": "127.0.0.1:26390,127.0.0.1:26391"})
+    assert "export REDIS_SENTINELS=127.0.0.1:26390,127.0.0.1:26391\n" in text
