@@ -52,17 +52,25 @@ def store_body() -> Response:
     return Response(ANSWER, status=200, mimetype="application/json")
 
 
-@quickstart_app.post("/webhooks/stripe")
-def quickstart() -> tuple[Response, int] | Response:
+def construct_event() -> tuple[stripe.Event | None, tuple[Response, int] | None]:
+    """The quick-starts' first step: the event, or the 400 they answer."""
     secret = os.environ["STRIPE_WEBHOOK_SECRET"].split(",")[0]
     try:
         event = stripe.Webhook.construct_event(
             request.data, request.headers.get("Stripe-Signature"), secret
         )
     except ValueError:
-        return jsonify(error="invalid payload"), 400
+        return None, (jsonify(error="invalid payload"), 400)
     except stripe.SignatureVerificationError:
-        return jsonify(error="invalid signature"), 400
+        return None, (jsonify(error="invalid signature"), 400)
+    return event, None
+
+
+@quickstart_app.post("/webhooks/stripe")
+def quickstart() -> tuple[Response, int] | Response:
+    event, refused = construct_event()
+    if event is None:
+        return refused or (jsonify(error="invalid"), 400)
     store.set(f"stripe:event:{event['id']}", request.data)
     return jsonify(success=True)
 
@@ -73,15 +81,9 @@ def fulfil(payment_intent_id: str) -> None:
 
 @peer_app.post("/webhooks/stripe")
 def peer() -> tuple[Response, int] | Response:
-    secret = os.environ["STRIPE_WEBHOOK_SECRET"].split(",")[0]
-    try:
-        event = stripe.Webhook.construct_event(
-            request.data, request.headers.get("Stripe-Signature"), secret
-        )
-    except ValueError:
-        return jsonify(error="invalid payload"), 400
-    except stripe.SignatureVerificationError:
-        return jsonify(error="invalid signature"), 400
+    event, refused = construct_event()
+    if event is None:
+        return refused or (jsonify(error="invalid"), 400)
     if not store.set(f"peer:event:{event.id}", 1, nx=True, ex=PEER_DEDUP_SECONDS):
         return jsonify(received=True, duplicate=True)
     if event.type == "payment_intent.succeeded":
