@@ -1,9 +1,9 @@
 """Where the time goes: in-process timings of the receiver's steps, plus py-spy profiles of
 the receiver and of a fulfilment worker (bench/spy.py).
 
-Receiver: the shipped stack (gunicorn gthread, 2 workers, Redis with the shipped config)
-at peak load from wrk, both gunicorn workers sampled by py-spy (on-CPU samples only).
-Worker: one ``rq worker -w rq.worker.SimpleWorker`` draining real fulfilment jobs.
+Receiver: the shipped stack (gunicorn with the shipped gevent worker, 2 workers, Redis with
+the shipped config) at peak load from wrk, both gunicorn workers sampled by py-spy (on-CPU
+samples only). Worker: one ``rq worker -w rq.worker.SimpleWorker`` draining real fulfilment jobs.
 Each sample is put in one bucket by the innermost frame that matches a rule in
 bench/spy.py, so the buckets add up to 100 % of the process's CPU samples; the share times
 the measured CPU per request gives microseconds per request. Raw collapsed stacks are kept

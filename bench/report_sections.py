@@ -215,7 +215,7 @@ def fulfilment_latency(lat: dict[str, Any]) -> Lines:
     """The paid-delivery-to-fulfilled latency of the shipped stack at half load."""
     s = lat["summary"]
     return [
-        f"First paid delivery → fulfilled, shipped stack (gunicorn gthread ×2, 2 × SimpleWorker, "
+        f"First paid delivery → fulfilled, shipped stack (gunicorn with the shipped gevent worker ×2, 2 × SimpleWorker, "
         f"sweeper) at {num(lat['half_load_payments_per_s'])} payments/s "
         f"({num(lat['half_load_payments_per_s'] * lat['events_per_payment'])} events/s) = half of "
         f"min(drain {num(lat['drain_payments_per_s'])}/s, intake {num(lat['intake_peak_payments_per_s'])} payments/s): "

@@ -69,7 +69,10 @@ RECEIVER_RULES = [
         r"webhook/receiver\.py",
     ),
     ("Flask/Werkzeug request + response", r"flask/|werkzeug/"),
-    ("gunicorn gthread worker: HTTP parsing, socket I/O, keep-alive", r"gunicorn/"),
+    (
+        "gunicorn's gevent worker (webhook/server.py): HTTP parsing, socket I/O, greenlets",
+        r"gunicorn/|gevent/|webhook/server\.py",
+    ),
 ]
 WORKER_OWNERS = [
     ("SQLite action: open_downstream (connect, PRAGMAs, schema) per call", r"open_downstream"),
