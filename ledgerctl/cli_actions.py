@@ -31,8 +31,9 @@ def _note(text: str) -> None:
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait.")
 @click.pass_obj
 def wait_redis(ctx: Context, timeout: float) -> None:
-    """Wait until Redis answers (the Procfile's processes start in any order). Gives up at
-    once when Redis answers with a refusal (password, database), else after --timeout."""
+    """Wait until Redis answers (the Procfile's processes start in any order), and with
+    LEDGER_MIN_REPLICAS until that many replicas are online. Gives up at once when Redis
+    answers with a refusal (password, database), else after --timeout."""
     where = describe(ctx.settings)
     _note(f"waiting for Redis at {where} (up to {timeout:g} s)")
     started = time.monotonic()
@@ -51,7 +52,38 @@ def wait_redis(ctx: Context, timeout: float) -> None:
             time.sleep(0.2)
         else:
             _note(f"Redis at {where} answered after {time.monotonic() - started:.1f} s")
+            break
+    if ctx.settings.LEDGER_MIN_REPLICAS:
+        _wait_replicas(ctx, started, timeout, where)
+
+
+def _wait_replicas(ctx: Context, started: float, timeout: float, where: str) -> None:
+    """With LEDGER_MIN_REPLICAS, the primary refuses writes until that many replicas are
+    online: wait for them too, so the processes do not start into NOREPLICAS errors."""
+    wanted = ctx.settings.LEDGER_MIN_REPLICAS
+    _note(f"waiting for {wanted} replica(s) of {where} to be online (LEDGER_MIN_REPLICAS)")
+    online = 0
+    while True:
+        try:
+            online = online_replicas(ctx.redis.info("replication"))
+        except RedisError:
+            pass  # a failover under way: ask again
+        if online >= wanted:
+            _note(f"{online} replica(s) online after {time.monotonic() - started:.1f} s")
             return
+        if time.monotonic() - started > timeout:
+            _note(f"gave up after {timeout:g} s: {online} of {wanted} replica(s) online")
+            sys.exit(EXIT_REDIS)
+        time.sleep(0.2)
+
+
+def online_replicas(info: dict) -> int:
+    """Replicas INFO replication lists as online (Redis names them slave0, slave1...)."""
+    return sum(
+        1
+        for name, value in info.items()
+        if name.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
 
 
 def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json: bool) -> None:

@@ -155,3 +155,33 @@ def test_wait_redis_gives_up_at_once_when_redis_refuses(
         assert why in lines[-1] and "wrong" not in lines[-1]
     finally:
         server.stop()
+
+
+def test_wait_redis_waits_for_the_replicas_a_write_needs(tmp_path: Path) -> None:
+    """With LEDGER_MIN_REPLICAS the primary refuses writes (NOREPLICAS) until that many
+    replicas are online: wait-redis waits for them too, and says so when it gives up."""
+    primary = RedisServer(tmp_path / "primary").start()
+    replica: RedisServer | None = None
+    try:
+        env = env_with(REDIS_URL=primary.url, LEDGER_MIN_REPLICAS="1")
+        code, lines = run([*CLI[:1], "wait-redis", "--timeout", "1"], env)
+        assert code == 3 and lines[-1] == "gave up after 1 s: 0 of 1 replica(s) online", lines
+        waiting = subprocess.Popen(
+            [*CLI[:1], "wait-redis", "--timeout", "60"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        replica = RedisServer(
+            tmp_path / "replica", extra=["--replicaof", "127.0.0.1", str(primary.port)]
+        ).start()
+        out, _ = waiting.communicate(timeout=90)
+        assert waiting.returncode == 0, out
+        assert "waiting for 1 replica(s) of redis://127.0.0.1:" in out
+        assert "1 replica(s) online after" in out
+    finally:
+        if replica is not None:
+            replica.stop()
+        primary.stop()
