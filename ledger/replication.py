@@ -43,3 +43,12 @@ def replicated(
             f"{settings.LEDGER_WAIT_TIMEOUT:g} s"
         )
     return reply
+
+
+def online_replicas(info: Mapping[str, Any]) -> int:
+    """The replicas ``INFO replication`` lists as online (Redis names them slave0, slave1...)."""
+    return sum(
+        1
+        for name, value in info.items()
+        if name.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )

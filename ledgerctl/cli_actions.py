@@ -14,6 +14,7 @@ from ledger.attempts import Attempts
 from ledger.connection import describe
 from ledger.downstream import read_downstream
 from ledger.redact import redact
+from ledger.replication import online_replicas
 from ledger.views import Problem
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
@@ -75,15 +76,6 @@ def _wait_replicas(ctx: Context, started: float, timeout: float, where: str) -> 
             _note(f"gave up after {timeout:g} s: {online} of {wanted} replica(s) online")
             sys.exit(EXIT_REDIS)
         time.sleep(0.2)
-
-
-def online_replicas(info: dict) -> int:
-    """Replicas INFO replication lists as online (Redis names them slave0, slave1...)."""
-    return sum(
-        1
-        for name, value in info.items()
-        if name.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
-    )
 
 
 def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json: bool) -> None:

@@ -15,6 +15,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
+from ledger.replication import online_replicas
 from ledgerctl.ha import MASTER, Timing, Topology, write
 from tests.support.processes import BIN, free_port, spawn, stop, wait_for_port, wait_until
 
@@ -93,11 +94,7 @@ class Cluster:
         info = self.role(port)
         if info.get("role") != "master":
             return 0
-        return sum(
-            1
-            for key, value in info.items()
-            if key.startswith("slave") and isinstance(value, dict) and value["state"] == "online"
-        )
+        return online_replicas(info)
 
     def wait_online(self, primary: int, replicas: int, timeout: float = 60) -> None:
         """Until ``primary`` counts exactly ``replicas`` online replicas."""
