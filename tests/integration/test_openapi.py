@@ -20,10 +20,8 @@ from schemathesis.generation.modes import GenerationMode
 
 import webhook
 from ledger import views
-from tests.support.constants import BEARER, OPS_TOKEN, SECRET
-from tests.support.inprocess import Seeded
-from tests.support.processes import free_port
-from webhook import create_app
+from tests.support.constants import BEARER, OPS_TOKEN
+from tests.support.inprocess import Seeded, app_without_redis
 from webhook.http import csrf_token
 
 SPEC = Path(webhook.__file__).parent / "openapi.yaml"
@@ -191,10 +189,9 @@ def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
 @pytest.fixture
 def down_schema() -> Any:
     """The API of an app whose REDIS_URL points where nothing listens."""
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    config = {"REDIS_URL": url, "STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN}
-    app = create_app({**config, "REDIS_RETRIES": 0})
-    return schemathesis.openapi.from_wsgi("/ops/api/openapi.yaml", app, headers=BEARER)
+    return schemathesis.openapi.from_wsgi(
+        "/ops/api/openapi.yaml", app_without_redis(), headers=BEARER
+    )
 
 
 def test_every_documented_status_of_every_operation(

@@ -10,10 +10,9 @@ import pytest
 from flask.testing import FlaskClient
 
 from ledgerctl import samples
-from tests.support.constants import BASIC, BEARER, OPS_TOKEN, SECRET
+from tests.support.constants import BASIC, BEARER, OPS_TOKEN
 from tests.support.helpers import signed_headers
-from tests.support.processes import free_port
-from webhook import create_app
+from tests.support.inprocess import app_without_redis
 from webhook.http import csrf_token
 
 API = ["summary", "events", "events/evt_1", "payments", "payments/pi_1", "rejections", "series"]
@@ -23,10 +22,7 @@ PAGES = ["", "events", "events/evt_1", "payments", "payments/pi_1"]
 
 @pytest.fixture
 def down() -> FlaskClient:
-    """The app with REDIS_URL pointing where nothing listens."""
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    config = {"REDIS_URL": url, "STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN}
-    return create_app({**config, "REDIS_RETRIES": 0}).test_client()
+    return app_without_redis().test_client()
 
 
 def no_traceback(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from flask import Flask
 from rq import Queue, SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
@@ -17,7 +18,10 @@ from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
+from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, payment_key_of, settled_as, signed_headers
+from tests.support.processes import free_port
+from webhook import create_app
 from workers import jobs
 from workers.sweeper import sweep_once
 
@@ -126,3 +130,10 @@ def one_of_everything(
     )
     reconcile.store(redis, run)
     return Seeded(fulfilled["id"], payment_key_of(fulfilled), others[0], others[1])
+
+
+def app_without_redis() -> Flask:
+    """The app with REDIS_URL pointing where nothing listens, and no retries (the 503s)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    config = {"REDIS_URL": url, "STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN}
+    return create_app({**config, "REDIS_RETRIES": 0})
