@@ -55,6 +55,17 @@ FLOOR_RATIOS = {
     "bare+SET/bare rps": ("bare_set", "bare"),
     "ours/bare+SET rps": ("ours", "bare_set"),
 }
+CLASS_TARGETS = (
+    ("ours / peer throughput", "ours/peer rps", 1.5, True),
+    ("ours / bare throughput", "ours/bare rps", 0.35, True),
+    (
+        "ours / (bare + fsync'd SET) p99 at half our peak",
+        "ours/bare+SET p99 at half load",
+        1.5,
+        False,
+    ),
+)
+"""#18's goals per worker class: (label, ratio, goal, higher is better)."""
 DUPLICATE_RATIOS = {"ours duplicates/bare rps": ("ours_duplicates", "bare")}
 
 
@@ -207,31 +218,9 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         if "ratios" not in data:
             continue
         r = data["ratios"]
-        out.append(
-            target(
-                f"1. {cls}: ours / peer throughput",
-                r["ours/peer rps"]["ratio_of_medians"],
-                1.5,
-                True,
-            )
-        )
-        out.append(
-            target(
-                f"1. {cls}: ours / bare throughput",
-                r["ours/bare rps"]["ratio_of_medians"],
-                0.35,
-                True,
-            )
-        )
-        if "ours/bare+SET p99 at half load" in r:
-            out.append(
-                target(
-                    f"1. {cls}: ours / (bare + fsync'd SET) p99 at half our peak",
-                    r["ours/bare+SET p99 at half load"]["ratio_of_medians"],
-                    1.5,
-                    False,
-                )
-            )
+        for label, name, goal, higher in CLASS_TARGETS:
+            if name in r:
+                out.append(target(f"1. {cls}: {label}", r[name]["ratio_of_medians"], goal, higher))
     if "durability" in result:
         out.append(
             target(
