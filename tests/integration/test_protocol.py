@@ -442,3 +442,35 @@ def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
     m.worker_finishes(1)
     assert m.state(pk) == "fulfilled"
     m.teardown()
+
+
+def test_a_refused_call_is_retried_without_counting_as_a_second_effect(
+    protocol_redis: RedisServer,
+) -> None:
+    """The explorer's first counterexample (seeds 101 and 202 at 1e77512) was in the test, not
+    the protocol: "a non-replay-safe action is never called twice" was wrong as stated. A
+    refusal (5xx, 429, connection refused) applied nothing, so the payment is retried by design
+    and the second call is its only effect; the invariant is "never called again after a call
+    that may have applied" (docs/ARCHITECTURE.md, invariant 1)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=2, replay_safe=False)
+    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
+    m.deliver(paid)
+    m.worker_takes_a_job()
+    pk = m.workers[0].payment  # type: ignore[union-attr]
+    m.worker_fences(0)
+    m.worker_calls(0, "transient", True)  # refused: nothing applied
+    m.worker_finishes(0)
+    assert m.state(pk) == "retrying"
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_takes_a_job()
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    assert m.state(pk) == "fulfilled"
+    assert (m.calls[pk], m.applied[pk], m.again[pk]) == (2, 1, 0)
+    m.one_effect_per_payment()
+    m.teardown()
