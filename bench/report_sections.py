@@ -105,6 +105,8 @@ def intake_section(intake: dict[str, Any]) -> Lines:
         f"{cfg.get('events', '?')} distinct signed events, mean {cfg.get('mean_event_bytes', '?')} B, "
         f"load from {cfg.get('generator', '?')}, {cfg.get('peak_seconds', '?')} s per run, "
         f"{cfg.get('runs', '?')} rounds alternating ours / bare / quick-start / peer; {cfg.get('gunicorn', '')}. "
+        f"Half load: {cfg.get('paced_runs', cfg.get('runs', '?'))} rounds of "
+        f"{cfg.get('paced_seconds', '?')} s alternating ours / bare / bare + SET. "
         "CPU is per request: gunicorn (master + workers), Redis, and the load generator; "
         "'other' is the rest of the machine's busy CPU over the run: other processes, the "
         "kernel's interrupt and I/O work, and the harness itself.",
