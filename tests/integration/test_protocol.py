@@ -10,7 +10,7 @@ checked; at the end of every program, with faults stopped and time moving, every
 payment must reach an end.
 
 ``PROTOCOL_PROGRAMS`` / ``PROTOCOL_STEPS`` set the budget (CI: 300 programs of up to 50
-steps, about 45 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
+steps, 45-80 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
 path) the run writes what it did there: programs, steps, Redis restarts, seconds.
 """
 
