@@ -14,16 +14,11 @@ structure every event repeats, so even a 2 KB event compresses well. Never edit 
 v2."""
 
 LEVEL = 6
-_PRIMED = zlib.compressobj(LEVEL, zdict=DICTIONARY)
-"""A compressor that has read the dictionary and nothing else. Each payload starts from a
-copy of it: the same bytes as a new ``compressobj(LEVEL, zdict=...)``, in about half the
-time, as setting a 32 KB dictionary costs more than compressing a 4 KB event
-(docs/BENCHMARKS.md, profile)."""
 
 
 def compress_payload(body: bytes) -> bytes:
     """``body`` as stored: the format byte, then zlib with the dictionary."""
-    packer = _PRIMED.copy()
+    packer = zlib.compressobj(LEVEL, zdict=DICTIONARY)
     return FORMAT + packer.compress(body) + packer.flush()
 
 
