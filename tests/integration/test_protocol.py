@@ -413,6 +413,20 @@ def test_the_protocol_keeps_its_invariants(protocol_redis: RedisServer) -> None:
     assert TALLY["programs"] >= PROGRAMS and TALLY["steps"] > TALLY["programs"]
 
 
+def taken_by_a_worker(server: RedisServer, seed: int) -> tuple[Protocol, str]:
+    """A program driven by hand: one paid payment (not replay-safe), its job taken by worker 0."""
+    Protocol.server = server
+    Protocol.redis = Redis.from_url(server.url)
+    m = Protocol()
+    m.setup(seed=seed, replay_safe=False)
+    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
+    m.deliver(paid)
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None
+    return m, worker.payment
+
+
 def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
     protocol_redis: RedisServer,
 ) -> None:
@@ -420,17 +434,10 @@ def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
     taken out, 1,600 random programs did not reach it): A fences, stalls past its lease
     (interrupted) and past the in-flight wait; a person runs it again; B calls; A wakes and
     would call too, twice on a downstream that does not dedupe."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=1, replay_safe=False)
-    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
-    m.deliver(paid)
-    m.worker_takes_a_job()
+    m, pk = taken_by_a_worker(protocol_redis, seed=1)
     m.worker_fences(0)
     m.time_passes(LEASE_MS + 1)
     m.sweeper_runs()
-    pk = m.workers[0].payment  # type: ignore[union-attr]
     assert m.state(pk) == "interrupted"
     m.time_passes(4 * LEASE_MS)  # past the wait for an in-flight call
     m.person_decides(0, "retry")
@@ -452,14 +459,7 @@ def test_a_refused_call_is_retried_without_counting_as_a_second_effect(
     refusal (5xx, 429, connection refused) applied nothing, so the payment is retried by design
     and the second call is its only effect; the invariant is "never called again after a call
     that may have applied" (docs/ARCHITECTURE.md, invariant 1)."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=2, replay_safe=False)
-    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
-    m.deliver(paid)
-    m.worker_takes_a_job()
-    pk = m.workers[0].payment  # type: ignore[union-attr]
+    m, pk = taken_by_a_worker(protocol_redis, seed=2)
     m.worker_fences(0)
     m.worker_calls(0, "transient", True)  # refused: nothing applied
     m.worker_finishes(0)
