@@ -15,6 +15,12 @@ from ledgerctl import cli_actions, cli_reconcile, render
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import say
 
+NO_SECRETS_HERE = (
+    "note: STRIPE_WEBHOOK_SECRET is not set in this terminal, so 'configured' says what this "
+    "terminal has, not the service: export it (and STRIPE_WEBHOOK_SECRET_LABELS) as the "
+    "service has them, or read the dashboard"
+)
+
 limit_option = click.option(
     "--limit", default=20, show_default=True, type=click.IntRange(1, 500), help="Most rows."
 )
@@ -116,6 +122,8 @@ def secrets(ctx: Context, as_json: bool) -> None:
     s = ctx.settings
     found = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
     emit(found, as_json, render.secrets(found))
+    if not s.secrets:  # e.g. a new terminal beside scripts/run.sh, whose secret is in var/dev.env
+        click.echo(NO_SECRETS_HERE, err=True)
 
 
 for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS):

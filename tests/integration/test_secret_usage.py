@@ -1,6 +1,7 @@
 """Secrets by label: fingerprints, the retire rule, and the label in every ops surface."""
 
 import hashlib
+import json
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -8,8 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from ledger import keys, secret_usage
 from ledger import settings as settings_module
 from ledger.settings import fingerprint
+from ledgerctl.cli import NO_SECRETS_HERE
 from tests.support.constants import BASIC, BEARER, OLD_SECRET, SECRET
-from tests.support.helpers import paid_event, signed_headers
+from tests.support.helpers import paid_event, run_cli, signed_headers
 from webhook import create_app
 
 DAY_MS = 86_400_000
@@ -109,3 +111,21 @@ def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> N
     assert "safe to retire" in page and old in page and "#1 (position, before labels)" in page
     event_page = client.get(f"/ops/events/{event['id']}", headers=BASIC).get_data(as_text=True)
     assert '<td id="event-secret">primary</td>' in event_page
+
+
+def test_the_cli_says_when_its_terminal_has_no_secrets_configured(config, redis, rng) -> None:
+    """A new terminal beside scripts/run.sh has no STRIPE_WEBHOOK_SECRET: every label then
+    reads 'not configured' there, and the command says why instead of leaving it to a guess."""
+    client = create_app({**config, "STRIPE_WEBHOOK_SECRET_LABELS": "local"}).test_client()
+    _, body = paid_event(rng)
+    assert (
+        client.post("/webhooks/stripe", data=body, headers=signed_headers(body)).status_code == 200
+    )
+    bare = {name: str(value) for name, value in config.items() if name != "STRIPE_WEBHOOK_SECRET"}
+    here = run_cli(bare, "secrets")
+    assert here.exit_code == 0 and "not configured" in here.stdout
+    assert NO_SECRETS_HERE in here.stderr
+    as_json = run_cli(bare, "secrets", "--json")
+    assert json.loads(as_json.stdout)["secrets"][0]["status"] == "not_configured"
+    configured = run_cli({name: str(value) for name, value in config.items()}, "secrets")
+    assert configured.exit_code == 0 and NO_SECRETS_HERE not in configured.stderr
