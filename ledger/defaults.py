@@ -9,6 +9,10 @@ REDIS_URL = "redis://127.0.0.1:6389/0"
 """Where the ledger lives. The bundled ``config/redis.conf`` listens on 6389 so a
 system Redis on 6379 is never touched by accident."""
 
+DEFAULT_WEB_PORT = 8000
+"""The web process's port when neither WEB_PORT nor the platform's PORT is set (also the
+port the banner and ``scripts/run.sh`` assume)."""
+
 REDIS_SOCKET_TIMEOUT = 2.0
 """Seconds a ledger command may take before redis-py gives up on the reply."""
 

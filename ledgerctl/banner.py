@@ -20,7 +20,7 @@ def base_url(env: Mapping[str, str]) -> str:
     """Where a browser on this machine reaches the web process."""
     host = env.get("HOST", "127.0.0.1")
     host = "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
-    return f"http://{host}:{env.get('WEB_PORT', '8000')}"
+    return f"http://{host}:{web_port(env)}"
 
 
 def secret_lines(settings: Settings, local_secret: str) -> list[str]:
@@ -62,15 +62,19 @@ Stripe webhook ledger
 {moved_line(env, settings)}"""
 
 
+def web_port(env: Mapping[str, str]) -> str:
+    return env.get("WEB_PORT") or str(defaults.DEFAULT_WEB_PORT)
+
+
 def moved_line(env: Mapping[str, str], settings: Settings) -> str:
     """What the tools in another terminal need when this run is not at the default places."""
+    moved = []
     if settings.sentinels:
-        moved = [f"REDIS_SENTINELS={settings.REDIS_SENTINELS}"]
-    else:
-        moved = [f"REDIS_URL={redact(settings.REDIS_URL)}"]
-        moved = moved if settings.REDIS_URL != defaults.REDIS_URL else []
-    if env.get("WEB_PORT", "8000") != "8000":
-        moved.append(f"WEB_PORT={env['WEB_PORT']}")
+        moved.append(f"REDIS_SENTINELS={settings.REDIS_SENTINELS}")
+    elif settings.REDIS_URL != defaults.REDIS_URL:
+        moved.append(f"REDIS_URL={redact(settings.REDIS_URL)}")
+    if web_port(env) != str(defaults.DEFAULT_WEB_PORT):
+        moved.append(f"WEB_PORT={web_port(env)}")
     return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
 
 

@@ -31,6 +31,7 @@ from ledger import declared
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.declared import setting
+from ledger.defaults import DEFAULT_WEB_PORT
 from ledgerctl import ha
 from ledgerctl.banner import banner, base_url, ready_line
 
@@ -92,7 +93,7 @@ def local_env(environ: Mapping[str, str], dev: Mapping[str, str], root: Path) ->
     env = dict(environ)
     defaults = {
         "REDIS_PORT": "6389",
-        "WEB_PORT": "8000",
+        "WEB_PORT": str(DEFAULT_WEB_PORT),
         "HOST": "127.0.0.1",
         "STRIPE_MODE": "test",  # local work forwards test-mode events: they must fulfil
         "FULFILMENT_ACTION": f"sqlite:///{root / 'var' / 'downstream.sqlite3'}",

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from ledger import declared, settings
+from ledger import declared, defaults, settings
 from ledger import setting_kinds as kinds
 from ledger.declared import setting
 
@@ -36,11 +36,11 @@ class Server:
 
     @property
     def bind(self) -> str:
-        """WEB_PORT, else PORT, else 8000; a platform's PORT on every interface unless HOST
-        says otherwise, as gunicorn itself does when PORT is set."""
+        """WEB_PORT, else PORT, else DEFAULT_WEB_PORT; a platform's PORT on every interface
+        unless HOST says otherwise, as gunicorn itself does when PORT is set."""
         platform = bool(self.PORT and not self.WEB_PORT)
         host = self.HOST or ("0.0.0.0" if platform else "127.0.0.1")
-        return f"{host}:{self.WEB_PORT or self.PORT or 8000}"
+        return f"{host}:{self.WEB_PORT or self.PORT or defaults.DEFAULT_WEB_PORT}"
 
 
 def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:

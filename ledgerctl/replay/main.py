@@ -27,6 +27,7 @@ from rich.text import Text
 
 from ledger import settings as settings_module
 from ledger.connection import connect
+from ledger.defaults import DEFAULT_WEB_PORT
 from ledger.events import classify
 from ledger.redact import redact
 from ledgerctl.checker import Findings
@@ -81,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     )
     out = p.add_argument_group("target and signing")
     out.add_argument(
-        "--url", default=f"http://127.0.0.1:{os.environ.get('WEB_PORT', '8000')}/webhooks/stripe"
+        "--url",
+        default=f"http://127.0.0.1:{os.environ.get('WEB_PORT', DEFAULT_WEB_PORT)}/webhooks/stripe",
     )
     out.add_argument(
         "--secret", help="signing secret (default: STRIPE_WEBHOOK_SECRET, else var/dev.env)"
