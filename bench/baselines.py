@@ -52,25 +52,24 @@ def store_body() -> Response:
     return Response(ANSWER, status=200, mimetype="application/json")
 
 
-def construct_event() -> tuple[stripe.Event | None, tuple[Response, int] | None]:
+def construct_event() -> stripe.Event | tuple[Response, int]:
     """The quick-starts' first step: the event, or the 400 they answer."""
     secret = os.environ["STRIPE_WEBHOOK_SECRET"].split(",")[0]
     try:
-        event = stripe.Webhook.construct_event(
+        return stripe.Webhook.construct_event(
             request.data, request.headers.get("Stripe-Signature"), secret
         )
     except ValueError:
-        return None, (jsonify(error="invalid payload"), 400)
+        return jsonify(error="invalid payload"), 400
     except stripe.SignatureVerificationError:
-        return None, (jsonify(error="invalid signature"), 400)
-    return event, None
+        return jsonify(error="invalid signature"), 400
 
 
 @quickstart_app.post("/webhooks/stripe")
 def quickstart() -> tuple[Response, int] | Response:
-    event, refused = construct_event()
-    if event is None:
-        return refused or (jsonify(error="invalid"), 400)
+    event = construct_event()
+    if not isinstance(event, stripe.Event):
+        return event
     store.set(f"stripe:event:{event['id']}", request.data)
     return jsonify(success=True)
 
@@ -81,9 +80,9 @@ def fulfil(payment_intent_id: str) -> None:
 
 @peer_app.post("/webhooks/stripe")
 def peer() -> tuple[Response, int] | Response:
-    event, refused = construct_event()
-    if event is None:
-        return refused or (jsonify(error="invalid"), 400)
+    event = construct_event()
+    if not isinstance(event, stripe.Event):
+        return event
     if not store.set(f"peer:event:{event.id}", 1, nx=True, ex=PEER_DEDUP_SECONDS):
         return jsonify(received=True, duplicate=True)
     if event.type == "payment_intent.succeeded":
