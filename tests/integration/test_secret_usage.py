@@ -121,11 +121,11 @@ def test_the_cli_says_when_its_terminal_has_no_secrets_configured(config, redis,
     assert (
         client.post("/webhooks/stripe", data=body, headers=signed_headers(body)).status_code == 200
     )
-    bare = {name: str(value) for name, value in config.items() if name != "STRIPE_WEBHOOK_SECRET"}
+    bare = {name: value for name, value in config.items() if name != "STRIPE_WEBHOOK_SECRET"}
     here = run_cli(bare, "secrets")
     assert here.exit_code == 0 and "not configured" in here.stdout
     assert NO_SECRETS_HERE in here.stderr
     as_json = run_cli(bare, "secrets", "--json")
     assert json.loads(as_json.stdout)["secrets"][0]["status"] == "not_configured"
-    configured = run_cli({name: str(value) for name, value in config.items()}, "secrets")
+    configured = run_cli(config, "secrets")
     assert configured.exit_code == 0 and NO_SECRETS_HERE not in configured.stderr

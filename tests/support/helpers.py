@@ -93,11 +93,12 @@ def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "fai
         attempts.finish(payment_key, start.token, "failed", "http 400: bad request", 1.0)
 
 
-def run_cli(env: Mapping[str, str], *args: str) -> Result:
-    """``webhook-ledger ARGS`` in-process (Click's CliRunner), settings from ``env``."""
+def run_cli(env: Mapping[str, object], *args: str) -> Result:
+    """``webhook-ledger ARGS`` in-process (Click's CliRunner), settings from ``env`` (a test's
+    config as it is: each value is given as its string)."""
     from ledgerctl.cli import main
 
-    return CliRunner().invoke(main, list(args), env=dict(env))
+    return CliRunner().invoke(main, list(args), env={k: str(v) for k, v in env.items()})
 
 
 def cli_ok(result: Result, code: int = 0) -> bool:
