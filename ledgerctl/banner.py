@@ -63,6 +63,8 @@ Stripe webhook ledger
 
 
 def web_port(env: Mapping[str, str]) -> str:
+    """The web process's port on this machine: WEB_PORT, unset or empty meaning the default
+    (as gunicorn's bind reads it, webhook/serving.py)."""
     return env.get("WEB_PORT") or str(defaults.DEFAULT_WEB_PORT)
 
 
@@ -73,8 +75,9 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
         moved.append(f"REDIS_SENTINELS={settings.REDIS_SENTINELS}")
     elif settings.REDIS_URL != defaults.REDIS_URL:
         moved.append(f"REDIS_URL={redact(settings.REDIS_URL)}")
-    if web_port(env) != str(defaults.DEFAULT_WEB_PORT):
-        moved.append(f"WEB_PORT={web_port(env)}")
+    port = web_port(env)
+    if port != str(defaults.DEFAULT_WEB_PORT):
+        moved.append(f"WEB_PORT={port}")
     return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
 
 

@@ -27,9 +27,9 @@ from rich.text import Text
 
 from ledger import settings as settings_module
 from ledger.connection import connect
-from ledger.defaults import DEFAULT_WEB_PORT
 from ledger.events import classify
 from ledger.redact import redact
+from ledgerctl.banner import web_port
 from ledgerctl.checker import Findings
 from ledgerctl.replay import report, sources
 from ledgerctl.replay.sending import PROBES, Plan, send_all
@@ -81,10 +81,7 @@ def parser() -> argparse.ArgumentParser:
         "--until", help="with --from-ledger: first delivered at or before (ISO or epoch ms)"
     )
     out = p.add_argument_group("target and signing")
-    out.add_argument(
-        "--url",
-        default=f"http://127.0.0.1:{os.environ.get('WEB_PORT', DEFAULT_WEB_PORT)}/webhooks/stripe",
-    )
+    out.add_argument("--url", default=f"http://127.0.0.1:{web_port(os.environ)}/webhooks/stripe")
     out.add_argument(
         "--secret", help="signing secret (default: STRIPE_WEBHOOK_SECRET, else var/dev.env)"
     )
