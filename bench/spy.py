@@ -50,7 +50,7 @@ RECEIVER_RULES = [
         "RQ job built for every paid delivery (Jobs.enqueue: create_job, pickle, zlib)",
         r"rq/|ledger/enqueue",
     ),
-    ("payload compression (zlib level 6, compress_payload)", r"compress_payload|ledger/payloads"),
+    ("payload compression (compress_payload)", r"compress_payload|ledger/payloads"),
     ("redis-py EVALSHA: pack, send, wait, parse", r"redis/"),
     (
         "ledger arguments (sha256, scalars, names) in record_delivery",
