@@ -44,6 +44,11 @@ STORE = "bench.baselines:store_app"
 PING = "bench.baselines:ping_app"
 FLOOR_CLASSES = ("gthread", "gevent")
 """Worker classes that also run the floors (bare + PING, bare + SET)."""
+SHIPPED_GROUP = "gevent"
+"""The group where ``ours`` is the shipped server: gunicorn.conf.py's own worker class
+(webhook.server.Worker, gevent), against baselines under gunicorn's stock gevent worker;
+``ours_stock`` is ours under the stock one too. (The baselines cannot run the shipped class:
+its middleware reads the service's settings.)"""
 CLASS_RATIOS = {
     "ours/bare rps": ("ours", "bare"),
     "ours/quickstart rps": ("ours", "quickstart"),
@@ -67,6 +72,10 @@ CLASS_TARGETS = (
 )
 """#18's goals per worker class: (label, ratio, goal, higher is better)."""
 DUPLICATE_RATIOS = {"ours duplicates/bare rps": ("ours_duplicates", "bare")}
+STOCK_RATIOS = {
+    "ours stock/peer rps": ("ours_stock", "peer"),
+    "ours stock/bare rps": ("ours_stock", "bare"),
+}
 
 
 class Intake:
@@ -141,7 +150,8 @@ class Intake:
                         Gunicorn(
                             env,
                             app=app,
-                            worker_class=cls,
+                            # None: the class gunicorn.conf.py ships with
+                            worker_class=None if name == "ours" and cls == SHIPPED_GROUP else cls,
                             log=self.wd.path / f"{name}-{cls}.log",
                         )
                     )
@@ -150,6 +160,7 @@ class Intake:
                         ("bare", BARE),
                         ("quickstart", QUICK),
                         ("peer", PEER),
+                        *((("ours_stock", OURS),) if cls == SHIPPED_GROUP else ()),
                         *(
                             (("bare_ping", PING), ("bare_set", STORE))
                             if cls in FLOOR_CLASSES
@@ -168,6 +179,10 @@ class Intake:
                 if cls == "gthread":
                     variants["ours_duplicates"] = self.peak_run(
                         servers["ours"], redis, self.dup_pool, True
+                    )
+                if "ours_stock" in servers:
+                    variants["ours_stock"] = self.peak_run(
+                        servers["ours_stock"], redis, self.pool, True
                     )
                 if cls in FLOOR_CLASSES:
                     variants["bare_ping"] = self.peak_run(
@@ -213,6 +228,8 @@ class Intake:
             }
             if "ours_duplicates" in peak:
                 out[cls]["ratios"].update(ratios(peak, DUPLICATE_RATIOS))
+            if "ours_stock" in peak:
+                out[cls]["ratios"].update(ratios(peak, STOCK_RATIOS))
         return out
 
 

@@ -47,6 +47,12 @@ def floors(r: dict[str, Any]) -> str:
     return " · ".join(ratio(r[n]) if n in r else "–" for n in names) if names[1] in r else "–"
 
 
+def stock(r: dict[str, Any]) -> str:
+    """Ours under gunicorn's stock gevent worker, where ``ours`` is the shipped class."""
+    names = ("ours stock/peer rps", "ours stock/bare rps")
+    return " · ".join(ratio(r[n]) for n in names) if names[0] in r else "–"
+
+
 def intake_peak_rows(classes: dict[str, Any]) -> list[list[str]]:
     """One row per worker class and receiver at peak load."""
     rows = []
@@ -83,6 +89,7 @@ def intake_ratio_row(cls: str, d: dict[str, Any]) -> list[str]:
         ratio(r["ours/quickstart rps"]),
         ratio(r["quickstart/bare rps"]),
         ratio(r["ours duplicates/bare rps"]) if "ours duplicates/bare rps" in r else "–",
+        stock(r),
         floors(r),
         num(d["half_load_rate"]),
         f"{sp(h['ours']['p50_ms'], 1)} / {sp(h['ours']['p99_ms'], 1)}",
@@ -109,7 +116,9 @@ def intake_section(intake: dict[str, Any]) -> Lines:
         f"{cfg.get('paced_seconds', '?')} s alternating ours / bare / bare + SET. "
         "CPU is per request: gunicorn (master + workers), Redis, and the load generator; "
         "'other' is the rest of the machine's busy CPU over the run: other processes, the "
-        "kernel's interrupt and I/O work, and the harness itself.",
+        "kernel's interrupt and I/O work, and the harness itself. In the gevent rows, ours "
+        "is the shipped server (gunicorn.conf.py's webhook.server.Worker) and ours_stock is "
+        "ours under gunicorn's stock gevent worker, which every baseline runs under.",
         "",
     ]
     lines += table(
@@ -134,6 +143,7 @@ def intake_section(intake: dict[str, Any]) -> Lines:
             "ours/quick-start",
             "quick-start/bare",
             "duplicates-only/bare",
+            "ours under stock gevent: /peer · /bare",
             "floors: bare+PING/bare · bare+SET/bare · ours/bare+SET",
             "half load req/s",
             "ours p50 / p99 ms",
