@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 import orjson
-from gevent import monkey
-from gevent import socket as green_socket
 from gunicorn import util
 from gunicorn.http import errors
 from gunicorn.workers.ggevent import GeventWorker
@@ -117,20 +115,6 @@ class Worker(GeventWorker):
     """gunicorn's gevent worker: whole bodies under a deadline, JSON for malformed HTTP."""
 
     wsgi: Any  # set by gunicorn's load_wsgi: our Flask app, then the middleware around it
-    sockets: list[Any]  # gunicorn's listeners
-
-    def patch(self) -> None:
-        """gunicorn's patching, but for ``select``, which nothing here waits in.
-
-        Before every command redis-py asks ``select.poll`` with a timeout of 0 whether a
-        pooled connection holds stale data. That never blocks, and gevent's cooperative poll
-        costs ~20 times the real one (docs/BENCHMARKS.md, #18).
-        """
-        monkey.patch_all(select=False)
-        self.sockets = [  # as gunicorn's GeventWorker.patch
-            green_socket.socket(s.FAMILY, green_socket.SOCK_STREAM, fileno=s.sock.detach())
-            for s in self.sockets
-        ]
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
