@@ -27,8 +27,9 @@ structure every event repeats, so even a 2 KB event compresses well. Never edit 
 v2."""
 
 LEVEL = 11
-"""At 11, real payloads the dictionary was not made from shrink at least as well as under
-zlib level 6 (bench/heldout/), in about a fifth of the time."""
+"""At 11, real payloads the dictionary was not made from (bench/heldout/) shrink to 0.122 of
+their bytes together, against 0.130 under zlib level 6 (the smallest, 880 B, to 0.161
+against 0.152), in a third of zlib's time or less."""
 
 _DICT = zstd.ZstdDict(DICTIONARY, is_raw=True)
 # One per process, shared by its threads (it holds its own lock): a compressor made for each
