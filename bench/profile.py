@@ -78,7 +78,7 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
     import orjson
 
     from ledger.events import check_shape, classify
-    from ledger.payloads import compress_payload
+    from ledger.payloads import LEVEL, compress_payload
     from webhook.verify import verify
 
     bodies = [b for b, _ in pairs]
@@ -89,7 +89,9 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
         "orjson.loads + check_shape": median_us(lambda b: check_shape(orjson.loads(b)), bodies),
         "classify": median_us(lambda e: classify(e, settings.policy), events),
         "sha256 of the body": median_us(lambda b: hashlib.sha256(b).hexdigest(), bodies),
-        "compress_payload (Zstandard level 11, dictionary)": median_us(compress_payload, bodies),
+        f"compress_payload (Zstandard level {LEVEL}, dictionary)": median_us(
+            compress_payload, bodies
+        ),
     }
 
 

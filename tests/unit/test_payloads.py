@@ -2,6 +2,7 @@
 
 import random
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -43,8 +44,6 @@ def test_an_unknown_format_is_refused_not_guessed() -> None:
 
 def test_one_compressor_serves_many_threads(bodies: list[bytes]) -> None:
     """gthread workers share the process's compressor."""
-    from concurrent.futures import ThreadPoolExecutor
-
     inputs = [body + str(i).encode() * (i % 40) for i, body in enumerate(bodies * 200)]
     with ThreadPoolExecutor(4) as pool:
         stored = list(pool.map(compress_payload, inputs))
