@@ -20,6 +20,10 @@ worker_class = _server.GUNICORN_WORKER_CLASS
 # Each holds at most MAX_BODY_BYTES of body while it is read.
 worker_connections = _server.GUNICORN_WORKER_CONNECTIONS
 threads = _server.GUNICORN_THREADS  # gthread only
+# One listening socket per worker, the kernel spreading connections across them: with one
+# shared socket, whichever worker woke first took a burst of new connections, up to all of
+# them (docs/ARCHITECTURE.md, "One socket per worker").
+reuse_port = _server.GUNICORN_REUSE_PORT
 # Also the deadline for a request's line and headers (gunicorn's gevent worker).
 keepalive = 5
 # Stripe waits up to ~20 s; a request that takes longer than this is a bug.
@@ -40,6 +44,19 @@ if _own_metrics_dir:
     import tempfile
 
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
+
+
+def on_starting(server):
+    # A port in use refuses the start at once, one line, like a wrong setting: gunicorn would
+    # retry it for 5 s, and with reuse_port in each worker, forked again for ever. Only as
+    # the master starts: not on a HUP reload, nor in a master that USR2 re-executed (the old
+    # master's workers hold the port).
+    if "GUNICORN_PID" not in os.environ:
+        taken = [serving.port_in_use(address) for address in server.cfg.bind]
+        if any(taken):
+            from ledger.declared import exit_with
+
+            exit_with(filter(None, taken))
 
 
 def on_exit(server):

@@ -7,6 +7,7 @@ line per problem, instead of one traceback per worker. Standard library and ``le
 """
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -31,6 +32,9 @@ class Server:
     GUNICORN_WORKER_CONNECTIONS: int = setting(500, kinds.whole(1, 100_000))
     GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
+    GUNICORN_REUSE_PORT: bool = setting(True, kinds.boolean())
+    """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
+    connections across them; false: one socket shared by every worker (see port_in_use)."""
     GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
     LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
 
@@ -41,6 +45,25 @@ class Server:
         platform = bool(self.PORT and not self.WEB_PORT)
         host = self.HOST or ("0.0.0.0" if platform else "127.0.0.1")
         return f"{host}:{self.WEB_PORT or self.PORT or defaults.DEFAULT_WEB_PORT}"
+
+
+def port_in_use(bind: str) -> str | None:
+    """Why nothing can listen at ``bind`` (host:port), or None if something could.
+
+    With a socket per worker gunicorn's master never binds, and a worker that cannot bind
+    retries for 5 s, exits and is forked again, for ever: the master asks once, up front.
+    """
+    host, _, port = bind.rpartition(":")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        return f"cannot listen on {bind}: {exc.strerror or exc}"
+    return None
 
 
 def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:

@@ -62,6 +62,7 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
         "WEB_CONCURRENCY": ("4", 4, "0", "from 1 to 256"),
         "GUNICORN_WORKER_CONNECTIONS": ("100", 100, "many", "from 1 to 100000"),
         "GUNICORN_THREADS": ("8", 8, "0", "from 1 to 1024"),
+        "GUNICORN_REUSE_PORT": ("off", False, "both", "true or false"),
         "LOG_LEVEL": ("warning", "warning", "loud", "one of debug, info"),
     },
     Local: {
