@@ -48,12 +48,15 @@ class Server:
 
 
 def port_in_use(bind: str) -> str | None:
-    """Why nothing can listen at ``bind`` (host:port), or None if something could.
+    """Why the web process cannot listen at ``bind`` (host:port), or None when it can (or
+    when ``bind`` is not host:port, such as a unix socket: gunicorn then says).
 
     With a socket per worker gunicorn's master never binds, and a worker that cannot bind
     retries for 5 s, exits and is forked again, for ever: the master asks once, up front.
     """
     host, _, port = bind.rpartition(":")
+    if not (host and port.isdigit()):
+        return None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE

@@ -2,6 +2,7 @@
 the value it got (secrets masked) and what is allowed. One case per setting; a setting
 added without a case fails test_every_setting_has_a_case."""
 
+import socket
 from dataclasses import fields
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from ledger import declared
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
-from webhook.serving import Server
+from webhook.serving import Server, port_in_use
 
 # name: (a good text, the value it gives, a wrong text, words of what is allowed)
 CASES: dict[str, tuple[str, object, str, str]] = {
@@ -212,3 +213,14 @@ def test_the_web_process_listens_on_web_port_else_the_platforms_port(
 ) -> None:
     values, found = declared.read(fields(Server), env)
     assert found == [] and Server(**values).bind == bind  # type: ignore[arg-type]
+
+
+def test_port_in_use_names_a_taken_port_and_passes_a_free_one() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert port_in_use(f"127.0.0.1:{port}") == (
+            f"cannot listen on 127.0.0.1:{port}: Address already in use"
+        )
+        assert port_in_use(f"0.0.0.0:{port}") is not None  # the wildcard overlaps it
+    assert port_in_use(f"127.0.0.1:{port}") is None  # closed: free again
+    assert port_in_use("unix:/run/webhook.sock") is None  # not host:port: gunicorn's to say
