@@ -57,6 +57,9 @@ def on_starting(server):
             from ledger.declared import exit_with
 
             exit_with(filter(None, taken))
+    caveat = serving.reuse_port_caveat() if server.cfg.reuse_port else None
+    if caveat:
+        server.log.warning(caveat)
 
 
 def on_exit(server):

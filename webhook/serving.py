@@ -8,8 +8,10 @@ line per problem, instead of one traceback per worker. Standard library and ``le
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ledger import declared, defaults, settings
 from ledger import setting_kinds as kinds
@@ -32,9 +34,10 @@ class Server:
     GUNICORN_WORKER_CONNECTIONS: int = setting(500, kinds.whole(1, 100_000))
     GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
-    GUNICORN_REUSE_PORT: bool = setting(True, kinds.boolean())
+    GUNICORN_REUSE_PORT: bool = setting(sys.platform == "linux", kinds.boolean())
     """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
-    connections across them; false: one socket shared by every worker (see port_in_use)."""
+    connections across them; false: one socket shared by every worker. On by default on
+    Linux only, where the kernel balances such sockets."""
     GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
     LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
 
@@ -67,6 +70,24 @@ def port_in_use(bind: str) -> str | None:
     except OSError as exc:
         return f"cannot listen on {bind}: {exc.strerror or exc}"
     return None
+
+
+MIGRATE_REQUESTS = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+"""Linux 5.14+: 1 hands the connections queued on a closed SO_REUSEPORT socket to another."""
+
+
+def reuse_port_caveat() -> str | None:
+    """A warning when a worker that stops would reset the connections queued on its socket
+    (a restart, a reload), as it does unless the kernel migrates them; else None."""
+    try:
+        if MIGRATE_REQUESTS.read_text().strip() != "0":
+            return None
+    except OSError:
+        pass  # no such setting: this kernel never migrates them
+    return (
+        "GUNICORN_REUSE_PORT: a worker that stops resets the connections queued on its socket"
+        " (Stripe retries them); set net.ipv4.tcp_migrate_req=1 to hand them to the others"
+    )
 
 
 def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:

@@ -3,7 +3,9 @@ listens on its own, so the kernel spreads new connections across the workers ins
 the first worker to wake taking a burst of them; GUNICORN_REUSE_PORT=false shares one."""
 
 import os
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from redis import Redis
 
 from tests.support.processes import Gunicorn, service_env
+from webhook.serving import reuse_port_caveat
 
 LISTEN, ESTABLISHED = "0A", "01"
 CONNECTIONS = 32
@@ -82,3 +85,18 @@ def test_with_reuse_port_off_every_process_holds_one_shared_socket(
     assert len(held) == 3
     assert all(len(inodes) == 1 for inodes in held.values())
     assert len(set.union(*held.values())) == 1
+
+
+def test_a_reload_serves_on_the_new_workers_own_sockets(web: Gunicorn, tmp_path: Path) -> None:
+    old = set(web.worker_pids())
+    os.kill(web.pids()[0], signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while old & set(web.worker_pids()) or len(web.worker_pids()) < 2:
+        assert time.monotonic() < deadline, web.worker_pids()
+        time.sleep(0.1)
+    web.wait_ready()
+    master, *workers = listeners(web).items()
+    assert master[1] == set() and all(len(held) == 1 for _, held in workers)
+    # The master says what a stopping worker costs unless this kernel migrates its queue.
+    warned = "set net.ipv4.tcp_migrate_req=1" in (tmp_path / "gunicorn.log").read_text()
+    assert warned == (reuse_port_caveat() is not None)

@@ -4,12 +4,14 @@ added without a case fails test_every_setting_has_a_case."""
 
 import socket
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from ledger import declared
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
+from webhook import serving
 from webhook.serving import Server, port_in_use
 
 # name: (a good text, the value it gives, a wrong text, words of what is allowed)
@@ -224,3 +226,14 @@ def test_port_in_use_names_a_taken_port_and_passes_a_free_one() -> None:
         assert port_in_use(f"0.0.0.0:{port}") is not None  # the wildcard overlaps it
     assert port_in_use(f"127.0.0.1:{port}") is None  # closed: free again
     assert port_in_use("unix:/run/webhook.sock") is None  # not host:port: gunicorn's to say
+
+
+@pytest.mark.parametrize(("setting", "warns"), [("0\n", True), ("1\n", False), (None, True)])
+def test_a_socket_per_worker_warns_unless_the_kernel_migrates_queued_connections(
+    setting: str | None, warns: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sysctl = tmp_path / "tcp_migrate_req"  # None: a kernel without it (before 5.14)
+    if setting is not None:
+        sysctl.write_text(setting)
+    monkeypatch.setattr(serving, "MIGRATE_REQUESTS", sysctl)
+    assert (serving.reuse_port_caveat() is not None) == warns
