@@ -17,7 +17,15 @@ from redis.exceptions import RedisError
 
 from ledger.replication import online_replicas
 from ledgerctl.ha import MASTER, Timing, Topology, write
-from tests.support.processes import BIN, free_port, spawn, stop, wait_for_port, wait_until
+from tests.support.processes import (
+    BIN,
+    free_port,
+    spawn,
+    stop,
+    tcp_sockets,
+    wait_for_port,
+    wait_until,
+)
 
 FAST = Timing(down_after_ms=1000, failover_timeout_ms=3000)
 
@@ -226,11 +234,7 @@ def _owned(port: int, proc: subprocess.Popen) -> None:
 def queued_bytes(server_port: int, client_port: int) -> int:
     """Bytes a client sent that the server has not read yet (its socket's receive queue, from
     /proc/net/tcp): proof that a request reached a frozen server before it resumed."""
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, queues = fields[1], fields[2], fields[4]
-        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == (
-            client_port
-        ):
-            return int(queues.split(":")[1], 16)
+    for sock in tcp_sockets():
+        if sock.local_port == server_port and sock.remote_port == client_port:
+            return sock.receive_queue
     return 0

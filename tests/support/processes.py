@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from redis import Redis
@@ -267,6 +268,39 @@ def children(pid: int) -> list[int]:
             continue
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
+    return found
+
+
+@dataclass(frozen=True)
+class TcpSocket:
+    """One row of /proc/net/tcp or /proc/net/tcp6."""
+
+    local_port: int
+    remote_port: int
+    state: str
+    """The kernel's hex code: "0A" listening, "01" established."""
+    receive_queue: int
+    """Bytes received that the owner has not read yet."""
+    inode: int
+
+
+def tcp_sockets() -> list[TcpSocket]:
+    """This machine's TCP sockets, IPv4 and IPv6."""
+    found = []
+    for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
+        if not table.exists():  # IPv6 off
+            continue
+        for line in table.read_text().splitlines()[1:]:
+            fields = line.split()
+            found.append(
+                TcpSocket(
+                    local_port=int(fields[1].rsplit(":", 1)[1], 16),
+                    remote_port=int(fields[2].rsplit(":", 1)[1], 16),
+                    state=fields[3],
+                    receive_queue=int(fields[4].split(":")[1], 16),
+                    inode=int(fields[9]),
+                )
+            )
     return found
 
 

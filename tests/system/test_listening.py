@@ -5,15 +5,14 @@ the first worker to wake taking a burst of them; GUNICORN_REUSE_PORT=false share
 import os
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from redis import Redis
 
-from tests.support.processes import Gunicorn, service_env
+from tests.support.constants import SECRET
+from tests.support.processes import Gunicorn, RedisServer, service_env, tcp_sockets, wait_until
 from webhook.serving import reuse_port_caveat
 
 LISTEN, ESTABLISHED = "0A", "01"
@@ -22,14 +21,8 @@ CONNECTIONS = 32
 
 
 def tcp_inodes(port: int, state: str) -> set[int]:
-    """Inodes of this machine's TCP sockets on local ``port`` in ``state`` (/proc/net/tcp*)."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
-                found.add(int(fields[9]))
-    return found
+    """Inodes of this machine's TCP sockets on local ``port`` in ``state``."""
+    return {s.inode for s in tcp_sockets() if s.local_port == port and s.state == state}
 
 
 def socket_inodes(pid: int) -> set[int]:
@@ -52,9 +45,11 @@ def listeners(server: Gunicorn) -> dict[int, set[int]]:
 
 
 @pytest.fixture
-def shared_socket(config: dict[str, object], redis: Redis, tmp_path: Path) -> Iterator[Gunicorn]:
-    env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
-    server = Gunicorn({**env, "GUNICORN_REUSE_PORT": "false"}, log=tmp_path / "g.log").start()
+def shared_socket(redis_server: RedisServer, tmp_path: Path) -> Iterator[Gunicorn]:
+    env = service_env(
+        redis_server.url, {"STRIPE_WEBHOOK_SECRET": SECRET, "GUNICORN_REUSE_PORT": "false"}
+    )
+    server = Gunicorn(env, log=tmp_path / "g.log").start()
     yield server
     server.stop()
 
@@ -90,10 +85,11 @@ def test_with_reuse_port_off_every_process_holds_one_shared_socket(
 def test_a_reload_serves_on_the_new_workers_own_sockets(web: Gunicorn, tmp_path: Path) -> None:
     old = set(web.worker_pids())
     os.kill(web.pids()[0], signal.SIGHUP)
-    deadline = time.monotonic() + 30
-    while old & set(web.worker_pids()) or len(web.worker_pids()) < 2:
-        assert time.monotonic() < deadline, web.worker_pids()
-        time.sleep(0.1)
+    wait_until(
+        lambda: not old & set(web.worker_pids()) and len(web.worker_pids()) == 2,
+        timeout=30,
+        what="two new workers after SIGHUP",
+    )
     web.wait_ready()
     master, *workers = listeners(web).items()
     assert master[1] == set() and all(len(held) == 1 for _, held in workers)
