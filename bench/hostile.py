@@ -9,6 +9,13 @@ requests (signed with a wrong secret) with the append-only file's growth and the
 added per rejection.
 
     .venv/bin/python -m bench.hostile [--quick] [--before REV]
+
+``--before-env``/``--after-env NAME=VALUE`` add to one side's environment: the same commit
+twice with one setting changed is an A/B of that setting, e.g. gunicorn's HTTP parser:
+
+    .venv/bin/python -m bench.hostile --quick --before HEAD \
+        --before-env GUNICORN_CMD_ARGS=--http-parser=python \
+        --after-env GUNICORN_CMD_ARGS=--http-parser=fast
 """
 
 import argparse
@@ -75,13 +82,14 @@ def aof_and_keys(redis: RedisServer) -> tuple[int, int]:
 
 
 class Hostile:
-    def __init__(self, quick: bool, before: str) -> None:
+    def __init__(self, quick: bool, before: str, envs: dict[str, dict[str, str]]) -> None:
         self.runs = 3 if quick else 7
         # Three times as many half-load rounds as peak rounds: a p99 over 2 s at ~600 req/s is
         # the 13th slowest request, one stall of the shared machine moves it tenfold, and
         # stalls come and go over seconds, so many short alternating rounds beat few long ones.
         self.paced_runs = 5 if quick else 21
         self.paced_duration = 1.5 if quick else 2.0
+        self.envs = envs
         self.wd = Workdir.make("hostile")
         self.before = export_tree(before, self.wd.sub("before-tree"))
         factory = EventFactory(seed=6)
@@ -128,7 +136,7 @@ class Hostile:
             redis, servers = {}, {}
             for name, root in (("before", self.wd.path / "before-tree"), ("after", ROOT)):
                 redis[name] = st.start(RedisServer(self.wd.sub(f"redis-{name}")))
-                env = service_env(redis[name].url, self.wd.path)
+                env = service_env(redis[name].url, self.wd.path, self.envs.get(name))
                 log_path = self.wd.path / f"{name}.log"
                 servers[name] = st.start(Gunicorn(env, log=log_path, root=root))
                 load.warm_up(servers[name], self.pool)
@@ -144,6 +152,7 @@ class Hostile:
         return {
             "before_commit": self.before,
             "after_commit": served_commit(),
+            "env": self.envs,
             "half_load_rate": rate,
             "peak_runs": peak,
             "peak": summarise(peak),
@@ -189,8 +198,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def run(quick: bool = False, before: str | None = None) -> dict[str, Any]:
-    bench = Hostile(quick, before or BEFORE)
+def run(
+    quick: bool = False, before: str | None = None, envs: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
+    bench = Hostile(quick, before or BEFORE, envs or {})
     try:
         result = {"section": "hostile", "quick": quick, **bench.run()}
     finally:
@@ -203,9 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Before/after of the hostile-input work (section 6)")
     p.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     p.add_argument("--before", help=f"the earlier commit (default: {BEFORE})")
+    for side in VARIANTS:
+        p.add_argument(f"--{side}-env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--out", type=Path, default=RESULTS / "hostile.json")
     args = p.parse_args(argv)
-    result = run(args.quick, args.before)
+    envs = {
+        side: dict(pair.split("=", 1) for pair in getattr(args, f"{side}_env")) for side in VARIANTS
+    }
+    result = run(args.quick, args.before, envs)
     write_json(args.out, result)
     log(f"wrote {args.out}")
     for t in result["targets"]:

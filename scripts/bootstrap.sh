@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what the service needs on this machine: redis-server and redis-sentinel (system
-# packages) and a virtual environment in .venv with the project and its dev tools. Safe to
-# re-run.
+# packages) and a virtual environment in .venv with the project (editable) and its dev
+# tools, every version the one pinned in uv.lock (uv sync --frozen: the lock is never
+# re-resolved here). Installs uv itself (pinned, into .tools/uv) when it is not on PATH.
+# Extra arguments go to uv sync (scripts/bench.sh: --group bench). Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,15 +22,24 @@ if [ -n "$missing" ]; then
 fi
 
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  echo "bootstrap: creating .venv" >&2
-  "$PYTHON" -m venv .venv
+UV_VERSION="0.13.9"
+stamp=".venv/.installed-$(cat pyproject.toml uv.lock <(echo "$*") | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  exit 0
 fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  echo "bootstrap: installing the project into .venv" >&2
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
-  rm -f .venv/.installed-*
-  touch "$stamp"
+uv="$(command -v uv || true)"
+if [ -z "$uv" ]; then
+  uv=".tools/uv/bin/uv"
+  if [ ! -x "$uv" ]; then
+    echo "bootstrap: installing uv $UV_VERSION into .tools/uv" >&2
+    "$PYTHON" -m venv .tools/uv
+    .tools/uv/bin/python -m pip install -q "uv==$UV_VERSION"
+  fi
 fi
+echo "bootstrap: installing the project into .venv from uv.lock" >&2
+# The system's Python (never one uv would download); the project's .venv, whatever
+# VIRTUAL_ENV the caller has active.
+UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=.venv VIRTUAL_ENV="" \
+  "$uv" sync --quiet --frozen --python "$(command -v "$PYTHON")" "$@"
+rm -f .venv/.installed-*
+touch "$stamp"
