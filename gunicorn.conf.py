@@ -7,6 +7,7 @@ problem, before any worker starts.
 
 import os
 
+from ledger.ports import port_in_use
 from webhook import serving
 
 _server = serving.load_or_exit()
@@ -24,6 +25,11 @@ threads = _server.GUNICORN_THREADS  # gthread only
 # shared socket, whichever worker woke first took a burst of new connections, up to all of
 # them (docs/ARCHITECTURE.md, "One socket per worker").
 reuse_port = _server.GUNICORN_REUSE_PORT
+# gunicorn's own parser in Python, also where gunicorn_h1c (its C parser) is installed: the
+# C one saved 3-6% of the server's CPU a request and no measurable peak or p99 on this
+# service (docs/BENCHMARKS.md, "gunicorn's C HTTP parser"), and the hostile-HTTP tests run
+# against this one.
+http_parser = "python"
 # Also the deadline for a request's line and headers (gunicorn's gevent worker).
 keepalive = 5
 # Stripe waits up to ~20 s; a request that takes longer than this is a bug.
@@ -38,12 +44,10 @@ limit_request_field_size = 8190
 control_socket_disable = True
 
 # Prometheus multiprocess mode: each worker writes its samples to files in one directory,
-# /metrics aggregates them, so request latency agrees whichever worker is scraped.
+# /metrics aggregates them, so request latency agrees whichever worker is scraped. Made as
+# the master starts (on_starting), once the port is known to be free: a refused start
+# leaves nothing in the temp dir.
 _own_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-if _own_metrics_dir:
-    import tempfile
-
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
 
 
 def on_starting(server):
@@ -52,7 +56,7 @@ def on_starting(server):
     # the master starts: not on a HUP reload, nor in a master that USR2 re-executed (the old
     # master's workers hold the port).
     if "GUNICORN_PID" not in os.environ:
-        taken = [serving.port_in_use(address) for address in server.cfg.bind]
+        taken = [port_in_use(address) for address in server.cfg.bind]
         if any(taken):
             from ledger.declared import exit_with
 
@@ -60,10 +64,27 @@ def on_starting(server):
     caveat = serving.reuse_port_caveat() if server.cfg.reuse_port else None
     if caveat:
         server.log.warning(caveat)
+    if _own_metrics_dir and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
+
+
+def when_ready(server):
+    # With a socket per worker the master holds none, and gunicorn's own "Listening at:"
+    # line names no address: say where the workers listen.
+    if not server.LISTENERS:
+        where = ", ".join(f"http://{address}" for address in server.cfg.bind)
+        server.log.info("Listening at: %s (a socket in each worker)", where)
+
+
+def post_fork(server, worker):
+    where = ", ".join(str(listener) for listener in worker.sockets)
+    server.log.info("Worker %s listening at: %s", worker.pid, where)
 
 
 def on_exit(server):
-    if _own_metrics_dir:
+    if _own_metrics_dir and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         import shutil
 
         shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)

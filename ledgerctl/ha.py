@@ -15,7 +15,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 MASTER = "ledger"
 """The name the Sentinels monitor the primary under (REDIS_SENTINEL_MASTER)."""
 
@@ -36,6 +35,9 @@ class Topology:
     node_ports: tuple[int, int, int] = (6390, 6391, 6392)
     sentinel_ports: tuple[int, int, int] = (26390, 26391, 26392)
     timing: Timing = field(default_factory=Timing)
+    config: Path = field(default_factory=lambda: Path("config").resolve())
+    """The shipped config/ the nodes include: the checkout's (the working directory's, as
+    for the Procfile's redis line), also when the project is installed from its wheel."""
 
     def node_dir(self, index: int) -> Path:
         return self.base / f"redis-{index + 1}"
@@ -53,8 +55,8 @@ def node_config(topology: Topology, index: int) -> str:
     """A data node: the shipped configs, its port and directory; all but the first start
     as replicas of the first."""
     lines = [
-        f"include {ROOT / 'config' / 'redis.conf'}",
-        f"include {ROOT / 'config' / 'replication.conf'}",
+        f"include {topology.config / 'redis.conf'}",
+        f"include {topology.config / 'replication.conf'}",
         f"port {topology.node_ports[index]}",
         f"dir {topology.node_dir(index)}",
         "logfile redis.log",

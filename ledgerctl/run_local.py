@@ -1,6 +1,9 @@
 """What ``scripts/run.sh`` runs: the Procfile's processes (``--ha``: Procfile.ha's, a
 replicated ledger) under honcho's manager, with local defaults, a banner, a "ready" line
-once /readyz answers, and output that survives its reader going away.
+once this stack's own server answers /readyz, and output that survives its reader going away.
+Before anything starts it refuses (one line each, exit 2) a port that is taken and a data
+folder another stack holds (ledgerctl/local_guard.py). Single-node keeps its data in
+var/redis and var/downstream.sqlite3, ``--ha`` in var/ha.
 
 ``scripts/run.sh | tee log`` then Ctrl-C: the terminal sends SIGINT to ``tee`` as well, and
 honcho's own ``honcho start`` dies of BrokenPipeError writing "SIGINT received" to the
@@ -11,6 +14,7 @@ process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the sam
 
 import argparse
 import datetime
+import json
 import os
 import secrets
 import signal
@@ -32,7 +36,7 @@ from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.declared import setting
 from ledger.defaults import DEFAULT_WEB_PORT
-from ledgerctl import ha
+from ledgerctl import ha, local_guard
 from ledgerctl.banner import banner, base_url, ready_line
 
 DEV_ENV = Path("var/dev.env")
@@ -86,17 +90,20 @@ def dev_values() -> dict[str, str]:
     return {name: value for name, _, value in pairs if name}
 
 
-def local_env(environ: Mapping[str, str], dev: Mapping[str, str], root: Path) -> dict[str, str]:
+def local_env(
+    environ: Mapping[str, str], dev: Mapping[str, str], root: Path, data: Path | None = None
+) -> dict[str, str]:
     """The processes' environment: what is set wins, local defaults fill the rest. The local
     secret is always among the active ones (labelled ``local`` when the others are
-    labelled), so the replay script can sign with it beside ``stripe listen``'s."""
+    labelled), so the replay script can sign with it beside ``stripe listen``'s. The
+    downstream sqlite file is in ``data`` (var/ by default)."""
     env = dict(environ)
     defaults = {
         "REDIS_PORT": "6389",
         "WEB_PORT": str(DEFAULT_WEB_PORT),
         "HOST": "127.0.0.1",
         "STRIPE_MODE": "test",  # local work forwards test-mode events: they must fulfil
-        "FULFILMENT_ACTION": f"sqlite:///{root / 'var' / 'downstream.sqlite3'}",
+        "FULFILMENT_ACTION": f"sqlite:///{(data or root / 'var') / 'downstream.sqlite3'}",
         "OPS_TOKEN": dev["DEV_OPS_TOKEN"],
     }
     env |= {name: value for name, value in defaults.items() if not env.get(name)}
@@ -116,11 +123,9 @@ def local_env(environ: Mapping[str, str], dev: Mapping[str, str], root: Path) ->
     return env
 
 
-def replicated_env(env: Mapping[str, str], root: Path) -> dict[str, str]:
+def replicated_env(env: Mapping[str, str], topology: ha.Topology) -> dict[str, str]:
     """``--ha``: a primary, two replicas and three Sentinels on loopback (their files in
     var/ha, written once), found through the Sentinels, each write on one replica too."""
-    topology = ha.Topology(root / "var" / "ha")
-    ha.write(topology)
     given = {
         "REDIS_SENTINELS": topology.sentinels_setting,
         "REDIS_SENTINEL_MASTER": ha.MASTER,
@@ -130,19 +135,48 @@ def replicated_env(env: Mapping[str, str], root: Path) -> dict[str, str]:
 
 
 def announce_when_ready(manager: Manager, env: Mapping[str, str]) -> None:
-    """Print the ready line once /readyz answers 200 (a note if it takes long)."""
+    """Print the ready line once this stack's server answers /readyz 200: the pid it
+    reports is one of this process's descendants (a note if it takes long)."""
     started, noted = time.monotonic(), False
     while True:
         try:
-            with urllib.request.urlopen(f"{base_url(env)}/readyz", timeout=2):
+            with urllib.request.urlopen(f"{base_url(env)}/readyz", timeout=2) as answer:
+                pid = int(json.load(answer).get("pid", 0))
+            if local_guard.descends_from(pid, os.getpid()):
                 say(manager, ready_line(env))
                 return
-        except (urllib.error.URLError, OSError) as exc:
+            why = f"/readyz answered by pid {pid}, not a process of this stack"
+        except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
             why = str(exc)
         if not noted and time.monotonic() - started > NOT_READY_NOTE_S:
             say(manager, f"not ready after {NOT_READY_NOTE_S:g} s ({why}); still waiting")
             noted = True
         time.sleep(0.5)
+
+
+def refusals(env: Mapping[str, str], local: Local, topology: ha.Topology | None) -> list[str]:
+    """Why this stack must not start: a port of it taken, its data folder held by another
+    stack (held from here on by this one)."""
+    ports = {"WEB_PORT": f"{env['HOST']}:{env['WEB_PORT']}"}
+    if topology is None:
+        ports["REDIS_PORT"] = f"127.0.0.1:{local.REDIS_PORT}"
+        folder = Path("var/redis")
+    else:
+        nodes = [*topology.node_ports, *topology.sentinel_ports]
+        ports |= {f"--ha port {port}": f"127.0.0.1:{port}" for port in nodes}
+        folder = Path("var/ha")
+    held = local_guard.hold(folder)
+    return [held] if held else local_guard.taken_ports(ports)
+
+
+def processes(replicated: bool) -> dict[str, str]:
+    """The Procfile's processes; ``--ha``: Procfile.ha's Redis nodes and Sentinels instead
+    of the Procfile's single redis."""
+    app = parse_procfile(Path("Procfile").read_text()).processes
+    if not replicated:
+        return app
+    nodes = parse_procfile(Path("Procfile.ha").read_text()).processes
+    return {**nodes, **{name: cmd for name, cmd in app.items() if name != "redis"}}
 
 
 def say(manager: Manager, text: str) -> None:
@@ -157,24 +191,27 @@ def main() -> None:
     replicated = parser.parse_args().ha
     root = Path.cwd()
     dev = dev_values()
-    env = local_env(os.environ, dev, root)
+    topology = ha.Topology(root / "var" / "ha", config=root / "config")
+    env = local_env(os.environ, dev, root, topology.base if replicated else None)
     if replicated:
-        env = replicated_env(env, root)
+        env = replicated_env(env, topology)
     values, problems = declared.read(fields(Local), env)
     try:
         settings = settings_module.load(env, require=("STRIPE_WEBHOOK_SECRET",))
     except settings_module.SettingsError as exc:
         problems += exc.problems
+    if not problems:
+        local = Local(**values)  # type: ignore[arg-type]
+        problems = refusals(env, local, topology if replicated else None)
     if problems:  # before anything starts: one line per problem, exit code 2
         settings_module.exit_with(problems)
-    local = Local(**values)  # type: ignore[arg-type]
-    Path("var/redis").mkdir(parents=True, exist_ok=True)
+    if replicated:
+        ha.write(topology)
     output = PipeSafeOutput()
     output.write(banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"]))
     manager = Manager(Printer(output))
-    procfile = parse_procfile(Path("Procfile.ha" if replicated else "Procfile").read_text())
     concurrency = {"worker": local.WORKERS}
-    for p in expand_processes(procfile.processes, concurrency=concurrency, env=env):
+    for p in expand_processes(processes(replicated), concurrency=concurrency, env=env):
         manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()

@@ -3,9 +3,9 @@
 
     scripts/replay_events.py --scenario case-study --expect-once
 
-The tool itself is ``ledgerctl.replay`` (also installed as ``.venv/bin/replay-events``).
-Run by any python3, this script re-runs itself with the project's .venv (scripts/bootstrap.sh
-makes it), where the tool and its dependencies are installed.
+The tool itself is ``ledgerctl.replay`` (also installed as ``replay-events``). Any Python
+where the project is installed runs it (a deploy's venv, a container); any other python3
+re-runs this script with the checkout's .venv (scripts/bootstrap.sh makes it).
 """
 
 import os
@@ -13,13 +13,19 @@ import sys
 from pathlib import Path
 
 VENV = Path(__file__).resolve().parents[1] / ".venv"
-if Path(sys.prefix).resolve() != VENV.resolve():
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        sys.exit(f"{python} is missing: run scripts/bootstrap.sh first")
-    os.execv(python, [str(python), __file__, *sys.argv[1:]])
 
-from ledgerctl.replay.main import main  # noqa: E402 (after choosing the interpreter)
+try:
+    from ledgerctl.replay.main import main
+except ImportError:
+    python = VENV / "bin" / "python"
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        raise  # the .venv itself lacks it: nothing else to try
+    if not python.exists():
+        sys.exit(
+            f"the project is not installed in {sys.executable} and {python} is missing:"
+            " run scripts/bootstrap.sh first (or install the project)"
+        )
+    os.execv(python, [str(python), __file__, *sys.argv[1:]])
 
 if __name__ == "__main__":
     main()

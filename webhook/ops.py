@@ -5,6 +5,7 @@ Every answer is one of the typed views of ledger/views.py, the same objects that
 retry/resolve, which need POST and the CSRF token.
 """
 
+import os
 from importlib import resources
 
 from flask import Blueprint, Response, request
@@ -39,11 +40,13 @@ def healthz() -> Response:
 
 @health_bp.get("/readyz")
 def readyz() -> Response:
+    """Ready once Redis answers; ``pid`` names the process that answered, so a launcher can
+    tell its own server from another one on the same port (ledgerctl/local_guard.py)."""
     try:
         get_redis().ping()
     except RedisError as exc:
         return json_response({"status": "unavailable", "error": type(exc).__name__}, 503)
-    return json_response({"status": "ready"})
+    return json_response({"status": "ready", "pid": os.getpid()})
 
 
 @health_bp.get("/favicon.ico")

@@ -7,7 +7,6 @@ line per problem, instead of one traceback per worker. Standard library and ``le
 """
 
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -48,28 +47,6 @@ class Server:
         platform = bool(self.PORT and not self.WEB_PORT)
         host = self.HOST or ("0.0.0.0" if platform else "127.0.0.1")
         return f"{host}:{self.WEB_PORT or self.PORT or defaults.DEFAULT_WEB_PORT}"
-
-
-def port_in_use(bind: str) -> str | None:
-    """Why the web process cannot listen at ``bind`` (host:port), or None when it can (or
-    when ``bind`` is not host:port, such as a unix socket: gunicorn then says).
-
-    With a socket per worker gunicorn's master never binds, and a worker that cannot bind
-    retries for 5 s, exits and is forked again, for ever: the master asks once, up front.
-    """
-    host, _, port = bind.rpartition(":")
-    if not (host and port.isdigit()):
-        return None
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
-            probe.bind(address)
-    except OSError as exc:
-        return f"cannot listen on {bind}: {exc.strerror or exc}"
-    return None
 
 
 MIGRATE_REQUESTS = Path("/proc/sys/net/ipv4/tcp_migrate_req")

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -16,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from ledger.ports import port_in_use
 from ledger.settings import fingerprint
 from tests.support.processes import ROOT, free_port, wait_until
 
 COPIED = ("scripts/run.sh", "scripts/bootstrap.sh", "Procfile", "gunicorn.conf.py")
-COPIED += ("pyproject.toml", "config")
+COPIED += ("pyproject.toml", "uv.lock", "config")
 CLI_SECRET = "whsec_from_stripe_listen_0123456789"
+IN_USE = "Address already in use"
 
 
 @pytest.fixture
@@ -134,6 +137,9 @@ def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, che
     assert f"endpoint http://127.0.0.1:{port}/webhooks/stripe" in ready_line
     assert f"dashboard http://127.0.0.1:{port}/ops/" in ready_line
     assert out.index("Listening at:") < out.index("ready:")  # after the server, not a banner
+    # A socket in each worker: gunicorn's own line names none, the service's names them.
+    assert f"Listening at: http://127.0.0.1:{port} (a socket in each worker)" in out
+    assert len(re.findall(rf"Worker \d+ listening at: http://127.0.0.1:{port}", out)) == 2
 
 
 def test_ctrl_c_stops_everything_when_the_output_reader_has_exited(run_sh) -> None:
@@ -183,3 +189,50 @@ def test_replay_script_runs_as_written_without_the_venv_on_path() -> None:
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0 and "--scenario" in done.stdout, done.stderr
+
+
+def refused(checkout: Path, **settings: str) -> list[str]:
+    """scripts/run.sh in ``checkout`` with ``settings``, expected to refuse before it starts
+    anything: its output's lines (exit code 2)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "OPS_", "PYTEST"))}
+    done = subprocess.run(
+        ["scripts/run.sh"], cwd=checkout, env={**env, **settings},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 2, lines
+    assert not any("ready:" in line for line in lines), lines
+    return lines
+
+
+def test_a_taken_web_or_redis_port_is_refused_before_anything_starts(checkout: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        web = refused(checkout, WEB_PORT=str(port), REDIS_PORT=str(free_port()))
+        redis = refused(checkout, WEB_PORT=str(free_port()), REDIS_PORT=str(port))
+    assert web == [f"WEB_PORT: cannot listen on 127.0.0.1:{port}: {IN_USE}"]
+    assert redis == [f"REDIS_PORT: cannot listen on 127.0.0.1:{port}: {IN_USE}"]
+    assert not (checkout / "var" / "redis" / "appendonlydir").exists()  # no Redis ran there
+
+
+def test_a_second_stack_sharing_var_is_refused_and_the_first_keeps_its_data(
+    run_sh, checkout: Path
+) -> None:
+    """A second copy on other ports, same var/: its Redis would append to the first one's
+    file. It stops before starting anything, naming the folder; the first runs on."""
+    first, web = run_sh()
+    wait_until(lambda: "ready:" in first.log.read_text(), 30, what="the ready line")
+    aof = checkout / "var" / "redis" / "appendonlydir"
+    files = sorted(path.name for path in aof.iterdir())
+    other_web, other_redis = free_port(), free_port()
+    lines = refused(checkout, WEB_PORT=str(other_web), REDIS_PORT=str(other_redis))
+    holder = (checkout / "var" / "redis" / "run.pid").read_text().strip()
+    assert lines == [
+        f"var/redis: data folder held by scripts/run.sh pid {holder};"
+        " stop that stack or use another checkout"
+    ]
+    assert sorted(path.name for path in aof.iterdir()) == files
+    for port in (other_web, other_redis):
+        assert port_in_use(f"127.0.0.1:{port}") is None  # nothing of the second listened
+    assert ready(web)
+    first.ctrl_c_stops_everything()

@@ -89,13 +89,15 @@ def test_the_web_process_names_a_missing_secret_and_its_own_settings() -> None:
     assert lines[0].startswith("missing setting STRIPE_WEBHOOK_SECRET: expected one or more")
 
 
-def test_the_web_process_refuses_a_port_in_use_at_once() -> None:
+def test_the_web_process_refuses_a_port_in_use_at_once(tmp_path: Path) -> None:
+    env = env_with(STRIPE_WEBHOOK_SECRET=SECRET, TMPDIR=str(tmp_path))
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        code, lines = run(WEB, env_with(STRIPE_WEBHOOK_SECRET=SECRET, WEB_PORT=str(port)), 20)
+        code, lines = run(WEB, {**env, "WEB_PORT": str(port)}, 20)
     assert code == 2, lines  # gunicorn's own retries would exit 1 after 5 s
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in lines
     assert not any("Traceback" in line for line in lines), lines
+    assert list(tmp_path.iterdir()) == []  # no webhook-prometheus-* metrics folder left
 
 
 @pytest.mark.parametrize(

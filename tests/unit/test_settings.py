@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from ledger import declared
+from ledger.ports import port_in_use
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
 from webhook import serving
-from webhook.serving import Server, port_in_use
+from webhook.serving import Server
 
 # name: (a good text, the value it gives, a wrong text, words of what is allowed)
 CASES: dict[str, tuple[str, object, str, str]] = {

@@ -1,0 +1,59 @@
+"""What scripts/run.sh starts and guards, without starting it: the processes of each
+topology, their downstream files, a data folder held by one stack at a time, and whose
+server answers /readyz."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ledgerctl import local_guard
+from ledgerctl.run_local import local_env, processes
+from tests.support.processes import ROOT
+
+DEV = {"DEV_WEBHOOK_SECRET": "whsec_local_0123456789abcdef", "DEV_OPS_TOKEN": "token"}
+SERVICE = ("web", "worker", "sweeper")
+
+
+def test_ha_runs_the_procfile_service_lines_beside_procfile_ha_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    single, replicated = processes(False), processes(True)
+    assert set(single) == {"redis", *SERVICE}
+    nodes = {f"{kind}{n}" for kind in ("redis", "sentinel") for n in (1, 2, 3)}
+    assert set(replicated) == nodes | set(SERVICE)
+    assert {name: replicated[name] for name in SERVICE} == {n: single[n] for n in SERVICE}
+    assert "fulfilment-worker" in single["worker"]  # Sentinel-aware on either topology
+
+
+def test_single_node_and_ha_keep_separate_downstream_files(tmp_path: Path) -> None:
+    single = local_env({}, DEV, tmp_path)["FULFILMENT_ACTION"]
+    replicated = local_env({}, DEV, tmp_path, tmp_path / "var" / "ha")["FULFILMENT_ACTION"]
+    assert single == f"sqlite:///{tmp_path}/var/downstream.sqlite3"
+    assert replicated == f"sqlite:///{tmp_path}/var/ha/downstream.sqlite3"
+
+
+def test_a_data_folder_is_held_by_one_stack_at_a_time(tmp_path: Path) -> None:
+    folder = tmp_path / "redis"
+    held = len(local_guard._held)
+    try:
+        assert local_guard.hold(folder) is None
+        assert (folder / local_guard.OWNER_FILE).read_text() == f"{os.getpid()}\n"
+        # A second hold opens the folder again: flock refuses it as it would another process.
+        assert local_guard.hold(folder) == (
+            f"{folder}: data folder held by scripts/run.sh pid {os.getpid()};"
+            " stop that stack or use another checkout"
+        )
+    finally:
+        while len(local_guard._held) > held:
+            os.close(local_guard._held.pop())
+    assert local_guard.hold(folder) is None  # released: free again
+    os.close(local_guard._held.pop())
+
+
+def test_only_a_descendant_of_the_launcher_is_its_own_server() -> None:
+    assert local_guard.descends_from(os.getpid(), os.getppid())
+    assert local_guard.descends_from(os.getpid(), os.getpid())
+    assert not local_guard.descends_from(os.getppid(), os.getpid())
+    assert not local_guard.descends_from(0, os.getpid())  # /readyz without a pid
