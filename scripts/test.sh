@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/bootstrap.sh) and run every check: ruff lint, ruff format, mypy, pytest.
+# Set up (scripts/bootstrap.sh: .venv from uv.lock with the dev group) and run every check:
+# the lock is current, ruff lint, ruff format, mypy, pytest.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k ledger
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 export PATH="$PWD/.venv/bin:$PATH"
+echo "== uv lock --check (uv.lock matches pyproject.toml)" && uv lock --check --quiet
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .
 echo "== mypy" && mypy
