@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from ledger import events as events_table
 from ledger import figures, queries, secret_usage
 from ledger.views import EventList, PaymentList, RejectionList
 from ledgerctl import cli_actions, cli_reconcile, render
@@ -124,6 +125,14 @@ def secrets(ctx: Context, as_json: bool) -> None:
     emit(found, as_json, render.secrets(found))
     if not s.secrets:  # e.g. a new terminal beside scripts/run.sh, whose secret is in var/dev.env
         click.echo(NO_SECRETS_HERE, err=True)
+
+
+@main.command("event-types")
+@click.option("--csv", "as_csv", is_flag=True, help="One line, comma-separated.")
+def event_types(as_csv: bool) -> None:
+    """The event types to select on the Stripe endpoint (from ledger/events.py's table)."""
+    names = events_table.endpoint_types()
+    click.echo(",".join(names) if as_csv else "\n".join(names))
 
 
 for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS):
