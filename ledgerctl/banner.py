@@ -7,6 +7,7 @@ carry a password and FULFILMENT_ACTION an API key in its query.
 """
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from ledger import defaults
 from ledger.connection import describe
@@ -78,7 +79,19 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
     port = web_port(env)
     if port != str(defaults.DEFAULT_WEB_PORT):
         moved.append(f"WEB_PORT={port}")
+    if moved_downstream(settings.FULFILMENT_ACTION):  # --ha: var/ha/downstream.sqlite3
+        moved.append(f"FULFILMENT_ACTION={redact(settings.FULFILMENT_ACTION)}")
     return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
+
+
+def moved_downstream(action: str) -> bool:
+    """Whether ``action`` is a SQLite file other than the default one (which the replay
+    script's read-back finds by itself)."""
+    prefix = "sqlite:///"
+    if not action.startswith(prefix):
+        return False
+    default = Path(defaults.FULFILMENT_ACTION.removeprefix(prefix)).resolve()
+    return Path(action.removeprefix(prefix)).resolve() != default
 
 
 def ready_line(env: Mapping[str, str]) -> str:

@@ -1,6 +1,8 @@
 """scripts/run.sh's banner tells the tools in another terminal where this run is when it is
 not at the default places (a moved Redis port, a moved web port, Sentinel)."""
 
+from pathlib import Path
+
 from ledger.settings import load
 from ledgerctl.banner import banner
 
@@ -25,3 +27,12 @@ def test_moved_ports_are_given_to_export() -> None:
 def test_a_replicated_run_gives_its_sentinels() -> None:
     text = shown({"REDIS_SENTINELS": "127.0.0.1:26390,127.0.0.1:26391"})
     assert "export REDIS_SENTINELS=127.0.0.1:26390,127.0.0.1:26391\n" in text
+
+
+def test_a_downstream_other_than_the_default_file_is_given_to_export(tmp_path) -> None:
+    """scripts/run.sh --ha keeps its downstream in var/ha: the replay's read-back must be
+    told; the default file (also written absolute, as run.sh does) needs nothing."""
+    ha = f"sqlite:///{tmp_path}/var/ha/downstream.sqlite3"
+    assert f"export FULFILMENT_ACTION={ha}\n" in shown({"FULFILMENT_ACTION": ha})
+    default = f"sqlite:///{Path('var/downstream.sqlite3').resolve()}"
+    assert "another terminal" not in shown({"FULFILMENT_ACTION": default})
