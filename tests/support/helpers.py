@@ -31,6 +31,19 @@ def paid_event(rng: random.Random) -> tuple[dict[str, Any], bytes]:
     return event, samples.encode(event)
 
 
+def deliver_live_payment(base: str, rng: random.Random) -> str:
+    """POST one signed paid live-mode event (STRIPE_MODE's default) to the server at
+    ``base``, answered 200; its payment key."""
+    event = samples.payment_events(rng)[2]
+    event["livemode"] = True
+    body = samples.encode(event)
+    answer = requests.post(
+        f"{base}/webhooks/stripe", data=body, headers=signed_headers(body), timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    return str(event["data"]["object"]["id"])
+
+
 def delivery(event: dict[str, Any], body: bytes, request_id: str | None = None) -> Delivery:
     """What the receiver hands the ledger for ``event`` once it has verified it."""
     return Delivery(

@@ -24,10 +24,9 @@ import requests
 from redis import Redis
 
 from ledger import queries
-from ledgerctl import samples
 from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.ha import Cluster
-from tests.support.helpers import signed_headers
+from tests.support.helpers import deliver_live_payment
 from tests.support.processes import BIN, ROOT, RedisServer, free_port, wait_until
 
 PACKAGES = ("ledger", "ledgerctl", "webhook", "workers")
@@ -166,12 +165,7 @@ def fulfils_a_paid_payment(running: Honcho, redis: Redis, app: Path, seed: int) 
             return False
 
     wait_until(ready, 120, 0.2, what="/readyz")
-    event = samples.payment_events(random.Random(seed))[2]
-    event["livemode"] = True  # STRIPE_MODE defaults to live
-    body = samples.encode(event)
-    answer = requests.post(f"{base}/webhooks/stripe", data=body, headers=signed_headers(body))
-    assert answer.status_code == 200, answer.text
-    key = event["data"]["object"]["id"]
+    key = deliver_live_payment(base, random.Random(seed))
 
     def fulfilled() -> bool:
         assert running.proc.poll() is None, running.output()

@@ -17,9 +17,8 @@ from honcho.environ import parse_procfile
 from redis import Redis
 
 from ledger import keys, queries
-from ledgerctl import samples
 from tests.support.constants import BEARER, OPS_TOKEN, SECRET
-from tests.support.helpers import signed_headers
+from tests.support.helpers import deliver_live_payment
 from tests.support.processes import BIN, ROOT, RedisServer, free_port, wait_for_port, wait_until
 
 LINES = parse_procfile((ROOT / "Procfile").read_text()).processes
@@ -99,12 +98,7 @@ def test_web_and_worker_lines_fulfil_a_paid_payment_with_only_the_required_setti
     wait_for_port(port, timeout=60, proc=web)
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: requests.get(f"{base}/readyz", timeout=5).ok, 60, what="/readyz")
-    event = samples.payment_events(random.Random(15))[2]
-    event["livemode"] = True  # STRIPE_MODE defaults to live
-    body = samples.encode(event)
-    answer = requests.post(f"{base}/webhooks/stripe", data=body, headers=signed_headers(body))
-    assert answer.status_code == 200, answer.text
-    key = event["data"]["object"]["id"]
+    key = deliver_live_payment(base, random.Random(15))
 
     def fulfilled() -> bool:
         record = queries.payment(redis, key)
