@@ -139,7 +139,7 @@ class Intake:
         out: dict[str, Any] = {}
         for cls in classes:
             if cls == "gevent" and importlib.util.find_spec("gevent") is None:
-                out[cls] = {"skipped": "gevent is not installed (.venv/bin/pip install gevent)"}
+                out[cls] = {"skipped": "gevent is not installed (scripts/bootstrap.sh)"}
                 continue
             log(f"intake: worker class {cls}")
             with Stack() as st:

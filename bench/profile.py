@@ -222,7 +222,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         log("profile: step timings of the receiver path, in-process")
         result["steps_us"] = steps(wd, 300 if quick else 1000)
         if not have_pyspy():
-            result["skipped"] = "py-spy is not installed (.venv/bin/pip install py-spy)"
+            result["skipped"] = "py-spy is not installed (scripts/bootstrap.sh --group bench)"
             return result
         log("profile: receiver under wrk, py-spy on both gunicorn workers")
         result["receiver"] = receiver(wd, 4.0 if quick else 7.0)

@@ -6,7 +6,7 @@ py-spy stacks, latest.md) and the tables into the results region of docs/BENCHMA
     .venv/bin/python -m bench.run_all --only intake --only memory   # merged into latest
 
 Needs redis-server and wrk (scripts/bench.sh installs both), and for full coverage gevent
-and py-spy (``.venv/bin/pip install gevent py-spy``; else that worker class / the profile
+and py-spy (``scripts/bootstrap.sh --group bench``; else that worker class / the profile
 is skipped). Every process is started on 127.0.0.1 and stopped by PID.
 """
 
@@ -40,9 +40,9 @@ def preflight() -> list[str]:
     if not have_wrk():
         raise SystemExit("wrk not found: run scripts/bench.sh (or apt-get install -y wrk)")
     if importlib.util.find_spec("gevent") is None:
-        notes.append("gevent not installed (.venv/bin/pip install gevent): gevent class skipped")
+        notes.append("gevent not installed (scripts/bootstrap.sh): gevent class skipped")
     if not profile.have_pyspy():
-        notes.append("py-spy not installed (.venv/bin/pip install py-spy): no sampling profile")
+        notes.append("py-spy not installed (scripts/bootstrap.sh --group bench): no profile")
     for n in notes:
         log("note:", n)
     return notes
