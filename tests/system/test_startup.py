@@ -17,7 +17,7 @@ from tests.support.processes import BIN, ROOT, RedisServer, free_port
 
 WEB = [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "webhook.wsgi:app"]
 WORKER = [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-c", "workers.rq_config"]
-HA_WORKER = [str(BIN / "fulfilment-worker")]  # Procfile.ha's
+HA_WORKER = [str(BIN / "fulfilment-worker")]  # the Procfile's, for either topology
 SWEEPER = [str(BIN / "webhook-ledger"), "sweep", "--loop"]
 CLI = [str(BIN / "webhook-ledger"), "summary"]
 REPLAY = [str(ROOT / "scripts" / "replay_events.py"), "--generate", "1"]
