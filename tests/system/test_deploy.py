@@ -105,6 +105,16 @@ def test_the_venv_has_the_locked_runtime_and_no_dev_tools(deployed: Deployed) ->
     assert where.stdout.startswith(str(deployed.venv))  # installed, not the checkout's
 
 
+def test_the_replay_script_runs_with_the_deploys_python(deployed: Deployed) -> None:
+    """No .venv in the app directory: the script runs with the Python it is given, where
+    the project is installed, instead of asking for scripts/bootstrap.sh."""
+    done = subprocess.run(
+        [str(deployed.venv / "bin" / "python"), "scripts/replay_events.py", "--help"],
+        cwd=deployed.app, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and "--scenario" in done.stdout, done.stderr
+
+
 class Honcho:
     """``honcho start web worker sweeper`` in the app directory, as a platform's runner."""
 
