@@ -1,9 +1,10 @@
-"""What ``scripts/run.sh`` runs: the Procfile's processes (``--ha``: Procfile.ha's, a
-replicated ledger) under honcho's manager, with local defaults, a banner, a "ready" line
-once this stack's own server answers /readyz, and output that survives its reader going away.
-Before anything starts it refuses (one line each, exit 2) a port that is taken and a data
-folder another stack holds (ledgerctl/local_guard.py). Single-node keeps its data in
-var/redis and var/downstream.sqlite3, ``--ha`` in var/ha.
+"""What ``scripts/run.sh`` runs: the Procfile's processes (``--ha``: Procfile.ha's Redis
+nodes and Sentinels in place of its redis, a replicated ledger) under honcho's manager,
+with local defaults, a banner, a "ready" line once this stack's own server answers
+/readyz, and output that survives its reader going away. Before anything starts it
+refuses (one line each, exit 2) a port that is taken and a data folder another stack
+holds (ledgerctl/local_guard.py). Single-node keeps its data in var/redis and
+var/downstream.sqlite3, ``--ha`` in var/ha.
 
 ``scripts/run.sh | tee log`` then Ctrl-C: the terminal sends SIGINT to ``tee`` as well, and
 honcho's own ``honcho start`` dies of BrokenPipeError writing "SIGINT received" to the
