@@ -82,11 +82,16 @@ def test_basic_auth_with_non_ascii_bytes_is_401(client, route: str, value: str) 
     assert answer.status_code == 401
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+def fuzzing(examples: int):
+    """Hypothesis settings for a fuzz that uses the suite's function-scoped fixtures."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+@fuzzing(300)
 @given(
     route=st.sampled_from(ROUTES),
     fuzzed=st.dictionaries(st.sampled_from(HEADERS), VALUES, min_size=1, max_size=4),

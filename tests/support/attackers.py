@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tests.support.helpers import in_background
+
 BODY = b'{"a": 1}'
 HEAD = (
     b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -131,19 +133,12 @@ class Attack:
                 if key.fileobj in self.connections:
                     self.read(key.fileobj)  # type: ignore[arg-type]
 
-    def answered(self, status: str) -> int:
-        with self.lock:
-            return self.statuses[status]
-
     @contextmanager
     def running(self) -> Iterator["Attack"]:
-        thread = threading.Thread(target=self.run, daemon=True)
-        thread.start()
         try:
-            yield self
+            with in_background(self.run, self.stop):
+                yield self
         finally:
-            self.stop.set()
-            thread.join(timeout=30)
             for sock in list(self.connections):
                 self.selector.unregister(sock)
                 sock.close()

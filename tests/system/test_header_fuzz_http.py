@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.integration.test_header_fuzz import HEADERS, HUGE_LENGTHS, ROUTES
+from tests.integration.test_header_fuzz import HEADERS, HUGE_LENGTHS, ROUTES, fuzzing
 from tests.support.constants import BEARER, OPS_TOKEN, SECRET
 from tests.support.helpers import paid_event, signed_headers
 from tests.support.processes import Gunicorn, RedisServer, service_env
@@ -52,11 +52,7 @@ def status_of(port: int, request: bytes) -> int:
     return int(final.split(b" ", 2)[1]) if final else 0
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzzing(200)
 @given(
     route=st.sampled_from(ROUTES),
     fuzzed=st.dictionaries(st.sampled_from(HEADERS), RAW_VALUES, min_size=1, max_size=4),
