@@ -11,6 +11,7 @@ connection, and near the cap the oldest idle or slow connection makes room for a
 """
 
 import http.client
+import json
 import os
 import socket
 import time
@@ -22,6 +23,7 @@ import requests
 from redis import Redis
 
 from bench.cpu import cpu_seconds
+from ledger import keys
 from tests.support.attackers import BODY, Attack
 from tests.support.constants import SECRET
 from tests.support.helpers import paid_event, signed_headers, stats
@@ -153,4 +155,41 @@ def test_a_connection_ends_after_a_rejection_or_its_last_request(
             head = raw.partition(b"\r\n\r\n")[0]
             assert raw.startswith(b"HTTP/1.1 4") and b"Connection: close" in head, raw
     finally:
+        web.stop()
+
+
+def test_the_per_address_cap_and_trusted_proxies(
+    redis_server: RedisServer, redis: Redis, tmp_path: Path
+) -> None:
+    """One address holds at most CONNECTIONS_PER_ADDRESS per process; a trusted proxy is
+    exempt, and only its X-Forwarded-For names the client a rejection records."""
+    env = service_env(
+        redis_server.url,
+        {
+            "STRIPE_WEBHOOK_SECRET": SECRET,
+            "CONNECTIONS_PER_ADDRESS": "2",
+            "TRUSTED_PROXIES": "127.0.0.3",
+        },
+    )
+    web = Gunicorn(env, workers=1, log=tmp_path / "gunicorn.log").start()
+    held: list[socket.socket] = []
+    try:
+        for source in ["127.0.0.2"] * 2 + ["127.0.0.3"] * 4:
+            held.append(socket.create_connection(("127.0.0.1", web.port), 10, (source, 0)))
+        refused = socket.create_connection(("127.0.0.1", web.port), 10, ("127.0.0.2", 0))
+        with refused:
+            assert refused.recv(65536).startswith(b"HTTP/1.1 429")
+        assert stats(redis)["rejected:too_many_connections"] == 1
+        unsigned = (
+            b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"X-Forwarded-For: 203.0.113.9, 198.51.100.7\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        for sock in (held[0], held[-1]):  # from 127.0.0.2, then from the proxy
+            sock.sendall(unsigned)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+        records = [json.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, 1)]
+        assert [r["remote"] for r in records] == ["198.51.100.7", "127.0.0.2"]  # newest first
+    finally:
+        for sock in held:
+            sock.close()
         web.stop()
