@@ -15,8 +15,8 @@ import ipaddress
 import socket
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 IDLE, BODY, APP = "idle", "body", "app"
@@ -53,12 +53,14 @@ class Connection:
     shed: bool = False
     request: Any = None
     """gunicorn's request being served, if any (its ``must_close`` ends the connection)."""
-    capped: bool = field(default=True)
+    capped: bool = True
     """Counted against its address's cap (not a trusted proxy)."""
 
 
-def is_trusted(address: str | None, trusted: Iterable[Any]) -> bool:
+def is_trusted(address: str | None, trusted: Collection[Any]) -> bool:
     """Whether ``address`` is one of the ``trusted`` networks (False for a non-address)."""
+    if not trusted:
+        return False
     try:
         ip = ipaddress.ip_address((address or "").strip())
     except ValueError:
