@@ -96,9 +96,10 @@ CONNECTION_LIFETIME = 60.0
 
 TRUSTED_PROXIES = ""
 """Comma-separated addresses or networks (``10.0.0.0/8``) of proxies in front of the web
-process. A request from one of them is recorded under the client address its
-``X-Forwarded-For`` names (the last one that is not a trusted proxy), and its connections
-are exempt from CONNECTIONS_PER_ADDRESS; from anyone else ``X-Forwarded-For`` is ignored."""
+process. A rejection the app makes of a request from one of them records the client
+address its ``X-Forwarded-For`` names (the last one that is not a trusted proxy), and its
+connections are exempt from CONNECTIONS_PER_ADDRESS; from anyone else ``X-Forwarded-For``
+is ignored."""
 
 EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
