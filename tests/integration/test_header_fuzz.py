@@ -38,6 +38,9 @@ ROUTES = [
     ("GET", "/ops/"),
     ("GET", "/metrics"),
     ("POST", "/ops/api/payments/pi_x/retry"),
+    ("POST", "/ops/payments/pi_x/resolve"),  # the dashboard's form
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
 ]
 HUGE_LENGTHS = ["18446744073709551616", "99999999999999999999999999999999", "9" * 4000]
 NON_ASCII_BASIC = ["Basic \u00e9\u00e9\u00e9", "Basic b3BzOg\u00ff=", "basic \u0080"]
