@@ -31,8 +31,8 @@ from tests.support.processes import Gunicorn, RedisServer, service_env, wait_unt
 
 WORKERS = 2
 CONNECTIONS = int(os.environ.get("SLOTS_WORKER_CONNECTIONS", "50"))
-"""Per process; SLOTS_WORKER_CONNECTIONS=500 runs the shipped default (4,000 hostile
-connections in all: minutes, on a quiet machine only)."""
+"""Per process; SLOTS_WORKER_CONNECTIONS=500 runs the shipped default (2,000 hostile
+connections per case: on a quiet machine only)."""
 HOSTILE = 2 * WORKERS * CONNECTIONS
 """Twice the total connection cap."""
 DELIVERIES = 5
