@@ -17,8 +17,10 @@ workers = _server.WEB_CONCURRENCY
 # gevent with whole bodies under BODY_READ_TIMEOUT and JSON for malformed HTTP (webhook/server.py):
 # a slow client holds one greenlet, not one of a few threads.
 worker_class = _server.GUNICORN_WORKER_CLASS
-# Connections one process serves at once; beyond it new ones wait in the listen backlog.
-# Each holds at most MAX_BODY_BYTES of body while it is read.
+# Connections one process serves at once. The worker accepts 10 % more (at least 10) and,
+# past this number, sheds its oldest idle or slow connection for each new one; only when
+# every connection is being answered do new ones wait in the listen backlog
+# (webhook/connections.py). Each holds at most MAX_BODY_BYTES of body while it is read.
 worker_connections = _server.GUNICORN_WORKER_CONNECTIONS
 threads = _server.GUNICORN_THREADS  # gthread only
 # One listening socket per worker, the kernel spreading connections across them: with one

@@ -79,6 +79,28 @@ BODY_READ_TIMEOUT = 10.0
 incomplete then is answered 408 (``body_timeout``) and its connection closed. Stripe sends
 a whole event at once, so only a slow or hostile client ever comes near it."""
 
+CONNECTIONS_PER_ADDRESS = 250
+"""Connections one web process holds at once from one remote address (0: no cap); another
+is answered 429 ``too_many_connections`` and closed. Half of the default
+GUNICORN_WORKER_CONNECTIONS: one address cannot take a whole process, yet a load balancer
+or ``stripe listen`` on one address is never near it. Trusted proxies are exempt
+(TRUSTED_PROXIES): everyone behind one shares its address."""
+
+REQUESTS_PER_CONNECTION = 100
+"""Requests one kept-alive connection may carry; the answer to the last says
+``Connection: close``. Any 4xx answer closes its connection at once."""
+
+CONNECTION_LIFETIME = 60.0
+"""Seconds a connection is kept alive; the first answer after that says
+``Connection: close``."""
+
+TRUSTED_PROXIES = ""
+"""Comma-separated addresses or networks (``10.0.0.0/8``) of proxies in front of the web
+process. A rejection the app makes of a request from one of them records the client
+address its ``X-Forwarded-For`` names (the last one that is not a trusted proxy), and its
+connections are exempt from CONNECTIONS_PER_ADDRESS; from anyone else ``X-Forwarded-For``
+is ignored."""
+
 EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
 

@@ -4,6 +4,7 @@ the settings declared with them. Standard library only: gunicorn's master checks
 settings before it forks (gunicorn.conf.py), when nothing else may be imported yet.
 """
 
+import ipaddress
 import keyword
 import math
 import re
@@ -133,6 +134,20 @@ def host_ports() -> Kind:
         return text
 
     return Kind(parse, "host:port[,host:port...] (port 1-65535)")
+
+
+def networks() -> Kind:
+    """Comma-separated IP addresses or networks (``10.0.0.0/8``, ``::1``)."""
+
+    def parse(text: str) -> str:
+        for item in _items(text):
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise Invalid(f"{item} is not an address or network") from None
+        return text
+
+    return Kind(parse, "IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)")
 
 
 def token() -> Kind:

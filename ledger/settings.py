@@ -8,6 +8,7 @@ To add a setting: a default in defaults.py, a field here, a case in tests/unit/t
 """
 
 import hashlib
+import ipaddress
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -71,6 +72,16 @@ class Settings:
     BODY_READ_TIMEOUT: float = setting(
         defaults.BODY_READ_TIMEOUT, kinds.number(0, None, "seconds", above=True)
     )
+    CONNECTIONS_PER_ADDRESS: int = setting(
+        defaults.CONNECTIONS_PER_ADDRESS, kinds.whole(0, 100_000, "", " (0: no cap)")
+    )
+    REQUESTS_PER_CONNECTION: int = setting(
+        defaults.REQUESTS_PER_CONNECTION, kinds.whole(1, 1_000_000)
+    )
+    CONNECTION_LIFETIME: float = setting(
+        defaults.CONNECTION_LIFETIME, kinds.number(0, 86_400, "seconds", above=True)
+    )
+    TRUSTED_PROXIES: str = setting(defaults.TRUSTED_PROXIES, kinds.networks())
     EVENT_RETENTION_DAYS: int = setting(defaults.EVENT_RETENTION_DAYS, kinds.whole(1, None, "days"))
     PAYMENT_RETENTION_DAYS: int = setting(
         defaults.PAYMENT_RETENTION_DAYS, kinds.whole(0, None, "days", " (0: keep)")
@@ -123,6 +134,12 @@ class Settings:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
         return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
+
+    @cached_property
+    def trusted_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """``TRUSTED_PROXIES`` as networks (kinds.networks checked each)."""
+        items = [item.strip() for item in self.TRUSTED_PROXIES.split(",") if item.strip()]
+        return tuple(ipaddress.ip_network(item, strict=False) for item in items)
 
     @cached_property
     def sentinels(self) -> list[tuple[str, int]]:

@@ -6,11 +6,13 @@ import time
 
 import orjson
 from flask import Blueprint, Response, request
+from werkzeug.exceptions import HTTPException
 
 from ledger.defaults import REPLAY_HEADER
 from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
 from ledger.events import classify
 from ledger.faults import fault
+from webhook.connections import client_address
 from webhook.exceptions import Rejected
 from webhook.http import json_response
 from webhook.intake import delivery_source, parse_event, read_body
@@ -18,6 +20,10 @@ from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
+LARGEST_SIZE = 10**14 - 1
+"""A declared size is recorded up to this, the largest the ledger's Lua JSON (cjson, 14
+significant digits) keeps exact; a Content-Length beyond it, 2**64 or any number of
+digits, is recorded as this."""
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -80,10 +86,25 @@ def method_not_allowed(error: Exception) -> Response:
     return json_response({"error": "method_not_allowed"}, 405)
 
 
+@bp.app_errorhandler(400)
+def bad_request(error: HTTPException) -> Response | HTTPException:
+    """A request Werkzeug refuses before the view (a Host header it cannot use): on the
+    Stripe endpoint the same JSON answer as any rejection, counted; elsewhere unchanged."""
+    if request.path == "/webhooks/stripe":
+        detail = str(error.description or "")[:200]
+        return reject(Rejected("malformed_request", 400, detail), b"")
+    return error
+
+
 def reject(rejected: Rejected, body: bytes) -> Response:
     """Count the rejection (never the body itself) and answer with its reason."""
     size = len(body) if body else (request.content_length or 0)
-    count_rejection(rejected, size, body, request.remote_addr, request.method)
+    remote = client_address(
+        request.remote_addr,
+        request.headers.get("X-Forwarded-For"),
+        current_settings().trusted_proxies,
+    )
+    count_rejection(rejected, size, body, remote, request.method)
     return json_response(rejection_payload(rejected), rejected.status)
 
 
@@ -94,7 +115,7 @@ def count_rejection(
     record = {
         "reason": rejected.reason,
         "status": rejected.status,
-        "size": size,
+        "size": min(size, LARGEST_SIZE),
         "sha256": hashlib.sha256(body).hexdigest() if body else None,
         "remote": remote,
         "method": method,

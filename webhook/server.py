@@ -1,11 +1,14 @@
 """The web worker: gunicorn's gevent worker, made to hold on its own with no proxy in front.
 
-Every connection is a greenlet (at most ``worker_connections`` per process, set in
+Every connection is a greenlet (``worker_connections`` per process are served, set in
 gunicorn.conf.py), so a slow client holds a greenlet, never one of a few threads. gunicorn
 already bounds a request's line and headers by its keep-alive timeout; here the body is read
 whole within BODY_READ_TIMEOUT before the app runs, and HTTP that gunicorn's parser refuses
-is answered with the app's own counted JSON rejection instead of an HTML page. Why gevent:
-docs/ARCHITECTURE.md, "Slow and malformed HTTP".
+is answered with the app's own counted JSON rejection instead of an HTML page. No client
+keeps its slots for long (webhook/connections.py): any 4xx closes its connection, a
+connection carries a bounded number of requests for a bounded time, one address holds at
+most CONNECTIONS_PER_ADDRESS, and at the cap the oldest idle or slow connection gives way to
+a new one. Why gevent, and the capacity: docs/ARCHITECTURE.md, "Slow and malformed HTTP".
 """
 
 import io
@@ -19,6 +22,7 @@ from gunicorn import util
 from gunicorn.http import errors
 from gunicorn.workers.ggevent import GeventWorker
 
+from webhook.connections import APP, IDLE, Connections, Limits, headroom
 from webhook.exceptions import Rejected
 
 if TYPE_CHECKING:
@@ -41,6 +45,12 @@ PARSE_ERRORS: tuple[tuple[type[Exception], str, int], ...] = (
     (errors.ParseException, "malformed_request", 400),
 )
 """What a request gunicorn could not parse is counted as, first match wins."""
+
+
+SHED = Rejected(
+    "connection_shed", 408, "the body was too slow while the server needed the connection"
+)
+TOO_MANY = Rejected("too_many_connections", 429, "too many connections from this address")
 
 
 class BodyTimeout(Exception):
@@ -85,14 +95,30 @@ def raw_answer(status: int, payload: dict[str, object]) -> bytes:
 
 
 class WholeBodies:
-    """WSGI middleware: the app runs once the body is complete, else the request is refused."""
+    """WSGI middleware: the app runs once the body is complete, else the request is refused;
+    a 4xx answer closes its connection."""
 
-    def __init__(self, app: "Flask", reject: Callable[[Rejected, bytes], "Response"]) -> None:
-        self.app, self.reject = app, reject
+    def __init__(
+        self,
+        app: "Flask",
+        reject: Callable[[Rejected, bytes], "Response"],
+        connections: Connections,
+    ) -> None:
+        self.app, self.reject, self.connections = app, reject, connections
         settings = app.extensions["settings"]  # as webhook/store.py keeps them
         self.limit, self.seconds = settings.MAX_BODY_BYTES, settings.BODY_READ_TIMEOUT
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        key = gevent.getcurrent()
+
+        def start(status: str, headers: list, exc_info: Any = None) -> Callable:
+            if status[:1] == "4":  # a Stripe sender never needs the connection after a 4xx
+                self.connections.close_after(key)
+            return start_response(status, headers, exc_info)
+
+        return self.whole(environ, start)
+
+    def whole(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         stream = environ["wsgi.input"]
         declared = int(environ.get("CONTENT_LENGTH") or 0)
         if declared > self.limit:  # the app answers 413 without reading it
@@ -102,9 +128,11 @@ class WholeBodies:
             body = read_whole(stream, declared, self.limit + 1, self.seconds)
         except Rejected as rejected:
             setattr(stream, UNREAD, True)
+            conn = self.connections.enter(gevent.getcurrent(), APP)
             with self.app.request_context(environ):
-                response = self.reject(rejected, b"")
+                response = self.reject(SHED if conn and conn.shed else rejected, b"")
             return response(environ, start_response)
+        self.connections.enter(gevent.getcurrent(), APP)  # never shed from here on
         if len(body) > self.limit:  # chunked and over the limit: the app answers 413
             setattr(stream, UNREAD, True)
         environ["wsgi.input"] = io.BytesIO(body)
@@ -112,9 +140,17 @@ class WholeBodies:
 
 
 class Worker(GeventWorker):
-    """gunicorn's gevent worker: whole bodies under a deadline, JSON for malformed HTTP."""
+    """gunicorn's gevent worker: whole bodies under a deadline, JSON for malformed HTTP, and
+    connections that give way (webhook/connections.py)."""
 
     wsgi: Any  # set by gunicorn's load_wsgi: our Flask app, then the middleware around it
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # gevent's pool holds the cap plus headroom: a new connection is accepted, and the
+        # oldest idle or slow one shed for it, instead of waiting in the listen backlog.
+        self.cap: int = self.cfg.worker_connections
+        self.worker_connections = self.cap + headroom(self.cap)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -123,14 +159,47 @@ class Worker(GeventWorker):
         from webhook import receiver
 
         self.flask, self.receiver = self.wsgi, receiver
-        self.wsgi = WholeBodies(self.flask, receiver.reject)
+        settings = self.flask.extensions["settings"]
+        self.connections = Connections(
+            Limits(
+                self.cap,
+                settings.CONNECTIONS_PER_ADDRESS,
+                settings.REQUESTS_PER_CONNECTION,
+                settings.CONNECTION_LIFETIME,
+                settings.trusted_proxies,
+            )
+        )
+        self.wsgi = WholeBodies(self.flask, receiver.reject, self.connections)
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        key = gevent.getcurrent()
+        address = str(addr[0]) if isinstance(addr, tuple) else ""
+        if self.connections.open(key, client, address) is None:
+            self.refuse(client, address)
+            return
+        try:
+            super().handle(listener, client, addr)
+        finally:
+            self.connections.close(key)
+
+    def refuse(self, client: Any, address: str) -> None:
+        """Answer 429 to a connection over its address's cap, counted, and close it at once
+        (no lingering: it would hold the slot the cap is there to keep)."""
+        try:
+            self.answer(client, TOO_MANY, address, None)
+        finally:
+            util.close(client)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        key = gevent.getcurrent()
+        self.connections.start_request(key, req)
         try:
             super().handle_request(listener_name, req, sock, addr)
         except StopIteration:  # how gunicorn's async worker closes a connection
             close_unread(req, sock)
             raise
+        finally:
+            self.connections.enter(key, IDLE)
         if close_unread(req, sock):
             raise StopIteration()
 
@@ -140,14 +209,18 @@ class Worker(GeventWorker):
             super().handle_error(req, client, addr, exc)
             return
         method = getattr(getattr(exc, "req", None) or req, "method", None)
+        self.answer(client, rejected, addr[0] if addr else None, method)
+        util.close_graceful(client)  # see close_unread
+
+    def answer(self, client: Any, rejected: Rejected, remote: str | None, method: Any) -> None:
+        """Count a rejection made outside the app and send its JSON answer."""
         with self.flask.app_context():
-            self.receiver.count_rejection(rejected, 0, b"", addr[0] if addr else None, method)
+            self.receiver.count_rejection(rejected, 0, b"", remote, method)
         answer = raw_answer(rejected.status, self.receiver.rejection_payload(rejected))
         try:
             util.write_nonblock(client, answer)
         except OSError:
             self.log.debug("client gone before its rejection was sent")
-        util.close_graceful(client)  # see close_unread
 
 
 def close_unread(req: Any, sock: Any) -> bool:

@@ -1,7 +1,9 @@
 """Small helpers shared by tests: signed requests, ledger reads, the CLI in-process."""
 
 import random
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import requests
@@ -128,3 +130,15 @@ def post_webhook(web_url: str, body: bytes) -> int | str:
         ).status_code
     except requests.RequestException as exc:
         return type(exc).__name__
+
+
+@contextmanager
+def in_background(target: Callable[[], None], stop: threading.Event) -> Iterator[None]:
+    """Run ``target`` in a daemon thread while the block runs; then set ``stop`` and wait."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)

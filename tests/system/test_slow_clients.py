@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import requests
 from redis import Redis
 
-from tests.support.helpers import paid_event, signed_headers, stats
+from tests.support.helpers import in_background, paid_event, signed_headers, stats
 
 BODY_TRICKLERS = 200
 HEADER_TRICKLERS = 50
@@ -67,13 +67,8 @@ class Tricklers:
 
     @contextmanager
     def running(self) -> Iterator["Tricklers"]:
-        thread = threading.Thread(target=self.trickle, daemon=True)
-        thread.start()
-        try:
+        with in_background(self.trickle, self.stop):
             yield self
-        finally:
-            self.stop.set()
-            thread.join(timeout=30)
 
     def wait_for_round(self, n: int) -> None:
         with self.round_done:

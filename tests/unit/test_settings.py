@@ -56,6 +56,10 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_KEY": ("rk_live_abc", "rk_live_abc", "pk_live_abc", "sk_… or rk_…"),
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
+    "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
+    "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
+    "CONNECTION_LIFETIME": ("2.5", 2.5, "0", "above 0 up to 86400"),
+    "TRUSTED_PROXIES": ("10.0.0.0/8, ::1", "10.0.0.0/8, ::1", "10.0.0.0/8,proxy", "networks"),
 }
 # The web process's own (webhook/serving.py) and scripts/run.sh's (ledgerctl/run_local.py).
 OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {

@@ -1,0 +1,125 @@
+"""The connection registry of a web process (webhook/connections.py): which connection gives
+way near the cap, the per-address cap, trusted proxies, and how long a connection lives."""
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from webhook.connections import APP, BODY, Connections, Limits, client_address
+
+PROXY = (ipaddress.ip_network("10.0.0.0/8"),)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def pairs() -> Iterator[list[tuple[socket.socket, socket.socket]]]:
+    made: list[tuple[socket.socket, socket.socket]] = []
+    yield made
+    for a, b in made:
+        a.close()
+        b.close()
+
+
+def connect(pairs: list, registry: Connections, key: str, address: str = "192.0.2.1"):
+    ours, theirs = socket.socketpair()
+    pairs.append((ours, theirs))
+    return registry.open(key, ours, address), theirs
+
+
+def limits(cap: int = 3, per_address: int = 0, requests: int = 100, lifetime: float = 60.0):
+    return Limits(cap, per_address, requests, lifetime, PROXY)
+
+
+def test_at_the_cap_the_oldest_idle_or_slow_connection_gives_way(pairs) -> None:
+    registry = Connections(limits(cap=3))
+    a, _ = connect(pairs, registry, "a")
+    b, _ = connect(pairs, registry, "b")
+    c, _ = connect(pairs, registry, "c")
+    registry.enter("a", APP)  # a is being answered: never shed
+    registry.enter("b", BODY)  # b's body began after c opened: c is the older phase
+    d, _ = connect(pairs, registry, "d")
+    assert (a.shed, b.shed, c.shed, d.shed) == (False, False, True, False)
+    assert c.sock.recv(1) == b""  # its read side is shut: a blocked read sees the end
+    assert registry.serving() == 3
+    registry.close("c")
+    assert registry.serving() == 3 and len(registry.live) == 3
+
+
+def test_nothing_is_shed_while_every_connection_is_being_answered(pairs) -> None:
+    registry = Connections(limits(cap=2))
+    for key in "ab":
+        connect(pairs, registry, key)
+        registry.enter(key, APP)
+    c, _ = connect(pairs, registry, "c")
+    assert c is not None and not any(conn.shed for conn in registry.live.values())
+
+
+def test_one_address_holds_at_most_its_cap_and_trusted_proxies_are_exempt(pairs) -> None:
+    registry = Connections(limits(cap=10, per_address=2))
+    assert connect(pairs, registry, "a")[0] is not None
+    assert connect(pairs, registry, "b")[0] is not None
+    assert connect(pairs, registry, "c")[0] is None  # refused
+    assert connect(pairs, registry, "d", "192.0.2.2")[0] is not None
+    for key in "efg":
+        assert connect(pairs, registry, key, "10.1.2.3")[0] is not None
+    registry.close("a")
+    assert connect(pairs, registry, "h")[0] is not None
+
+
+class Request:
+    must_close = False
+
+
+@pytest.mark.parametrize(
+    ("requests", "lifetime", "age", "closes_after"),
+    [(3, 60.0, 0.0, 3), (100, 60.0, 61.0, 1), (1, 60.0, 0.0, 1)],
+)
+def test_a_connection_carries_bounded_requests_for_a_bounded_time(
+    pairs, requests: int, lifetime: float, age: float, closes_after: int
+) -> None:
+    clock = Clock()
+    registry = Connections(limits(requests=requests, lifetime=lifetime), clock)
+    connect(pairs, registry, "a")
+    clock.now = age
+    closed = []
+    for _ in range(closes_after):
+        request = Request()
+        registry.start_request("a", request)
+        closed.append(request.must_close)
+    assert closed == [False] * (closes_after - 1) + [True]
+
+
+def test_a_rejection_closes_the_connection_after_its_answer(pairs) -> None:
+    registry = Connections(limits())
+    connect(pairs, registry, "a")
+    request = Request()
+    registry.start_request("a", request)
+    registry.close_after("a")
+    assert request.must_close
+
+
+@pytest.mark.parametrize(
+    ("remote", "forwarded", "client"),
+    [
+        ("192.0.2.9", "203.0.113.5", "192.0.2.9"),  # not a proxy: its header is ignored
+        ("10.0.0.1", "203.0.113.5", "203.0.113.5"),
+        ("10.0.0.1", "198.51.100.1, 203.0.113.5, 10.0.0.2", "203.0.113.5"),  # last untrusted
+        ("10.0.0.1", "10.0.0.3", "10.0.0.1"),  # only proxies: the peer
+        ("10.0.0.1", "not-an-address", "10.0.0.1"),
+        ("10.0.0.1", None, "10.0.0.1"),
+        ("10.0.0.1", " \u00e9, ", "10.0.0.1"),
+    ],
+)
+def test_x_forwarded_for_is_believed_only_from_trusted_proxies(
+    remote: str, forwarded: str | None, client: str
+) -> None:
+    assert client_address(remote, forwarded, PROXY) == client

@@ -1,0 +1,175 @@
+"""Which connections a web process holds, and which one gives way when it must make room.
+
+One registry per gunicorn worker (webhook/server.py), keyed by the connection's greenlet.
+Each connection is in one phase: ``IDLE`` (waiting for a request's line and headers: a new
+connection or a kept-alive one between requests), ``BODY`` (its body being read) or ``APP``
+(the app running or the answer being written). Near the cap the oldest IDLE or BODY
+connection is shed: its read side is shut, so its next read sees the end of the stream; a
+connection in APP is never touched. Standard library only: how the worker reacts to a shed
+connection is its business. Why and the capacity: docs/ARCHITECTURE.md, "Slow and
+malformed HTTP".
+"""
+
+import _socket
+import ipaddress
+import socket
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+IDLE, BODY, APP = "idle", "body", "app"
+SHEDDABLE = (IDLE, BODY)
+
+
+def headroom(cap: int) -> int:
+    """Connections a process accepts beyond its cap, so that a new one is not left in the
+    listen backlog while an old idle or slow one is shed to make room for it."""
+    return max(10, cap // 10)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cap: int
+    """Connections served at once (gunicorn's worker_connections)."""
+    per_address: int
+    """Connections at once from one remote address; 0: no cap."""
+    requests: int
+    """Requests served on one connection; the answer to the last says Connection: close."""
+    lifetime: float
+    """Seconds a connection is kept; the first answer after it says Connection: close."""
+    trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    """Proxies: exempt from the per-address cap (everyone behind one shares its address)."""
+
+
+@dataclass(eq=False)
+class Connection:
+    sock: Any
+    address: str
+    opened: float
+    phase: str = IDLE
+    requests: int = 0
+    shed: bool = False
+    request: Any = None
+    """gunicorn's request being served, if any (its ``must_close`` ends the connection)."""
+    capped: bool = True
+    """Counted against its address's cap (not a trusted proxy)."""
+
+
+def is_trusted(address: str | None, trusted: Collection[Any]) -> bool:
+    """Whether ``address`` is one of the ``trusted`` networks (False for a non-address)."""
+    if not trusted:
+        return False
+    try:
+        ip = ipaddress.ip_address((address or "").strip())
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
+
+
+def client_address(remote: str | None, forwarded: str | None, trusted: Iterable[Any]) -> str | None:
+    """The client's address: the peer's, unless the peer is a trusted proxy; then the last
+    address of ``X-Forwarded-For`` that is not a trusted proxy (each proxy appends the
+    address it saw, so only what trusted proxies appended can be believed)."""
+    trusted = tuple(trusted)
+    if not forwarded or not is_trusted(remote, trusted):
+        return remote
+    for hop in reversed(forwarded.split(",")):
+        if not is_trusted(hop, trusted):
+            try:
+                return str(ipaddress.ip_address(hop.strip()))
+            except ValueError:
+                return remote  # not an address: believe nothing further
+    return remote
+
+
+class Connections:
+    """The connections of one process: opened, moved between phases, shed, closed."""
+
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits, self.clock = limits, clock
+        self.live: OrderedDict[Hashable, Connection] = OrderedDict()
+        """Oldest phase change first: the front is the first to shed."""
+        self.per_address: Counter[str] = Counter()
+        self.shedding = 0
+        """Connections shed and not yet closed."""
+
+    def open(self, key: Hashable, sock: Any, address: str) -> Connection | None:
+        """Register a new connection; None if its address is at its cap (refuse it)."""
+        capped = not is_trusted(address, self.limits.trusted)
+        cap = self.limits.per_address
+        if capped and cap and self.per_address[address] >= cap:
+            return None
+        conn = Connection(sock, address, self.clock(), capped=capped)
+        if capped:
+            self.per_address[address] += 1
+        while self.serving() >= self.limits.cap and self.shed_one():
+            pass
+        self.live[key] = conn
+        return conn
+
+    def close(self, key: Hashable) -> None:
+        conn = self.live.pop(key, None)
+        if conn is not None and conn.shed:
+            self.shedding -= 1
+        if conn is not None and conn.capped:
+            self.per_address[conn.address] -= 1
+            if not self.per_address[conn.address]:
+                del self.per_address[conn.address]
+
+    def enter(self, key: Hashable, phase: str) -> Connection | None:
+        """Move the connection to ``phase``, as the newest of the queue."""
+        conn = self.live.get(key)
+        if conn is not None:
+            conn.phase = phase
+            self.live.move_to_end(key)
+        return conn
+
+    def start_request(self, key: Hashable, request: Any) -> None:
+        """A request's headers are in: its body is read next. The last request a connection
+        may carry (REQUESTS_PER_CONNECTION, CONNECTION_LIFETIME) closes it."""
+        conn = self.enter(key, BODY)
+        if conn is not None:
+            conn.requests += 1
+            conn.request = request
+            if not self.keep_alive(conn):
+                request.must_close = True
+
+    def close_after(self, key: Hashable) -> None:
+        """Close the connection once the current answer is sent (``Connection: close``)."""
+        conn = self.live.get(key)
+        if conn is not None and conn.request is not None:
+            conn.request.must_close = True
+
+    def serving(self) -> int:
+        """Connections held and not being shed."""
+        return len(self.live) - self.shedding
+
+    def keep_alive(self, conn: Connection) -> bool:
+        """Whether the connection may serve another request after this one."""
+        fresh = self.clock() - conn.opened < self.limits.lifetime
+        return conn.requests < self.limits.requests and fresh
+
+    def shed_one(self) -> bool:
+        """Shed the connection that has been idle or slow the longest; False if none is."""
+        for conn in self.live.values():
+            if conn.phase in SHEDDABLE and not conn.shed:
+                conn.shed = True
+                self.shedding += 1
+                shut_reading(conn.sock)
+                return True
+        return False
+
+
+def shut_reading(sock: Any) -> None:
+    """Shut the read side: a read blocked on it wakes up and sees the end of the stream.
+    Through the C socket module: gevent's own ``shutdown`` would instead fail that read with
+    EBADF ("closed in another greenlet")."""
+    raw = _socket.socket(fileno=sock.fileno())
+    try:
+        raw.shutdown(socket.SHUT_RD)
+    except OSError:
+        pass  # already gone
+    finally:
+        raw.detach()
