@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/bootstrap.sh) and run every check: ruff lint, ruff format, mypy, pytest.
+# Set up (scripts/bootstrap.sh) and run every check: ruff lint, ruff format, mypy, promtool
+# (the alerting rules), pytest.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k ledger
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +16,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .
 echo "== mypy" && mypy
+# The alerting rules (deploy/prometheus): promtool's checks and unit tests.
+echo "== promtool" && scripts/check_alerts.sh
 echo "== pytest" && exec pytest "$@"

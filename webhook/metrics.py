@@ -35,6 +35,7 @@ from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_token
 from webhook.store import current_settings, get_redis
+from webhook.verify import SIGNATURE_REASONS
 
 bp = Blueprint("metrics", __name__)
 REQUEST_LATENCY = Histogram(
@@ -98,7 +99,7 @@ class LedgerCollector(Collector):
         rejected = CounterMetricFamily(
             "webhook_rejections", "Rejected requests, by reason.", labels=["reason"]
         )
-        for reason, n in sorted(s.rejected_by_reason.items()):
+        for reason, n in sorted(({r: 0 for r in SIGNATURE_REASONS} | s.rejected_by_reason).items()):
             rejected.add_metric([reason], n)
         yield rejected
         yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s.events)
