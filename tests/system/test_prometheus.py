@@ -1,7 +1,8 @@
 """The shipped monitoring against a running service: Debian's real Prometheus scrapes
 /metrics with METRICS_TOKEN through the example config and evaluates the shipped rules (a
-failed payment and a burst of forged requests raise their alerts), and every metric the
-rules and the Grafana dashboard use is one the service exports."""
+failed payment and a burst of forged requests raise their alerts; so do the 503s of a killed
+Redis, which /metrics still reports), and every metric the rules and the Grafana dashboard
+use is one the service exports."""
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from redis import Redis
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, settled_as, signed_headers
-from tests.support.processes import wait_until
+from tests.support.processes import RedisServer, wait_until
 from tests.support.prometheus import RUNBOOK_BASE, Prometheus, used_metric_names
 from tests.support.stack import Stack
 from tests.support.stripe_api import API_KEY, EventsApi
@@ -138,3 +139,40 @@ def test_every_metric_the_rules_and_dashboard_use_is_exported(
         assert used, f"no metric name found in {source}"
         missing = used - exported
         assert missing <= COMING_WITH_THE_BREAKER, f"{source} uses unexported {missing}"
+
+
+def test_redis_killed_metrics_still_answer_and_the_503s_raise_an_alert(
+    stack: Callable[..., Stack], rng: Any, tmp_path: Path
+) -> None:
+    own = RedisServer(tmp_path / "redis").start()  # killed below: not the suite's shared one
+    try:
+        s = stack(REDIS_URL=own.url, METRICS_TOKEN=METRICS_TOKEN)
+        web = s.start_web()
+        prom = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{web.port}", METRICS_TOKEN)
+        prom.start()
+        try:
+            wait_until(lambda: prom.query("webhook_ledger_up == 1"), 60, 0.2, "a scrape")
+            own.kill()
+            body = samples.encode(samples.payment_events(rng)[2])
+            assert s.send(body).status_code == 503
+            answer = requests.get(
+                f"{web.url}/metrics",
+                headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+                timeout=30,
+            )
+            assert answer.status_code == 200
+            found = {
+                (s.name, s.labels.get("reason")): s.value
+                for f in text_string_to_metric_families(answer.text)
+                for s in f.samples
+            }
+            assert found[("webhook_ledger_up", None)] == 0
+            # Summed over gunicorn's worker processes (the client's multiprocess mode).
+            assert found[("webhook_ledger_unavailable_responses_total", "unreachable")] == 1
+            assert found[("webhook_ledger_unavailable_responses_total", "not_replicated")] == 0
+            alert = raised(prom, "WebhookLedgerUnavailable", reason="unreachable")
+        finally:
+            prom.stop()
+    finally:
+        own.stop()
+    assert alert["annotations"]["summary"].startswith("Deliveries answered 503 (unreachable)")
