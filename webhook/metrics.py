@@ -2,38 +2,26 @@
 request latency histogram and the 503s counted in the process, aggregated across gunicorn
 workers by the client's multiprocess mode when PROMETHEUS_MULTIPROC_DIR is set
 (gunicorn.conf.py sets it). With Redis down it still answers: ``webhook_ledger_up 0`` and the
-in-process metrics, so the 503s that Redis caused can be alerted on. The alerting rules and
-the Grafana dashboard that use these names are in deploy/."""
+in-process metrics, so the 503s that Redis caused can be alerted on. What only the alerting
+rules and the Grafana dashboard (deploy/) need is in webhook/metrics_alerting.py."""
 
 import os
 import time
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, g, request
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from redis import Redis
-from redis.exceptions import (
-    ConnectionError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisError,
-    TimeoutError,
-)
+from redis.exceptions import RedisError
 
-from ledger import defaults, figures, health, keys, reconcile, secret_usage
-from ledger.replication import NotReplicated
+from ledger import defaults, figures, keys, reconcile, secret_usage
 from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_token
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES, Family, gauge, watched
 from webhook.store import current_settings, get_redis
 from webhook.verify import SIGNATURE_REASONS
 
@@ -44,32 +32,6 @@ REQUEST_LATENCY = Histogram(
     ["status"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
-UNAVAILABLE_REASONS = ("unreachable", "not_replicated", "read_only", "out_of_memory", "other")
-UNAVAILABLE_RESPONSES = Counter(
-    "webhook_ledger_unavailable_responses",
-    "Stripe deliveries answered 503 because the ledger could not record them, by reason.",
-    ["reason"],
-)
-for _reason in UNAVAILABLE_REASONS:  # every series from the start, so rate() sees the first
-    UNAVAILABLE_RESPONSES.labels(_reason)
-Family = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
-
-
-def count_unavailable(cause: BaseException | None) -> None:
-    """Count one delivery answered 503, by what Redis said (``cause``)."""
-    UNAVAILABLE_RESPONSES.labels(unavailable_reason(cause)).inc()
-
-
-def unavailable_reason(cause: BaseException | None) -> str:
-    if isinstance(cause, NotReplicated):
-        return "not_replicated"  # on the primary, but fewer replicas than LEDGER_MIN_REPLICAS
-    if isinstance(cause, ReadOnlyError):
-        return "read_only"  # a replica, or a primary being replaced
-    if isinstance(cause, OutOfMemoryError):
-        return "out_of_memory"  # maxmemory with noeviction
-    if isinstance(cause, ConnectionError | TimeoutError):
-        return "unreachable"
-    return "other"
 
 
 class LedgerCollector(Collector):
@@ -80,11 +42,11 @@ class LedgerCollector(Collector):
 
     def collect(self) -> Iterator[Family]:
         try:
-            families = [*self._ledger(), *self._health()]
+            families = [*self._ledger(), *watched(self.redis, self.settings)]
         except RedisError:
-            yield _gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 0)
+            yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 0)
             return
-        yield _gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 1)
+        yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 1)
         yield from families
 
     def _ledger(self) -> Iterator[Family]:
@@ -133,64 +95,6 @@ class LedgerCollector(Collector):
             value=s.reconciled,
         )
         yield from self._reconcile()
-
-    def _health(self) -> Iterator[Family]:
-        """What the alerts watch (deploy/prometheus/alerts.yml)."""
-        at = figures.now(self.redis)
-        h = health.health(self.redis, at)
-        w = figures.workers(self.redis, self.settings.QUEUE_NAME, at)
-        oldest = GaugeMetricFamily(
-            "webhook_payments_oldest_age_seconds",
-            "Seconds the longest-waiting payment has been in this state (0: none is).",
-            labels=["state"],
-        )
-        for state, age in h.oldest_age_s.items():
-            oldest.add_metric([state], age)
-        yield oldest
-        outcomes = CounterMetricFamily(
-            "webhook_fulfil_attempt_outcomes",
-            "Fulfilment attempts (downstream calls) by how they ended.",
-            labels=["outcome"],
-        )
-        for outcome, n in h.attempt_outcomes.items():
-            outcomes.add_metric([outcome], n)
-        yield outcomes
-        yield _gauge(
-            "webhook_queue_oldest_age_seconds",
-            "Seconds the oldest job in the RQ queue has waited (0: none waits).",
-            w.oldest_queued_age_s or 0,
-        )
-        yield _gauge(
-            "webhook_workers_alive",
-            "RQ workers of the queue with a recent heartbeat and a live Redis connection.",
-            w.alive,
-        )
-        yield _gauge("webhook_workers_busy", "Live workers running a job.", w.busy)
-        yield _gauge("webhook_workers_registered", "RQ workers registered.", w.registered)
-        yield _gauge("webhook_sweeper_due", "Payments due for the sweeper.", w.due_for_sweeper)
-        if h.sweeper_last_pass_at is not None:
-            yield _gauge(
-                "webhook_sweeper_last_pass_timestamp_seconds",
-                "When a sweeper last completed a pass.",
-                h.sweeper_last_pass_at.timestamp(),
-            )
-        if h.reconcile_interval_s is not None:
-            yield _gauge(
-                "webhook_reconcile_interval_seconds",
-                "RECONCILE_INTERVAL of the last looping sweeper pass (0: reconcile not scheduled).",
-                h.reconcile_interval_s,
-            )
-        yield _gauge(
-            "webhook_ledger_min_replicas",
-            "LEDGER_MIN_REPLICAS: replicas a write must reach before it counts.",
-            self.settings.LEDGER_MIN_REPLICAS,
-        )
-        if h.replicas_online is not None:
-            yield _gauge(
-                "webhook_ledger_replicas_online",
-                "Replicas the ledger's primary lists online.",
-                h.replicas_online,
-            )
 
     def _reconcile(self) -> Iterator[GaugeMetricFamily]:
         last = reconcile.runs(self.redis, 1)
@@ -251,10 +155,6 @@ class LedgerCollector(Collector):
             buckets=buckets,
             sum_value=raw.get("sum_ms", 0) / 1000,
         )
-
-
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
 
 
 @bp.before_app_request

@@ -14,7 +14,7 @@ from ledger.faults import fault
 from webhook.exceptions import Rejected
 from webhook.http import json_response
 from webhook.intake import delivery_source, parse_event, read_body
-from webhook.metrics import count_unavailable
+from webhook.metrics_alerting import count_unavailable
 from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)

@@ -12,7 +12,7 @@ from ledgerctl import samples
 from tests.support.constants import BEARER
 from tests.support.helpers import payment_key_of, signed_headers
 from tests.support.inprocess import app_without_redis
-from webhook.metrics import UNAVAILABLE_RESPONSES
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES
 from workers.sweeper import mark_schedule
 
 
