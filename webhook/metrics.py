@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, TimeoutError
 
 from ledger import defaults, figures, keys, reconcile, secret_usage
 from ledger.settings import Settings
@@ -43,7 +43,7 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[Family]:
         try:
             families = [*self._ledger(), *watched(self.redis, self.settings)]
-        except RedisError:
+        except (ConnectionError, TimeoutError):  # unreachable, loading, no primary found
             yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 0)
             return
         yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 1)
