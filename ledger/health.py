@@ -1,6 +1,7 @@
 """What the alerts watch that the counters do not say: how long the longest-waiting payment
 of each unfinished state has waited, how fulfilment attempts ended, the replicas online
-against LEDGER_MIN_REPLICAS, and the sweeper's last pass and reconcile schedule. Read at
+against LEDGER_MIN_REPLICAS, Redis's memory against its maxmemory, and the sweeper's last
+pass and reconcile schedule. Read at
 scrape time by /metrics (webhook/metrics.py), from Redis, so every process agrees."""
 
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ class Health:
     attempt_outcomes: dict[str, int]
     replicas_online: int | None
     """Replicas ``INFO replication`` lists online; None where INFO is not allowed."""
+    memory_used_bytes: int | None
+    memory_max_bytes: int | None
+    """``maxmemory`` (0: no limit; then Redis grows until the machine runs out)."""
     sweeper_last_pass_at: datetime | None
     reconcile_interval_s: float | None
     """What the last sweeper pass ran reconcile every (0: off); None: no pass recorded."""
@@ -40,6 +44,7 @@ def health(redis: Redis, at: datetime) -> Health:
     pipe.hgetall(keys.STATS)
     pipe.hgetall(keys.SWEEPER)
     *oldest, stats_raw, sweeper_raw = pipe.execute()
+    replicas, used, most = _info(redis)
     at_ms = at.timestamp() * 1000
     stats, sweeper = decode_hash(stats_raw), decode_hash(sweeper_raw)
     return Health(
@@ -48,7 +53,9 @@ def health(redis: Redis, at: datetime) -> Health:
             for state, first in zip(WAITING_STATES, oldest, strict=True)
         },
         attempt_outcomes={o: count(stats.get(f"attempt_outcome:{o}")) for o in ATTEMPT_OUTCOMES},
-        replicas_online=_replicas(redis),
+        replicas_online=replicas,
+        memory_used_bytes=used,
+        memory_max_bytes=most,
         sweeper_last_pass_at=ms_time(sweeper.get("last_ms")),
         reconcile_interval_s=(
             count(sweeper["reconcile_ms"]) / 1000 if "reconcile_ms" in sweeper else None
@@ -56,8 +63,11 @@ def health(redis: Redis, at: datetime) -> Health:
     )
 
 
-def _replicas(redis: Redis) -> int | None:
+def _info(redis: Redis) -> tuple[int | None, int | None, int | None]:
+    """Replicas online, memory used and maxmemory; None each where INFO is refused (a
+    managed Redis may rename or forbid it)."""
     try:
-        return online_replicas(redis.info("replication"))
-    except ResponseError:  # INFO refused (a managed Redis may rename or forbid it)
-        return None
+        info = redis.info("replication") | redis.info("memory")
+    except ResponseError:
+        return None, None, None
+    return online_replicas(info), int(info["used_memory"]), int(info.get("maxmemory", 0))

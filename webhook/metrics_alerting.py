@@ -1,7 +1,7 @@
 """The metrics that only the alerting rules and the Grafana dashboard (deploy/) need: how long
-payments wait, how downstream calls end, the workers, the sweeper, the replicas, and the
-deliveries answered 503, counted in each process (Redis may be what failed) and summed
-across gunicorn's workers by the client's multiprocess mode."""
+payments wait, how downstream calls end, the workers, the sweeper, the replicas, Redis's
+memory, and the deliveries answered 503, counted in each process (Redis may be what failed)
+and summed across gunicorn's workers by the client's multiprocess mode."""
 
 from collections.abc import Iterator, Mapping
 from typing import TypeVar
@@ -100,6 +100,13 @@ def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
             "webhook_ledger_replicas_online",
             "Replicas the ledger's primary lists online.",
             h.replicas_online,
+        )
+    if h.memory_used_bytes is not None and h.memory_max_bytes is not None:
+        yield gauge("webhook_ledger_memory_used_bytes", "Redis's used_memory.", h.memory_used_bytes)
+        yield gauge(
+            "webhook_ledger_memory_max_bytes",
+            "Redis's maxmemory (0: no limit); at it, writes are refused and deliveries get 503.",
+            h.memory_max_bytes,
         )
 
 

@@ -47,6 +47,9 @@ def test_waiting_ages_outcomes_and_schedule(
     assert m["webhook_ledger_min_replicas"][()] == 0
     assert m["webhook_ledger_replicas_online"][()] == 0
     assert m["webhook_workers_alive"][()] == 0  # none runs: in-process burst workers only
+    assert m["webhook_ledger_memory_used_bytes"][()] > 0
+    most = int(redis.config_get("maxmemory")["maxmemory"])
+    assert m["webhook_ledger_memory_max_bytes"][()] == most
     f.work()
     m = scrape(client)
     outcomes = {
