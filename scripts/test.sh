@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (scripts/bootstrap.sh: .venv from uv.lock with the dev group) and run every check:
-# the lock is current, ruff lint, ruff format, mypy, pytest.
+# the lock is current, ruff lint, ruff format, mypy, promtool (the alerting rules), pytest.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k ledger
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +17,6 @@ echo "== uv lock --check (uv.lock matches pyproject.toml)" && uv lock --check --
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .
 echo "== mypy" && mypy
+# The alerting rules (deploy/prometheus): promtool's checks and unit tests.
+echo "== promtool" && scripts/check_alerts.sh
 echo "== pytest" && exec pytest "$@"

@@ -1,6 +1,9 @@
 """Prometheus ``/metrics``: ledger figures read from Redis (so every process agrees) plus the
-request latency histogram, aggregated across gunicorn workers by the client's multiprocess
-mode when PROMETHEUS_MULTIPROC_DIR is set (gunicorn.conf.py sets it)."""
+request latency histogram and the 503s counted in the process, aggregated across gunicorn
+workers by the client's multiprocess mode when PROMETHEUS_MULTIPROC_DIR is set
+(gunicorn.conf.py sets it). With Redis down it still answers: ``webhook_ledger_up 0`` and the
+in-process metrics, so the 503s that Redis caused can be alerted on. What only the alerting
+rules and the Grafana dashboard (deploy/) need is in webhook/metrics_alerting.py."""
 
 import os
 import time
@@ -12,12 +15,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from redis import Redis
+from redis.exceptions import ConnectionError, TimeoutError
 
 from ledger import defaults, figures, keys, reconcile, secret_usage
 from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_token
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES, Family, gauge, watched
 from webhook.store import current_settings, get_redis
+from webhook.verify import SIGNATURE_REASONS
 
 bp = Blueprint("metrics", __name__)
 REQUEST_LATENCY = Histogram(
@@ -34,7 +40,16 @@ class LedgerCollector(Collector):
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis, self.settings = redis, settings
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+    def collect(self) -> Iterator[Family]:
+        try:
+            families = [*self._ledger(), *watched(self.redis, self.settings)]
+        except (ConnectionError, TimeoutError):  # unreachable, loading, no primary found
+            yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 0)
+            return
+        yield gauge("webhook_ledger_up", "1 when the ledger's Redis answered this scrape.", 1)
+        yield from families
+
+    def _ledger(self) -> Iterator[Family]:
         s = figures.counters(self.redis)
         queued = self.redis.llen(keys.rq_queue(self.settings.QUEUE_NAME))
         deliveries = CounterMetricFamily(
@@ -46,7 +61,7 @@ class LedgerCollector(Collector):
         rejected = CounterMetricFamily(
             "webhook_rejections", "Rejected requests, by reason.", labels=["reason"]
         )
-        for reason, n in sorted(s.rejected_by_reason.items()):
+        for reason, n in sorted(({r: 0 for r in SIGNATURE_REASONS} | s.rejected_by_reason).items()):
             rejected.add_metric([reason], n)
         yield rejected
         yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s.events)
@@ -167,5 +182,6 @@ def metrics() -> Response:
         MultiProcessCollector(registry)
     else:
         registry.register(REQUEST_LATENCY)
+        registry.register(UNAVAILABLE_RESPONSES)
     registry.register(LedgerCollector(get_redis(), s))
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

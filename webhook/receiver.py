@@ -16,6 +16,7 @@ from webhook.connections import client_address
 from webhook.exceptions import Rejected
 from webhook.http import json_response
 from webhook.intake import delivery_source, parse_event, read_body
+from webhook.metrics_alerting import count_unavailable
 from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
@@ -52,6 +53,7 @@ def stripe_webhook() -> Response:
     try:
         recorded = get_ledger().record_delivery(delivery)
     except LedgerUnavailable as exc:
+        count_unavailable(exc.__cause__)
         log.error(
             orjson.dumps({"event_id": event["id"], "status": 503, "error": str(exc)}).decode()
         )

@@ -27,6 +27,14 @@ from dataclasses import dataclass
 from webhook.exceptions import Rejected
 
 SCHEME = "v1"
+SIGNATURE_REASONS = (
+    "missing_signature",
+    "malformed_signature_header",
+    "no_v1_signature",
+    "signature_mismatch",
+    "timestamp_outside_tolerance",
+)
+"""The rejections a signature check gives (/metrics reports each from 0, for the alerts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,12 +52,20 @@ def mark_sweep(redis: Redis) -> None:
         pipe.execute()
 
 
+def mark_schedule(attempts: Attempts) -> None:
+    """Say how often this looping sweeper runs reconcile (0: never), so that an alert knows
+    when a run is late (ledger/health.py)."""
+    interval_ms = int(attempts.settings.RECONCILE_INTERVAL * 1000)
+    attempts.redis.hset(keys.SWEEPER, "reconcile_ms", interval_ms)
+
+
 def run_forever(attempts: Attempts, interval: float) -> None:
     """Sweep every ``interval`` seconds until killed; Redis outages are waited out."""
     scheduled = Reconciling(attempts) if attempts.settings.RECONCILE_INTERVAL > 0 else None
     while True:
         try:
             done = sweep_once(attempts)
+            mark_schedule(attempts)
             if done:
                 log.info("sweep %s", dict(done))
             if scheduled:

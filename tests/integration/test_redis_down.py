@@ -1,6 +1,7 @@
-"""Redis down while the web process runs: the ops API and /metrics answer 503 JSON saying
-what is wrong, the dashboard a 503 page; never a traceback or a generic 500. The Stripe
-endpoint keeps its own answers (503 ledger_unavailable for a delivery, 400 for a forgery)."""
+"""Redis down while the web process runs: the ops API answers 503 JSON saying what is wrong,
+the dashboard a 503 page; never a traceback or a generic 500 (/metrics answers 200 with
+``webhook_ledger_up 0``: tests/integration/test_alert_metrics.py). The Stripe endpoint keeps
+its own answers (503 ledger_unavailable for a delivery, 400 for a forgery)."""
 
 import logging
 import random
@@ -29,8 +30,8 @@ def no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     assert not [r for r in caplog.records if r.exc_info], "an exception was logged"
 
 
-@pytest.mark.parametrize("path", [f"/ops/api/{p}" for p in API] + ["/metrics"])
-def test_api_and_metrics_answer_503_json(
+@pytest.mark.parametrize("path", [f"/ops/api/{p}" for p in API])
+def test_api_answers_503_json(
     down: FlaskClient, path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO):

@@ -1,0 +1,73 @@
+"""What the alerts watch that the counters do not say: how long the longest-waiting payment
+of each unfinished state has waited, how fulfilment attempts ended, the replicas online
+against LEDGER_MIN_REPLICAS, Redis's memory against its maxmemory, and the sweeper's last
+pass and reconcile schedule. Read at
+scrape time by /metrics (webhook/metrics.py), from Redis, so every process agrees."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from ledger import keys
+from ledger.replication import online_replicas
+from ledger.stored import count, decode_hash, ms_time
+
+WAITING_STATES = ("queued", "in_progress", "retrying", "failed", "interrupted", "held")
+"""States a paid payment waits in before it is fulfilled (``pending``: not paid yet, which
+may last for ever; ``fulfilled``: done)."""
+ATTEMPT_OUTCOMES = ("fulfilled", "retry", "failed", "interrupted", "not_called")
+"""How a fulfilment attempt ends (ledger/lua/finish_attempt.lua)."""
+
+
+@dataclass(frozen=True)
+class Health:
+    oldest_age_s: dict[str, float]
+    """Per WAITING_STATES: seconds since the longest-waiting payment entered it (0: none)."""
+    attempt_outcomes: dict[str, int]
+    replicas_online: int | None
+    """Replicas ``INFO replication`` lists online; None where INFO is not allowed."""
+    memory_used_bytes: int | None
+    memory_max_bytes: int | None
+    """``maxmemory`` (0: no limit; then Redis grows until the machine runs out)."""
+    sweeper_last_pass_at: datetime | None
+    reconcile_interval_s: float | None
+    """What the last sweeper pass ran reconcile every (0: off); None: no pass recorded."""
+
+
+def health(redis: Redis, at: datetime) -> Health:
+    """The figures above, as of ``at`` (Redis's clock: ledger/figures.py ``now``)."""
+    pipe = redis.pipeline(transaction=False)
+    for state in WAITING_STATES:
+        pipe.zrange(keys.state_index(state), 0, 0, withscores=True)
+    pipe.hgetall(keys.STATS)
+    pipe.hgetall(keys.SWEEPER)
+    *oldest, stats_raw, sweeper_raw = pipe.execute()
+    replicas, used, most = _info(redis)
+    at_ms = at.timestamp() * 1000
+    stats, sweeper = decode_hash(stats_raw), decode_hash(sweeper_raw)
+    return Health(
+        oldest_age_s={
+            state: round(max(0.0, at_ms - first[0][1]) / 1000, 1) if first else 0.0
+            for state, first in zip(WAITING_STATES, oldest, strict=True)
+        },
+        attempt_outcomes={o: count(stats.get(f"attempt_outcome:{o}")) for o in ATTEMPT_OUTCOMES},
+        replicas_online=replicas,
+        memory_used_bytes=used,
+        memory_max_bytes=most,
+        sweeper_last_pass_at=ms_time(sweeper.get("last_ms")),
+        reconcile_interval_s=(
+            count(sweeper["reconcile_ms"]) / 1000 if "reconcile_ms" in sweeper else None
+        ),
+    )
+
+
+def _info(redis: Redis) -> tuple[int | None, int | None, int | None]:
+    """Replicas online, memory used and maxmemory; None each where INFO is refused (a
+    managed Redis may rename or forbid it)."""
+    try:
+        info = redis.info("replication") | redis.info("memory")
+    except ResponseError:
+        return None, None, None
+    return online_replicas(info), int(info["used_memory"]), int(info.get("maxmemory", 0))

@@ -1,0 +1,78 @@
+"""The metrics the alerting rules watch (deploy/prometheus/alerts.yml), read from a real
+Redis through the app: waiting ages, attempt outcomes, workers, sweeper, replicas, and the
+503s, which /metrics still reports with Redis down (``webhook_ledger_up 0``)."""
+
+from typing import Any
+
+from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from ledger import keys
+from ledgerctl import samples
+from tests.support.constants import BEARER
+from tests.support.helpers import payment_key_of, signed_headers
+from tests.support.inprocess import app_without_redis
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES
+from workers.sweeper import mark_schedule
+
+
+def scrape(client: FlaskClient) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    answer = client.get("/metrics", headers=BEARER)
+    assert answer.status_code == 200
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(answer.get_data(as_text=True)):
+        for s in family.samples:
+            found.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return found
+
+
+def test_waiting_ages_outcomes_and_schedule(
+    client: FlaskClient, redis: Any, config: dict[str, object], fulfilment: Any, rng: Any
+) -> None:
+    f = fulfilment(RECONCILE_INTERVAL="600", STRIPE_API_KEY="rk_test_x")
+    event = samples.payment_events(rng)[2]
+    f.deliver(event)
+    pk = payment_key_of(event)
+    seconds, _ = redis.time()
+    # It entered ``queued`` 90 s ago (the index's score is when the state began).
+    redis.zadd(keys.state_index("queued"), {pk: (seconds - 90) * 1000})
+    mark_schedule(f.attempts)
+    m = scrape(client)
+    assert m["webhook_ledger_up"][()] == 1
+    ages = {dict(k)["state"]: v for k, v in m["webhook_payments_oldest_age_seconds"].items()}
+    assert 90 <= ages["queued"] < 120
+    assert ages["held"] == ages["failed"] == ages["retrying"] == 0
+    assert m["webhook_queue_oldest_age_seconds"][()] >= 0
+    assert m["webhook_reconcile_interval_seconds"][()] == 600
+    assert m["webhook_ledger_min_replicas"][()] == 0
+    assert m["webhook_ledger_replicas_online"][()] == 0
+    assert m["webhook_workers_alive"][()] == 0  # none runs: in-process burst workers only
+    assert m["webhook_ledger_memory_used_bytes"][()] > 0
+    most = int(redis.config_get("maxmemory")["maxmemory"])
+    assert m["webhook_ledger_memory_max_bytes"][()] == most
+    f.work()
+    m = scrape(client)
+    outcomes = {
+        dict(k)["outcome"]: v for k, v in m["webhook_fulfil_attempt_outcomes_total"].items()
+    }
+    assert outcomes == {
+        "fulfilled": 1,
+        "retry": 0,
+        "failed": 0,
+        "interrupted": 0,
+        "not_called": 0,
+    }
+    assert m["webhook_payments_oldest_age_seconds"][(("state", "queued"),)] == 0
+
+
+def test_metrics_answer_with_redis_down_and_count_the_503s(rng: Any) -> None:
+    down = app_without_redis().test_client()
+    before = UNAVAILABLE_RESPONSES.labels("unreachable")._value.get()
+    body = samples.encode(samples.payment_events(rng)[2])
+    answer = down.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+    assert answer.status_code == 503
+    assert UNAVAILABLE_RESPONSES.labels("unreachable")._value.get() == before + 1
+    m = scrape(down)
+    assert m["webhook_ledger_up"][()] == 0
+    assert m["webhook_ledger_unavailable_responses_total"][(("reason", "unreachable"),)] >= 1
+    assert "webhook_deliveries_total" not in m  # nothing read from the ledger is made up
