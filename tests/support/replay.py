@@ -14,6 +14,9 @@ from tests.support.constants import SECRET
 from tests.support.processes import ROOT
 
 SCRIPT = str(ROOT / "scripts" / "replay_events.py")
+AGAINST_A_STAND_IN = ("--generate", "1", "--expect-once", "--settle-timeout", "1")
+"""One payment's events, checked with --expect-once, against a server that is no ledger
+(so a short wait for fulfilment: nothing will be fulfilled)."""
 
 
 def replay(

@@ -9,7 +9,7 @@ import pytest
 
 from ledgerctl import samples
 from tests.support.processes import Gunicorn
-from tests.support.replay import local_server, replay
+from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay
 
 
 @pytest.fixture
@@ -153,16 +153,7 @@ def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None
 
     s = stack(TMP_REPORT=str(tmp_path / "r.json"))
     with local_server(liar) as base:
-        status, report = replay(
-            s.env,
-            f"{base}/webhooks/stripe",
-            "--generate",
-            "1",
-            "--expect-once",
-            "--settle-timeout",
-            "1",
-            expect=1,
-        )
+        status, report = replay(s.env, f"{base}/webhooks/stripe", *AGAINST_A_STAND_IN, expect=1)
     assert status == 1
     assert {item["acked"] for item in report["findings"]["lost"]} == {1}
     assert len(report["findings"]["lost"]) == 3

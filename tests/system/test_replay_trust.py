@@ -10,7 +10,7 @@ import pytest
 
 from ledger.settings import fingerprint
 from tests.support.processes import wait_until
-from tests.support.replay import local_server, replay, run_script
+from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay, run_script
 
 OTHER_SECRET = "whsec_" + "0" * 32
 """A well-formed secret the service does not have."""
@@ -40,16 +40,7 @@ def test_a_redirect_is_not_followed_nor_acknowledged(report_env, redis) -> None:
             handler.end_headers()
 
         with local_server(redirect) as base:
-            _, report = replay(
-                report_env,
-                f"{base}/webhooks/stripe",
-                "--generate",
-                "1",
-                "--expect-once",
-                "--settle-timeout",
-                "1",
-                expect=1,
-            )
+            _, report = replay(report_env, f"{base}/webhooks/stripe", *AGAINST_A_STAND_IN, expect=1)
     assert elsewhere == [], "no signed body went to the other server"
     assert report["layers"]["answered"] == {"307": 3}
     assert report["findings"]["unacknowledged"] == 3 and not report["findings"]["passed"]
