@@ -107,7 +107,7 @@ def _reason(data: bytes) -> str:
     """The ``error`` of a JSON answer such as ``{"error": "signature_mismatch"}``, else ''."""
     try:
         answer = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
         return ""
     reason = answer.get("error") if isinstance(answer, dict) else None
     return reason[:SHOWN_CHARS] if isinstance(reason, str) else ""
@@ -117,5 +117,6 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     """Whether the server closed this idle kept-alive connection (it is readable: EOF)."""
     if conn.sock is None:
         return False
-    readable, _, _ = select.select([conn.sock], [], [], 0)
-    return bool(readable)
+    poller = select.poll()  # not select.select: any file descriptor number
+    poller.register(conn.sock, select.POLLIN)
+    return bool(poller.poll(0))

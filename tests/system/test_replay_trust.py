@@ -111,6 +111,21 @@ def test_an_endless_answer_is_read_only_up_to_the_bound(report_env, redis) -> No
     assert max(sent) < 16384 * 65536, "each answer was dropped unread"
 
 
+def test_an_answer_nested_past_the_stack_is_no_reason(report_env, redis) -> None:
+    """A 400 whose JSON nests deeper than Python's parser recurses: counted, not a crash."""
+    nested = b"[" * 60000
+
+    def deep(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(400)
+        handler.send_header("Content-Length", str(len(nested)))
+        handler.end_headers()
+        handler.wfile.write(nested)
+
+    with local_server(deep) as base:
+        _, report = replay(report_env, f"{base}/webhooks/stripe", *AGAINST_A_STAND_IN, expect=1)
+    assert report["layers"]["answered"] == {"400": 3} and report["notes"] == []
+
+
 def test_a_value_that_is_not_a_signing_secret_is_refused_up_front(report_env) -> None:
     done = run_script(report_env, "--secret", "notasecret", "--generate", "1")
     assert done.returncode == 2
