@@ -29,6 +29,7 @@ from ledger import settings as settings_module
 from ledger.connection import connect
 from ledger.events import classify
 from ledger.redact import redact
+from ledger.settings import fingerprint
 from ledgerctl.checker import Findings
 from ledgerctl.replay import options, report, sources
 from ledgerctl.replay.options import compression, millis, signing_secret
@@ -134,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
         "run_id": run_id,
         "seed": seed,
         "parameters": {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in vars(args).items()
-            if k != "secret"
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "secret": fingerprint(secret),  # which one, never the secret
+            "compress": compression(args),  # the one used, also when left to its default
         },
         "timings": {"send_s": round(send_s, 3), "settle_s": round(settle_s, 3), "settled": settled},
         "layers": layers,

@@ -3,6 +3,7 @@ elsewhere, trickles or never ends its answer; and a signing secret the endpoint 
 that is not one at all. Small local servers stand in for the hostile endpoint; the
 service itself (real gunicorn) for the refused secret."""
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler
 
@@ -150,3 +151,6 @@ def test_a_secret_the_endpoint_refuses_is_named_and_never_ok(stack, redis, tmp_p
     assert f"the endpoint refuses this secret ({fingerprint(OTHER_SECRET)})" in said, said
     assert "3 valid deliveries answered 400 signature_mismatch" in said
     assert "var/dev.env" in said and "stripe listen --print-secret" in said
+    written = report.read_text()
+    assert OTHER_SECRET not in written
+    assert json.loads(written)["parameters"]["secret"] == fingerprint(OTHER_SECRET)
