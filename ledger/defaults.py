@@ -25,6 +25,17 @@ REDIS_RETRIES = 3
 """Retries of a ledger command after a timeout or a dropped connection. Safe
 because every ledger write is idempotent per request id."""
 
+MAX_DURATION_DAYS = 36525
+"""Longest duration in days any setting may hold (100 years): the event TTL it becomes
+(EXPIRE, in seconds) and the times in milliseconds computed from it stay far inside what
+Redis accepts (an expiry of at most 2**63 - 1 ms from the epoch) and exact as Lua numbers
+(2**53). A longer one is refused at start-up, naming the setting."""
+
+MAX_DURATION_SECONDS = 3652 * 86400
+"""Longest duration in seconds any setting may hold (ten years): besides Redis's limits,
+the process timers take it (a worker's RQ job timeout, LEASE_SECONDS + FULFILMENT_TIMEOUT +
+JOB_TIMEOUT_MARGIN_SECONDS, is a C int of seconds, at most 2**31 - 1, for SIGALRM)."""
+
 REDIS_SENTINELS = ""
 """Comma-separated ``host:port`` of Redis Sentinels. Set, every process (web, workers,
 sweeper, CLI, the replay script's read-back) asks them for the current primary of

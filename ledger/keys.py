@@ -63,6 +63,14 @@ REQUEST_PREFIX = PREFIX + "req:"
 """Strings ``wl:req:{request_id}``: the answer to one HTTP request's ledger write, so a
 retried write is applied once."""
 
+MAX_TTL_SECONDS = defaults.MAX_DURATION_DAYS * 86400
+"""Longest TTL (seconds) a script takes as an argument, and ``MAX_TTL_MS`` the longest
+duration in milliseconds: the longest a setting may hold (ledger/setting_kinds.py), so a
+script refuses anything longer before its first write. Far inside what Redis's EXPIRE
+accepts, and exact as a Lua number once added to now."""
+
+MAX_TTL_MS = MAX_TTL_SECONDS * 1000
+
 REQUEST_TTL = defaults.REQUEST_ID_TTL
 
 ALIAS_PREFIX = PREFIX + "alias:"
@@ -133,6 +141,8 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "EVENT_PREFIX": EVENT_PREFIX,
     "PAYMENT_PREFIX": PAYMENT_PREFIX,
     "REQUEST_TTL": REQUEST_TTL,
+    "MAX_TTL_SECONDS": MAX_TTL_SECONDS,
+    "MAX_TTL_MS": MAX_TTL_MS,
     "ALIAS_PREFIX": ALIAS_PREFIX,
     "FP_PREFIX": FINGERPRINT_PREFIX,
     "FP_TTL": FINGERPRINT_TTL,

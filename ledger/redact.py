@@ -3,10 +3,14 @@ query value and Authorization header values become ``***``.
 
 Applied to error strings (a requests exception embeds the URL it called, query included)
 and to configured URLs printed at start-up; :func:`mask_secret` shows a secret setting (a
-webhook secret, a token, an API key) by its kind only. Over-masking is fine; leaking is not.
+webhook secret, a token, an API key) by its kind only. An HTTP downstream is named by its
+:func:`origin` alone (scheme, host, port): a capability URL carries its secret in the path
+or in ``;params`` (``/hooks/T0/B0/XXXX``), which no pattern can tell from a plain path.
+Over-masking is fine; leaking is not.
 """
 
 import re
+from urllib.parse import urlsplit
 
 MASK = "***"
 
@@ -58,3 +62,30 @@ def _mask_field(field: str) -> str:
         return field
     name, equals, _ = field.partition("=")
     return f"{name}={MASK}" if equals else MASK
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``: never its userinfo, path, ``;params``, query or
+    fragment. ``***`` when it is no URL with a host."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return MASK
+    if not parts.scheme or not parts.hostname:
+        return MASK
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def downstream(action: str) -> str:
+    """FULFILMENT_ACTION as shown anywhere: an http(s) URL by its origin (``/***`` where it
+    had more), anything else (a file, a module) with its credentials masked."""
+    if not action.startswith(("http://", "https://")):
+        return redact(action)
+    named = origin(action)
+    more = action.strip().split("://", 1)[1].partition("/")[2] or "?" in action
+    return named + ("/***" if more and named != MASK else "")

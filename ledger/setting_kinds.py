@@ -1,7 +1,12 @@
 """What a setting may hold. Each kind turns the text of an environment variable into a
 value, or raises :class:`Invalid` saying in words what is allowed; ledger/declared.py reads
-the settings declared with them. Standard library only: gunicorn's master checks the
-settings before it forks (gunicorn.conf.py), when nothing else may be imported yet.
+the settings declared with them. Standard library and ledger.defaults' constants only:
+gunicorn's master checks the settings before it forks (gunicorn.conf.py), when nothing else
+may be imported yet.
+
+Numbers are ASCII: a digit is 0-9, never another script's digit or a superscript (which
+``str.isdigit`` and ``float`` accept). A duration (a kind whose unit is seconds or days) is
+at most MAX_DURATION_SECONDS or MAX_DURATION_DAYS, what Redis, Lua and the timers accept.
 """
 
 import ipaddress
@@ -12,6 +17,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from ledger import defaults
+
 REDIS_DATABASES = 16
 """Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
 
@@ -20,6 +27,13 @@ _API_KEY_PREFIXES = ("sk_", "rk_")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DIGITS = re.compile(r"[0-9]+")
+CEILINGS = {
+    "seconds": (defaults.MAX_DURATION_SECONDS, "ten years"),
+    "days": (defaults.MAX_DURATION_DAYS, "100 years"),
+}
+"""The longest duration of each unit, and how it reads."""
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 
 
@@ -47,39 +61,57 @@ def _range(low: float, high: float | None, above: bool) -> str:
     return f"above {low_s}" if above else f"{low_s} or more"
 
 
+def _ceiling(unit: str, high: float | None) -> tuple[float | None, str]:
+    """The upper bound of a kind in ``unit`` and the words it adds: a duration's ceiling."""
+    if high is not None or unit not in CEILINGS:
+        return high, ""
+    most, words = CEILINGS[unit]
+    return most, f", at most {most} ({words})"
+
+
+def _ascii(text: str) -> None:
+    """Refuse digits of other scripts, superscripts and the like, saying so."""
+    if not text.isascii():
+        raise Invalid("only the ASCII digits 0-9 make a number")
+
+
 def whole(low: int, high: int | None = None, unit: str = "", note: str = "") -> Kind:
-    """A whole number within ``low``..``high``."""
+    """A whole number within ``low``..``high`` (a duration: at most its unit's ceiling)."""
     allowed = f"a whole number{f' of {unit}' if unit else ''}, {_range(low, high, False)}{note}"
+    most, cap = _ceiling(unit, high)
 
     def parse(text: str) -> int:
+        _ascii(text)
         if not _WHOLE.fullmatch(text.strip()):
             raise Invalid()
         value = int(text)
-        if value < low or (high is not None and value > high):
+        if value < low or (most is not None and value > most):
             raise Invalid()
         return value
 
-    return Kind(parse, allowed)
+    return Kind(parse, allowed + cap)
 
 
 def number(
     low: float, high: float | None = None, unit: str = "", above: bool = False, note: str = ""
 ) -> Kind:
-    """A finite decimal number within ``low``..``high`` (``above``: strictly more than low)."""
+    """A finite decimal number within ``low``..``high`` (``above``: strictly more than low;
+    a duration: at most its unit's ceiling)."""
     allowed = f"a number{f' of {unit}' if unit else ''}, {_range(low, high, above)}{note}"
+    most, cap = _ceiling(unit, high)
 
     def parse(text: str) -> float:
-        try:
-            value = float(text.strip())
-        except ValueError:
-            raise Invalid() from None
+        _ascii(text)
+        if not _DECIMAL.fullmatch(text.strip()):  # float() also takes 1_0, inf, nan
+            raise Invalid()
+        value = float(text.strip())
         if not math.isfinite(value) or value < low or (above and value == low):
             raise Invalid()
-        if high is not None and value > high:
+        if most is not None and value > most:
             raise Invalid()
         return value
 
-    return Kind(parse, allowed)
+    return Kind(parse, allowed + cap)
 
 
 def boolean() -> Kind:
@@ -129,7 +161,9 @@ def host_ports() -> Kind:
     def parse(text: str) -> str:
         for item in _items(text):
             host_part, _, port = item.rpartition(":")
-            if not _HOST.fullmatch(host_part) or not port.isdigit() or not 0 < int(port) < 65536:
+            if not (_HOST.fullmatch(host_part) and _DIGITS.fullmatch(port)) or not (
+                0 < int(port) < 65536
+            ):
                 raise Invalid(f"{item or '(empty)'} is not host:port")
         return text
 
@@ -235,7 +269,7 @@ def redis_url(databases: int = REDIS_DATABASES) -> Kind:
         query = parse_qs(parts.query)
         path_db = parts.path.strip("/") if parts.scheme != "unix" else ""
         db = query["db"][0] if "db" in query else path_db
-        if db and not db.isdigit():
+        if db and not _DIGITS.fullmatch(db):
             raise Invalid(f"database {db} is not a number")
         if db and int(db) >= databases:
             raise Invalid(f"database {db} is out of range")

@@ -19,7 +19,7 @@ from ledger import defaults
 from ledger import setting_kinds as kinds
 from ledger.declared import SettingsError, exit_with, read, setting, shown
 from ledger.events import RULES, THIN_RULES, Policy
-from ledger.redact import mask_secret, redact
+from ledger.redact import downstream, mask_secret, redact
 
 __all__ = [
     "Settings",
@@ -90,7 +90,9 @@ class Settings:
     METRICS_TOKEN: str = setting(defaults.METRICS_TOKEN, kinds.token(), mask_secret)
     QUEUE_NAME: str = setting(defaults.QUEUE_NAME, kinds.name())
     RQ_RESULT_TTL: int = setting(defaults.RQ_RESULT_TTL, kinds.whole(0, None, "seconds"))
-    FULFILMENT_ACTION: str = setting(defaults.FULFILMENT_ACTION, kinds.fulfilment_action(), redact)
+    FULFILMENT_ACTION: str = setting(
+        defaults.FULFILMENT_ACTION, kinds.fulfilment_action(), downstream
+    )
     FULFILMENT_REPLAY_SAFE: bool = setting(defaults.FULFILMENT_REPLAY_SAFE, kinds.boolean())
     FULFILMENT_TIMEOUT: float = setting(
         defaults.FULFILMENT_TIMEOUT, kinds.number(0, None, "seconds", above=True)

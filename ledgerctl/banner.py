@@ -3,7 +3,8 @@ which webhook secrets are active (by label and fingerprint, never the secret), w
 dashboard is, and a "ready" line once /readyz answers.
 
 Configured URLs are shown with their credentials masked (``ledger.redact``): REDIS_URL may
-carry a password and FULFILMENT_ACTION an API key in its query.
+carry a password; an http(s) FULFILMENT_ACTION is shown by its origin only (its path or
+query may hold a key).
 """
 
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from ledger import defaults
 from ledger.connection import describe
-from ledger.redact import redact
+from ledger.redact import downstream, redact
 from ledger.settings import Settings, fingerprint
 
 FINGERPRINT_HOWTO = 'printf %s "$SECRET" | sha256sum | cut -c1-8'
@@ -56,7 +57,7 @@ Stripe webhook ledger
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
   redis         {redis_line(settings)}
-  downstream    {redact(settings.FULFILMENT_ACTION)}
+  downstream    {downstream(settings.FULFILMENT_ACTION)}
   stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
   tools         export PATH="$PWD/.venv/bin:$PATH"   (webhook-ledger, replay-events)

@@ -19,7 +19,7 @@ import requests
 from ledger import declared
 from ledger import settings as settings_module
 from ledger.downstream import open_downstream
-from ledger.redact import redact
+from ledger.redact import origin, redact
 from ledger.settings import Settings
 from workers.exceptions import (
     ActionConfigError,
@@ -95,10 +95,14 @@ class SqliteAction:
 
 
 class HttpAction:
-    """POST the payment as JSON with a stable Idempotency-Key header."""
+    """POST the payment as JSON with a stable Idempotency-Key header. Its errors name the
+    downstream by its origin only (scheme, host, port), with the error's class, the OS's
+    reason and the status: never the URL's path, ``;params`` or query, where a capability
+    URL keeps its secret, nor the answer's body, which may quote them."""
 
     def __init__(self, url: str, timeout: float, replay_safe: bool) -> None:
         self.url = url
+        self.origin = origin(url)
         self.timeout = timeout
         self.replay_safe = replay_safe
 
@@ -112,24 +116,46 @@ class HttpAction:
             )
         except (requests.ConnectionError, requests.ConnectTimeout) as exc:
             if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
-                raise TransientDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
-            raise AmbiguousDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+                raise TransientDownstreamError(self._failed(exc)) from exc
+            raise AmbiguousDownstreamError(self._failed(exc)) from exc
         except requests.RequestException as exc:  # read timeout and the like: it may have applied
-            raise AmbiguousDownstreamError(f"http: {type(exc).__name__}: {exc}") from exc
+            raise AmbiguousDownstreamError(self._failed(exc)) from exc
         receipt = {"status": answer.status_code, "body": answer.text[:200]}
-        if 200 <= answer.status_code < 300 or answer.status_code == 409:
+        status = answer.status_code
+        if 200 <= status < 300 or status == 409:
             return receipt
-        if answer.status_code in (502, 504):  # a gateway's answer: the origin may have applied it
-            raise AmbiguousDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
-        if answer.status_code >= 500 or answer.status_code == 429:
-            raise TransientDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
-        raise PermanentDownstreamError(f"http {answer.status_code}: {answer.text[:200]}")
+        refused = f"http {status} from {self.origin}"
+        if status in (502, 504):  # a gateway's answer: the origin may have applied it
+            raise AmbiguousDownstreamError(refused)
+        if status >= 500 or status == 429:
+            raise TransientDownstreamError(refused)
+        raise PermanentDownstreamError(refused)
+
+    def _failed(self, exc: requests.RequestException) -> str:
+        """``http: ConnectionError (Connection refused) calling http://host:port``."""
+        return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
 
 
 def _never_sent(exc: requests.ConnectionError) -> bool:
     """True when the connection itself failed (refused, DNS), so the request never left."""
     text = str(exc)
     return any(s in text for s in ("Connection refused", "NewConnectionError", "Name or service"))
+
+
+def _os_reason(exc: BaseException) -> str:
+    """`` (Connection refused)``: the OS's words for the first errno in the exception's
+    chain (causes, contexts, urllib3's ``reason``), which name no URL; else ''."""
+    todo, seen = [exc], set()
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError) and isinstance(err.errno, int) and err.errno > 0:
+            return f" ({os.strerror(err.errno)})"
+        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
+        todo += [e for e in linked if isinstance(e, BaseException)]
+    return ""
 
 
 class CallableAction:
@@ -184,7 +210,10 @@ def unusable(spec: str, timeout: float, replay_safe: bool) -> str | None:
             finally:
                 db.close()
         elif isinstance(action, HttpAction):
-            requests.Request("POST", action.url).prepare()
+            try:
+                requests.Request("POST", action.url).prepare()
+            except requests.RequestException as exc:  # its message quotes the whole URL
+                return f"{type(exc).__name__}: requests cannot send to {action.origin}"
     except (ActionConfigError, sqlite3.Error, OSError, requests.RequestException) as exc:
         return redact(f"{type(exc).__name__}: {exc}")
     return None

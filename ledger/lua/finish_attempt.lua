@@ -8,7 +8,8 @@ local short = too_few('finish_attempt', ARGC)
 if short then return short end
 local token, outcome, detail = ARG.token, ARG.outcome, ARG.detail
 local max_attempts = whole(ARG.max_attempts, 1)
-local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0), whole(ARG.backoff_cap_ms, 0)
+local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0, MAX_TTL_MS),
+  whole(ARG.backoff_cap_ms, 0, MAX_TTL_MS)
 if not (FINISHED[outcome] and max_attempts and base_ms and cap_ms) then
   return refuse('finish_attempt', 'outcome must be a finished one; budget and backoff numbers')
 end

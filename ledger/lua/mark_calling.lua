@@ -5,7 +5,7 @@ local KEY = named(KEYS, 'payment')
 local ARG, ARGC = named(ARGV, 'token', 'lease_ms')
 local short = too_few('mark_calling', ARGC)
 if short then return short end
-if not whole(ARG.lease_ms, 1) then return refuse('mark_calling', 'lease ms must be a number') end
+if not whole(ARG.lease_ms, 1, MAX_TTL_MS) then return refuse('mark_calling', 'lease ms must be a number') end
 local pay = KEY.payment
 local now = now_ms()
 if redis.call('HGET', pay, 'state') ~= 'in_progress'

@@ -8,7 +8,8 @@ local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms
   'in_flight_ms')
 local short = too_few('operator', ARGC)
 if short then return short end
-local grace_ms, in_flight_ms = whole(ARG.grace_ms, 0), whole(ARG.in_flight_ms, 0)
+local grace_ms, in_flight_ms = whole(ARG.grace_ms, 0, MAX_TTL_MS),
+  whole(ARG.in_flight_ms, 0, MAX_TTL_MS)
 if not (grace_ms and in_flight_ms) or not commands_ok(ARGC + 1) then
   return refuse('operator', 'grace and in-flight ms must be numbers; commands well-formed')
 end

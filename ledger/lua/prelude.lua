@@ -35,13 +35,15 @@ local function too_few(script, n)
   return nil
 end
 
--- An argument as a whole number of at least `least`, else nil (rejects nan, inf, '1.5', '').
-local function whole(value, least)
+-- An argument as a whole number from `least` to `most` (either optional), else nil (rejects
+-- nan, inf, '1.5', ''). A TTL or a duration added to now has `most` MAX_TTL_SECONDS or
+-- MAX_TTL_MS (ledger/keys.py): Redis would refuse a longer EXPIRE after earlier writes.
+local function whole(value, least, most)
   local n = tonumber(value)
   if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
     return nil
   end
-  if least and n < least then return nil end
+  if (least and n < least) or (most and n > most) then return nil end
   return n
 end
 

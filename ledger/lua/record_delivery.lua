@@ -19,11 +19,12 @@ if cached then
 end
 local short = too_few('record_delivery', ARGC)
 if short then return short end
-local event_ttl, grace_ms = whole(ARG.event_ttl, 1), whole(ARG.grace_ms, 0)
+local event_ttl, grace_ms = whole(ARG.event_ttl, 1, MAX_TTL_SECONDS),
+  whole(ARG.grace_ms, 0, MAX_TTL_MS)
 
 -- Checked before the first write.
 if not (event_ttl and grace_ms) then
-  return refuse('record_delivery', 'event ttl and grace: whole numbers')
+  return refuse('record_delivery', 'event ttl (s) and grace (ms): whole numbers up to MAX_TTL')
 end
 if ARG.paid ~= '0' and ARG.paid ~= '1' then
   return refuse('record_delivery', 'paid must be 0 or 1')

@@ -7,8 +7,10 @@ local ARG, ARGC = named(ARGV, 'job_id', 'grace_ms', 'max_attempts', 'backoff_bas
   'backoff_cap_ms')
 local short = too_few('recover', ARGC)
 if short then return short end
-local grace_ms, max_attempts = whole(ARG.grace_ms, 0), whole(ARG.max_attempts, 1)
-local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0), whole(ARG.backoff_cap_ms, 0)
+local grace_ms, max_attempts = whole(ARG.grace_ms, 0, MAX_TTL_MS),
+  whole(ARG.max_attempts, 1)
+local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0, MAX_TTL_MS),
+  whole(ARG.backoff_cap_ms, 0, MAX_TTL_MS)
 if not (grace_ms and max_attempts and base_ms and cap_ms) or not commands_ok(ARGC + 1) then
   return refuse('recover', 'grace, max attempts and backoff must be numbers; commands well-formed')
 end

@@ -7,7 +7,8 @@ local KEY = named(KEYS, 'payment')
 local ARG, ARGC = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts')
 local short = too_few('start_attempt', ARGC)
 if short then return short end
-local lease_ms, max_attempts = whole(ARG.lease_ms, 1), whole(ARG.max_attempts, 1)
+local lease_ms, max_attempts = whole(ARG.lease_ms, 1, MAX_TTL_MS),
+  whole(ARG.max_attempts, 1)
 if not (lease_ms and max_attempts) or (ARG.replay_safe ~= '0' and ARG.replay_safe ~= '1') then
   return refuse('start_attempt', 'lease ms and max attempts must be numbers, replay_safe 0 or 1')
 end

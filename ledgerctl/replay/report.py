@@ -11,12 +11,16 @@ from rich.text import Text
 
 from ledger import figures, keys, queries
 from ledger.downstream import read_downstream
-from ledger.settings import Settings
+from ledger.settings import Settings, fingerprint
 from ledger.stored import decode_hash
 from ledger.views import Counters
 from ledgerctl.checker import Findings, check
+from ledgerctl.replay.options import WHERE
+from ledgerctl.replay.sending import Answer
 from ledgerctl.terminal import line, literal
 
+REFUSED_SECRET = "signature_mismatch"
+"""The service's reason when no configured secret verifies a signature."""
 SETTLED = ("fulfilled", "failed", "interrupted")
 
 
@@ -92,7 +96,7 @@ def delta(after: Counters, before: Counters, name: str) -> int:
 
 
 def build(
-    answers: list[Any],
+    answers: list[Answer],
     before: Counters,
     after: Counters,
     recorded: dict[str, int],
@@ -101,9 +105,10 @@ def build(
     db: str | None,
 ) -> tuple[dict[str, Any], Findings]:
     """All layers of one run, and the checker's findings."""
-    sent = Counter(a.kind for a in answers)
+    sent = Counter(a.kind for a in answers if a.final)  # per delivery, retries apart
+    retries = sum(1 for a in answers if not a.final)
     statuses = Counter(str(a.status) for a in answers)
-    acked = Counter(a.event_id for a in answers if a.kind == "valid" and 200 <= a.status < 300)
+    acked = Counter(a.event_id for a in answers if a.kind == "valid" and a.acked)
     pks = sorted(paid)
     states = payment_states(redis, pks)
     source, effects, calls = downstream_effects(db, pks, states)
@@ -113,7 +118,7 @@ def build(
         if v - before.rejected_by_reason.get(k, 0)
     }
     layers = {
-        "sent": {"total": len(answers), **dict(sent)},
+        "sent": {"total": len(answers), **dict(sent), **({"retries": retries} if retries else {})},
         "answered": dict(sorted(statuses.items())),
         "ledger": {
             "deliveries": delta(after, before, "deliveries"),
@@ -129,7 +134,35 @@ def build(
     return layers, check(acked, recorded, paid, effects, states)
 
 
-def table(layers: dict[str, Any], findings: Findings) -> Table:
+def secret_refused(answers: list[Answer]) -> int:
+    """Valid deliveries the endpoint refused for their signature: it has another secret."""
+    return sum(1 for a in answers if a.kind == "valid" and a.reason == REFUSED_SECRET)
+
+
+def notes(answers: list[Answer], secret: str, deadline: float) -> list[str]:
+    """What the reader must know about the answers beyond their counts, in words."""
+    out = []
+    refused = secret_refused(answers)
+    if refused:
+        out.append(
+            f"the endpoint refuses this secret ({fingerprint(secret)}): {refused} valid "
+            f"deliveries answered 400 {REFUSED_SECRET}; the right one is {WHERE}"
+        )
+    redirects = Counter(
+        (a.status, a.location) for a in answers if 300 <= a.status < 400 and a.kind == "valid"
+    )
+    for (status, location), n in sorted(redirects.items()):
+        out.append(
+            f"{n} valid deliveries answered {status} to {literal(location or '(no Location)')}:"
+            " not followed, not acknowledged (Stripe does not follow redirects either)"
+        )
+    cut = sum(1 for a in answers if a.error == "deadline")
+    if cut:
+        out.append(f"{cut} requests got no whole answer within {deadline:g} s (--request-timeout)")
+    return out
+
+
+def table(layers: dict[str, Any], findings: Findings, passed: bool) -> Table:
     out = Table(title="Replay: what each layer saw")
     out.add_column("layer", style="bold")
     out.add_column("observed")
@@ -142,7 +175,7 @@ def table(layers: dict[str, Any], findings: Findings) -> Table:
 
     for name, values in layers.items():
         out.add_row(literal(name), literal(fmt(values)))
-    verdict = Text("ok", "green") if findings.ok else Text("FAILED", "red")
+    verdict = Text("ok", "green") if passed else Text("FAILED", "red")
     out.add_row(
         "checker",
         line(

@@ -1,5 +1,6 @@
 """Sending: signed fresh per request, in the shape asked for (copies, order, concurrency,
-delays, Stripe-like retry schedule), with forged probes mixed in."""
+delays, Stripe's retry schedule), with forged probes mixed in; with ``retry``, a valid
+delivery not answered 2xx is sent again on Stripe's schedule, compressed, as Stripe would."""
 
 import random
 import secrets
@@ -10,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
 from ledger import defaults
 from ledgerctl import samples
+from ledgerctl.replay.client import Poster, Reply
 
 STRIPE_UA = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 # Stripe retries over three days with exponential backoff (seconds after the first try).
@@ -36,6 +36,30 @@ class Answer:
     status: int
     ms: float
     error: str = ""
+    reason: str = ""
+    """The service's reason for a refusal (``signature_mismatch``)."""
+    location: str = ""
+    """Where a 3xx pointed (never followed)."""
+    final: bool = True
+    """The last try of its delivery (earlier tries were answered non-2xx and sent again)."""
+
+    @property
+    def acked(self) -> bool:
+        return 200 <= self.status < 300
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the plan is sent: threads, pauses, and Stripe-like retries (``retry``: each valid
+    delivery not answered 2xx is sent again at Stripe's offsets divided by ``compress``)."""
+
+    concurrency: int = 1
+    delay: float = 0.0
+    jitter: float = 0.0
+    retry: bool = False
+    compress: float = 3600.0
+    deadline: float = 30.0
+    """Seconds one request may take in all (connect, send, answer)."""
 
 
 @dataclass
@@ -78,42 +102,54 @@ def send_all(
     url: str,
     secret: str,
     run_id: str,
-    concurrency: int,
-    delay: float = 0.0,
-    jitter: float = 0.0,
+    shape: Shape,
     tolerance: int = defaults.STRIPE_WEBHOOK_TOLERANCE,
     on_answer: Callable[[Answer], None] | None = None,
     rng: random.Random | None = None,
 ) -> list[Answer]:
-    """Send every planned delivery; returns the answers in completion order."""
+    """Send every planned delivery (and its retries); returns every answer, each delivery's
+    tries in order."""
     local = threading.local()
     rng = rng or random.Random()
     started = time.monotonic()
-    jitters = [rng.uniform(0, jitter) if jitter else 0.0 for _ in plan.deliveries]
+    jitters = [rng.uniform(0, shape.jitter) if shape.jitter else 0.0 for _ in plan.deliveries]
+    retries = STRIPE_SCHEDULE[1:] if shape.retry else ()
 
-    def send(index: int) -> Answer:
+    def send(index: int) -> list[Answer]:
         planned = plan.deliveries[index]
         wait = planned.at - (time.monotonic() - started)
-        time.sleep(max(0.0, wait) + delay + jitters[index])
-        session = getattr(local, "session", None) or requests.Session()
-        local.session = session
-        headers = {
-            "Content-Type": "application/json; charset=utf-8",
-            "User-Agent": STRIPE_UA,
-            "Stripe-Signature": sign_for(planned, secret, tolerance),
-            defaults.REPLAY_HEADER: run_id,
-        }
-        began = time.perf_counter()
-        try:
-            response = session.post(url, data=planned.body, headers=headers, timeout=30)
-            answer = Answer(planned.event_id, planned.kind, response.status_code, 0.0)
-        except requests.RequestException as exc:
-            answer = Answer(planned.event_id, planned.kind, 0, 0.0, type(exc).__name__)
-        answer.ms = (time.perf_counter() - began) * 1000
+        time.sleep(max(0.0, wait) + shape.delay + jitters[index])
+        poster = getattr(local, "poster", None) or Poster(url, shape.deadline)
+        local.poster = poster
+        first = time.monotonic()
+        tries = [_try(poster, planned, secret, run_id, tolerance)]
+        for offset in retries if planned.kind == "valid" else ():
+            if tries[-1].acked:
+                break
+            tries[-1].final = False
+            time.sleep(max(0.0, first + offset / shape.compress - time.monotonic()))
+            tries.append(_try(poster, planned, secret, run_id, tolerance))
         if on_answer:
-            on_answer(answer)
-        return answer
+            for answer in tries:
+                on_answer(answer)
+        return tries
 
     order = sorted(range(len(plan.deliveries)), key=lambda i: plan.deliveries[i].at)
-    with ThreadPoolExecutor(max(1, concurrency)) as pool:
-        return list(pool.map(send, order))
+    with ThreadPoolExecutor(max(1, shape.concurrency)) as pool:
+        return [answer for tries in pool.map(send, order) for answer in tries]
+
+
+def _try(poster: Poster, planned: Planned, secret: str, run_id: str, tolerance: int) -> Answer:
+    """One request, signed now (as Stripe signs each try afresh)."""
+    headers = {
+        "Content-Type": "application/json; charset=utf-8",
+        "User-Agent": STRIPE_UA,
+        "Stripe-Signature": sign_for(planned, secret, tolerance),
+        defaults.REPLAY_HEADER: run_id,
+    }
+    began = time.perf_counter()
+    reply: Reply = poster.post(planned.body, headers)
+    ms = (time.perf_counter() - began) * 1000
+    return Answer(
+        planned.event_id, planned.kind, reply.status, ms, reply.error, reply.reason, reply.location
+    )

@@ -169,7 +169,7 @@ def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> N
     findings = Findings(lost=[{"event": EVENT_ID}], unfulfilled=[PAYMENT_KEY])
     monkeypatch.setattr(replay_events.console, "width", 20000)
     safe_console(width=20000).print(
-        report.table({"ledger": {"rejected_by_reason": {H: 1}}}, findings)
+        report.table({"ledger": {"rejected_by_reason": {H: 1}}}, findings, findings.ok)
     )
     replay_events.print_failing(findings, unacked=0)
     out, err = capsys.readouterr()

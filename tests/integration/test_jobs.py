@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from redis import Redis
 
-from ledger import queries
+from ledger import keys, queries
 from ledger.downstream import read_downstream
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
@@ -169,3 +169,31 @@ def test_a_payment_queued_too_long_needs_a_person(fulfilment, redis, rng) -> Non
     assert queries.payments(redis, queries.ATTENTION, stuck_after_s=3600) == []
     wait_until(lambda: queries.payments(redis, queries.ATTENTION, stuck_after_s=0), what="listed")
     assert queries.payments(redis, queries.ATTENTION, stuck_after_s=0)[0].payment_key == pk
+
+
+CAPABILITY_PATH = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?token=SECRET123#x"
+"""A capability URL's secrets: in the path, in ;params and in the query."""
+
+
+def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> None:
+    """Refused (404, permanent) and unreachable (connection refused, retried): the stored
+    errors say scheme, host and port, the error's class or status, nothing of the path."""
+    with CountingDownstream(default=404) as downstream:
+        origin = downstream.url.removesuffix("/fulfil")
+        f = fulfilment(FULFILMENT_ACTION=origin + CAPABILITY_PATH)
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "failed")
+        record = queries.payment(redis, pk)
+        assert record is not None and record.last_error == f"http 404 from {origin}"
+    port = free_port()
+    f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{port}{CAPABILITY_PATH}", MAX_ATTEMPTS="1")
+    pk = pay(f, rng)
+    work_until(f, redis, pk, "failed")
+    unreachable = queries.payment(redis, pk)
+    assert unreachable is not None
+    assert unreachable.last_error == (
+        f"http: ConnectionError (Connection refused) calling http://127.0.0.1:{port}"
+    )
+    stored = b" ".join(redis.hgetall(keys.payment(pk)).values()).decode()
+    for secret in ("PATHSECRET", "SESSION789", "SECRET123", "/hooks"):
+        assert secret not in stored

@@ -10,13 +10,18 @@ import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from ledger import defaults, keys
 from ledger.attempts import Attempts
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.settings import SettingsError
 from ledgerctl import samples
 from tests.integration.test_purchases import ledger_for, record
 
-HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff")
+TOO_LONG = str(10**12 * 86400)
+"""EVENT_RETENTION_DAYS=10**12 as a TTL in seconds: Redis's EXPIRE refuses it ("invalid
+expire time"), so a script must refuse it before its first write."""
+HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff", TOO_LONG)
 Captured = dict[str, list[tuple[list[Any], list[Any]]]]
 
 
@@ -127,3 +132,48 @@ def test_a_conflicting_copy_answers_and_keeps_the_ledger_whole(
     answer = record(ledger, other)
     assert answer.conflict and answer.payment_key == event["data"]["object"]["id"]
     assert not redis.exists("wl:pay:pi_other")
+
+
+def test_a_ttl_redis_would_refuse_is_refused_before_the_first_write(
+    redis: Redis, redis_server, rng
+) -> None:
+    """A new event (the path that writes the event hash, then sets its TTL) with a TTL
+    EXPIRE would refuse: refused by the script's checks, nothing written."""
+    ledger = ledger_for(redis_server.url)
+    calls = capture(ledger, Attempts(ledger.redis, ledger.settings))
+    record(ledger, samples.payment_events(rng)[2])
+    keys_, args = calls["record_delivery"][0]
+    redis.flushdb()  # the event is new again
+    at = ledger.record_script.arg_names.index("event_ttl")
+    with pytest.raises(ResponseError) as refused:
+        ledger.record_script.run(keys_, [*args[:at], TOO_LONG, *args[at + 1 :]])
+    assert dump(redis) == {}, "nothing written before the refusal"
+    assert "record_delivery: event ttl" in str(refused.value)
+
+
+def test_the_longest_durations_the_settings_allow_are_ones_redis_accepts(
+    redis: Redis, redis_server, rng
+) -> None:
+    """Every duration at its ceiling: a paid delivery is recorded and enqueued, its event
+    lives for the whole retention, and a lease and a retry are taken with them."""
+    most_s, most_days = str(defaults.MAX_DURATION_SECONDS), str(defaults.MAX_DURATION_DAYS)
+    ledger = ledger_for(
+        redis_server.url,
+        EVENT_RETENTION_DAYS=most_days,
+        QUEUED_GRACE_SECONDS=most_s,
+        FULFILMENT_TIMEOUT=str(defaults.MAX_DURATION_SECONDS - defaults.LEASE_MARGIN_SECONDS),
+        LEASE_SECONDS=most_s,
+        RETRY_BASE_SECONDS=most_s,
+        RETRY_MAX_SECONDS=most_s,
+    )
+    attempts = Attempts(ledger.redis, ledger.settings)
+    event = samples.payment_events(rng)[2]
+    assert record(ledger, event).enqueued
+    assert redis.ttl(keys.event(event["id"])) > (defaults.MAX_DURATION_DAYS - 1) * 86400
+    pk = event["data"]["object"]["id"]
+    start = attempts.start(pk, "job-1", replay_safe=True)
+    assert start.verdict == "go"
+    attempts.finish(pk, start.token, "retry", "downstream 503", 12.0)
+    assert redis.hget(keys.payment(pk), "state") == b"retrying"
+    with pytest.raises(SettingsError, match="EVENT_RETENTION_DAYS"):
+        ledger_for(redis_server.url, EVENT_RETENTION_DAYS=str(defaults.MAX_DURATION_DAYS + 1))

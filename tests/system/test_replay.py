@@ -3,44 +3,13 @@
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from ledgerctl import samples
-from tests.support.constants import SECRET
-from tests.support.processes import ROOT, Gunicorn
-
-SCRIPT = str(ROOT / "scripts" / "replay_events.py")
-
-
-def replay(
-    env: dict[str, str], url: str, *args: str, out: Path | None = None, expect: int = 0
-) -> tuple[int, dict]:
-    """Run the script; returns its exit status and its JSON report."""
-    report = out or Path(env["TMP_REPORT"])
-    proc = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            "--url",
-            url,
-            "--secret",
-            SECRET,
-            "--json",
-            str(report),
-            "--quiet",
-            *args,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == expect, proc.stderr
-    return proc.returncode, json.loads(report.read_text())
+from tests.support.processes import Gunicorn
+from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay
 
 
 @pytest.fixture
@@ -176,28 +145,15 @@ def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:
 def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None:
     """An endpoint that answers 200 without recording anything: the ledger never saw it."""
 
-    class Liar(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+    def liar(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", "2")
+        handler.end_headers()
+        handler.wfile.write(b"{}")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Liar)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        s = stack(TMP_REPORT=str(tmp_path / "r.json"))
-        url = f"http://127.0.0.1:{server.server_address[1]}/webhooks/stripe"
-        status, report = replay(
-            s.env, url, "--generate", "1", "--expect-once", "--settle-timeout", "1", expect=1
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    s = stack(TMP_REPORT=str(tmp_path / "r.json"))
+    with local_server(liar) as base:
+        status, report = replay(s.env, f"{base}/webhooks/stripe", *AGAINST_A_STAND_IN, expect=1)
     assert status == 1
     assert {item["acked"] for item in report["findings"]["lost"]} == {1}
     assert len(report["findings"]["lost"]) == 3
@@ -258,3 +214,4 @@ def test_unacknowledged_deliveries_fail_expect_once(stack, redis, tmp_path) -> N
     )
     assert report["layers"]["answered"] == {"0": 3}
     assert report["findings"]["lost"] == []  # nothing was acknowledged, so nothing is lost
+    assert report["findings"]["unacknowledged"] == 3 and not report["findings"]["passed"]

@@ -69,11 +69,29 @@ def test_every_process_refuses_a_wrong_setting_with_one_line_each(
         " range; expected redis://[user:password@]host[:port][/db] (db 0-15), rediss://… (TLS)"
         " or unix:///path/to/socket[?db=N]",
         "invalid setting STRIPE_WEBHOOK_TOLERANCE=abc: expected a whole number of seconds, 0 or"
-        " more (0: no check)",
+        " more (0: no check), at most 315532800 (ten years)",
         "invalid setting MAX_ATTEMPTS=-1: expected a whole number, from 1 to 1000",
         "invalid setting LEASE_SECONDS=5: expected at least FULFILMENT_TIMEOUT (10) + 2 = 12"
         " seconds: a call must end before its lease does",
     ]
+
+
+@pytest.mark.parametrize("argv", [WEB, CLI, REPLAY], ids=["web", "cli", "replay"])
+def test_a_number_is_ascii_digits_and_a_duration_one_redis_accepts(argv: list[str]) -> None:
+    """A superscript or another script's digits, and a retention whose TTL Redis's EXPIRE
+    would refuse: one line each, naming the setting, before anything starts."""
+    wrong = {
+        "REDIS_SENTINELS": "127.0.0.1:²",
+        "WEB_CONCURRENCY": "٤",
+        "EVENT_RETENTION_DAYS": str(10**12),
+    }
+    lines = refuses(argv, env_with(STRIPE_WEBHOOK_SECRET=SECRET, **wrong))
+    named = sorted(line.split("=", 1)[0] for line in lines)
+    expected = ["invalid setting EVENT_RETENTION_DAYS", "invalid setting REDIS_SENTINELS"]
+    if argv is WEB:  # the web process's own setting, checked in gunicorn's master
+        expected.append("invalid setting WEB_CONCURRENCY")
+    assert named == expected, lines
+    assert any("at most 36525 (100 years)" in line for line in lines), lines
 
 
 def test_the_web_process_names_a_missing_secret_and_its_own_settings() -> None:

@@ -3,11 +3,13 @@ the API, an export bundle, a log or the start-up banner."""
 
 import pytest
 
-from ledger.redact import mask_secret, redact
+from ledger.redact import downstream, mask_secret, origin, redact
 from ledger.settings import SettingsError, fingerprint, load
 from ledgerctl.banner import banner
 
-SECRETS = ("SECRET123", "PASSWORD456", "TOKEN789")
+SECRETS = ("SECRET123", "PASSWORD456", "TOKEN789", "PATHSECRET", "SESSION789")
+CAPABILITY = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?api_key=SECRET123"
+"""A capability URL's path: its secrets in the path, in ;params and in the query."""
 
 
 @pytest.mark.parametrize(
@@ -35,10 +37,35 @@ def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("url", "named", "shown"),
+    [
+        (
+            f"http://user:PASSWORD456@127.0.0.1:9{CAPABILITY}#frag",
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9/***",
+        ),
+        (
+            "https://hooks.example.com" + CAPABILITY,
+            "https://hooks.example.com:443",
+            "https://hooks.example.com:443/***",
+        ),
+        ("http://[::1]:8080/x;SESSION789", "http://[::1]:8080", "http://[::1]:8080/***"),
+        ("http://[::1]:8080", "http://[::1]:8080", "http://[::1]:8080"),
+        ("http://h.example:99999/PATHSECRET", "***", "***"),
+        ("sqlite:///var/downstream.sqlite3", "***", "sqlite:///var/downstream.sqlite3"),
+    ],
+)
+def test_a_downstream_is_named_by_its_origin(url: str, named: str, shown: str) -> None:
+    """In errors: the origin alone; as the FULFILMENT_ACTION setting: /*** where more was."""
+    assert origin(url) == named
+    assert downstream(url) == shown
+
+
 def test_start_up_banner_masks_credentials_and_shows_secrets_by_fingerprint() -> None:
     env = {
         "REDIS_URL": "redis://:PASSWORD456@127.0.0.1:6389/0",
-        "FULFILMENT_ACTION": "https://shop.example/fulfil?api_key=SECRET123",
+        "FULFILMENT_ACTION": "https://shop.example" + CAPABILITY,
         "OPS_TOKEN": "TOKEN789",
         "STRIPE_WEBHOOK_SECRET": "whsec_cliSECRET123,whsec_localSECRET123",
         "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local",
@@ -47,7 +74,7 @@ def test_start_up_banner_masks_credentials_and_shows_secrets_by_fingerprint() ->
     settings = load(env)
     shown = banner(env, settings, "whsec_localSECRET123", dev_token="another")
     assert "redis://***@127.0.0.1:6389/0" in shown
-    assert "https://shop.example/fulfil?api_key=***" in shown
+    assert "downstream    https://shop.example:443/***" in shown
     assert f"cli    {fingerprint('whsec_cliSECRET123')}" in shown
     assert f"local  {fingerprint('whsec_localSECRET123')}  var/dev.env" in shown
     assert "from OPS_TOKEN (not shown)" in shown
