@@ -32,7 +32,7 @@ from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.declared import setting
 from ledger.defaults import DEFAULT_WEB_PORT
-from ledgerctl import ha
+from ledgerctl import ha, stripe_listen
 from ledgerctl.banner import banner, base_url, ready_line
 
 DEV_ENV = Path("var/dev.env")
@@ -154,10 +154,12 @@ def say(manager: Manager, text: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/run.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--ha", action="store_true", help="a replicated ledger (Procfile.ha)")
-    replicated = parser.parse_args().ha
+    parser.add_argument("--stripe-cli", action="store_true", help=stripe_listen.RUN_HELP)
+    args = parser.parse_args()
+    replicated = args.ha
     root = Path.cwd()
     dev = dev_values()
-    env = local_env(os.environ, dev, root)
+    env = local_env(stripe_listen.cli_env(os.environ) if args.stripe_cli else os.environ, dev, root)
     if replicated:
         env = replicated_env(env, root)
     values, problems = declared.read(fields(Local), env)
@@ -170,12 +172,18 @@ def main() -> None:
     local = Local(**values)  # type: ignore[arg-type]
     Path("var/redis").mkdir(parents=True, exist_ok=True)
     output = PipeSafeOutput()
-    output.write(banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"]))
+    output.write(
+        banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"], args.stripe_cli)
+    )
     manager = Manager(Printer(output))
     procfile = parse_procfile(Path("Procfile.ha" if replicated else "Procfile").read_text())
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(procfile.processes, concurrency=concurrency, env=env):
         manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
+    if args.stripe_cli:
+        forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
+        for name, command in stripe_listen.processes(env, forward_to).items():
+            manager.add_process(name, command, env=env)
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()
     manager.loop()

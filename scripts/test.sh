@@ -11,6 +11,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+scripts/install_stripe_cli.sh  # the pinned Stripe CLI, for the tests that run it
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .
