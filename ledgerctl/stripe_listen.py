@@ -78,7 +78,7 @@ def print_secret(env: Mapping[str, str]) -> str:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         raise Refused(
             "--stripe-cli: `stripe listen --print-secret` failed"
-            f" ({said[-1] if said else f'exit {done.returncode}'}); "
+            f" ({said[0].strip() if said else f'exit {done.returncode}'}); "
             "log in with `stripe login` or set STRIPE_API_KEY"
         )
     return secret
