@@ -7,6 +7,7 @@ CLI forwards snapshot and thin events to one URL only from two ``stripe listen``
 Both sessions sign with the one secret ``stripe listen --print-secret`` prints.
 """
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ PRINT_SECRET_TIMEOUT_S = 60.0
 INSTALL_HINT = "https://docs.stripe.com/stripe-cli"
 
 
+SECRET = re.compile(r"whsec_[A-Za-z0-9_]+")
 RUN_HELP = (
     "also run stripe listen (logged in, or STRIPE_API_KEY) and accept its secret as 'cli'; "
     "STRIPE_API_BASE, for testing only, points it at a stand-in of Stripe"
@@ -47,11 +49,12 @@ def api_base_args(env: Mapping[str, str]) -> list[str]:
 
 def processes(env: Mapping[str, str], forward_to: str) -> dict[str, str]:
     """run.sh's extra processes: name -> command line. The update check is skipped (the
-    process runs beside the others; updating the CLI is the developer's business)."""
+    process runs beside the others; updating the CLI is the developer's business), and the
+    secret the CLI prints when ready is masked, as the banner shows none."""
     names = ("stripe-listen", "stripe-listen-thin")
     extra = ["--skip-update", *api_base_args(env)]
     return {
-        name: shlex.join([*listen_argv(events, forward_to), *extra])
+        name: f"{shlex.join([*listen_argv(events, forward_to), *extra])} 2>&1 | {mask_command()}"
         for name, events in zip(names, forwarded_types(), strict=True)
         if events
     }
@@ -111,3 +114,20 @@ def cli_env(env: Mapping[str, str]) -> dict[str, str]:
     except Refused as refused:
         print(refused, file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def mask_command() -> str:
+    """This module as a line filter (its ``main``), with this Python."""
+    return shlex.join([sys.executable, "-u", "-m", __name__])
+
+
+def main() -> None:
+    """Copy stdin to stdout line by line, each webhook secret masked: the CLI prints its
+    secret when ready, and run.sh shows secrets by fingerprint only."""
+    for line in sys.stdin:
+        sys.stdout.write(SECRET.sub("whsec_***", line))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@ event table's, and run.sh --stripe-cli adds the CLI's secret under the ``cli`` l
 
 import re
 import shlex
+import subprocess
 
 import pytest
 
@@ -55,10 +56,18 @@ def test_the_readme_gives_the_same_commands() -> None:
 def test_run_sh_processes_read_the_api_base_only_from_stripe_api_base() -> None:
     plain = stripe_listen.processes({}, DEFAULT_FORWARD)
     assert list(plain) == ["stripe-listen", "stripe-listen-thin"]
-    assert [events_of(c) for c in plain.values()] == [SNAPSHOT, THIN]
-    assert all("--skip-update" in c and "--api-base" not in c for c in plain.values())
+    listens = [c.split(" 2>&1 | ")[0] for c in plain.values()]
+    assert [events_of(c) for c in listens] == [SNAPSHOT, THIN]
+    assert all("--skip-update" in c and "--api-base" not in c for c in listens)
     based = stripe_listen.processes({"STRIPE_API_BASE": "http://127.0.0.1:9"}, DEFAULT_FORWARD)
-    assert all(c.endswith("--api-base http://127.0.0.1:9") for c in based.values())
+    assert all("--api-base http://127.0.0.1:9 2>&1 | " in c for c in based.values())
+
+
+def test_the_cli_output_is_shown_with_its_secret_masked() -> None:
+    ready = "Ready! Your webhook signing secret is whsec_abc_0123456789DEF (^C to quit)\n"
+    command = f"printf %s '{ready}' | {stripe_listen.mask_command()}"
+    shown = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    assert shown.stdout == ready.replace("whsec_abc_0123456789DEF", "whsec_***")
 
 
 @pytest.mark.parametrize(
