@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ledger import figures
+from ledger import figures, keys
 from ledgerctl import samples
 from ledgerctl.stripe_listen import forward_commands
 from tests.integration.test_purchases import purchase
@@ -33,7 +33,11 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
     assert secret == CLI_SECRET
     assert standin.sessions[-1]["authorization"] == f"Bearer {API_KEY}"
     with CountingDownstream() as downstream:
-        s = stack(STRIPE_WEBHOOK_SECRET=secret, FULFILMENT_ACTION=downstream.url)
+        s = stack(
+            STRIPE_WEBHOOK_SECRET=secret,
+            STRIPE_WEBHOOK_SECRET_LABELS="cli",  # as run.sh --stripe-cli labels it
+            FULFILMENT_ACTION=downstream.url,
+        )
         web = s.start_web()
         s.start_worker()
         s.start_sweeper()
@@ -42,9 +46,9 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
         logs = tmp_path / "listen.log", tmp_path / "listen-thin.log"
         for command, log in zip(forward_commands(forward_to), logs, strict=True):
             stripe_cli.listen(command, log)
-        sessions = [session["form"] for session in standin.sessions[-2:]]
-        assert [s["websocket_features[]"] for s in sessions] == [["webhooks"], ["v2_events"]]
-        assert all(s["forward_to_url"] == [forward_to] for s in sessions)
+        forms = [session["form"] for session in standin.sessions[-2:]]
+        assert [f["websocket_features[]"] for f in forms] == [["webhooks"], ["v2_events"]]
+        assert all(f["forward_to_url"] == [forward_to] for f in forms)
 
         checkout = purchase(rng)  # session, invoice.paid, payment_intent.succeeded
         created, charge, intent = samples.payment_events(rng)
@@ -59,6 +63,7 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
             "forgery": standin.send(charge, signing_secret="whsec_forged_0123456789"),
             "thin": standin.send(thin),
         }
+        sent_events = (*checkout, charge, intent, thin)
         unasked = standin.send(created)  # not in --events: acknowledged, never forwarded
         wait_until(lambda: answered(standin, sent), timeout=60, what="the CLI's answers")
         # The CLI handles each message on its own goroutine: resend once the first is answered.
@@ -71,12 +76,15 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
         assert bodies["resend"] == {"event_id": intent["id"], "deliveries": 2, "duplicate": True}
         assert bodies["forgery"] == {"error": "signature_mismatch"}
         assert got["forgery"]["forward_url"] == f"http://{forward_to}"
-        assert standin.response(unasked) is None and created["id"] in standin.acks()
+        wait_until(lambda: created["id"] in standin.acks(), what="the unasked event's ack")
+        assert standin.response(unasked) is None
         assert "Stripe-Signature" in got["thin"]["request_headers"]
 
         counters = stats(redis)
         assert (counters["deliveries"], counters["events"], counters["duplicates"]) == (7, 6, 1)
         assert counters["rejected:signature_mismatch"] == 1
+        sources = {e["id"]: redis.hget(keys.event(e["id"]), "src:stripe-cli") for e in sent_events}
+        assert sources == {**{e["id"]: b"1" for e in sent_events}, intent["id"]: b"2"}
         # The CLI forwards concurrently: when invoice.paid comes first, the purchase is kept
         # under the invoice's id and the sweeper enqueues its job.
         purchase_keys = {
