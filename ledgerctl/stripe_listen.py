@@ -19,9 +19,8 @@ from ledger.events import forwarded_types
 CLI_LABEL = "cli"
 PRINT_SECRET_TIMEOUT_S = 60.0
 INSTALL_HINT = "https://docs.stripe.com/stripe-cli"
-
-
 SECRET = re.compile(r"whsec_[A-Za-z0-9_]+")
+"""A webhook signing secret in the CLI's output (masked by ``main``)."""
 RUN_HELP = (
     "also run stripe listen (logged in, or STRIPE_API_KEY) and accept its secret as 'cli'; "
     "STRIPE_API_BASE, for testing only, points it at a stand-in of Stripe"
