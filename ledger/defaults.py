@@ -234,11 +234,13 @@ REPLAY_HEADER = "X-Webhook-Replay"
 """Header the replay script sets; the ledger records such deliveries as source ``replay``."""
 
 STRIPE_API_KEY = ""
-"""Stripe API key reconcile reads events with (none: reconcile is off)."""
+"""Stripe API key reconcile reads events with (none: reconcile is off); ``scripts/run.sh
+--stripe-cli`` runs ``stripe listen`` with it too, instead of the CLI's login."""
 
 STRIPE_API_BASE = "https://api.stripe.com"
 """Where ``webhook-ledger reconcile`` finds Stripe's API (tests point it at a local server).
-The key is STRIPE_API_KEY: a restricted key with read access to events is enough."""
+The key is STRIPE_API_KEY: a restricted key with read access to events is enough.
+``scripts/run.sh --stripe-cli`` gives it to ``stripe listen`` as ``--api-base`` when set."""
 
 STRIPE_EVENTS_KEPT_DAYS = 30
 """How far back Stripe's Events API lists events, so how far back reconcile can look."""

@@ -131,6 +131,33 @@ THIN_RULES: dict[str, ThinRule] = {
 }
 
 
+# ``stripe listen --events`` and an endpoint's enabled events take exact types, no prefixes:
+# the Stripe event types each prefix rule above that is not ``info`` covers today.
+PREFIX_MEMBERS: dict[str, tuple[str, ...]] = {
+    "charge.refund.": ("charge.refund.updated",),
+    "charge.dispute.": (
+        "charge.dispute.created",
+        "charge.dispute.updated",
+        "charge.dispute.closed",
+        "charge.dispute.funds_withdrawn",
+        "charge.dispute.funds_reinstated",
+    ),
+    "refund.": ("refund.created", "refund.updated", "refund.failed"),
+}
+
+
+def forwarded_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The event types to ask Stripe for, from the tables: (snapshot types, thin types).
+
+    Every type a table names, and the members of every prefix rule that changes a payment
+    (PREFIX_MEMBERS); an ``info`` prefix rule only files other types of its kind under their
+    payment and asks for nothing."""
+    snapshot = [t for t in RULES if not t.endswith(".")]
+    snapshot += [m for prefix, members in PREFIX_MEMBERS.items() for m in members]
+    thin = [t for t in THIN_RULES if not t.endswith(".")]
+    return tuple(sorted(snapshot)), tuple(sorted(thin))
+
+
 def _lookup(table: dict[str, R], event_type: str) -> R | None:
     if event_type in table:
         return table[event_type]

@@ -14,6 +14,7 @@ from ledger import defaults
 from ledger.connection import describe
 from ledger.redact import downstream, redact
 from ledger.settings import Settings, fingerprint
+from ledgerctl.stripe_listen import forward_commands
 
 FINGERPRINT_HOWTO = 'printf %s "$SECRET" | sha256sum | cut -c1-8'
 
@@ -37,7 +38,22 @@ def secret_lines(settings: Settings, local_secret: str) -> list[str]:
     return lines
 
 
-def banner(env: Mapping[str, str], settings: Settings, local_secret: str, dev_token: str) -> str:
+def forward_lines(env: Mapping[str, str], cli_running: bool) -> str:
+    """How to get Stripe's test events here: the ``stripe listen`` commands (snapshot events,
+    then thin ones, lists from the event table), or that run.sh runs them itself."""
+    if cli_running:
+        return "stripe listen runs here: processes stripe-listen, stripe-listen-thin"
+    commands = forward_commands(f"{base_url(env).removeprefix('http://')}/webhooks/stripe")
+    return "\n                ".join(commands)
+
+
+def banner(
+    env: Mapping[str, str],
+    settings: Settings,
+    local_secret: str,
+    dev_token: str,
+    cli_running: bool = False,
+) -> str:
     """The banner for this environment and its (already checked) settings."""
     url = base_url(env)
     secrets = "\n                ".join(secret_lines(settings, local_secret))
@@ -49,11 +65,10 @@ def banner(env: Mapping[str, str], settings: Settings, local_secret: str, dev_to
     return f"""\
 Stripe webhook ledger
   endpoint      {url}/webhooks/stripe
-  forward with  stripe listen --forward-to {url.removeprefix("http://")}/webhooks/stripe
+  forward with  {forward_lines(env, cli_running)}
   secrets       {secrets}
                 a fingerprint is: {FINGERPRINT_HOWTO}
-                add stripe listen's: STRIPE_WEBHOOK_SECRET="$(stripe listen --print-secret)" \\
-                                     STRIPE_WEBHOOK_SECRET_LABELS=cli scripts/run.sh
+                scripts/run.sh --stripe-cli runs stripe listen and adds its secret as 'cli'
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
   redis         {redis_line(settings)}

@@ -37,7 +37,7 @@ from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.declared import setting
 from ledger.defaults import DEFAULT_WEB_PORT
-from ledgerctl import ha, local_guard
+from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import banner, base_url, ready_line
 
 DEV_ENV = Path("var/dev.env")
@@ -189,11 +189,14 @@ def say(manager: Manager, text: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/run.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--ha", action="store_true", help="a replicated ledger (Procfile.ha)")
-    replicated = parser.parse_args().ha
+    parser.add_argument("--stripe-cli", action="store_true", help=stripe_listen.RUN_HELP)
+    args = parser.parse_args()
+    replicated = args.ha
     root = Path.cwd()
     dev = dev_values()
     topology = ha.Topology(root / "var" / "ha", config=root / "config")
-    env = local_env(os.environ, dev, root, topology.base if replicated else None)
+    source = stripe_listen.cli_env(os.environ) if args.stripe_cli else os.environ
+    env = local_env(source, dev, root, topology.base if replicated else None)
     if replicated:
         env = replicated_env(env, topology)
     values, problems = declared.read(fields(Local), env)
@@ -209,11 +212,17 @@ def main() -> None:
     if replicated:
         ha.write(topology)
     output = PipeSafeOutput()
-    output.write(banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"]))
+    output.write(
+        banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"], args.stripe_cli)
+    )
     manager = Manager(Printer(output))
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(processes(replicated), concurrency=concurrency, env=env):
         manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
+    if args.stripe_cli:
+        forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
+        for name, command in stripe_listen.processes(env, forward_to).items():
+            manager.add_process(name, command, env=env)
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()
     manager.loop()

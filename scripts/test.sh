@@ -12,6 +12,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+scripts/install_stripe_cli.sh  # the pinned Stripe CLI, for the tests that run it
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== uv lock --check (uv.lock matches pyproject.toml)" && uv lock --check --quiet
 echo "== ruff check" && ruff check .

@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.support.inprocess",
     "tests.support.ha",  # the replicated ledger: cluster
     "tests.support.ha_service",  # the service on it: exits
+    "tests.support.stripe_cli",  # the real Stripe CLI and a stand-in of Stripe
 ]
