@@ -54,11 +54,33 @@ def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
     verdict, until = attempts.decide(pk, "retry", ("interrupted",), "test")
     assert verdict == "wait" and int(until) > 0
     assert redis.hget(keys.payment(pk), "state") == b"interrupted"
+    # its worker process is still in the call: the liveness key names it
+    assert redis.get(keys.caller(attempts.caller)) == f"{pk} 1 {until}".encode()
     # the stalled worker comes back with its receipt: accepted, it proves the effect
     assert attempts.finish(pk, start.token, "fulfilled", '{"late": 1}', 5.0) == (
         "fulfilled",
         "fulfilled",
     )
+
+
+def test_a_person_may_rerun_it_once_its_caller_is_gone(redis: Redis, redis_server, rng) -> None:
+    """The liveness key is what the watchdog guarantees: it outlives the caller's process
+    while that process is in the call. Gone (the process ended, or came back and finished),
+    a person's retry is taken; a finished attempt releases it at once."""
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert attempts.recover(pk) == "interrupted"
+    assert attempts.decide(pk, "retry", ("interrupted",), "test")[0] == "wait"
+    redis.delete(keys.caller(attempts.caller))  # its key expired with the process
+    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
+    again = attempts.start(pk, "job-2", replay_safe=False)
+    assert attempts.mark_calling(pk, again.token)
+    assert redis.get(keys.caller(attempts.caller)) is not None
+    attempts.finish(pk, again.token, "interrupted", "read timeout", 5.0)
+    assert redis.get(keys.caller(attempts.caller)) is None
+    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
 
 
 def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
