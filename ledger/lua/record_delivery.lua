@@ -106,15 +106,16 @@ local function untied_other(zkey)
   return nil
 end
 -- Another paid payment this one may duplicate (no id from Stripe ties them): of the same
--- customer by its fingerprint, or an untied one a guest's payment cannot be told from.
+-- customer by its fingerprint, or an untied one a guest's payment cannot be told from (not
+-- looked for when this event names the rest of its purchase: that half is known).
 local function possible_duplicate(fp)
   local kind, mode, who, currency, amount = fp_parts(fp)
   local kin = kind == 'pi' and 'invoice' or 'pi'
-  if who == '' then return untied_other(untied_key(kin, mode, 'any', currency, amount)) end
-  local other = redis.call('GET', FP_PREFIX .. kin .. ':' .. mode .. ':' .. who .. ':' ..
-    currency .. ':' .. amount)
+  local other = who ~= '' and redis.call('GET', FP_PREFIX .. kin .. ':' .. mode .. ':' ..
+    who .. ':' .. currency .. ':' .. amount)
   if other and other ~= key and owner(other) ~= key then return other end
-  return untied_other(untied_key(kin, mode, 'guest', currency, amount))
+  if linked ~= '' then return nil end
+  return untied_other(untied_key(kin, mode, who == '' and 'any' or 'guest', currency, amount))
 end
 local function untie(some_pay)
   local fp = redis.call('HGET', some_pay, 'untied')

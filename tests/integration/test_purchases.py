@@ -182,3 +182,20 @@ def test_one_effect_per_purchase_in_every_order_and_worker_timing(
     assert not wrong, wrong
     left = {s: n for s, n in queued_or_held(redis).items() if s in ("queued", "in_progress")}
     assert not left, left
+
+
+def test_a_guest_payment_is_compared_only_with_records_not_tied_yet(
+    redis: Redis, redis_server, rng
+) -> None:
+    """A guest's PaymentIntent is held when an invoice of the same amount still waits for
+    its tie, and not once Stripe has tied that invoice to its own PaymentIntent."""
+    ledger = ledger_for(redis_server.url, FULFIL_UNLINKED_INVOICES=True)
+    session, invoice, intent = purchase(rng, "cus_a", guest=True)
+    record(ledger, invoice)
+    assert record(ledger, intent).payment_state == "held"  # might be the invoice's purchase
+    record(ledger, session)  # it is: tied, both leave the untied records
+    later = purchase(rng, "cus_b", guest=True)
+    assert record(ledger, later[2]).payment_state == "queued"  # alone, same amount
+    assert record(ledger, later[1]).payment_state == "held"  # untied: might be that one
+    other = purchase(rng, "cus_c", guest=True)
+    assert record(ledger, other[0]).payment_state == "queued"  # a session names its halves
