@@ -9,7 +9,8 @@ from ledger import keys, queries, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
-from tests.support.helpers import paid_event
+from ledgerctl import samples
+from tests.support.helpers import paid_event, purchase
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
@@ -170,3 +171,39 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert (record.attempts_started, record.attempts_finished) == (2, 2)
     assert record.paid_by == record.events[0].id and record.events[0].paid_the_payment
     assert redis.hget(keys.STATS, "attempts_finished") == b"2"
+
+
+def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_server, rng) -> None:
+    """Both records of one purchase took a lease before Stripe tied them (nothing matched
+    them: here the amounts differ): the tie changes neither, and at the fence the first to
+    arrive is held for a person while the other calls."""
+    s = settings.load(
+        {},
+        REDIS_URL=redis_server.url,
+        STRIPE_WEBHOOK_SECRET="whsec_x",
+        STRIPE_MODE="test",
+        FULFIL_UNLINKED_INVOICES=True,
+    )
+    client = Redis.from_url(s.REDIS_URL)
+    ledger, attempts = Ledger(client, s), Attempts(client, s)
+    session, invoice, intent = purchase(rng, guest=True)
+    intent["data"]["object"]["amount_received"] = 2001
+
+    def deliver(event: dict) -> str:
+        c = classify(event, s.policy)
+        body = samples.encode(event)
+        recorded = ledger.record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
+        return recorded.payment_key
+
+    in_key, pi_key = deliver(invoice), deliver(intent)
+    first = attempts.start(in_key, "job-in", replay_safe=False)
+    second = attempts.start(pi_key, "job-pi", replay_safe=False)
+    assert first.verdict == second.verdict == "go"
+    deliver(session)
+    assert redis.hget(keys.payment(pi_key), "same_purchase_as") == in_key.encode()
+    assert not attempts.mark_calling(in_key, first.token)
+    assert attempts.mark_calling(pi_key, second.token)
+    held = queries.payment(redis, in_key)
+    assert held is not None and held.state == "held"
+    assert (held.hold_reason or "").startswith(f"same purchase as {pi_key}")
+    assert [a.outcome for a in held.attempts] == ["same_purchase"]
