@@ -173,10 +173,7 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert redis.hget(keys.STATS, "attempts_finished") == b"2"
 
 
-def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_server, rng) -> None:
-    """Both records of one purchase took a lease before Stripe tied them (nothing matched
-    them: here the amounts differ): the tie changes neither, and at the fence the first to
-    arrive is held for a person while the other calls."""
+def unlinked_ledger(redis_server) -> tuple[settings.Settings, Ledger, Attempts]:
     s = settings.load(
         {},
         REDIS_URL=redis_server.url,
@@ -185,21 +182,53 @@ def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_serve
         FULFIL_UNLINKED_INVOICES=True,
     )
     client = Redis.from_url(s.REDIS_URL)
-    ledger, attempts = Ledger(client, s), Attempts(client, s)
+    return s, Ledger(client, s), Attempts(client, s)
+
+
+def deliver(s: settings.Settings, ledger: Ledger, event: dict) -> str:
+    c = classify(event, s.policy)
+    body = samples.encode(event)
+    return ledger.record_delivery(
+        Delivery(event, body, c, 0, "stripe", new_request_id())
+    ).payment_key
+
+
+def test_a_record_tied_to_a_fulfilled_twin_is_held_and_held_again_at_its_lease(
+    redis: Redis, redis_server, rng
+) -> None:
+    """The invoice's record is fulfilled; the PaymentIntent's is queued (nothing matched
+    them: here the amounts differ) when the session ties them: it is held at once, and
+    when a person re-queues it anyway, held again when its attempt would start."""
+    s, ledger, attempts = unlinked_ledger(redis_server)
     session, invoice, intent = purchase(rng, guest=True)
     intent["data"]["object"]["amount_received"] = 2001
+    in_key = deliver(s, ledger, invoice)
+    done = attempts.start(in_key, "job-in", replay_safe=True)
+    assert attempts.finish(in_key, done.token, "fulfilled", "{}", 1.0)[0] == "fulfilled"
+    pi_key = deliver(s, ledger, intent)
+    assert redis.hget(keys.payment(pi_key), "state") == b"queued"
+    deliver(s, ledger, session)
+    assert redis.hget(keys.payment(pi_key), "state") == b"held"
+    assert attempts.decide(pi_key, "retry", ("failed", "held"), "test") == ("ok", "queued")
+    again = attempts.start(pi_key, "job-pi", replay_safe=True)
+    assert (again.verdict, again.reason) == ("skip", "same_purchase")
+    held = queries.payment(redis, pi_key)
+    assert held is not None and held.state == "held" and held.attempts == []
+    assert "when an attempt would have started" in (held.hold_reason or "")
 
-    def deliver(event: dict) -> str:
-        c = classify(event, s.policy)
-        body = samples.encode(event)
-        recorded = ledger.record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
-        return recorded.payment_key
 
-    in_key, pi_key = deliver(invoice), deliver(intent)
+def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_server, rng) -> None:
+    """Both records of one purchase took a lease before Stripe tied them (nothing matched
+    them: here the amounts differ): the tie changes neither, and at the fence the first to
+    arrive is held for a person while the other calls."""
+    s, ledger, attempts = unlinked_ledger(redis_server)
+    session, invoice, intent = purchase(rng, guest=True)
+    intent["data"]["object"]["amount_received"] = 2001
+    in_key, pi_key = deliver(s, ledger, invoice), deliver(s, ledger, intent)
     first = attempts.start(in_key, "job-in", replay_safe=False)
     second = attempts.start(pi_key, "job-pi", replay_safe=False)
     assert first.verdict == second.verdict == "go"
-    deliver(session)
+    deliver(s, ledger, session)
     assert redis.hget(keys.payment(pi_key), "same_purchase_as") == in_key.encode()
     assert not attempts.mark_calling(in_key, first.token)
     assert attempts.mark_calling(pi_key, second.token)
