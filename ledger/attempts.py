@@ -6,6 +6,7 @@ downstream (mark_calling) or record the outcome (finish).
 """
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ class Attempts:
         self.jobs = Jobs(redis, settings)
         names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
         self.scripts = {name: Script(redis, name, clock_key) for name in names}
+        self.caller = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        """This process, as its liveness key names it while it is in a downstream call."""
 
     def _replicated(
         self, name: str, named_keys: dict[str, str], args: dict[str, Any], extra: Any = ()
@@ -66,6 +69,7 @@ class Attempts:
                 "lease_ms": self.settings.lease_ms,
                 "replay_safe": int(replay_safe),
                 "max_attempts": self.settings.MAX_ATTEMPTS,
+                "caller": self.caller,
             },
         )
         verdict, token, *rest = reply
@@ -78,7 +82,7 @@ class Attempts:
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         """The fence before the call: True if this token still holds a live lease."""
-        args = {"token": token, "lease_ms": self.settings.lease_ms}
+        args = {"token": token, "lease_ms": self.settings.lease_ms, "caller": self.caller}
         return bool(self._replicated("mark_calling", {"payment": keys.payment(payment_key)}, args))
 
     def finish(
@@ -133,7 +137,8 @@ class Attempts:
         job: Enqueue | None = None,
     ) -> tuple[str, str]:
         """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
-        (an interrupted call may still be in flight until the returned time, epoch ms).
+        (the worker process of the last call may still be in it, at most until the returned
+        time, epoch ms: its watchdog ends it by then).
         ``job`` (a new one when not given) also identifies the decision."""
         job = job or self.jobs.enqueue(payment_key)
         args = {
@@ -142,11 +147,9 @@ class Attempts:
             "note": note,
             "job_id": job.job_id,
             "grace_ms": self.settings.grace_ms,
-            # RQ's timeout for a job: a stalled call cannot outlive it.
-            "in_flight_ms": self.settings.job_timeout_s * 1000,
         }
         named_keys = {"payment": keys.payment(payment_key)}
-        verdict, state = self._replicated("operator", named_keys, args, job.commands)
+        verdict, state, *_ = self._replicated("operator", named_keys, args, job.commands)
         return text(verdict), text(state)
 
     def purge(self, limit: int = 500) -> int:

@@ -25,8 +25,9 @@ def decide(
         until = ms_time(state)
         return Problem(
             error="attempt_may_still_be_running",
-            message="its last call may still be running; nothing was changed: check the "
-            "downstream, or try again after retry_after",
+            message="the worker process of its last call may still be in that call (its "
+            "watchdog ends it by retry_after at the latest); nothing was changed: try again "
+            "once it has ended",
             retry_after=until,
         )
     if not state:

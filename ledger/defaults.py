@@ -226,6 +226,12 @@ payments are held for a person."""
 STUCK_QUEUED_SECONDS = 300
 """A payment queued longer than this is listed under "needs a person"."""
 
+FULFILMENT_KILL_MARGIN_SECONDS = 0.5
+"""Seconds after FULFILMENT_TIMEOUT at which a call that has still not stopped (blocked
+inside C code, which the deadline's signal cannot interrupt) ends with its worker process:
+a watchdog thread that needs no interpreter lock calls ``_exit``. FULFILMENT_TIMEOUT + 2 x
+this must stay under LEASE_SECONDS: the process is gone before its lease can expire."""
+
 LEASE_MARGIN_SECONDS = 2
 """LEASE_SECONDS must exceed FULFILMENT_TIMEOUT by at least this: the call's hard deadline
 ends it before its lease can expire, so two calls for one payment never overlap."""

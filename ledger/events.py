@@ -195,8 +195,9 @@ class Classified:
     """The connected account of a Connect event ('' for the platform's own)."""
     fingerprint: str = ""
     """For a paid event that Stripe may not tie to its purchase (an invoice without a
-    PaymentIntent, or a PaymentIntent with unlinked invoices on): ``kind|customer|amount``
-    so the ledger can hold a possible duplicate purchase. '' otherwise."""
+    PaymentIntent, or a PaymentIntent with unlinked invoices on):
+    ``kind|mode:customer:currency:amount`` (no customer for a guest) so the ledger can hold a
+    possible duplicate purchase. '' otherwise."""
 
 
 def is_thin(event: Obj) -> bool:
@@ -285,11 +286,14 @@ def _hold(event: Obj, account: str, policy: Policy) -> str:
 
 
 def _fingerprint(obj: Obj, event: Obj, unlinked: bool) -> str:
+    """``kind|mode:customer:currency:amount``; the customer is empty for a guest."""
     customer = obj.get("customer")
     amount, currency = obj.get("amount_paid") or obj.get("amount_received"), obj.get("currency")
     amount = amount or obj.get("amount_total") or obj.get("amount")
-    if not isinstance(customer, str) or not isinstance(amount, int) or not currency:
+    if not isinstance(amount, int) or not isinstance(currency, str) or not currency.isalpha():
         return ""
+    if not isinstance(customer, str) or not customer or ":" in customer:
+        customer = ""  # a guest: compared by mode, currency and amount only
     kind = "invoice" if unlinked else "pi"
     mode = "live" if event.get("livemode") is True else "test"
     return f"{kind}|{mode}:{customer}:{currency}:{amount}"

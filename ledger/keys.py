@@ -83,6 +83,20 @@ hold a possible duplicate purchase that no id ties (only with FULFIL_UNLINKED_IN
 
 FINGERPRINT_TTL = defaults.DUPLICATE_WINDOW_SECONDS
 
+UNTIED_PREFIX = PREFIX + "untied:"
+"""Sorted sets ``wl:untied:{pi|invoice}:{mode}:{any|guest}:{currency}:{amount}`` of payment
+keys (scored by time) that no id from Stripe has tied to the rest of their purchase yet:
+``any`` holds every such payment, ``guest`` those without a customer. A guest's payment
+is compared with ``any`` of the other kind, a customer's with ``guest`` (besides its
+fingerprint); a tie removes both records (only with FULFIL_UNLINKED_INVOICES)."""
+
+CALLER_PREFIX = PREFIX + "caller:"
+"""Strings ``wl:caller:{host}:{pid}:{nonce}`` -> ``{payment_key} {token} {until_ms}``: the
+worker process in that downstream call, written with the fence (expiring with the lease)
+and deleted when the attempt finishes. The watchdog ends a process whose call outlives its
+deadline before the key can expire, so while it exists the call may still be running and
+a person's retry is refused (operator.lua)."""
+
 RQ_QUEUE_PREFIX = "rq:queue:"
 """RQ's queue lists (``Queue.redis_queue_namespace_prefix``; a test pins it)."""
 
@@ -119,6 +133,11 @@ def series(hour: int) -> str:
     return f"{SERIES_PREFIX}{hour}"
 
 
+def caller(caller_id: str) -> str:
+    """The liveness key of one worker process while it is in a downstream call."""
+    return CALLER_PREFIX + caller_id
+
+
 def rq_queue(name: str) -> str:
     return RQ_QUEUE_PREFIX + name
 
@@ -146,6 +165,8 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "ALIAS_PREFIX": ALIAS_PREFIX,
     "FP_PREFIX": FINGERPRINT_PREFIX,
     "FP_TTL": FINGERPRINT_TTL,
+    "UNTIED_PREFIX": UNTIED_PREFIX,
+    "CALLER_PREFIX": CALLER_PREFIX,
     "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
 }
 """What every script knows by name (see lua/prelude.lua)."""

@@ -97,6 +97,9 @@ class Settings:
     FULFILMENT_TIMEOUT: float = setting(
         defaults.FULFILMENT_TIMEOUT, kinds.number(0, None, "seconds", above=True)
     )
+    FULFILMENT_KILL_MARGIN_SECONDS: float = setting(
+        defaults.FULFILMENT_KILL_MARGIN_SECONDS, kinds.number(0, 60, "seconds", above=True)
+    )
     LEASE_SECONDS: int = setting(defaults.LEASE_SECONDS, kinds.whole(1, None, "seconds"))
     MAX_ATTEMPTS: int = setting(defaults.MAX_ATTEMPTS, kinds.whole(1, 1000))
     RETRY_BASE_SECONDS: float = setting(
@@ -157,6 +160,15 @@ class Settings:
             self.FULFIL_UNLINKED_INVOICES,
             self.STRIPE_MODE,
             self.FULFIL_CONNECT,
+        )
+
+    @property
+    def call_window(self) -> float:
+        """Seconds after its fence was sent that a call may still start: it then ends (or
+        its process does, FULFILMENT_KILL_MARGIN_SECONDS after the deadline) at least that
+        margin before the lease can expire."""
+        return (
+            self.LEASE_SECONDS - self.FULFILMENT_TIMEOUT - 2 * self.FULFILMENT_KILL_MARGIN_SECONDS
         )
 
     @property
@@ -226,6 +238,16 @@ def _lease_outlasts_call(s: Settings) -> Iterator[tuple[str, str]]:
         why = f"expected at least FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + "
         why += f"{defaults.LEASE_MARGIN_SECONDS} = {least:g} seconds"
         yield "LEASE_SECONDS", why + ": a call must end before its lease does"
+
+
+@check("FULFILMENT_KILL_MARGIN_SECONDS", "LEASE_SECONDS", "FULFILMENT_TIMEOUT")
+def _killed_before_the_lease_ends(s: Settings) -> Iterator[tuple[str, str]]:
+    margin = s.FULFILMENT_KILL_MARGIN_SECONDS
+    short_lease = s.LEASE_SECONDS < s.FULFILMENT_TIMEOUT + defaults.LEASE_MARGIN_SECONDS
+    if not short_lease and s.FULFILMENT_TIMEOUT + 2 * margin >= s.LEASE_SECONDS:
+        why = f"expected FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + 2 x {margin:g} under "
+        why += f"LEASE_SECONDS ({s.LEASE_SECONDS}): a call that will not stop ends with its "
+        yield "FULFILMENT_KILL_MARGIN_SECONDS", why + "process before its lease can expire"
 
 
 @check("LEDGER_MIN_REPLICAS", "LEDGER_WAIT_TIMEOUT", "REDIS_SOCKET_TIMEOUT")

@@ -75,6 +75,7 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> At
         phase_at_expiry=_text_or_none(record.get("phase")),
         stale_outcome=_text_or_none(record.get("stale_outcome")),
         stale_at=ms_time(record.get("stale_at")),
+        caller=_text_or_none(record.get("caller")),
     )
 
 

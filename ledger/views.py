@@ -96,6 +96,8 @@ class Attempt(View):
     phase_at_expiry: str | None
     stale_outcome: str | None
     stale_at: datetime | None
+    caller: str | None
+    """The worker process that was fenced to call (``host:pid:nonce``)."""
 
 
 class Resolution(View):

@@ -87,7 +87,7 @@ def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json:
     elif isinstance(answer, Problem) and answer.retry_after is not None:
         wait_s = max(0.0, answer.retry_after.timestamp() - time.time())
         when = f"{iso(answer.retry_after)} (in {wait_s:.0f} s)"
-        say(f"refused: its last call may still be running; try again after {when}")
+        say(f"refused: the worker process of its last call may still be in it; try after {when}")
     elif isinstance(answer, Problem) and answer.error == "not_found":
         say("refused: no payment", payment_key)
     elif isinstance(answer, Problem):

@@ -250,6 +250,8 @@ def _outcome(a: Attempt) -> str:
         outcome += " (late receipt)"
     if a.stale_outcome:
         outcome += f" (its worker later said {a.stale_outcome})"
+    if a.caller:
+        outcome += f" (called by {a.caller})"
     return outcome
 
 

@@ -36,8 +36,10 @@ class Context:
     action_error: str
     """Why the action could not be built ('' when it could): recorded on each payment."""
     timeout: float
+    kill_after: float
+    """Seconds past ``timeout`` at which a call that has not stopped ends with this process."""
     call_window: float
-    """Seconds after its fence a call may still start: it must end before the lease does."""
+    """Seconds after its fence was sent that a call may still start (Settings.call_window)."""
 
 
 @cache
@@ -50,8 +52,14 @@ def _context(pid: int) -> Context:
         error = ""
     except FulfilmentError as exc:
         action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION
-    window = s.LEASE_SECONDS - s.FULFILMENT_TIMEOUT
-    return Context(Attempts(connect(s), s), action, error, s.FULFILMENT_TIMEOUT, window)
+    return Context(
+        Attempts(connect(s), s),
+        action,
+        error,
+        s.FULFILMENT_TIMEOUT,
+        s.FULFILMENT_KILL_MARGIN_SECONDS,
+        s.call_window,
+    )
 
 
 def context() -> Context:
@@ -76,12 +84,14 @@ def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
     )
 
 
-def run_action(action: Action, call: Call, timeout: float) -> tuple[str, str]:
-    """Call the downstream once, within ``timeout`` seconds in all; map its result to an
-    outcome and a detail string."""
+def run_action(action: Action, call: Call, timeout: float, kill_after: float) -> tuple[str, str]:
+    """Call the downstream once, within ``timeout`` seconds in all (the process ends
+    ``kill_after`` seconds later if the call will not stop); map its result to an outcome
+    and a detail string."""
     error: Exception
     try:
-        return "fulfilled", encode_receipt(call_within(timeout, lambda: action(call)))
+        receipt = call_within(timeout, lambda: action(call), kill_after)
+        return "fulfilled", encode_receipt(receipt)
     except DeadlineExceeded as exc:  # it may have been applied: like a timed-out read
         return ("retry" if action.replay_safe else "interrupted"), f"deadline: {exc}"
     except AmbiguousDownstreamError as exc:
@@ -101,24 +111,28 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
     if ctx.action is None:
         return unusable_action(ctx, payment_key, job_id)
+    # The lease a call runs under starts in Redis after this moment: the call window is
+    # counted from here (a replay-safe attempt is fenced by its start).
+    fenced_at = time.monotonic()
     start = ctx.attempts.start(payment_key, job_id, ctx.action.replay_safe)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
     try:
+        if not ctx.action.replay_safe:
+            fenced_at = time.monotonic()
         fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
     except NotReplicated as exc:
         return unconfirmed(ctx, payment_key, start.token, exc)
     if not fenced:
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
-    fenced_at = time.monotonic()
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
     assert start.call_fields is not None  # always set with "go"
     call = build_call(payment_key, start.token, start.call_fields)
-    outcome, detail = run_action(ctx.action, call, ctx.timeout)
+    outcome, detail = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)

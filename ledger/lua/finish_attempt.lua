@@ -22,6 +22,7 @@ local state = redis.call('HGET', pay, 'state')
 if not state then return {'missing', ''} end
 local current = redis.call('HGET', pay, 'token')
 local record = redis.call('HGET', pay, 'attempt:' .. token)
+release_caller(pay, token, now)  -- its worker is back from the call (or never made it)
 if record and FINISHED[cjson.decode(record)['outcome']] then
   redis.call('HSET', pay, 'attempt:' .. token, record)  -- written again for WAIT (prelude)
   return {'already', state}  -- a client retry of this same call: one worker per token

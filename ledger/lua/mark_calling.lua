@@ -1,8 +1,8 @@
 -- Fence before the downstream call: only the holder of the current token and a live lease
 -- may call. Marks the phase `calling` (what recovery needs to know) and renews the lease.
--- Returns 1 (go ahead) or 0 (stale: do not call)
+-- Returns 1 (go ahead) or 0 (stale, or its purchase's other record is engaged: do not call)
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'token', 'lease_ms')
+local ARG, ARGC = named(ARGV, 'token', 'lease_ms', 'caller')
 local short = too_few('mark_calling', ARGC)
 if short then return short end
 if not whole(ARG.lease_ms, 1, MAX_TTL_MS) then return refuse('mark_calling', 'lease ms must be a number') end
@@ -14,6 +14,16 @@ if redis.call('HGET', pay, 'state') ~= 'in_progress'
   update_attempt(pay, ARG.token, {outcome = 'stale_before_call', ended = now})
   return 0
 end
+-- Both records of a purchase may hold leases taken before Stripe tied them: the first
+-- to reach its fence calls, the other waits for a person.
+local twin = engaged_twin(pay)
+if twin then
+  update_attempt(pay, ARG.token, {outcome = 'same_purchase', ended = now})
+  redis.call('HDEL', pay, 'lease_until', 'phase')
+  hold_for_twin(pay, twin, now, 'held at the fence before the call')
+  return 0
+end
 redis.call('HSET', pay, 'phase', 'calling', 'lease_until', now + tonumber(ARG.lease_ms))
 update_attempt(pay, ARG.token, {calling = now})
+mark_caller(pay, ARG.token, ARG.caller, now, tonumber(ARG.lease_ms))
 return 1

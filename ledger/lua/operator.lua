@@ -1,17 +1,15 @@
 -- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
 -- decision: retry|fulfilled; allowed: the states it is allowed from (space-separated);
--- job_id is also this decision's id; in_flight_ms: how long an interrupted attempt may still
--- be running after its call started. ARGV after the named ones: the captured RQ enqueue.
--- Returns {'ok', new state} | {'refused', current state} | {'wait', until ms}
+-- job_id is also this decision's id. ARGV after the named ones: the captured RQ enqueue.
+-- Returns {'ok', new state} | {'refused', current state}
+--       | {'wait', until ms, caller}: the process of the last call may still be in it
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms',
-  'in_flight_ms')
+local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms')
 local short = too_few('operator', ARGC)
 if short then return short end
-local grace_ms, in_flight_ms = whole(ARG.grace_ms, 0, MAX_TTL_MS),
-  whole(ARG.in_flight_ms, 0, MAX_TTL_MS)
-if not (grace_ms and in_flight_ms) or not commands_ok(ARGC + 1) then
-  return refuse('operator', 'grace and in-flight ms must be numbers; commands well-formed')
+local grace_ms = whole(ARG.grace_ms, 0, MAX_TTL_MS)
+if not grace_ms or not commands_ok(ARGC + 1) then
+  return refuse('operator', 'grace ms must be a number; commands well-formed')
 end
 if ARG.decision ~= 'retry' and ARG.decision ~= 'fulfilled' then
   return refuse('operator', 'decision must be retry or fulfilled')
@@ -26,13 +24,12 @@ end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
   return {'refused', state or ''}
 end
-if ARG.decision == 'retry' and state == 'interrupted' then
-  -- Its call may still be in flight (a stalled worker keeps its fenced call): wait it out.
-  local raw = redis.call('HGET', pay, 'attempt:' .. (redis.call('HGET', pay, 'token') or '1'))
-  local started = raw and cjson.decode(raw)['calling']
-  if started and now < tonumber(started) + in_flight_ms then
-    return {'wait', tostring(tonumber(started) + in_flight_ms)}
-  end
+if ARG.decision == 'retry' then
+  -- Refused while the worker process that made the last call may still be in it: its
+  -- liveness key lasts until that process has returned from the call or been ended by its
+  -- watchdog (keys.CALLER_PREFIX).
+  local in_call = caller_in_call(pay, redis.call('HGET', pay, 'token') or '0', now)
+  if in_call then return {'wait', in_call[2], in_call[1]} end
 end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note .. ' at ' .. now .. ' (' .. ARG.decision

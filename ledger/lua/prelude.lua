@@ -173,3 +173,67 @@ local function requeue(pay, job_id, first, grace_ms, now, why)
   redis.call('ZADD', DUE, now + grace_ms, id_of(pay, PAYMENT_PREFIX))
   redis.call('HINCRBY', STATS, 'requeued:' .. why, 1)
 end
+
+-- Purchases Stripe tied late: two payment records of one purchase point at each other
+-- (`same_purchase_as`). Only one of them may ever call the downstream. A record is engaged
+-- when it may have had, or may yet have, an effect: an attempt live or past (fulfilled,
+-- interrupted), or any attempt started before (its token) that left it queued, retrying or
+-- failed (a replay-safe retry or a budget spent after ambiguous calls may have applied).
+local function engaged(pay)
+  local state = redis.call('HGET', pay, 'state')
+  if state == 'in_progress' or state == 'fulfilled' or state == 'interrupted' then
+    return true
+  end
+  local started = tonumber(redis.call('HGET', pay, 'token') or '0') > 0
+  return started and (state == 'queued' or state == 'retrying' or state == 'failed')
+end
+
+-- Hold a payment for a person because its twin (same purchase) is engaged.
+local function hold_for_twin(pay, twin, now, when)
+  move(pay, 'held', now)
+  redis.call('HSET', pay, 'hold_reason', 'same purchase as ' .. twin ..
+    ' (Stripe tied their ids after both were recorded; ' .. when .. ')')
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  redis.call('HINCRBY', STATS, 'held', 1)
+  redis.call('HINCRBY', STATS, 'held_for_twin', 1)
+end
+
+-- The twin of a payment if that twin is engaged, else nil: checked again when an attempt
+-- starts and before its call (start_attempt, mark_calling), not only when the tie arrives.
+local function engaged_twin(pay)
+  local twin = redis.call('HGET', pay, 'same_purchase_as')
+  if twin and engaged(PAYMENT_PREFIX .. twin) then return twin end
+  return nil
+end
+
+-- The worker process `caller` is about to call the downstream for attempt `token`: the
+-- attempt names it and its liveness key (keys.CALLER_PREFIX) names the call until the lease
+-- ends (its watchdog ends the process before then if the call will not stop).
+local function mark_caller(pay, token, caller, now, lease_ms)
+  if caller == '' then return end
+  update_attempt(pay, token, {caller = caller})
+  redis.call('SET', CALLER_PREFIX .. caller, id_of(pay, PAYMENT_PREFIX) .. ' ' .. token .. ' ' ..
+    (now + lease_ms), 'PX', lease_ms)
+end
+
+-- The caller of attempt `token` if its process may still be in that call: {caller, until}.
+local function caller_in_call(pay, token, now)
+  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+  local caller = raw and cjson.decode(raw)['caller']
+  if not caller then return nil end
+  local value = redis.call('GET', CALLER_PREFIX .. caller)
+  if not value then return nil end
+  local pk, t, until_ms = string.match(value, '^(%S+) (%S+) (%d+)$')
+  if pk ~= id_of(pay, PAYMENT_PREFIX) or t ~= tostring(token) or tonumber(until_ms) <= now then
+    return nil
+  end
+  return {caller, until_ms}
+end
+
+-- The attempt is over (its worker returned from the call, or never made it): its process
+-- is no longer in it.
+local function release_caller(pay, token, now)
+  local in_call = caller_in_call(pay, token, now)
+  if in_call then redis.call('DEL', CALLER_PREFIX .. in_call[1]) end
+end

@@ -35,8 +35,12 @@ end
 if ARG.paid == '1' and ARG.payment_key == '' then
   return refuse('record_delivery', 'a paid event needs a payment key')
 end
-if ARG.fingerprint ~= '' and not string.match(ARG.fingerprint, '^%a+|.+$') then
-  return refuse('record_delivery', 'fingerprint must be kind|value')
+-- A fingerprint's kind, mode, customer ('' for a guest), currency and amount.
+local function fp_parts(fp)
+  return string.match(fp, '^(%a+)|(%a+):([^:]*):(%a+):(%d+)$')
+end
+if ARG.fingerprint ~= '' and not fp_parts(ARG.fingerprint) then
+  return refuse('record_delivery', 'fingerprint must be kind|mode:customer:currency:amount')
 end
 if not commands_ok(ARGC + 1) then
   return refuse('record_delivery', 'malformed enqueue commands')
@@ -89,6 +93,41 @@ if pk ~= '' then
     if some_id ~= key and not owner(some_id) then ties[#ties + 1] = some_id end
   end
 end
+-- Payments no id ties to the rest of their purchase yet, by kind, mode, who (any|guest),
+-- currency and amount (keys.UNTIED_PREFIX).
+local function untied_key(kind, mode, who, currency, amount)
+  return UNTIED_PREFIX .. kind .. ':' .. mode .. ':' .. who .. ':' .. currency .. ':' .. amount
+end
+local function untied_other(zkey)
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - FP_TTL * 1000)
+  for _, other in ipairs(redis.call('ZREVRANGE', zkey, 0, 9)) do
+    local o = owner(other)
+    if o and other ~= key and o ~= key then return other end
+  end
+  return nil
+end
+-- Another paid payment this one may duplicate (no id from Stripe ties them): of the same
+-- customer by its fingerprint, or an untied one a guest's payment cannot be told from (not
+-- looked for when this event names the rest of its purchase: that half is known).
+local function possible_duplicate(fp)
+  local kind, mode, who, currency, amount = fp_parts(fp)
+  local kin = kind == 'pi' and 'invoice' or 'pi'
+  local other = who ~= '' and redis.call('GET', FP_PREFIX .. kin .. ':' .. mode .. ':' ..
+    who .. ':' .. currency .. ':' .. amount)
+  if other and other ~= key and owner(other) ~= key then return other end
+  if linked ~= '' then return nil end
+  return untied_other(untied_key(kin, mode, who == '' and 'any' or 'guest', currency, amount))
+end
+local function untie(some_pay)
+  local fp = redis.call('HGET', some_pay, 'untied')
+  if not fp then return end
+  local kind, mode, _, currency, amount = fp_parts(fp)
+  local some_id = id_of(some_pay, PAYMENT_PREFIX)
+  redis.call('ZREM', untied_key(kind, mode, 'any', currency, amount), some_id)
+  redis.call('ZREM', untied_key(kind, mode, 'guest', currency, amount), some_id)
+  redis.call('HDEL', some_pay, 'untied')
+end
+
 local pay = key ~= '' and (PAYMENT_PREFIX .. key) or nil
 local state = pay and redis.call('HGET', pay, 'state') or nil
 local held_for = ''
@@ -101,10 +140,11 @@ elseif pay and paid then
   elseif same then
     held_for = 'same purchase as ' .. same .. ' (Stripe tied their ids after both were recorded)'
   elseif fingerprint ~= '' then
-    local kind, rest = string.match(fingerprint, '^(%a+)|(.+)$')
-    local other = redis.call('GET', FP_PREFIX .. (kind == 'pi' and 'invoice' or 'pi') .. ':' .. rest)
-    if other and other ~= key and owner(other) ~= key then
-      held_for = 'possible duplicate purchase of ' .. other .. ' (same customer, amount and ' ..
+    local other = possible_duplicate(fingerprint)
+    local who = select(3, fp_parts(fingerprint)) == '' and 'a guest\'s payment of the same '
+      or 'same customer, '
+    if other then
+      held_for = 'possible duplicate purchase of ' .. other .. ' (' .. who .. 'amount and ' ..
         'currency; no id from Stripe ties ' .. key .. ' to it)'
     end
   end
@@ -152,21 +192,26 @@ end
 local enqueued = 0
 if pay then
   for _, some_id in ipairs(ties) do redis.call('SET', ALIAS_PREFIX .. some_id, key) end
+  if linked ~= '' then untie(pay) end  -- Stripe named the rest of its purchase
   if twin then
-    -- Two records of one purchase, tied only now: the one that has not started waits.
+    -- Two records of one purchase, tied only now: one of them waits for a person. The one
+    -- that may have had an effect (engaged) goes on; else the one that has not started.
     local twin_pay = PAYMENT_PREFIX .. twin
+    untie(twin_pay)
     redis.call('HSET', pay, 'same_purchase_as', twin)
     redis.call('HSET', twin_pay, 'same_purchase_as', key)
     redis.call('HINCRBY', STATS, 'purchases_tied_late', 1)
     local twin_state = redis.call('HGET', twin_pay, 'state')
     local going = {queued = true, in_progress = true, retrying = true, fulfilled = true}
-    local tied = ' (Stripe tied their ids after both were recorded)'
-    if (twin_state == 'queued' or twin_state == 'retrying') and going[state] then
-      move(twin_pay, 'held', now)
-      redis.call('HSET', twin_pay, 'hold_reason', 'same purchase as ' .. key .. tied)
-      redis.call('ZREM', DUE, twin)
+    local waiting = {queued = true, retrying = true}
+    if waiting[state] and engaged(twin_pay) and not engaged(pay) then
+      hold_for_twin(pay, twin, now, 'held when the tie arrived')
+      state = 'held'
+    elseif waiting[twin_state] and going[state] then
+      hold_for_twin(twin_pay, key, now, 'held when the tie arrived')
     elseif state == 'held' and going[twin_state] then
-      redis.call('HSET', pay, 'hold_reason', 'same purchase as ' .. twin .. tied)
+      redis.call('HSET', pay, 'hold_reason', 'same purchase as ' .. twin ..
+        ' (Stripe tied their ids after both were recorded)')
     end
   end
   if not state then
@@ -188,8 +233,19 @@ if pay then
       redis.call('HSET', pay, 'paid_by', id, 'amount', ARG.amount, 'currency', ARG.currency,
         'livemode', ARG.livemode)
       if fingerprint ~= '' then
-        local kind, rest = string.match(fingerprint, '^(%a+)|(.+)$')
-        redis.call('SET', FP_PREFIX .. kind .. ':' .. rest, key, 'EX', FP_TTL)
+        local kind, mode, who, currency, amount = fp_parts(fingerprint)
+        if who ~= '' then
+          redis.call('SET', FP_PREFIX .. kind .. ':' .. mode .. ':' .. who .. ':' .. currency ..
+            ':' .. amount, key, 'EX', FP_TTL)
+        end
+        if linked == '' and key == pk then  -- nothing ties it to the rest of its purchase yet
+          for _, set in ipairs(who == '' and {'any', 'guest'} or {'any'}) do
+            local zkey = untied_key(kind, mode, set, currency, amount)
+            redis.call('ZADD', zkey, now, key)
+            redis.call('EXPIRE', zkey, FP_TTL)
+          end
+          redis.call('HSET', pay, 'untied', fingerprint)
+        end
       end
     end
     if state == 'pending' and held_for ~= '' then

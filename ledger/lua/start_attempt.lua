@@ -4,7 +4,8 @@
 -- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
 --       | {'interrupted', 0} | {'spent', 0} | {'missing', 0}
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts')
+local ARG, ARGC = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts',
+  'caller')
 local short = too_few('start_attempt', ARGC)
 if short then return short end
 local lease_ms, max_attempts = whole(ARG.lease_ms, 1, MAX_TTL_MS),
@@ -48,6 +49,14 @@ end
 if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then
   return skip('not_due')
 end
+-- One purchase, one effect: the other record of this purchase may have had (or is having)
+-- its effect, so this one waits for a person instead (checked here, at the last moment
+-- before a call, whatever the intake saw).
+local twin = engaged_twin(pay)
+if twin then
+  hold_for_twin(pay, twin, now, 'held when an attempt would have started')
+  return skip('same_purchase')
+end
 
 local lease_until = now + lease_ms
 local token = redis.call('HINCRBY', pay, 'token', 1)
@@ -61,4 +70,5 @@ redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
 redis.call('HSET', pay, 'attempt:' .. token, cjson.encode({started = now, outcome = 'started'}))
+if phase == 'calling' then mark_caller(pay, token, ARG.caller, now, lease_ms) end
 return go(token)

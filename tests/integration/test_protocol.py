@@ -41,12 +41,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from rq.job import Job
 
-from ledger import keys, queries
+from ledger import defaults, keys, queries
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledgerctl import samples
+from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
@@ -55,7 +56,8 @@ TALLY: Counter[str] = Counter()
 STEPS = int(os.environ.get("PROTOCOL_STEPS", "50"))
 CLOCK = "wl:test:clock"
 LEASE_MS, TIMEOUT_MS = 3000, 1000
-WINDOW_MS = LEASE_MS - TIMEOUT_MS  # a call must start this soon after its fence (jobs.py)
+KILL_MS = int(defaults.FULFILMENT_KILL_MARGIN_SECONDS * 1000)
+WINDOW_MS = LEASE_MS - TIMEOUT_MS - 2 * KILL_MS  # a call starts this soon after its fence or not
 START_MS = 1_800_000_000_000
 WORKERS = 2
 OUTCOMES = ("ok", "transient", "ambiguous", "permanent")
@@ -74,8 +76,8 @@ class Protocol(RuleBasedStateMachine):
     server: RedisServer
     redis: Redis
 
-    @initialize(seed=st.integers(0, 2**32 - 1), replay_safe=st.booleans())
-    def setup(self, seed: int, replay_safe: bool) -> None:
+    @initialize(seed=st.integers(0, 2**32 - 1), replay_safe=st.booleans(), unlinked=st.booleans())
+    def setup(self, seed: int, replay_safe: bool, unlinked: bool = False) -> None:
         self.redis.flushdb()
         self.now = START_MS
         self.redis.set(CLOCK, self.now)
@@ -87,6 +89,7 @@ class Protocol(RuleBasedStateMachine):
             LEASE_SECONDS=LEASE_MS // 1000,
             FULFILMENT_TIMEOUT=TIMEOUT_MS / 1000,
             FULFILMENT_REPLAY_SAFE=replay_safe,
+            FULFIL_UNLINKED_INVOICES=unlinked,
             MAX_ATTEMPTS=3,
             RETRY_BASE_SECONDS=0.2,
             RETRY_MAX_SECONDS=1,
@@ -94,7 +97,7 @@ class Protocol(RuleBasedStateMachine):
         )
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
         self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
-        self.events = event_pool(random.Random(seed))
+        self.events, self.purchases = event_pool(random.Random(seed))
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
         self.workers: list[Worker | None] = [None] * WORKERS
@@ -121,6 +124,12 @@ class Protocol(RuleBasedStateMachine):
         self.seen.setdefault(event["id"], body)
         if first and c.paid and not c.hold:
             self.paid.add(answer.payment_key)
+
+    @rule(part=st.integers(0, 5))
+    def deliver_part_of_a_purchase(self, part: int) -> None:
+        """The session, invoice.paid or payment_intent.succeeded of a Checkout purchase with
+        an invoice, so late ties are as common as the rest (the pool's last six events)."""
+        self.deliver(len(self.events) - 6 + part)
 
     @precondition(lambda self: None in self.workers)
     @rule()
@@ -175,6 +184,17 @@ class Protocol(RuleBasedStateMachine):
         mapped = {"ok": "fulfilled", "transient": "retry", "ambiguous": ambiguous}
         self.finish(slot, mapped.get(w.outcome, "failed"))
 
+    @precondition(lambda self: None in self.workers)
+    @rule()
+    def worker_fulfils_the_next_job(self) -> None:
+        """The common case in one step (take, fence, call, finish with no fault), so the
+        orders of deliveries and completed attempts that late ties need come up often."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        self.worker_fences(slot)
+        self.worker_calls(slot, "ok", True)
+        self.worker_finishes(slot)
+
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_dies(self, slot: int) -> None:
         self.workers[slot] = None  # its state simply vanishes
@@ -197,6 +217,8 @@ class Protocol(RuleBasedStateMachine):
         if not payments:
             return
         pk = payments[index % len(payments)]
+        if self.state(pk) == "held" and self.possible_duplicate_of_its_purchase(pk):
+            decision = "fulfilled"  # checked as the hold reason asks: the same purchase
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.decide(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
@@ -232,6 +254,16 @@ class Protocol(RuleBasedStateMachine):
             record = queries.payment(self.redis, pk)
             done = [a for a in (record.attempts if record else []) if a.outcome == "fulfilled"]
             assert len(done) <= 1, f"{pk}: more than one recorded effect"
+
+    @invariant()
+    def one_effect_per_purchase(self) -> None:
+        """Stripe may tie a purchase's ids late (a Checkout session naming its invoice and
+        PaymentIntent after both were recorded): its records together have one effect."""
+        if not hasattr(self, "purchases"):
+            return
+        for ids in self.purchases:
+            with_effect = sorted(pk for pk in ids if self.applied[pk])
+            assert len(with_effect) <= 1, f"one purchase, effects under {with_effect}"
 
     @invariant()
     def only_paid_payments_are_called(self) -> None:
@@ -318,6 +350,14 @@ class Protocol(RuleBasedStateMachine):
             assert self.payment_core(w.payment) == before, "a stale token changed state"
         self.workers[slot] = None
 
+    def possible_duplicate_of_its_purchase(self, pk: str) -> bool:
+        """Held as a possible duplicate (no tie yet) of another record of its own purchase:
+        the person who checks finds it is the same purchase and closes it."""
+        reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
+        return reason.startswith("possible duplicate") and any(
+            pk in ids and len(ids) > 1 for ids in self.purchases
+        )
+
     def loaded(self) -> bool:
         try:
             return self.redis.get(CLOCK) is not None  # PING answers even while loading
@@ -358,10 +398,16 @@ OTHER_TYPES = (
 )
 
 
-def event_pool(rng: random.Random) -> list[tuple[dict[str, Any], bytes]]:
+def event_pool(
+    rng: random.Random,
+) -> tuple[list[tuple[dict[str, Any], bytes]], list[frozenset[str]]]:
     """Every paid and non-paid type of the event table, for two payments, with a copy of
-    one paid event under the same id but other bytes (it names another PaymentIntent)."""
+    one paid event under the same id but other bytes (it names another PaymentIntent); and
+    two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
+    its PaymentIntent, tied to it only by the session, in any order). Also the ids of each
+    purchase."""
     pool = []
+    purchases = []
     for _ in range(2):
         events = samples.payment_events(rng, checkout=True)
         pi = events[0]["data"]["object"]["id"]
@@ -372,10 +418,18 @@ def event_pool(rng: random.Random) -> list[tuple[dict[str, Any], bytes]]:
             extra["data"]["object"][field] = pi
             events.append(extra)
         pool += [(e, samples.encode(e)) for e in events]
+        purchases.append(frozenset({pi}))
     twin = json.loads(pool[2][1])
     twin["data"]["object"]["id"] = samples.random_id(rng, "pi")
     pool.append((twin, samples.encode(twin)))
-    return pool
+    purchases.append(frozenset({twin["data"]["object"]["id"]}))
+    for guest in (True, False):
+        session, invoice, intent = purchase(rng, samples.random_id(rng, "cus"), guest)
+        pool += [(e, samples.encode(e)) for e in (session, invoice, intent)]
+        purchases.append(
+            frozenset({intent["data"]["object"]["id"], invoice["data"]["object"]["id"]})
+        )
+    return pool, purchases
 
 
 @pytest.fixture(scope="module")
@@ -473,4 +527,29 @@ def test_a_refused_call_is_retried_without_counting_as_a_second_effect(
     assert m.state(pk) == "fulfilled"
     assert (m.calls[pk], m.applied[pk], m.again[pk]) == (2, 1, 0)
     m.one_effect_per_payment()
+    m.teardown()
+
+
+def test_a_purchase_tied_late_has_one_effect(protocol_redis: RedisServer) -> None:
+    """A guest's Checkout purchase with an invoice, FULFIL_UNLINKED_INVOICES on: invoice.paid
+    fulfilled, then payment_intent.succeeded (no customer: no fingerprint ties it), then the
+    session naming both. The PaymentIntent's record must not be called: on the previous main
+    it stayed queued after the tie and the worker fulfilled it (two effects)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=3, replay_safe=True, unlinked=True)
+    session, invoice, intent = (len(m.events) - 6 + part for part in range(3))  # the guest's
+    m.deliver(invoice)
+    m.worker_takes_a_job()
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    m.deliver(intent)
+    m.deliver(session)
+    m.worker_takes_a_job()
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    m.one_effect_per_purchase()
+    held = {pk: m.state(pk) for ids in m.purchases[-2:-1] for pk in ids}
+    assert sorted(held.values()) == ["fulfilled", "held"], held
     m.teardown()

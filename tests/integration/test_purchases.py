@@ -14,11 +14,11 @@ from redis import Redis
 from ledger import figures, queries, settings
 from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
+from ledger.downstream import read_downstream
 from ledger.events import classify
 from ledger.views import to_builtins
 from ledgerctl import samples
-
-CUSTOMER = "cus_000000000000001"
+from tests.support.helpers import purchase
 
 
 def ledger_for(url: str, **overrides: object) -> Ledger:
@@ -31,24 +31,6 @@ def record(ledger: Ledger, event: dict[str, Any]) -> Recorded:
     body = samples.encode(event)
     c = classify(event, ledger.settings.policy)
     return ledger.record_delivery(Delivery(event, body, c, 0, "stripe", new_request_id()))
-
-
-def purchase(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """A payment-mode Checkout session with invoice creation (API basil and later): the
-    session carries the PaymentIntent and the invoice; invoice.paid has no PaymentIntent."""
-    pi = samples.random_id(rng, "pi")
-    invoice_id = samples.random_id(rng, "in")
-    session = samples.event_of_type(rng, "checkout.session.completed")
-    session["data"]["object"].update(
-        payment_intent=pi, invoice=invoice_id, customer=CUSTOMER, amount_total=2000
-    )
-    invoice = samples.event_of_type(rng, "invoice.paid")
-    invoice["data"]["object"].update(
-        id=invoice_id, payment_intent=None, customer=CUSTOMER, amount_paid=2000, currency="usd"
-    )
-    intent = samples.event_of_type(rng, "payment_intent.succeeded")
-    intent["data"]["object"].update(id=pi, customer=CUSTOMER, amount_received=2000, currency="usd")
-    return session, invoice, intent
 
 
 def queued_or_held(redis: Redis) -> dict[str, int]:
@@ -166,3 +148,54 @@ def test_manual_capture_fulfils_on_capture_only(redis: Redis, redis_server, rng)
     captured.update(id=samples.random_id(rng, "evt"), type="charge.captured")
     captured["data"]["object"].update(captured=True, amount_captured=2000)
     assert record(ledger, captured).enqueued
+
+
+@pytest.mark.parametrize("unlinked", [True, False], ids=["unlinked-on", "unlinked-off"])
+@pytest.mark.parametrize("buyer", ["customer", "guest"])
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_one_effect_per_purchase_in_every_order_and_worker_timing(
+    order: tuple[int, ...], buyer: str, unlinked: bool, fulfilment, redis: Redis, tmp_path
+) -> None:
+    """Every arrival order of session, invoice.paid and payment_intent.succeeded, with a
+    worker fulfilling (or not) after each arrival, counted in the SQLite downstream: one
+    effect per purchase. (Before: a guest purchase whose session came last had two effects
+    in 10 of these 48 orders and timings with FULFIL_UNLINKED_INVOICES on.)"""
+    rng = random.Random(20261203)
+    f = fulfilment(FULFIL_UNLINKED_INVOICES=str(unlinked).lower())
+    path = f.settings.sqlite_downstream
+    assert path is not None
+    wrong = {}
+    for timing in itertools.product((False, True), repeat=3):
+        # One customer per purchase: one buying the same twice is a possible duplicate.
+        events = purchase(rng, samples.random_id(rng, "cus"), guest=buyer == "guest")
+        before = read_downstream(path)["totals"]["effects"]
+        for i, work_now in zip(order, timing, strict=True):
+            f.deliver(events[i])
+            if work_now:
+                f.sweep()  # a job captured for another id is enqueued by the sweeper
+                f.work()
+        f.sweep()
+        f.work()
+        effects = read_downstream(path)["totals"]["effects"] - before
+        if effects != 1:
+            wrong[timing] = effects  # (worked after 1st, 2nd, 3rd arrival): effects
+    assert not wrong, wrong
+    left = {s: n for s, n in queued_or_held(redis).items() if s in ("queued", "in_progress")}
+    assert not left, left
+
+
+def test_a_guest_payment_is_compared_only_with_records_not_tied_yet(
+    redis: Redis, redis_server, rng
+) -> None:
+    """A guest's PaymentIntent is held when an invoice of the same amount still waits for
+    its tie, and not once Stripe has tied that invoice to its own PaymentIntent."""
+    ledger = ledger_for(redis_server.url, FULFIL_UNLINKED_INVOICES=True)
+    session, invoice, intent = purchase(rng, "cus_a", guest=True)
+    record(ledger, invoice)
+    assert record(ledger, intent).payment_state == "held"  # might be the invoice's purchase
+    record(ledger, session)  # it is: tied, both leave the untied records
+    later = purchase(rng, "cus_b", guest=True)
+    assert record(ledger, later[2]).payment_state == "queued"  # alone, same amount
+    assert record(ledger, later[1]).payment_state == "held"  # untied: might be that one
+    other = purchase(rng, "cus_c", guest=True)
+    assert record(ledger, other[0]).payment_state == "queued"  # a session names its halves

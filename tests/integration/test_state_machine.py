@@ -9,7 +9,8 @@ from ledger import keys, queries, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
-from tests.support.helpers import paid_event
+from ledgerctl import samples
+from tests.support.helpers import paid_event, purchase
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
@@ -54,11 +55,33 @@ def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
     verdict, until = attempts.decide(pk, "retry", ("interrupted",), "test")
     assert verdict == "wait" and int(until) > 0
     assert redis.hget(keys.payment(pk), "state") == b"interrupted"
+    # its worker process is still in the call: the liveness key names it
+    assert redis.get(keys.caller(attempts.caller)) == f"{pk} 1 {until}".encode()
     # the stalled worker comes back with its receipt: accepted, it proves the effect
     assert attempts.finish(pk, start.token, "fulfilled", '{"late": 1}', 5.0) == (
         "fulfilled",
         "fulfilled",
     )
+
+
+def test_a_person_may_rerun_it_once_its_caller_is_gone(redis: Redis, redis_server, rng) -> None:
+    """The liveness key is what the watchdog guarantees: it outlives the caller's process
+    while that process is in the call. Gone (the process ended, or came back and finished),
+    a person's retry is taken; a finished attempt releases it at once."""
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert attempts.recover(pk) == "interrupted"
+    assert attempts.decide(pk, "retry", ("interrupted",), "test")[0] == "wait"
+    redis.delete(keys.caller(attempts.caller))  # its key expired with the process
+    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
+    again = attempts.start(pk, "job-2", replay_safe=False)
+    assert attempts.mark_calling(pk, again.token)
+    assert redis.get(keys.caller(attempts.caller)) is not None
+    attempts.finish(pk, again.token, "interrupted", "read timeout", 5.0)
+    assert redis.get(keys.caller(attempts.caller)) is None
+    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
 
 
 def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
@@ -148,3 +171,68 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert (record.attempts_started, record.attempts_finished) == (2, 2)
     assert record.paid_by == record.events[0].id and record.events[0].paid_the_payment
     assert redis.hget(keys.STATS, "attempts_finished") == b"2"
+
+
+def unlinked_ledger(redis_server) -> tuple[settings.Settings, Ledger, Attempts]:
+    s = settings.load(
+        {},
+        REDIS_URL=redis_server.url,
+        STRIPE_WEBHOOK_SECRET="whsec_x",
+        STRIPE_MODE="test",
+        FULFIL_UNLINKED_INVOICES=True,
+    )
+    client = Redis.from_url(s.REDIS_URL)
+    return s, Ledger(client, s), Attempts(client, s)
+
+
+def deliver(s: settings.Settings, ledger: Ledger, event: dict) -> str:
+    c = classify(event, s.policy)
+    body = samples.encode(event)
+    return ledger.record_delivery(
+        Delivery(event, body, c, 0, "stripe", new_request_id())
+    ).payment_key
+
+
+def test_a_record_tied_to_a_fulfilled_twin_is_held_and_held_again_at_its_lease(
+    redis: Redis, redis_server, rng
+) -> None:
+    """The invoice's record is fulfilled; the PaymentIntent's is queued (nothing matched
+    them: here the amounts differ) when the session ties them: it is held at once, and
+    when a person re-queues it anyway, held again when its attempt would start."""
+    s, ledger, attempts = unlinked_ledger(redis_server)
+    session, invoice, intent = purchase(rng, guest=True)
+    intent["data"]["object"]["amount_received"] = 2001
+    in_key = deliver(s, ledger, invoice)
+    done = attempts.start(in_key, "job-in", replay_safe=True)
+    assert attempts.finish(in_key, done.token, "fulfilled", "{}", 1.0)[0] == "fulfilled"
+    pi_key = deliver(s, ledger, intent)
+    assert redis.hget(keys.payment(pi_key), "state") == b"queued"
+    deliver(s, ledger, session)
+    assert redis.hget(keys.payment(pi_key), "state") == b"held"
+    assert attempts.decide(pi_key, "retry", ("failed", "held"), "test") == ("ok", "queued")
+    again = attempts.start(pi_key, "job-pi", replay_safe=True)
+    assert (again.verdict, again.reason) == ("skip", "same_purchase")
+    held = queries.payment(redis, pi_key)
+    assert held is not None and held.state == "held" and held.attempts == []
+    assert "when an attempt would have started" in (held.hold_reason or "")
+
+
+def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_server, rng) -> None:
+    """Both records of one purchase took a lease before Stripe tied them (nothing matched
+    them: here the amounts differ): the tie changes neither, and at the fence the first to
+    arrive is held for a person while the other calls."""
+    s, ledger, attempts = unlinked_ledger(redis_server)
+    session, invoice, intent = purchase(rng, guest=True)
+    intent["data"]["object"]["amount_received"] = 2001
+    in_key, pi_key = deliver(s, ledger, invoice), deliver(s, ledger, intent)
+    first = attempts.start(in_key, "job-in", replay_safe=False)
+    second = attempts.start(pi_key, "job-pi", replay_safe=False)
+    assert first.verdict == second.verdict == "go"
+    deliver(s, ledger, session)
+    assert redis.hget(keys.payment(pi_key), "same_purchase_as") == in_key.encode()
+    assert not attempts.mark_calling(in_key, first.token)
+    assert attempts.mark_calling(pi_key, second.token)
+    held = queries.payment(redis, in_key)
+    assert held is not None and held.state == "held"
+    assert (held.hold_reason or "").startswith(f"same purchase as {pi_key}")
+    assert [a.outcome for a in held.attempts] == ["same_purchase"]

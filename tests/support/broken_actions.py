@@ -1,6 +1,7 @@
 """Deliberately broken downstream actions, so the checker can be seen to catch them."""
 
 import os
+import sqlite3
 import time
 from typing import Any
 
@@ -37,3 +38,18 @@ def apply_twice(call: dict[str, Any]) -> dict[str, Any]:
     finally:
         db.close()
     return {"broken": True}
+
+
+def insert_order(call: dict[str, Any]) -> dict[str, Any]:
+    """One SQLite INSERT into the shop's own database (``SHOP_DB``), which waits up to 30 s
+    for another process's lock: the wait is inside C code, where no signal reaches Python.
+    Applied once per payment (``INSERT OR IGNORE``), so it is also fit to be replay-safe."""
+    db = sqlite3.connect(os.environ["SHOP_DB"], timeout=30, isolation_level=None)
+    try:
+        db.execute(
+            "INSERT OR IGNORE INTO orders (payment_key, token) VALUES (?, ?)",
+            (call["payment_key"], call["token"]),
+        )
+    finally:
+        db.close()
+    return {"inserted": call["payment_key"]}

@@ -28,6 +28,29 @@ def signed_headers(body: bytes, secret: str = SECRET, **kwargs: Any) -> dict[str
     }
 
 
+def purchase(
+    rng: random.Random, customer: str = "cus_000000000000001", guest: bool = False
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A payment-mode Checkout session with invoice creation (API basil and later): the
+    session carries the PaymentIntent and the invoice; invoice.paid has no PaymentIntent.
+    By a guest, the session and the PaymentIntent name no customer (the invoice does: Stripe
+    makes one for it), so no customer's fingerprint ties the PaymentIntent to the invoice."""
+    pi = samples.random_id(rng, "pi")
+    invoice_id = samples.random_id(rng, "in")
+    buyer = None if guest else customer
+    session = samples.event_of_type(rng, "checkout.session.completed")
+    session["data"]["object"].update(
+        payment_intent=pi, invoice=invoice_id, customer=buyer, amount_total=2000
+    )
+    invoice = samples.event_of_type(rng, "invoice.paid")
+    invoice["data"]["object"].update(
+        id=invoice_id, payment_intent=None, customer=customer, amount_paid=2000, currency="usd"
+    )
+    intent = samples.event_of_type(rng, "payment_intent.succeeded")
+    intent["data"]["object"].update(id=pi, customer=buyer, amount_received=2000, currency="usd")
+    return session, invoice, intent
+
+
 def paid_event(rng: random.Random) -> tuple[dict[str, Any], bytes]:
     event = samples.payment_events(rng)[2]
     return event, samples.encode(event)

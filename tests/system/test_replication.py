@@ -184,7 +184,7 @@ def test_a_fence_no_replica_confirms_is_not_called(
     pk = payment_key_of(event)
     Ledger(redis, s).record_delivery(delivery(event, body))
     action = CountingAction()
-    context = jobs.Context(attempts, action, "", timeout=1.0, call_window=2.0)
+    context = jobs.Context(attempts, action, "", timeout=1.0, kill_after=0.5, call_window=1.0)
     frozen: list[int] = []
 
     def freeze_after_lease(name: str) -> None:

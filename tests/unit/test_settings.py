@@ -43,6 +43,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "FULFILMENT_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
+    "FULFILMENT_KILL_MARGIN_SECONDS": ("1", 1.0, "0", "above 0"),
     "MAX_ATTEMPTS": ("3", 3, "-1", "from 1 to 1000"),
     "RETRY_BASE_SECONDS": ("0.1", 0.1, "nan", "above 0"),
     "RETRY_MAX_SECONDS": ("60", 60.0, "0", "above 0"),
@@ -161,6 +162,15 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"FULFILMENT_TIMEOUT": "29"},  # the default lease (30) is named too
             "invalid setting LEASE_SECONDS=30: expected at least FULFILMENT_TIMEOUT (29) + 2",
+        ),
+        (
+            {
+                "LEASE_SECONDS": "12",
+                "FULFILMENT_TIMEOUT": "10",
+                "FULFILMENT_KILL_MARGIN_SECONDS": "1",
+            },
+            "invalid setting FULFILMENT_KILL_MARGIN_SECONDS=1: expected FULFILMENT_TIMEOUT (10)"
+            " + 2 x 1 under LEASE_SECONDS (12)",
         ),
         (
             {"PAYMENT_RETENTION_DAYS": "30"},

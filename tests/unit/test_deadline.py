@@ -1,0 +1,66 @@
+"""The call deadline in a child process: Python code is interrupted at the deadline and the
+process goes on; a call blocked inside C code (SQLite waiting for a lock this test holds)
+ends with its process, from the main thread or a helper thread."""
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ROOT
+
+PYTHON_CODE = """
+import time
+from workers.deadline import DeadlineExceeded, call_within
+try:
+    call_within(0.2, lambda: time.sleep(30), kill_after=0.3)
+except DeadlineExceeded:
+    print("deadline", flush=True)
+call_within(1.0, lambda: time.sleep(0.6), kill_after=0.3)  # past the first kill time
+print("alive", flush=True)
+"""
+
+STUCK_IN_C = """
+import sqlite3, sys, threading
+from workers.deadline import call_within
+def insert():
+    db = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+    db.execute("INSERT INTO t VALUES (1)")
+def call():
+    call_within(0.2, insert, kill_after=0.3)
+    print("returned", flush=True)
+if sys.argv[2] == "thread":
+    helper = threading.Thread(target=call)
+    helper.start()
+    helper.join()
+else:
+    call()
+"""
+
+
+def child(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, timeout=60
+    )
+
+
+def test_python_code_is_interrupted_and_its_process_goes_on() -> None:
+    done = child(PYTHON_CODE)
+    assert (done.returncode, done.stdout) == (0, b"deadline\nalive\n"), done.stderr
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_call_blocked_in_c_code_ends_with_its_process(where: str, tmp_path: Path) -> None:
+    path = tmp_path / "locked.sqlite3"
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("CREATE TABLE t (x)")
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        done = child(STUCK_IN_C, str(path), where)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert done.returncode == 1 and b"returned" not in done.stdout
+    assert b"Timeout" in done.stderr  # faulthandler's dump: every thread's traceback
