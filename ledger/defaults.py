@@ -185,6 +185,35 @@ RETRY_BASE_SECONDS = 1.0
 RETRY_MAX_SECONDS = 300.0
 """Cap on the backoff."""
 
+BREAKER_THRESHOLD = 5
+"""Consecutive "down" failures of the downstream (connection refused or reset before
+sending, DNS failure, a connect timeout, 502/503/504, 429), counted across every worker,
+that open the circuit breaker: no worker calls until a probe succeeds. Five: one worker's
+unlucky streak on a busy downstream rarely reaches it, an outage reaches it within a
+second at any load. 0: no breaker."""
+
+BREAKER_COOLDOWN_SECONDS = 30
+"""Seconds the open breaker waits before one probe call (then again after a failed
+probe): long enough that a restarting downstream is not hammered, short enough that the
+backlog starts within half a minute of its return."""
+
+BREAKER_MAX_RETRY_AFTER_SECONDS = 600
+"""Longest ``Retry-After`` (of a 429 or 503) honoured: the breaker opens until then; a
+longer one is cut to this, so a wrong header cannot stop fulfilment for a day."""
+
+FULFILMENT_MAX_RATE = 0
+"""Downstream calls per second across every worker on every host, counted in Redis (a
+catch-up after an outage or a pause never exceeds it). 0: no limit."""
+
+PAUSE_RECHECK_SECONDS = 3600
+"""A payment deferred by a pause is due again only after this long: the sweeper releases
+the waiting payments as soon as fulfilment is resumed, so this is a backstop, long enough
+that a paused backlog is not re-queued over and over (each time a job, a deferral)."""
+
+RATE_WAIT_SECONDS = 10.0
+"""Longest a worker waits in its job for a free slot under FULFILMENT_MAX_RATE before it
+defers the payment to the sweeper."""
+
 QUEUED_GRACE_SECONDS = 30
 """A queued payment whose job is missing from RQ this long is re-enqueued by the sweeper."""
 

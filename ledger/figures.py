@@ -13,7 +13,8 @@ from redis.exceptions import ResponseError
 from rq import Queue, Worker
 from rq.defaults import DEFAULT_WORKER_TTL
 
-from ledger import defaults, keys
+from ledger import defaults, gate, keys
+from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, text, whole
 from ledger.views import (
     Counters,
@@ -72,15 +73,17 @@ def now(redis: Redis) -> datetime:
 
 
 def summary(
-    redis: Redis, queue_name: str, window_s: int = defaults.LATENCY_WINDOW_SECONDS
+    redis: Redis, settings: Settings, window_s: int = defaults.LATENCY_WINDOW_SECONDS
 ) -> Summary:
-    """Counters, fulfil latency over the last ``window_s`` seconds, queue and workers."""
+    """Counters, fulfil latency over the last ``window_s`` seconds, queue and workers, and
+    the shared gate of fulfilment (pause, breaker, rate, who waits)."""
     at = now(redis)
     return Summary(
         **msgspec.structs.asdict(counters(redis)),
         at=at,
         fulfil_latency=latency(redis, at, window_s),
-        workers=workers(redis, queue_name, at),
+        workers=workers(redis, settings.QUEUE_NAME, at),
+        fulfilment=gate.status(redis, settings),
     )
 
 

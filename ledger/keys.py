@@ -97,6 +97,36 @@ and deleted when the attempt finishes. The watchdog ends a process whose call ou
 deadline before the key can expire, so while it exists the call may still be running and
 a person's retry is refused (operator.lua)."""
 
+BREAKER = PREFIX + "fulfilment:breaker"
+"""Hash: the downstream circuit breaker every worker shares: ``state`` (closed|open),
+``failures`` (consecutive "down" failures), ``opened_at``, ``open_until``, ``probe_until``
+and ``probe_payment`` (the one probe call of a cool-down), ``last_error``, counters
+``opens``, ``probes``, ``closes``."""
+
+PAUSE = PREFIX + "fulfilment:pause"
+"""Hash, present while fulfilment is paused: ``since`` (ms), ``by`` (ops token label),
+``reason``. ``wl:fulfilment:resumed`` keeps the last resume (``at``, ``by``)."""
+
+RESUMED = PREFIX + "fulfilment:resumed"
+
+CALL_LOG = PREFIX + "fulfilment:calls"
+"""Sorted set: downstream calls admitted in the last second (ms scores), for
+FULFILMENT_MAX_RATE; its members are ``{ms}:{seq}`` with ``seq`` from ``CALL_SEQ``."""
+
+CALL_SEQ = PREFIX + "fulfilment:call_seq"
+
+WAITING_PREFIX = PREFIX + "fulfilment:waiting:"
+"""Sorted sets ``wl:fulfilment:waiting:{reason}`` (paused|breaker|rate): payments deferred
+without a call, scored by when they began to wait; each is ``retrying`` in the ledger, with
+``waiting`` = reason in its hash."""
+
+WAIT_REASONS = ("paused", "breaker", "rate")
+
+
+def waiting(reason: str) -> str:
+    return WAITING_PREFIX + reason
+
+
 RQ_QUEUE_PREFIX = "rq:queue:"
 """RQ's queue lists (``Queue.redis_queue_namespace_prefix``; a test pins it)."""
 
@@ -168,6 +198,11 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "UNTIED_PREFIX": UNTIED_PREFIX,
     "CALLER_PREFIX": CALLER_PREFIX,
     "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
+    "BREAKER": BREAKER,
+    "PAUSE": PAUSE,
+    "CALL_LOG": CALL_LOG,
+    "CALL_SEQ": CALL_SEQ,
+    "WAITING_PREFIX": WAITING_PREFIX,
 }
 """What every script knows by name (see lua/prelude.lua)."""
 

@@ -210,6 +210,7 @@ def _payment_row_fields(pk: str, f: dict[str, str], since: object) -> dict[str, 
         "paid_to_fulfilled_ms": _ms_between(f.get("paid_at"), f.get("fulfilled_at")),
         "last_error": optional(f.get("last_error")),
         "hold_reason": optional(f.get("hold_reason")),
+        "waiting": optional(f.get("waiting")),
         "account": optional(f.get("account")),
     }
 
@@ -264,5 +265,6 @@ PAYMENT_FIELDS = (
     "amount",
     "currency",
     "hold_reason",
+    "waiting",
     "account",
 )

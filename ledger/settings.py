@@ -108,6 +108,18 @@ class Settings:
     RETRY_MAX_SECONDS: float = setting(
         defaults.RETRY_MAX_SECONDS, kinds.number(0, None, "seconds", above=True)
     )
+    BREAKER_THRESHOLD: int = setting(
+        defaults.BREAKER_THRESHOLD, kinds.whole(0, 1000, note=" (0: off)")
+    )
+    BREAKER_COOLDOWN_SECONDS: float = setting(
+        defaults.BREAKER_COOLDOWN_SECONDS, kinds.number(0, 3600, "seconds", above=True)
+    )
+    BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(
+        defaults.BREAKER_MAX_RETRY_AFTER_SECONDS, kinds.whole(1, 86400, "seconds")
+    )
+    FULFILMENT_MAX_RATE: int = setting(
+        defaults.FULFILMENT_MAX_RATE, kinds.whole(0, 10000, "calls per second", " (0: no limit)")
+    )
     QUEUED_GRACE_SECONDS: int = setting(
         defaults.QUEUED_GRACE_SECONDS, kinds.whole(1, None, "seconds")
     )

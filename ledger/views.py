@@ -126,6 +126,8 @@ class PaymentRow(View):
     paid_to_fulfilled_ms: int | None
     last_error: str | None
     hold_reason: str | None
+    waiting: str | None
+    """Why a retrying payment waits without a call: paused, breaker or rate (no attempt spent)."""
     account: str | None
 
 
@@ -207,10 +209,39 @@ class Workers(View):
     sweeper_last_pass_at: datetime | None
 
 
+class Pause(View):
+    since: datetime | None
+    by: str
+    reason: str
+
+
+class Breaker(View):
+    state: Literal["closed", "open", "probing"]
+    failures: int
+    threshold: int
+    cooldown_s: float
+    opened_at: datetime | None
+    open_until: datetime | None
+    last_error: str | None
+    opens: int
+    probes: int
+
+
+class Fulfilment(View):
+    paused: Pause | None
+    resumed_at: datetime | None
+    resumed_by: str | None
+    breaker: Breaker
+    max_rate: int
+    calls_last_second: int
+    waiting: dict[str, int]
+
+
 class Summary(Counters):
     at: datetime
     fulfil_latency: Latency
     workers: Workers
+    fulfilment: Fulfilment
 
 
 class Minute(View):
@@ -291,6 +322,21 @@ class Decision(View):
     state: PaymentState
 
 
+class BulkDecision(View):
+    action: str
+    state: str
+    since: str | None
+    error: str | None
+    dry_run: bool
+    matched: int
+    requeued: int
+    """Re-queued by this run: a payment another run (or a worker) moved first is not."""
+    still_running: int
+    """Interrupted payments left alone: their last call may still be running (try later)."""
+    payment_keys: list[str]
+    """The first 100: matched on a dry run, re-queued otherwise."""
+
+
 class Problem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """An error answer: ``error`` for programs, ``message`` for people, and what applies."""
 
@@ -312,6 +358,8 @@ RESPONSES: tuple[type, ...] = (
     SecretList,
     ReconcileList,
     Decision,
+    BulkDecision,
+    Fulfilment,
     Problem,
 )
 """What the ops API answers; webhook/openapi.yaml's schemas are these and what they hold."""

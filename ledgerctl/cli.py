@@ -12,7 +12,7 @@ import click
 from ledger import events as events_table
 from ledger import figures, queries, secret_usage
 from ledger.views import EventList, PaymentList, RejectionList
-from ledgerctl import cli_actions, cli_reconcile, render
+from ledgerctl import cli_actions, cli_fulfilment, cli_reconcile, render
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import say
 
@@ -42,7 +42,7 @@ def main(ctx: click.Context) -> None:
 @click.pass_obj
 def summary(ctx: Context, as_json: bool) -> None:
     """Counters, payments by state, fulfil latency (last hour), queue and workers."""
-    data = run(lambda: figures.summary(ctx.redis, ctx.settings.QUEUE_NAME))
+    data = run(lambda: figures.summary(ctx.redis, ctx.settings))
     emit(data, as_json, *render.summary(data))
 
 
@@ -135,7 +135,7 @@ def event_types(as_csv: bool) -> None:
     click.echo(",".join(names) if as_csv else "\n".join(names))
 
 
-for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS):
+for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS, *cli_fulfilment.COMMANDS):
     main.add_command(command)
 
 if __name__ == "__main__":

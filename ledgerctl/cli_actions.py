@@ -4,6 +4,7 @@ to the group by ledgerctl/cli.py)."""
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
@@ -18,6 +19,7 @@ from ledger.replication import online_replicas
 from ledger.views import Problem
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
+from ledgerctl.cli_bulk import bulk_options, run_bulk
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
 from ledgerctl.terminal import iso, rows_table, say
 from workers.sweeper import run_forever, sweep_once
@@ -98,25 +100,39 @@ def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json:
 
 
 @click.command()
-@click.argument("payment_key")
+@click.argument("payment_key", required=False)
+@bulk_options
 @json_option
 @click.pass_obj
-def retry(ctx: Context, payment_key: str, as_json: bool) -> None:
-    """Re-queue a failed (or held) payment with a fresh attempt budget."""
-    _decide(ctx, payment_key, "retry", "retry", as_json)
+def retry(ctx: Context, payment_key: str | None, as_json: bool, **filters: Any) -> None:
+    """Re-queue a failed (or held) payment with a fresh attempt budget; with --state, every
+    payment in that state (--since, --error narrow it; --dry-run first)."""
+    if payment_key is None:
+        run_bulk(ctx, "retry", as_json, **filters)
+    else:
+        _decide(ctx, payment_key, "retry", "retry", as_json)
 
 
 @click.command()
-@click.argument("payment_key")
+@click.argument("payment_key", required=False)
 @click.option("--fulfilled", "decision", flag_value="fulfilled", help="The effect happened.")
 @click.option("--retry", "decision", flag_value="retry", help="Run the action again.")
+@bulk_options
 @json_option
 @click.pass_obj
-def resolve(ctx: Context, payment_key: str, decision: str | None, as_json: bool) -> None:
-    """A person's decision on an interrupted or held payment (checked by hand)."""
+def resolve(
+    ctx: Context, payment_key: str | None, decision: str | None, as_json: bool, **filters: Any
+) -> None:
+    """A person's decision on an interrupted or held payment (checked by hand); with
+    --retry --state interrupted, on every one you checked (--dry-run lists them first)."""
     if decision is None:
         raise click.UsageError("say --fulfilled or --retry")
-    _decide(ctx, payment_key, "resolve", decision, as_json)
+    if payment_key is None:
+        if decision != "retry":
+            raise click.UsageError("many payments at once: only --retry (check each one first)")
+        run_bulk(ctx, "resolve", as_json, **filters)
+    else:
+        _decide(ctx, payment_key, "resolve", decision, as_json)
 
 
 @click.command()

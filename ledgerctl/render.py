@@ -14,11 +14,13 @@ from ledger.views import (
     EventList,
     Payment,
     PaymentList,
+    PaymentRow,
     RejectionList,
     SecretList,
     Summary,
     to_json,
 )
+from ledgerctl import render_gate
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
 
@@ -52,7 +54,14 @@ def summary(s: Summary) -> list[Table]:
         kv_table(f"Webhook ledger at {iso(s.at)}", counters),
         kv_table("Payments by state", states, caption=f"{plural(total, 'payment')} in all"),
         kv_table("Fulfilment and workers", work),
+        render_gate.fulfilment(s.fulfilment),
     ]
+
+
+def _why(p: PaymentRow) -> str | None:
+    if p.waiting:
+        return f"waiting: {p.waiting}" + (f" (last: {p.last_error})" if p.last_error else "")
+    return p.hold_reason or p.last_error
 
 
 def _states(s: Summary) -> dict[str, int]:
@@ -135,7 +144,7 @@ def payments(page: PaymentList) -> Table:
             "deliveries": p.deliveries,
             "attempts": p.attempts_started,
             "paid to fulfilled (ms)": p.paid_to_fulfilled_ms,
-            "why": p.hold_reason or p.last_error,
+            "why": _why(p),
         }
         for p in page.payments
     ]
@@ -172,6 +181,7 @@ def payment(p: Payment) -> list[Table]:
     }
     optional = {
         "held": p.hold_reason,
+        "waiting (no attempt spent)": p.waiting,
         "last error": p.last_error,
         "connected account": p.account,
         "same purchase as": p.same_purchase_as,

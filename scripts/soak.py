@@ -5,8 +5,10 @@
 Starts its own redis-server (shipped config, append-only), gunicorn (2 workers), 2 RQ
 workers and the sweeper on free loopback ports, restarts whatever dies, and injects:
 SIGKILL of a gunicorn worker, of an RQ worker, of the sweeper and of redis-server
-(restarted from its append-only file); SIGSTOP of an RQ worker past its lease; and the
-workers' own fault points (FAULTPOINT, at random). The client behaves like Stripe: every
+(restarted from its append-only file); SIGSTOP of an RQ worker past its lease; the
+workers' own fault points (FAULTPOINT, at random); and one downstream outage (every call
+answered like a 503 for --outage-seconds from a quarter of the run, then back), which the
+shared circuit breaker rides out. The client behaves like Stripe: every
 delivery not answered 2xx is sent again later. Exit 0 when nothing acknowledged is lost,
 no payment has two effects and every paid payment is fulfilled or surfaced as interrupted.
 """
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ledger import keys
 from ledger.downstream import read_downstream
+from ledger.stored import decode_hash
 from ledgerctl import samples
 from ledgerctl.checker import check
 from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
@@ -41,6 +44,7 @@ FAST = {
     "FULFILMENT_TIMEOUT": "1",
     "SWEEP_INTERVAL": "0.5",
     "QUEUED_GRACE_SECONDS": "2",
+    "BREAKER_COOLDOWN_SECONDS": "2",
 }
 
 
@@ -49,6 +53,7 @@ class Service:
 
     def __init__(self, workdir: Path, secret: str) -> None:
         self.workdir = workdir
+        self.down_switch = workdir / "downstream-is-down"
         self.redis = RedisServer(workdir / "redis").start()
         self.env = service_env(
             self.redis.url,
@@ -57,7 +62,9 @@ class Service:
                 "STRIPE_WEBHOOK_SECRET": secret,
                 "OPS_TOKEN": "soak",
                 "STRIPE_MODE": "test",  # the generated events are test-mode payloads
-                "FULFILMENT_ACTION": f"sqlite:///{workdir / 'downstream.sqlite3'}",
+                "FULFILMENT_ACTION": "tests.support.switched_downstream:fulfil",
+                "SWITCHED_DOWNSTREAM_PATH": str(workdir / "downstream.sqlite3"),
+                "SWITCHED_DOWNSTREAM_DOWN": str(self.down_switch),
             },
         )
         self.worker_env = {**self.env, "FAULTPOINT": WORKER_FAULTS, "FAULT_PROBABILITY": "0.01"}
@@ -85,7 +92,13 @@ class Service:
             if self.sweeper.proc is not None and self.sweeper.proc.poll() is not None:
                 self.sweeper = Sweeper(self.env, log=self.workdir / "sweeper.log").start()
 
+    def downstream_outage(self, seconds: float) -> None:
+        """The downstream is down for ``seconds`` (from now), then back."""
+        self.down_switch.touch()
+        threading.Timer(seconds, self.down_switch.unlink, kwargs={"missing_ok": True}).start()
+
     def stop(self) -> None:
+        self.down_switch.unlink(missing_ok=True)
         self.sweeper.stop()
         for worker in self.workers:
             worker.stop()
@@ -222,9 +235,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sender.start()
     try:
         next_fault = began + args.fault_interval
+        outage_at = began + args.duration / 4 if args.outage_seconds else float("inf")
         while sender.is_alive():
             time.sleep(0.2)
             service.heal()
+            if time.monotonic() >= outage_at:
+                service.downstream_outage(min(args.outage_seconds, until - time.monotonic()))
+                faults["downstream_outage"] += 1
+                outage_at = float("inf")
             if time.monotonic() >= next_fault and time.monotonic() < until:
                 faults[inject(service, rng)] += 1
                 next_fault = time.monotonic() + rng.uniform(0.5, 1.5) * args.fault_interval
@@ -245,6 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         down = read_downstream(str(workdir / "downstream.sqlite3"))["payments"]
         effects = {pk: row["effects"] for pk, row in down.items()}
         found = check(client.acked, recorded, client.paid, effects, states)
+        breaker = decode_hash(redis.hgetall(keys.BREAKER))
+        refunded = int(redis.hget(keys.STATS, "attempts_refunded") or 0)
     finally:
         service.heal()
         faults["self_inflicted_worker_kill"] += service.self_inflicted
@@ -259,6 +279,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "faults": dict(faults),
         "faults_total": sum(faults.values()),
         "downstream_calls": sum(row["calls"] for row in down.values()),
+        "breaker": {
+            "opens": int(breaker.get("opens", 0)),
+            "probes": int(breaker.get("probes", 0)),
+            "state": breaker.get("state", "closed"),
+            "attempts_refunded": refunded,
+        },
         "states": dict(Counter(states.values())),
         "findings": found.as_dict(),
         "lost": len(found.lost),
@@ -281,6 +307,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument(
         "--settle", type=float, default=120.0, help="seconds allowed to settle afterwards"
+    )
+    p.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=30.0,
+        help="the downstream is down this long from a quarter of the run (0: no outage)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(

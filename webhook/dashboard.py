@@ -3,7 +3,8 @@
 It shows the typed views of ledger/views.py, the objects the ops API answers. Times are
 written in ISO-8601 UTC and shown in the browser's zone (a few lines of script; without
 script they stay UTC). Browsers sign in with HTTP basic auth (any user name, OPS_TOKEN as
-password). Pages only read; the retry/resolve buttons POST with the CSRF token.
+password). Pages only read; the retry/resolve buttons and the pause/resume page POST with
+the CSRF token.
 """
 
 import math
@@ -14,11 +15,14 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 from markupsafe import Markup
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from ledger import figures, queries, reconcile, secret_usage
+from ledger import figures, gate, queries, reconcile, secret_usage
+from ledger.bulk import BULK_STATES, BadFilter
 from ledger.views import Minute, Problem, to_json
 from webhook.http import (
     PROBLEM_STATUS,
     BadArgument,
+    bulk_decide,
+    change_pause,
     csrf_ok,
     csrf_token,
     decide,
@@ -110,11 +114,11 @@ def chart(points: list[Minute]) -> dict[str, Any]:
 @bp.get("/")
 def index() -> str:
     s = current_settings()
-    redis, queue = get_redis(), s.QUEUE_NAME
+    redis = get_redis()
     series = figures.series(redis, 60)
     return render_template(
         "ops/index.html",
-        summary=figures.summary(redis, queue),
+        summary=figures.summary(redis, s),
         series=series,
         chart=chart(series.series),
         events=queries.events(redis, limit=15),
@@ -178,6 +182,47 @@ def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     if isinstance(answer, Problem):
         return _payment_page(payment_key, refusal=answer), PROBLEM_STATUS.get(answer.error, 400)
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
+
+
+@bp.get("/fulfilment")
+def gate_page() -> str:
+    """Pause or resume: this page is the confirmation step (the overview links here)."""
+    return render_template("ops/fulfilment.html", f=gate.status(get_redis(), current_settings()))
+
+
+@bp.post("/fulfilment/<any(pause, resume):action>")
+def pause_or_resume(action: str) -> WerkzeugResponse:
+    if not csrf_ok(current_settings().OPS_TOKEN):
+        abort(403)
+    auth = request.authorization
+    who = f"dashboard:{auth.username}" if auth and auth.username else "dashboard"
+    change_pause(action, who)
+    return redirect(url_for("dashboard.gate_page"), code=303)
+
+
+@bp.get("/bulk")
+def bulk_page() -> str | tuple[str, int]:
+    """The filtered list (a dry run) and its one confirmed action."""
+    return _bulk(request.args.get("action", "retry"), dry_run=True)
+
+
+@bp.post("/bulk/<any(retry, resolve):action>")
+def bulk_act(action: str) -> str | tuple[str, int]:
+    if not csrf_ok(current_settings().OPS_TOKEN):
+        abort(403)
+    return _bulk(action, dry_run=False)
+
+
+def _bulk(action: str, dry_run: bool) -> str | tuple[str, int]:
+    if action not in BULK_STATES:
+        abort(400)
+    try:
+        result = bulk_decide(action, dry_run, "dashboard")
+    except BadFilter as exc:
+        problem = Problem(error="bad_argument", message=str(exc))
+        return render_template("ops/problem.html", problem=problem), 400
+    states = BULK_STATES[action]
+    return render_template("ops/bulk.html", action=action, result=result, bulk_states=states)
 
 
 def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:

@@ -1,7 +1,7 @@
 """What the blueprints share: JSON answers (the typed views of ledger/views.py), OPS_TOKEN as
 a bearer token or HTTP basic password (compared in constant time), the CSRF token of the few
 routes that change anything, query arguments (a bad one is a 400 that says why), and a
-person's decision on a payment."""
+person's decision on a payment, pausing and resuming fulfilment."""
 
 import base64
 import hashlib
@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 import orjson
 from flask import Response, request
 
-from ledger import decisions
+from ledger import decisions, gate
 from ledger.attempts import Attempts
-from ledger.views import Decision, Problem, to_json
+from ledger.bulk import BULK_STATES, bulk
+from ledger.gate import Gate
+from ledger.views import BulkDecision, Decision, Fulfilment, Problem, to_json
 from webhook.store import current_settings, get_redis
 
 MAX_OFFSET = 10_000
@@ -132,3 +134,25 @@ def decide(payment_key: str, action: str, decision: str, who: str) -> Decision |
     """Apply a person's decision: the new state, or a Problem saying why not."""
     attempts = Attempts(get_redis(), current_settings())
     return decisions.decide(attempts, payment_key, action, decision, who)
+
+
+def change_pause(action: str, who: str) -> Fulfilment:
+    """Pause (with the ``reason`` field, cut to 200 characters) or resume fulfilment for
+    every worker; the state of fulfilment after it."""
+    redis, s = get_redis(), current_settings()
+    shared = Gate(redis, s)
+    if action == "pause":
+        shared.pause(who, (request.values.get("reason") or "")[:200])
+    else:
+        shared.resume(who)
+    return gate.status(redis, s)
+
+
+def bulk_decide(action: str, dry_run: bool, who: str) -> BulkDecision:
+    """A bulk retry (or resolve as not applied) with the request's ``state``, ``since`` and
+    ``error`` filters; BadFilter when one is wrong."""
+    attempts = Attempts(get_redis(), current_settings())
+    given = request.values
+    state = given.get("state") or BULK_STATES[action][0]
+    since, error = given.get("since", ""), given.get("error", "")[:200]
+    return bulk(attempts, action, state, since, error, dry_run, who)

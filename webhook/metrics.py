@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from redis import Redis
 from redis.exceptions import ConnectionError, TimeoutError
 
-from ledger import defaults, figures, keys, reconcile, secret_usage
+from ledger import defaults, figures, gate, keys, reconcile, secret_usage
 from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_token
@@ -95,6 +95,73 @@ class LedgerCollector(Collector):
             value=s.reconciled,
         )
         yield from self._reconcile()
+        yield from self._gate()
+
+    def _gate(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The shared gate of fulfilment: pause, circuit breaker, call rate, who waits."""
+        f = gate.status(self.redis, self.settings)
+        b = f.breaker
+        yield GaugeMetricFamily(
+            "webhook_downstream_breaker_open",
+            "1 while the downstream circuit breaker is open (no calls but one probe per "
+            "cool-down), 0 when closed.",
+            value=int(b.state != "closed"),
+        )
+        yield GaugeMetricFamily(
+            "webhook_downstream_breaker_failures",
+            "Consecutive down failures of the downstream counted by the breaker (any worker).",
+            value=b.failures,
+        )
+        yield CounterMetricFamily(
+            "webhook_downstream_breaker_opens", "Times the breaker opened.", value=b.opens
+        )
+        yield CounterMetricFamily(
+            "webhook_downstream_breaker_probes", "Probe calls made while open.", value=b.probes
+        )
+        yield GaugeMetricFamily(
+            "webhook_fulfilment_paused",
+            "1 while fulfilment is paused by a person (webhook-ledger fulfilment pause).",
+            value=int(f.paused is not None),
+        )
+        if f.paused is not None and f.paused.since is not None:
+            yield GaugeMetricFamily(
+                "webhook_fulfilment_paused_since_timestamp_seconds",
+                "When fulfilment was paused.",
+                value=f.paused.since.timestamp(),
+            )
+        yield GaugeMetricFamily(
+            "webhook_fulfilment_calls_last_second",
+            "Downstream calls admitted in the last second, across every worker.",
+            value=f.calls_last_second,
+        )
+        yield GaugeMetricFamily(
+            "webhook_fulfilment_max_rate",
+            "FULFILMENT_MAX_RATE: calls per second allowed across every worker (0: no limit).",
+            value=f.max_rate,
+        )
+        waiting = GaugeMetricFamily(
+            "webhook_fulfilment_waiting",
+            "Payments waiting without a call (retrying, attempts not spent), by reason.",
+            labels=["reason"],
+        )
+        for reason, n in f.waiting.items():
+            waiting.add_metric([reason], n)
+        yield waiting
+        stats = {text(k): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
+        deferred = CounterMetricFamily(
+            "webhook_fulfilment_deferred",
+            "Times a job deferred its payment instead of calling, by reason.",
+            labels=["reason"],
+        )
+        for reason in keys.WAIT_REASONS:
+            deferred.add_metric([reason], stats.get(f"deferred:{reason}", 0))
+        yield deferred
+        yield CounterMetricFamily(
+            "webhook_fulfil_attempts_refunded",
+            "Attempts not counted against MAX_ATTEMPTS: never sent, or failed while the "
+            "breaker was open.",
+            value=stats.get("attempts_refunded", 0),
+        )
 
     def _reconcile(self) -> Iterator[GaugeMetricFamily]:
         last = reconcile.runs(self.redis, 1)

@@ -2,7 +2,7 @@
 
 Every answer is one of the typed views of ledger/views.py, the same objects that
 ``webhook-ledger ... --json`` prints; webhook/openapi.yaml documents them. Read-only, except
-retry/resolve, which need POST and the CSRF token.
+retry/resolve and pausing/resuming fulfilment, which need POST and the CSRF token.
 """
 
 import os
@@ -12,10 +12,13 @@ from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from ledger import figures, queries, reconcile, secret_usage
+from ledger import figures, gate, queries, reconcile, secret_usage
+from ledger.bulk import BadFilter
 from ledger.views import EventList, PaymentList, Problem, ReconcileList, RejectionList
 from webhook.http import (
     BadArgument,
+    bulk_decide,
+    change_pause,
     csrf_ok,
     decide,
     flag_arg,
@@ -77,7 +80,7 @@ def api_not_found(exc: HTTPException) -> Response | HTTPException:
 
 @api_bp.get("/summary")
 def api_summary() -> Response:
-    return view_response(figures.summary(get_redis(), current_settings().QUEUE_NAME))
+    return view_response(figures.summary(get_redis(), current_settings()))
 
 
 @api_bp.get("/events")
@@ -156,11 +159,38 @@ def api_openapi() -> Response:
     return Response(spec, mimetype="application/yaml")
 
 
+def csrf_refused() -> Response:
+    message = "send the CSRF token (X-CSRF-Token header or csrf_token form field)"
+    return view_response(Problem(error="csrf_token_missing_or_wrong", message=message), 403)
+
+
+@api_bp.get("/fulfilment")
+def api_fulfilment() -> Response:
+    return view_response(gate.status(get_redis(), current_settings()))
+
+
+@api_bp.post("/fulfilment/<any(pause, resume):action>")
+def api_pause(action: str) -> Response:
+    if not csrf_ok(current_settings().OPS_TOKEN):
+        return csrf_refused()
+    return view_response(change_pause(action, "ops-api"))
+
+
+@api_bp.post("/bulk/<any(retry, resolve):action>")
+def api_bulk(action: str) -> Response:
+    """Re-queue every payment a filter selects (``dry_run=1``: only list them)."""
+    if not csrf_ok(current_settings().OPS_TOKEN):
+        return csrf_refused()
+    try:
+        return view_response(bulk_decide(action, flag_arg("dry_run"), "ops-api"))
+    except BadFilter as exc:
+        return problem_response(Problem(error="bad_argument", message=str(exc)))
+
+
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
     if not csrf_ok(current_settings().OPS_TOKEN):
-        message = "send the CSRF token (X-CSRF-Token header or csrf_token form field)"
-        return view_response(Problem(error="csrf_token_missing_or_wrong", message=message), 403)
+        return csrf_refused()
     decision = "retry" if action == "retry" else request.values.get("as", "")
     answer = decide(payment_key, action, decision, "ops-api")
     return view_response(answer) if not isinstance(answer, Problem) else problem_response(answer)

@@ -6,6 +6,7 @@ to fail. ``replay_safe`` says whether calling it twice with the same idempotency
 has one effect; only then is an interrupted attempt re-run automatically.
 """
 
+import email.utils
 import importlib
 import os
 import sqlite3
@@ -116,24 +117,42 @@ class HttpAction:
             )
         except (requests.ConnectionError, requests.ConnectTimeout) as exc:
             if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
-                raise TransientDownstreamError(self._failed(exc)) from exc
+                raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
         except requests.RequestException as exc:  # read timeout and the like: it may have applied
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
-        receipt = {"status": answer.status_code, "body": answer.text[:200]}
+        return self._answered(answer)
+
+    def _answered(self, answer: requests.Response) -> Receipt:
+        """The receipt of a 2xx or 409 (already applied), else the error its status means."""
         status = answer.status_code
         if 200 <= status < 300 or status == 409:
-            return receipt
+            return {"status": status, "body": answer.text[:200]}
         refused = f"http {status} from {self.origin}"
         if status in (502, 504):  # a gateway's answer: the origin may have applied it
-            raise AmbiguousDownstreamError(refused)
-        if status >= 500 or status == 429:
+            raise AmbiguousDownstreamError(refused, down=True)
+        if status in (429, 503):  # the downstream as a whole refuses for now
+            wait = retry_after(answer.headers.get("Retry-After", ""))
+            raise TransientDownstreamError(refused, down=True, retry_after=wait)
+        if status >= 500:  # this payment's failure while the downstream answers
             raise TransientDownstreamError(refused)
         raise PermanentDownstreamError(refused)
 
     def _failed(self, exc: requests.RequestException) -> str:
         """``http: ConnectionError (Connection refused) calling http://host:port``."""
         return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
+
+
+def retry_after(header: str) -> float:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), else 0."""
+    header = header.strip()
+    if header.isdigit():
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _never_sent(exc: requests.ConnectionError) -> bool:

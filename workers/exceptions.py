@@ -6,7 +6,19 @@ class FulfilmentError(Exception):
 
 
 class TransientDownstreamError(FulfilmentError):
-    """The downstream may succeed later (5xx, timeout, connection refused): retry."""
+    """The downstream may succeed later (5xx, timeout, connection refused): retry.
+
+    ``down``: the failure says the downstream as a whole is unavailable (counted by the
+    circuit breaker); ``sent``: whether the request left (False: refused, DNS, connect
+    timeout); ``retry_after``: seconds the downstream asked to wait (429/503), else 0."""
+
+    def __init__(
+        self, message: str, down: bool = False, sent: bool = True, retry_after: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.down = down
+        self.sent = sent
+        self.retry_after = retry_after
 
 
 class AmbiguousDownstreamError(TransientDownstreamError):

@@ -1,8 +1,10 @@
 """The RQ job: ``fulfil_payment(payment_key)`` performs one payment's downstream action.
 
-The ledger decides everything: the job takes a lease (or records why it skips), fences
-the downstream call with its token, calls the action, and records the outcome only if
-its token is still current. RQ is just the transport that wakes a worker.
+The ledger decides everything: the job asks the shared gate (pause, circuit breaker, rate
+limit: workers/gating.py), takes a lease (or records why it skips), fences the downstream
+call with its token, calls the action, tells the breaker how the downstream behaved, and
+records the outcome only if its token is still current. RQ is just the transport that wakes
+a worker.
 """
 
 import os
@@ -17,6 +19,7 @@ from ledger import settings as settings_module
 from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
+from ledger.gate import Gate, Health
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from workers.actions import Action, Call, build_action
@@ -27,11 +30,13 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
+from workers.gating import admit, health_of, report
 
 
 @dataclass(frozen=True)
 class Context:
     attempts: Attempts
+    gate: Gate
     action: Action | None
     action_error: str
     """Why the action could not be built ('' when it could): recorded on each payment."""
@@ -52,8 +57,10 @@ def _context(pid: int) -> Context:
         error = ""
     except FulfilmentError as exc:
         action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION
+    redis = connect(s)
     return Context(
-        Attempts(connect(s), s),
+        Attempts(redis, s),
+        Gate(redis, s),
         action,
         error,
         s.FULFILMENT_TIMEOUT,
@@ -84,16 +91,19 @@ def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
     )
 
 
-def run_action(action: Action, call: Call, timeout: float, kill_after: float) -> tuple[str, str]:
+def run_action(
+    action: Action, call: Call, timeout: float, kill_after: float
+) -> tuple[str, str, Health]:
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
-    ``kill_after`` seconds later if the call will not stop); map its result to an outcome
-    and a detail string."""
+    ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
+    a detail string and what it says about the downstream as a whole."""
     error: Exception
     try:
         receipt = call_within(timeout, lambda: action(call), kill_after)
-        return "fulfilled", encode_receipt(receipt)
+        return "fulfilled", encode_receipt(receipt), health_of(None)
     except DeadlineExceeded as exc:  # it may have been applied: like a timed-out read
-        return ("retry" if action.replay_safe else "interrupted"), f"deadline: {exc}"
+        outcome = "retry" if action.replay_safe else "interrupted"
+        return outcome, f"deadline: {exc}", health_of(exc)
     except AmbiguousDownstreamError as exc:
         outcome, error = ("retry" if action.replay_safe else "interrupted"), exc
     except TransientDownstreamError as exc:
@@ -101,7 +111,7 @@ def run_action(action: Action, call: Call, timeout: float, kill_after: float) ->
     except PermanentDownstreamError as exc:
         outcome, error = "failed", exc
     # The one place an error becomes the stored last_error / attempt detail.
-    return outcome, redact(str(error))
+    return outcome, redact(str(error)), health_of(error)
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:
@@ -111,11 +121,15 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
     if ctx.action is None:
         return unusable_action(ctx, payment_key, job_id)
+    admission = admit(ctx.gate, payment_key, job_id)  # a rate wait happens here, unleased
+    if admission.verdict != "go":
+        return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
     start = ctx.attempts.start(payment_key, job_id, ctx.action.replay_safe)
     if start.verdict != "go":
+        report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
     try:
@@ -125,6 +139,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     except NotReplicated as exc:
         return unconfirmed(ctx, payment_key, start.token, exc)
     if not fenced:
+        report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
@@ -132,9 +147,10 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     began = time.perf_counter()
     assert start.call_fields is not None  # always set with "go"
     call = build_call(payment_key, start.token, start.call_fields)
-    outcome, detail = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
+    outcome, detail, health = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
+    report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
     verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
 

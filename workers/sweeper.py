@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from functools import cache
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -16,6 +17,7 @@ from ledger import keys, reconcile
 from ledger.attempts import Attempts
 from ledger.deliveries import Ledger, LedgerUnavailable
 from ledger.faults import fault
+from ledger.gate import Gate
 from ledger.redact import redact
 
 log = logging.getLogger("webhook.sweeper")
@@ -30,8 +32,12 @@ def due_payments(redis: Redis, limit: int = BATCH) -> list[str]:
 
 
 def sweep_once(attempts: Attempts) -> Counter[str]:
-    """One pass over the payments that are due; returns what was done, by verdict."""
+    """One pass over the payments that are due; returns what was done, by verdict. First
+    the payments that waited for a resume or for the breaker to close become due."""
     done: Counter[str] = Counter()
+    released = gate_of(attempts).release()
+    if released:
+        done["released"] = released
     for index, payment_key in enumerate(due_payments(attempts.redis)):
         if index == 1:
             fault("sweeper_mid_scan")
@@ -41,6 +47,11 @@ def sweep_once(attempts: Attempts) -> Counter[str]:
         done["purged"] = purged
     mark_sweep(attempts.redis)
     return done
+
+
+@cache
+def gate_of(attempts: Attempts) -> Gate:
+    return Gate(attempts.redis, attempts.settings)
 
 
 def mark_sweep(redis: Redis) -> None:

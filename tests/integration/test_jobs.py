@@ -130,14 +130,26 @@ def test_downstream_answering_409_counts_as_done(fulfilment, redis, rng) -> None
         assert downstream.calls[pk] == 1
 
 
-def test_downstream_refusing_connections_is_retried(fulfilment, redis, rng) -> None:
-    """Nothing listens: the request never left, so even a non-replay-safe action retries."""
-    f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{free_port()}/fulfil", MAX_ATTEMPTS="2")
+def test_downstream_refusing_connections_waits_without_spending_attempts(
+    fulfilment, redis, rng
+) -> None:
+    """Nothing listens: the request never left, so it is retried (even by a non-replay-safe
+    action) without spending the attempt budget, until the breaker opens and it waits."""
+    url = f"http://127.0.0.1:{free_port()}/fulfil"
+    f = fulfilment(FULFILMENT_ACTION=url, MAX_ATTEMPTS="2", BREAKER_THRESHOLD="3")
+
     pk = pay(f, rng)
-    work_until(f, redis, pk, "failed")
+
+    def step() -> bool:
+        f.work()
+        f.sweep()
+        return redis.hget(keys.payment(pk), "waiting") == b"breaker"
+
+    wait_until(step, what="waiting for the breaker")
     record = queries.payment(redis, pk)
-    assert record is not None
-    assert record.attempts_started == 2 and "ConnectionError" in (record.last_error or "")
+    assert record is not None and record.state == "retrying"
+    assert record.attempts_started == 3 and "ConnectionError" in (record.last_error or "")
+    assert redis.hget(keys.BREAKER, "state") == b"open"
 
 
 def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(fulfilment, redis, rng) -> None:
@@ -176,8 +188,9 @@ CAPABILITY_PATH = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?token=SEC
 
 
 def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> None:
-    """Refused (404, permanent) and unreachable (connection refused, retried): the stored
-    errors say scheme, host and port, the error's class or status, nothing of the path."""
+    """Refused (404, permanent) and unreachable (connection refused: retried, never counted,
+    so it waits rather than fails): the stored errors say scheme, host and port, the error's
+    class or status, nothing of the path."""
     with CountingDownstream(default=404) as downstream:
         origin = downstream.url.removesuffix("/fulfil")
         f = fulfilment(FULFILMENT_ACTION=origin + CAPABILITY_PATH)
@@ -188,7 +201,13 @@ def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> No
     port = free_port()
     f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{port}{CAPABILITY_PATH}", MAX_ATTEMPTS="1")
     pk = pay(f, rng)
-    work_until(f, redis, pk, "failed")
+
+    def step() -> bool:
+        f.work()
+        f.sweep()
+        return redis.hget(keys.payment(pk), "last_error") is not None
+
+    wait_until(step, what="the refused call's error stored")
     unreachable = queries.payment(redis, pk)
     assert unreachable is not None
     assert unreachable.last_error == (

@@ -183,6 +183,33 @@ def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
             503: down,
         },
         ("GET", "/openapi.yaml"): {200: {}, 401: no_token},
+        ("GET", "/fulfilment"): {200: {}, 401: no_token, 503: down},
+        ("POST", "/bulk/retry"): {
+            200: {**with_csrf, "query": {"state": "failed", "since": "1h", "dry_run": "1"}},
+            400: {**with_csrf, "query": {"since": "yesterday"}},
+            401: {**with_csrf, "auth": False},
+            403: {"headers": {"X-CSRF-Token": "forged"}},
+            503: {**with_csrf, **down},
+        },
+        ("POST", "/bulk/resolve"): {
+            200: {**with_csrf, "query": {"state": "interrupted", "dry_run": "1"}},
+            400: {**with_csrf, "query": {"state": "failed"}},
+            401: {**with_csrf, "auth": False},
+            403: {"headers": {"X-CSRF-Token": "forged"}},
+            503: {**with_csrf, **down},
+        },
+        ("POST", "/fulfilment/pause"): {
+            200: {**with_csrf, "query": {"reason": "ERP deploy"}},
+            401: {**with_csrf, "auth": False},
+            403: {"headers": {"X-CSRF-Token": "forged"}},
+            503: {**with_csrf, **down},
+        },
+        ("POST", "/fulfilment/resume"): {
+            200: with_csrf,
+            401: {**with_csrf, "auth": False},
+            403: {"headers": {"X-CSRF-Token": "forged"}},
+            503: {**with_csrf, **down},
+        },
     }
 
 

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,8 @@ def test_api_routes_need_the_token(client, redis, route: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "page", ["/ops/", "/ops/events", "/ops/payments", "/ops/payments?state=failed"]
+    "page",
+    ["/ops/", "/ops/events", "/ops/payments", "/ops/payments?state=failed", "/ops/fulfilment"],
 )
 def test_dashboard_pages_need_the_token(client, redis, rng, page: str) -> None:
     deliver(client, rng)
@@ -114,8 +116,10 @@ def test_openapi_documents_every_api_route(app) -> None:
     documented = {"/ops/api" + p.replace("{", "<").replace("}", ">") for p in spec["paths"]}
     rules = [r.rule for r in app.url_map.iter_rules() if r.rule.startswith("/ops/api")]
     for rule in rules:
-        for action in ("retry", "resolve"):
-            assert rule.replace("<any(retry, resolve):action>", action) in documented, rule
+        choice = re.search(r"<any\(([^)]*)\):action>", rule)
+        for action in choice.group(1).split(", ") if choice else [""]:
+            path = rule.replace(choice.group(0), action) if choice else rule
+            assert path in documented, rule
 
 
 def test_retry_needs_post_and_csrf(client, redis, rng, config) -> None:
@@ -273,8 +277,28 @@ def test_fulfil_latency_is_over_the_last_hour(redis) -> None:
     for n, latency in enumerate((100, 200, 300, 400)):
         fulfilled(f"pi_new{n}", 60_000, latency)
     fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli at 1 (fulfilled from held)")
-    latency = figures.summary(redis, "fulfilment").fulfil_latency
+    latency = figures.summary(redis, settings_module.load({})).fulfil_latency
     assert (latency.window_s, latency.payments) == (3600, 4)
     assert (latency.p50_ms, latency.p90_ms, latency.p99_ms) == (200, 400, 400)
-    wider = figures.summary(redis, "fulfilment", window_s=3 * 3600).fulfil_latency
+    wider = figures.summary(redis, settings_module.load({}), window_s=3 * 3600).fulfil_latency
     assert wider.payments == 54 and wider.p50_ms == 600_000
+
+
+def test_dashboard_pause_is_confirmed_on_its_own_page_with_csrf(client, redis) -> None:
+    overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="gate-paused">running' in overview and "Pause fulfilment…" in overview
+    page = client.get("/ops/fulfilment", headers=BASIC).get_data(as_text=True)
+    assert "Yes, pause fulfilment" in page and csrf_token(OPS_TOKEN) in page
+    form = {"reason": "ERP upgrade"}
+    assert client.post("/ops/fulfilment/pause", data=form, headers=BASIC).status_code == 403
+    assert redis.exists(keys.PAUSE) == 0
+    form["csrf_token"] = csrf_token(OPS_TOKEN)
+    done = client.post("/ops/fulfilment/pause", data=form, headers=BASIC)
+    assert done.status_code == 303
+    page = client.get(done.headers["Location"], headers=BASIC).get_data(as_text=True)
+    assert "ERP upgrade" in page and "dashboard:ops" in page and "Yes, resume" in page
+    overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert "PAUSED since" in overview and "Resume fulfilment…" in overview
+    form = {"csrf_token": csrf_token(OPS_TOKEN)}
+    assert client.post("/ops/fulfilment/resume", data=form, headers=BASIC).status_code == 303
+    assert redis.exists(keys.PAUSE) == 0

@@ -3,15 +3,19 @@
 Hypothesis drives the real Lua scripts on a real Redis (the shipped config: append-only,
 fsync always) through their Python API: deliveries of any event of a few payments (copies,
 any order, the same id with other bytes), workers that start, fence, call a downstream,
-finish with any outcome, die, or stall and come back with an old token, time moving past
-leases, the sweeper, a person's decisions, and Redis restarted from its append-only file.
+finish with any outcome (the downstream down included, which the shared circuit breaker
+counts), die, or stall and come back with an old token, time moving past leases and
+cool-downs, the sweeper, a person's decisions, pausing and resuming fulfilment, and Redis
+restarted from its append-only file.
 After every step the invariants of docs/ARCHITECTURE.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
 
 ``PROTOCOL_PROGRAMS`` / ``PROTOCOL_STEPS`` set the budget (CI: 300 programs of up to 50
 steps, 45-80 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
-path) the run writes what it did there: programs, steps, Redis restarts, seconds.
+path) the run writes what it did there: programs, steps, Redis restarts, breaker openings and
+probes, payments deferred by a pause or the open breaker, attempts refunded, attempts
+finished by outcome, seconds.
 """
 
 import json
@@ -46,9 +50,11 @@ from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.gate import Admission, Gate, Health
 from ledgerctl import samples
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
+from workers.gating import report
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
 TALLY: Counter[str] = Counter()
@@ -60,8 +66,20 @@ KILL_MS = int(defaults.FULFILMENT_KILL_MARGIN_SECONDS * 1000)
 WINDOW_MS = LEASE_MS - TIMEOUT_MS - 2 * KILL_MS  # a call starts this soon after its fence or not
 START_MS = 1_800_000_000_000
 WORKERS = 2
-OUTCOMES = ("ok", "transient", "ambiguous", "permanent")
+OUTCOMES = ("ok", "transient", "ambiguous", "permanent", "down", "refused")
+"""down: a 503 (sent, refused); refused: the connection was refused (never sent)."""
+HEALTH = {
+    "ok": Health("up"),
+    "transient": Health("up"),
+    "permanent": Health("up"),
+    "ambiguous": Health("none"),
+    "down": Health("down"),
+    "refused": Health("down", sent=False),
+}
 SETTLED = {"fulfilled", "failed", "interrupted", "held"}
+
+
+GO = Admission("go")
 
 
 @dataclass
@@ -70,14 +88,22 @@ class Worker:
     token: int
     fenced_at: int | None = None  # model ms; None until it may call
     outcome: str = ""  # set once it has called
+    admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
 
 
 class Protocol(RuleBasedStateMachine):
     server: RedisServer
     redis: Redis
 
-    @initialize(seed=st.integers(0, 2**32 - 1), replay_safe=st.booleans(), unlinked=st.booleans())
-    def setup(self, seed: int, replay_safe: bool, unlinked: bool = False) -> None:
+    @initialize(
+        seed=st.integers(0, 2**32 - 1),
+        replay_safe=st.booleans(),
+        unlinked=st.booleans(),
+        threshold=st.sampled_from((1, 2)),
+    )
+    def setup(
+        self, seed: int, replay_safe: bool, unlinked: bool = False, threshold: int = 2
+    ) -> None:
         self.redis.flushdb()
         self.now = START_MS
         self.redis.set(CLOCK, self.now)
@@ -94,9 +120,12 @@ class Protocol(RuleBasedStateMachine):
             RETRY_BASE_SECONDS=0.2,
             RETRY_MAX_SECONDS=1,
             QUEUED_GRACE_SECONDS=1,
+            BREAKER_THRESHOLD=threshold,  # 1: every down answer opens it
+            BREAKER_COOLDOWN_SECONDS=1,
         )
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
         self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
+        self.gate = Gate(self.redis, self.settings, clock_key=CLOCK)
         self.events, self.purchases = event_pool(random.Random(seed))
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
@@ -138,11 +167,19 @@ class Protocol(RuleBasedStateMachine):
         if job_id is None:
             return
         pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
+        paused = self.redis.exists(keys.PAUSE)
+        assert not (paused and admission.verdict == "go"), "a call admitted while paused"
+        if admission.verdict != "go":
+            return  # deferred in the ledger (no attempt), or nothing to do
         start = self.attempts.start(pk, job_id.decode(), self.replay_safe)
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.now if self.replay_safe else None
-            self.workers[self.workers.index(None)] = Worker(pk, start.token, fenced)
+            worker = Worker(pk, start.token, fenced, admission=admission)
+            self.workers[self.workers.index(None)] = worker
+        else:
+            report(self.gate, admission, pk, start.token, Health("none"), "")
 
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_fences(self, slot: int) -> None:
@@ -154,6 +191,7 @@ class Protocol(RuleBasedStateMachine):
         if self.attempts.mark_calling(w.payment, w.token):
             w.fenced_at = self.now
         else:
+            report(self.gate, w.admission, w.payment, w.token, Health("none"), "")
             self.workers[slot] = None
         if stale:
             assert self.payment_core(w.payment) == before, "a stale token changed state"
@@ -181,8 +219,30 @@ class Protocol(RuleBasedStateMachine):
         if w is None or not w.outcome:
             return
         ambiguous = "retry" if self.replay_safe else "interrupted"
-        mapped = {"ok": "fulfilled", "transient": "retry", "ambiguous": ambiguous}
-        self.finish(slot, mapped.get(w.outcome, "failed"))
+        mapped = {"ok": "fulfilled", "ambiguous": ambiguous, "permanent": "failed"}
+        TALLY[f"finished_{w.outcome}"] += 1
+        health, detail = HEALTH[w.outcome], f"model {w.outcome}"
+        report(self.gate, w.admission, w.payment, w.token, health, detail)  # workers/gating.py
+        self.finish(slot, mapped.get(w.outcome, "retry"))
+
+    @precondition(lambda self: None in self.workers)
+    @rule(never_sent=st.booleans())
+    def downstream_down_for_a_job(self, never_sent: bool) -> None:
+        """A whole job against a downstream that is down (refused, or a 503): its own rule,
+        so short programs open the breaker and reach its probes as often as other steps."""
+        self.worker_runs_a_whole_job("refused" if never_sent else "down", False)
+
+    @precondition(lambda self: None in self.workers)
+    @rule(outcome=st.sampled_from(OUTCOMES), hit=st.booleans())
+    def worker_runs_a_whole_job(self, outcome: str, hit: bool) -> None:
+        """Take, fence, call and finish in one step."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        if self.workers[slot] is None:
+            return
+        self.worker_fences(slot)
+        self.worker_calls(slot, outcome, hit)
+        self.worker_finishes(slot)
 
     @precondition(lambda self: None in self.workers)
     @rule()
@@ -207,6 +267,7 @@ class Protocol(RuleBasedStateMachine):
 
     @rule()
     def sweeper_runs(self) -> None:
+        self.gate.release()  # workers/sweeper.py: waiting payments whose reason is gone
         for pk in self.redis.zrangebyscore(keys.DUE, "-inf", self.now):
             self.attempts.recover(pk.decode())
 
@@ -228,6 +289,13 @@ class Protocol(RuleBasedStateMachine):
         if verdict == "ok":
             self.person_acted.add(pk)
             self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    @rule(pause=st.booleans())
+    def person_pauses_or_resumes(self, pause: bool) -> None:
+        if pause:
+            self.gate.pause("person", "model")
+        else:
+            self.gate.resume("person")
 
     @precondition(lambda self: self.restarts < 2)
     @rule()
@@ -318,6 +386,7 @@ class Protocol(RuleBasedStateMachine):
         TALLY["steps"] += self.checks - 1
         TALLY["restarts"] += self.restarts
         self.workers = [None] * WORKERS  # faults stop: every stalled worker is gone
+        self.gate.resume("person")  # and the downstream is up again
         for _ in range(12):
             self.time_passes(LEASE_MS + 1000)
             self.sweeper_runs()
@@ -337,6 +406,15 @@ class Protocol(RuleBasedStateMachine):
         waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
         assert waiting <= attention, waiting - attention
         self.one_effect_per_payment()
+        self.tally_the_gate()
+
+    def tally_the_gate(self) -> None:
+        breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
+        TALLY["breaker_opens"] += int(breaker.get(b"opens", 0))
+        TALLY["probes"] += int(breaker.get(b"probes", 0))
+        for reason in ("paused", "breaker"):
+            TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
+        TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -552,4 +630,43 @@ def test_a_purchase_tied_late_has_one_effect(protocol_redis: RedisServer) -> Non
     m.one_effect_per_purchase()
     held = {pk: m.state(pk) for ids in m.purchases[-2:-1] for pk in ids}
     assert sorted(held.values()) == ["fulfilled", "held"], held
+    m.teardown()
+
+
+def test_an_outage_walked_by_hand_opens_probes_and_closes_the_breaker(
+    protocol_redis: RedisServer,
+) -> None:
+    """The breaker's whole cycle on the model (random programs reach parts of it): two down
+    answers open it, a job meanwhile waits without an attempt, a failed probe re-opens it,
+    a pause holds the next probe back, the answered probe closes it and the waiting payment
+    is fulfilled once."""
+    m, pk = taken_by_a_worker(protocol_redis, seed=4)
+    m.worker_fences(0)
+    m.worker_calls(0, "down", False)
+    m.worker_finishes(0)  # 1 of 2: closed, the attempt counted
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_runs_a_whole_job("refused", False)  # 2 of 2: open
+    assert m.redis.hget(keys.BREAKER, "state") == b"open"
+    m.time_passes(200)  # its retry is due, the cool-down is not over
+    m.sweeper_runs()
+    m.worker_takes_a_job()
+    assert m.redis.hget(keys.payment(pk), "waiting") == b"breaker" and m.workers == [None, None]
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_runs_a_whole_job("down", False)  # the cool-down is over: the probe, failed
+    assert int(m.redis.hget(keys.BREAKER, "probes") or 0) == 1
+    m.person_pauses_or_resumes(True)
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_takes_a_job()  # paused: deferred, no attempt
+    assert m.redis.hget(keys.payment(pk), "waiting") == b"paused"
+    m.person_pauses_or_resumes(False)
+    m.sweeper_runs()  # released at once
+    m.worker_runs_a_whole_job("ok", True)  # the second probe, answered: closed
+    assert m.redis.hget(keys.BREAKER, "state") == b"closed"
+    assert m.state(pk) == "fulfilled" and m.applied[pk] == 1
+    record = queries.payment(m.redis, pk)
+    assert record is not None and record.attempts_started == 4  # 1 counted, 3 refunded
+    m.one_effect_per_payment()
     m.teardown()

@@ -14,6 +14,7 @@ from ledger import defaults, keys
 from ledger.attempts import Attempts
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.gate import Gate, Health
 from ledger.settings import SettingsError
 from ledgerctl import samples
 from tests.integration.test_purchases import ledger_for, record
@@ -25,10 +26,15 @@ HOSTILE = ("abc", "", "-1", "1e999", "nan", "{", "0 1", "\xff", TOO_LONG)
 Captured = dict[str, list[tuple[list[Any], list[Any]]]]
 
 
-def capture(ledger: Ledger, attempts: Attempts) -> Captured:
+def capture(ledger: Ledger, attempts: Attempts, gate: Gate | None = None) -> Captured:
     """Keep the positional keys and arguments of each script's real calls, as Redis got them."""
     calls: Captured = {}
-    scripts = [ledger.record_script, ledger.reject_script, *attempts.scripts.values()]
+    scripts = [
+        ledger.record_script,
+        ledger.reject_script,
+        *attempts.scripts.values(),
+        *(gate.scripts.values() if gate else ()),
+    ]
     for script in scripts:
         run = script.run
 
@@ -44,7 +50,7 @@ def capture(ledger: Ledger, attempts: Attempts) -> Captured:
     return calls
 
 
-def drive(ledger: Ledger, attempts: Attempts, rng: random.Random) -> None:
+def drive(ledger: Ledger, attempts: Attempts, gate: Gate, rng: random.Random) -> None:
     """One of each transition, with real arguments."""
     event = samples.payment_events(rng)[2]
     record(ledger, event)
@@ -53,9 +59,12 @@ def drive(ledger: Ledger, attempts: Attempts, rng: random.Random) -> None:
     ledger.record_delivery(Delivery(found, b"{}", c, "", API_SOURCE, new_request_id()))
     pk = event["data"]["object"]["id"]
     ledger.record_rejection("signature_mismatch", {"status": 400})
+    assert gate.admit(pk, "job-1").verdict == "go"
     start = attempts.start(pk, "job-1", replay_safe=False)
     attempts.mark_calling(pk, start.token)
+    gate.report(pk, start.token, Health("down", sent=False), "refused")
     attempts.finish(pk, start.token, "interrupted", "reset", 12.0)
+    gate.release()
     attempts.recover(pk)
     attempts.decide(pk, "fulfilled", ("interrupted",), "test")
     attempts.purge()
@@ -90,6 +99,9 @@ SCRIPTS = (
     "recover",
     "operator",
     "purge",
+    "gate",
+    "breaker",
+    "release",
 )
 
 
@@ -97,13 +109,15 @@ SCRIPTS = (
 def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:
     ledger = ledger_for(redis_server.url, PAYMENT_RETENTION_DAYS=31)
     attempts = Attempts(ledger.redis, ledger.settings)
-    calls = capture(ledger, attempts)
-    drive(ledger, attempts, rng)
+    gate = Gate(ledger.redis, ledger.settings)
+    calls = capture(ledger, attempts, gate)
+    drive(ledger, attempts, gate, rng)
     assert name in calls, f"{name} was not driven"
     keys, args = calls[name][0]
     state = dump(redis)
     scripts = {s.name: s for s in (ledger.record_script, ledger.reject_script)}
-    script = scripts.get(name.removesuffix("_api")) or attempts.scripts[name]
+    scripts |= {**attempts.scripts, **gate.scripts}
+    script = scripts[name.removesuffix("_api")]
     errors = 0
     for n, bad in enumerate(variants(args)):
         if "request" in script.key_names:  # a new request each time, not a retry

@@ -1,4 +1,5 @@
-"""A downstream HTTP service for tests: counts every call, never dedupes, scripted answers."""
+"""A downstream HTTP service for tests: counts every call, never dedupes, scripted answers;
+the test switches it down (an answer for every call, or refused connections) and up again."""
 
 import json
 import threading
@@ -29,13 +30,47 @@ class CountingDownstream:
         self.idempotency_keys: list[str] = []
         self.gate: threading.Event | None = None
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.down: tuple[int, dict[str, str]] | None = None  # while set: every call's answer
+        self.refusing: set[str] = set()  # payment keys answered 400 whatever else
+        self.answered: list[tuple[float, str, int]] = []  # (arrival time, payment, status)
+        self.successes: Counter[str] = Counter()
+        self.server = self._serve(0)
+        self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _serve(self, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        server.daemon_threads = True
+        return server
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/fulfil"
+        return f"http://127.0.0.1:{self.port}/fulfil"
+
+    def go_down(self, status: int = 503, retry_after: int | None = None) -> None:
+        """Answer every call with ``status`` (and a Retry-After) until :meth:`come_back`."""
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+        with self.lock:
+            self.down = (status, headers)
+
+    def come_back(self) -> None:
+        with self.lock:
+            self.down = None
+
+    def refuse_connections(self) -> None:
+        """Close the listening socket: every connection is refused until :meth:`listen`."""
+        self.server.shutdown()
+        self.server.server_close()
+
+    def listen(self) -> None:
+        """Listen again on the same port after :meth:`refuse_connections`."""
+        self.server = self._serve(self.port)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def calls_between(self, start: float, end: float) -> list[tuple[float, str, int]]:
+        with self.lock:
+            return [a for a in self.answered if start <= a[0] <= end]
 
     def hold_first_call(self) -> threading.Event:
         """The first call blocks until the returned event is set."""
@@ -54,6 +89,14 @@ class CountingDownstream:
                     outer.bodies.append(body)
                     outer.idempotency_keys.append(self.headers.get("Idempotency-Key", ""))
                     status = outer.script.pop(0) if outer.script else outer.default
+                    headers = {}
+                    if outer.down is not None:
+                        status, headers = outer.down
+                    elif body["payment_key"] in outer.refusing:
+                        status = 400
+                    outer.answered.append((time.time(), body["payment_key"], status))
+                    if 200 <= status < 300:
+                        outer.successes[body["payment_key"]] += 1
                     delay = outer.delays.pop(0) if outer.delays else 0.0
                     trickle = outer.trickles.pop(0) if outer.trickles else 0.0
                     pk = body["payment_key"]
@@ -63,16 +106,18 @@ class CountingDownstream:
                     if first and outer.gate is not None:
                         outer.gate.wait(60)
                     time.sleep(delay)
-                    self.answer(status, trickle)
+                    self.answer(status, trickle, headers)
                 except OSError:  # the caller gave up (its deadline): the call still happened
                     pass
                 finally:
                     with outer.lock:
                         outer.in_flight[pk] -= 1
 
-            def answer(self, status: int, trickle: float) -> None:
+            def answer(self, status: int, trickle: float, headers: dict[str, str]) -> None:
                 payload = json.dumps({"order": f"ord_{len(outer.bodies)}"}).encode()
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()

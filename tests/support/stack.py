@@ -44,6 +44,14 @@ class Stack:
         self.exits.callback(sweeper.stop)
         return sweeper
 
+    def start_service(self, workers: int = 2) -> Gunicorn:
+        """The web process, ``workers`` RQ workers and the sweeper; the web process."""
+        web = self.start_web()
+        for _ in range(workers):
+            self.start_worker()
+        self.start_sweeper()
+        return web
+
     def send(self, body: bytes) -> requests.Response:
         assert self.web is not None
         return requests.post(

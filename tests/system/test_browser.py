@@ -15,7 +15,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, sync_playwright
 
-from ledger import figures
+from ledger import figures, settings
 from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, payment_key_of, signed_headers
 from tests.support.processes import ROOT, wait_until
@@ -114,7 +114,7 @@ def test_dashboard_pages_read_without_a_decoder(stack, redis, config, rng, brows
     s.start_sweeper()
     replay(web.url, s.env)
     wait_until(lambda: figures.counters(redis).payments_by_state.fulfilled == 5)
-    summary = figures.summary(redis, "fulfilment")
+    summary = figures.summary(redis, settings.load({}))
     failed: list[str] = []
     for name, viewport in VIEWPORTS.items():
         page = open_page(browser, viewport, failed)

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from ledger import figures, queries
+from ledger import figures, queries, settings
 from ledger.views import Workers
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
@@ -85,7 +85,7 @@ def test_a_killed_worker_is_not_counted_alive(stack, redis) -> None:
     doomed = s.start_worker()
 
     def workers() -> Workers:
-        return figures.summary(redis, "fulfilment").workers
+        return figures.summary(redis, settings.load({})).workers
 
     wait_until(lambda: workers().alive == 2, what="two workers alive")
     doomed.signal(signal.SIGKILL)

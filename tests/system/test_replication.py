@@ -14,6 +14,7 @@ from ledger import keys, settings
 from ledger.attempts import Attempts
 from ledger.connection import close, connect
 from ledger.deliveries import Ledger, LedgerUnavailable
+from ledger.gate import Gate
 from ledger.replication import NotReplicated
 from ledger.scripts import Script
 from tests.support.ha import Cluster
@@ -184,7 +185,9 @@ def test_a_fence_no_replica_confirms_is_not_called(
     pk = payment_key_of(event)
     Ledger(redis, s).record_delivery(delivery(event, body))
     action = CountingAction()
-    context = jobs.Context(attempts, action, "", timeout=1.0, kill_after=0.5, call_window=1.0)
+    context = jobs.Context(
+        attempts, Gate(redis, s), action, "", timeout=1.0, kill_after=0.5, call_window=1.0
+    )
     frozen: list[int] = []
 
     def freeze_after_lease(name: str) -> None:

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
 from ledger.ports import port_in_use
@@ -177,7 +178,11 @@ def test_readme_commands_exist_as_written() -> None:
         for part in re.split(r"\s\|\s", " ".join(words[1:])):
             name, *rest = part.split()
             assert name in main.commands, (name, line)
-            known = {opt for param in main.commands[name].params for opt in param.opts}
+            command = main.commands[name]
+            if isinstance(command, click.Group):  # its subcommand comes next
+                assert rest and rest[0] in command.commands, (part, line)
+                command = command.commands[rest.pop(0)]
+            known = {opt for param in command.params for opt in param.opts}
             assert set(re.findall(r"--[a-z][a-z-]*", " ".join(rest))) <= known, (part, line)
     assert checked >= 10
 

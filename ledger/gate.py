@@ -1,0 +1,146 @@
+"""Whether the downstream may be called now, for every worker at once: pause, circuit
+breaker and rate limit, each one atomic script in Redis (lua/gate.lua, lua/breaker.lua,
+lua/release.lua). A payment held back waits in the ledger as ``retrying`` with a
+``waiting`` reason and its attempt budget untouched; the sweeper brings it back."""
+
+from dataclasses import dataclass
+
+from redis import Redis
+
+from ledger import defaults, keys
+from ledger.scripts import Script
+from ledger.settings import Settings
+from ledger.stored import decode_hash, ms_time, text
+from ledger.views import Breaker, Fulfilment, Pause
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: str
+    """go | pass (no call can follow) | wait (deferred in the ledger) | rate (ask again)"""
+    probe: bool = False
+    dirty: bool = False
+    """The breaker counted failures or was open: a success must be reported (it resets them)."""
+    reason: str = ""
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Health:
+    """What one call said about the downstream as a whole (not about the payment)."""
+
+    kind: str
+    """up (it answered), down (see BREAKER_THRESHOLD), none (no call was made)"""
+    sent: bool = True
+    retry_after_s: float = 0.0
+
+
+class Gate:
+    """One per process."""
+
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
+        self.redis = redis
+        self.settings = settings
+        self.scripts = {n: Script(redis, n, clock_key) for n in ("gate", "breaker", "release")}
+
+    def admit(self, payment_key: str, job_id: str, park_rate: bool = False) -> Admission:
+        s = self.settings
+        args = {
+            "job_id": job_id,
+            "cooldown_ms": int(s.BREAKER_COOLDOWN_SECONDS * 1000),
+            "probe_ms": s.lease_ms,
+            "max_rate": s.FULFILMENT_MAX_RATE,
+            "park_ms": defaults.PAUSE_RECHECK_SECONDS * 1000,
+            "rate_park": int(park_rate),
+        }
+        verdict, *rest = self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)
+        match text(verdict):
+            case "go":
+                return Admission("go", probe=bool(int(rest[0])), dirty=bool(int(rest[1])))
+            case "wait":
+                return Admission("wait", reason=text(rest[0]), wait_ms=int(rest[1]))
+            case "rate":
+                return Admission("rate", reason="rate", wait_ms=int(rest[0]))
+        return Admission("pass", reason=text(rest[0]))
+
+    def report(self, payment_key: str, token: int, health: Health, detail: str) -> str:
+        """Count one call's health; returns the breaker's state after it."""
+        s = self.settings
+        retry_after = min(health.retry_after_s, s.BREAKER_MAX_RETRY_AFTER_SECONDS)
+        args = {
+            "token": token,
+            "kind": health.kind,
+            "sent": int(health.sent),
+            "threshold": s.BREAKER_THRESHOLD,
+            "cooldown_ms": int(s.BREAKER_COOLDOWN_SECONDS * 1000),
+            "retry_after_ms": int(retry_after * 1000),
+            "detail": detail[:300],
+        }
+        state, _ = self.scripts["breaker"]({"payment": keys.payment(payment_key)}, args)
+        return text(state)
+
+    def release(self, limit: int = 500) -> int:
+        """The sweeper's step: payments whose pause or open breaker is over become due."""
+        return int(self.scripts["release"]({}, {"limit": limit}))
+
+    def pause(self, by: str, reason: str) -> bool:
+        """Pause fulfilment (False: it already was; the first pause's who and why stay)."""
+        seconds, micros = self.redis.time()
+        now = seconds * 1000 + micros // 1000
+        if not self.redis.hsetnx(keys.PAUSE, "since", now):
+            return False
+        self.redis.hset(keys.PAUSE, mapping={"by": by, "reason": reason})
+        return True
+
+    def resume(self, by: str) -> bool:
+        """Resume fulfilment (False: it was not paused)."""
+        seconds, micros = self.redis.time()
+        with self.redis.pipeline() as pipe:
+            pipe.delete(keys.PAUSE)
+            pipe.hset(keys.RESUMED, mapping={"at": seconds * 1000 + micros // 1000, "by": by})
+            deleted, _ = pipe.execute()
+        return bool(deleted)
+
+
+def status(redis: Redis, settings: Settings) -> Fulfilment:
+    """What the dashboard, the API, ``summary`` and /metrics show."""
+    seconds, micros = redis.time()
+    now = seconds * 1000 + micros // 1000
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.BREAKER)
+        pipe.hgetall(keys.PAUSE)
+        pipe.hgetall(keys.RESUMED)
+        pipe.zcount(keys.CALL_LOG, now - 1000, "+inf")
+        for reason in keys.WAIT_REASONS:
+            pipe.zcard(keys.waiting(reason))
+        breaker, paused, resumed, calls, *waiting = pipe.execute()
+    p, r = decode_hash(paused), decode_hash(resumed)
+    return Fulfilment(
+        paused=Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
+        if p
+        else None,
+        resumed_at=ms_time(r.get("at")),
+        resumed_by=r.get("by"),
+        breaker=breaker_view(decode_hash(breaker), now, settings),
+        max_rate=settings.FULFILMENT_MAX_RATE,
+        calls_last_second=int(calls),
+        waiting=dict(zip(keys.WAIT_REASONS, map(int, waiting), strict=True)),
+    )
+
+
+def breaker_view(b: dict[str, str], now: int, settings: Settings) -> Breaker:
+    state = b.get("state", "closed")
+    open_until = int(b.get("open_until") or 0)
+    if state == "open" and open_until <= now and int(b.get("probe_until") or 0) > now:
+        state = "probing"
+    return Breaker(
+        state=state,  # type: ignore[arg-type]
+        failures=int(b.get("failures") or 0),
+        threshold=settings.BREAKER_THRESHOLD,
+        cooldown_s=settings.BREAKER_COOLDOWN_SECONDS,
+        opened_at=ms_time(b.get("opened_at")),
+        open_until=ms_time(open_until) if state != "closed" else None,
+        last_error=b.get("last_error") or None,
+        opens=int(b.get("opens") or 0),
+        probes=int(b.get("probes") or 0),
+    )

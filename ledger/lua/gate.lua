@@ -1,0 +1,80 @@
+-- Whether a worker may call the downstream for this payment now: fulfilment not paused,
+-- the circuit breaker closed (or this call is the cool-down's one probe), a free slot under
+-- FULFILMENT_MAX_RATE. A refused payment waits without spending an attempt: it becomes
+-- `retrying` with next_at and `waiting` = reason (the sweeper re-enqueues it when due, and
+-- releases it at once on resume or when the breaker closes). rate_park 0: a rate refusal
+-- only answers how long to wait (the worker waits in its job and asks again). `dirty`: the
+-- breaker counts failures or is open, so the job must report even a success (it resets them).
+-- Returns {'go', probe 0|1, dirty 0|1} | {'pass', reason} (no call can follow: recorded as
+-- start_attempt records a skip)
+--       | {'wait', reason, until ms} | {'rate', wait ms}
+local KEY = named(KEYS, 'payment')
+local ARG, ARGC = named(ARGV, 'job_id', 'cooldown_ms', 'probe_ms', 'max_rate', 'park_ms',
+  'rate_park')
+local short = too_few('gate', ARGC)
+if short then return short end
+local cooldown_ms, probe_ms = whole(ARG.cooldown_ms, 1), whole(ARG.probe_ms, 1)
+local max_rate, park_ms = whole(ARG.max_rate, 0), whole(ARG.park_ms, 1)
+if not (cooldown_ms and probe_ms and max_rate and park_ms)
+  or (ARG.rate_park ~= '0' and ARG.rate_park ~= '1') then
+  return refuse('gate', 'cool-down, probe, rate and park must be numbers; rate_park 0 or 1')
+end
+local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
+local now = now_ms()
+local state = redis.call('HGET', pay, 'state')
+local leased = state == 'in_progress'
+  and tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now
+local early = state == 'retrying'
+  and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now
+if not state then return {'pass', 'missing'} end
+if (state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress') or leased or early then
+  local reason = leased and 'leased' or early and 'not_due' or state
+  redis.call('HINCRBY', pay, 'skipped:' .. reason, 1)
+  redis.call('HSET', pay, 'last_skip', reason .. ' job ' .. ARG.job_id .. ' at ' .. now)
+  redis.call('HINCRBY', STATS, 'jobs_skipped:' .. reason, 1)
+  return {'pass', reason}
+end
+
+local function wait(reason, at)
+  redis.call('HINCRBY', STATS, 'deferred:' .. reason, 1)
+  if state == 'in_progress' then  -- an expired lease: the sweeper's recover handles it
+    return {'wait', reason, at}
+  end
+  move(pay, 'retrying', now)
+  redis.call('HSET', pay, 'next_at', at, 'waiting', reason)
+  redis.call('ZADD', DUE, at, pk)
+  for _, other in ipairs({'paused', 'breaker', 'rate'}) do
+    if other ~= reason then redis.call('ZREM', WAITING_PREFIX .. other, pk) end
+  end
+  redis.call('ZADD', WAITING_PREFIX .. reason, 'NX', now, pk)
+  return {'wait', reason, at}
+end
+
+if redis.call('EXISTS', PAUSE) == 1 then return wait('paused', now + park_ms) end
+local b = redis.call('HMGET', BREAKER, 'state', 'open_until', 'probe_until', 'failures')
+local probe = false
+if b[1] == 'open' then
+  local open_until, probe_until = tonumber(b[2] or '0'), tonumber(b[3] or '0')
+  if now < open_until then return wait('breaker', open_until) end
+  if probe_until > now then return wait('breaker', probe_until + cooldown_ms) end
+  probe = true
+end
+-- Every admitted call is logged for a second (the call rate shown); max_rate 0: no limit.
+redis.call('ZREMRANGEBYSCORE', CALL_LOG, '-inf', now - 1000)
+if max_rate > 0 and redis.call('ZCARD', CALL_LOG) >= max_rate then
+  local free_at = tonumber(redis.call('ZRANGE', CALL_LOG, 0, 0, 'WITHSCORES')[2]) + 1000
+  if ARG.rate_park == '1' then return wait('rate', free_at) end
+  return {'rate', free_at - now}
+end
+redis.call('ZADD', CALL_LOG, now, now .. ':' .. redis.call('INCR', CALL_SEQ))
+redis.call('PEXPIRE', CALL_LOG, 2000)
+if probe then
+  redis.call('HSET', BREAKER, 'probe_until', now + probe_ms, 'probe_payment', pk)
+  redis.call('HINCRBY', BREAKER, 'probes', 1)
+end
+for _, reason in ipairs({'paused', 'breaker', 'rate'}) do
+  redis.call('ZREM', WAITING_PREFIX .. reason, pk)
+end
+redis.call('HDEL', pay, 'waiting')
+local dirty = b[1] == 'open' or tonumber(b[4] or '0') > 0
+return {'go', probe and 1 or 0, dirty and 1 or 0}

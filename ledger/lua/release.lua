@@ -1,0 +1,33 @@
+-- The sweeper's release of waiting payments once their reason is gone: after a resume (no
+-- pause) and once the breaker is closed. Each released payment is due now; the sweeper's
+-- recover re-enqueues it. Payments no longer retrying are just dropped from the set.
+-- Returns the number released
+local ARG, ARGC = named(ARGV, 'limit')
+local short = too_few('release', ARGC)
+if short then return short end
+local limit = whole(ARG.limit, 1)
+if not limit then return refuse('release', 'limit must be a whole number') end
+local now = now_ms()
+local free = {
+  paused = redis.call('EXISTS', PAUSE) == 0,
+  breaker = redis.call('HGET', BREAKER, 'state') ~= 'open',
+}
+local released = 0
+for _, reason in ipairs({'paused', 'breaker'}) do
+  if free[reason] then
+    local set = WAITING_PREFIX .. reason
+    for _, pk in ipairs(redis.call('ZRANGE', set, 0, limit - 1)) do
+      local pay = PAYMENT_PREFIX .. pk
+      if redis.call('HGET', pay, 'waiting') == reason then
+        if redis.call('HGET', pay, 'state') == 'retrying' then
+          redis.call('HSET', pay, 'next_at', now)
+          redis.call('ZADD', DUE, now, pk)
+          released = released + 1
+        end
+        redis.call('HDEL', pay, 'waiting')
+      end
+      redis.call('ZREM', set, pk)
+    end
+  end
+end
+return released

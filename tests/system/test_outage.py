@@ -1,0 +1,136 @@
+"""A downstream outage with real gunicorn, RQ workers and sweeper: the shared circuit
+breaker stops the calls, payments wait without spending their attempts, and every one is
+fulfilled exactly once when the downstream comes back. The test switches the downstream
+down and up; the outage lasts a few cool-downs (counted probes), not a wall-clock time."""
+
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+from redis import Redis
+
+from ledger import figures, keys, queries
+from ledger.stored import decode_hash
+from tests.support.constants import BEARER
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import paid_event, payment_key_of, state_of
+from tests.support.processes import wait_until
+from tests.support.stack import Stack
+
+COOLDOWN = 1.0
+WORKERS = 2
+OUTAGE = {
+    "MAX_ATTEMPTS": "3",
+    "BREAKER_THRESHOLD": "3",
+    "BREAKER_COOLDOWN_SECONDS": str(COOLDOWN),
+}
+
+
+def breaker(redis: Redis) -> dict[str, str]:
+    return decode_hash(redis.hgetall(keys.BREAKER))
+
+
+def start(stack: Callable[..., Stack], downstream: CountingDownstream, **extra: str) -> Stack:
+    s = stack(FULFILMENT_ACTION=downstream.url, **{**OUTAGE, **extra})
+    s.start_service(WORKERS)
+    return s
+
+
+def send_payments(s: Stack, rng: random.Random, count: int) -> list[str]:
+    events = [paid_event(rng) for _ in range(count)]
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(lambda e: s.send(e[1]).status_code, events))
+    assert set(statuses) == {200}  # intake goes on during the outage
+    return [payment_key_of(event) for event, _ in events]
+
+
+def all_fulfilled(redis: Redis, payments: list[str]) -> bool:
+    return all(state_of(redis, pk) == "fulfilled" for pk in payments)
+
+
+def ride_out(redis: Redis, probes: int) -> tuple[float, float]:
+    """Wait until the breaker has opened and ``probes`` probes failed; returns when it
+    opened and now (epoch seconds)."""
+    wait_until(lambda: int(breaker(redis).get("probes", 0)) >= probes, timeout=60)
+    return int(breaker(redis)["opened_at"]) / 1000, time.time()
+
+
+def assert_recovered(redis: Redis, downstream: CountingDownstream, payments: list[str]) -> None:
+    wait_until(lambda: all_fulfilled(redis, payments), timeout=60, what="all fulfilled")
+    assert {pk: downstream.successes[pk] for pk in payments} == {pk: 1 for pk in payments}
+    counted = figures.counters(redis)
+    assert counted.payments_by_state.failed == 0 and counted.payments_by_state.interrupted == 0
+    assert breaker(redis)["state"] == "closed"
+    assert all(redis.zcard(keys.waiting(r)) == 0 for r in keys.WAIT_REASONS)
+
+
+def assert_probes_only(
+    downstream: CountingDownstream, opened: float, down_until: float, spacing: float
+) -> None:
+    """While the breaker was open, only one probe per ``spacing`` reached the downstream
+    (besides the calls already in flight when it opened: one per worker)."""
+    slack = 0.2  # the in-flight calls arrive just after the breaker opens
+    during = downstream.calls_between(opened + slack, down_until)
+    assert len(during) <= (down_until - opened) / spacing + 1 + WORKERS, during
+
+
+def test_503_outage_every_payment_fulfilled_once_none_failed(stack, redis, rng) -> None:
+    with CountingDownstream() as downstream:
+        s = start(stack, downstream)
+        downstream.go_down(503)
+        payments = send_payments(s, rng, 40)
+        opened, down_until = ride_out(redis, probes=5)
+        assert s.web is not None
+        scraped = requests.get(f"{s.web.url}/metrics", headers=BEARER, timeout=10).text
+        rows = queries.payments(redis, "retrying", 0, 50)
+        downstream.come_back()
+        assert rows and any(row.waiting == "breaker" for row in rows)
+        assert "webhook_downstream_breaker_open 1.0" in scraped
+        assert 'webhook_fulfilment_waiting{reason="breaker"}' in scraped
+        assert_probes_only(downstream, opened, down_until, COOLDOWN)
+        assert_recovered(redis, downstream, payments)
+        assert int(breaker(redis)["opens"]) >= 1
+
+
+def test_refused_connections_spend_no_attempt(stack, redis, rng) -> None:
+    with CountingDownstream() as downstream:
+        s = start(stack, downstream, MAX_ATTEMPTS="1")
+        downstream.refuse_connections()
+        payments = send_payments(s, rng, 40)
+        ride_out(redis, probes=5)
+        downstream.listen()
+        assert_recovered(redis, downstream, payments)
+        # one attempt each, yet none failed: a refused call was never an attempt
+        assert len(downstream.answered) == 40
+
+
+def test_429_retry_after_is_honoured(stack, redis, rng) -> None:
+    with CountingDownstream() as downstream:
+        s = start(stack, downstream)
+        downstream.go_down(429, retry_after=2)
+        payments = send_payments(s, rng, 40)
+        wait_until(lambda: breaker(redis).get("state") == "open", timeout=30)
+        b = breaker(redis)
+        assert int(b["open_until"]) - int(b["opened_at"]) >= 2000  # Retry-After, not 1 s
+        opened, down_until = ride_out(redis, probes=3)
+        downstream.come_back()
+        assert_probes_only(downstream, opened, down_until, 2.0)
+        assert_recovered(redis, downstream, payments)
+
+
+def test_one_payment_refused_fails_alone_breaker_stays_closed(stack, redis, rng) -> None:
+    with CountingDownstream() as downstream:
+        s = start(stack, downstream)
+        events = [paid_event(rng) for _ in range(20)]
+        bad = payment_key_of(events[0][0])
+        downstream.refusing.add(bad)
+        for _, body in events:
+            assert s.send(body).status_code == 200
+        payments = [payment_key_of(e) for e, _ in events]
+        wait_until(lambda: all_fulfilled(redis, payments[1:]), timeout=60)
+        wait_until(lambda: state_of(redis, bad) == "failed", timeout=30)
+        assert downstream.calls[bad] == 1
+        assert breaker(redis).get("opens", "0") == "0"
+        assert breaker(redis).get("state", "closed") == "closed"
