@@ -24,9 +24,6 @@ from tests.support.stripe_api import API_KEY, EventsApi
 
 METRICS_TOKEN = "metrics-test-token"
 FORGED = 100
-COMING_WITH_THE_BREAKER = {"webhook_downstream_breaker_open", "webhook_fulfilment_paused"}
-"""Gauges the rules and dashboard already use for the downstream's circuit breaker and
-pause; they come with that work. Tolerated as missing only while the service lacks them."""
 
 
 def firing_or_pending(prom: Prometheus, name: str, **labels: str) -> dict[str, Any] | None:
@@ -138,7 +135,7 @@ def test_every_metric_the_rules_and_dashboard_use_is_exported(
     for source, used in used_metric_names().items():
         assert used, f"no metric name found in {source}"
         missing = used - exported
-        assert missing <= COMING_WITH_THE_BREAKER, f"{source} uses unexported {missing}"
+        assert not missing, f"{source} uses unexported {missing}"
 
 
 def test_redis_killed_metrics_still_answer_and_the_503s_raise_an_alert(
