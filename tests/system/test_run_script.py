@@ -153,12 +153,15 @@ def test_ctrl_c_stops_everything_when_the_output_reader_has_exited(run_sh) -> No
 
 
 def test_readme_commands_exist_as_written() -> None:
-    """Every command line of the README's code blocks names an executable script, a program
-    of .venv/bin, or webhook-ledger commands (``a | b`` alternatives) with the options shown."""
+    """Every command line of the README's code blocks, and of the ``sh`` blocks of
+    CONTRIBUTING and docs/ (their other blocks are diagrams and configs), names an executable
+    script, a program of .venv/bin, or webhook-ledger commands (``a | b`` alternatives) with
+    the options shown."""
     from ledgerctl.cli import main
 
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, re.S)
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    for page in [ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks += re.findall(r"```sh\n(.*?)```", page.read_text(), re.S)
     checked = 0
     for line in (line for block in blocks for line in block.splitlines()):
         words = line.removeprefix("$ ").split("  #")[0].split()
