@@ -3,7 +3,7 @@
 All keys share the ``wl:`` prefix, but RQ's own (``rq:``), whose names RQ fixes. The Lua
 scripts get every name, prefix, TTL and cap below as constants (:func:`lua_constants`,
 prepended to each script) and their per-call keys as KEYS; they never spell one out. The
-schema is documented in docs/ARCHITECTURE.md.
+schema is documented in docs/LEDGER.md.
 """
 
 from ledger import defaults

@@ -6,7 +6,7 @@ connection or a kept-alive one between requests), ``BODY`` (its body being read)
 (the app running or the answer being written). Near the cap the oldest IDLE or BODY
 connection is shed: its read side is shut, so its next read sees the end of the stream; a
 connection in APP is never touched. Standard library only: how the worker reacts to a shed
-connection is its business. Why and the capacity: docs/ARCHITECTURE.md, "Slow and
+connection is its business. Why and the capacity: docs/WEB.md, "Slow and
 malformed HTTP".
 """
 

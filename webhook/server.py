@@ -8,7 +8,7 @@ is answered with the app's own counted JSON rejection instead of an HTML page. N
 keeps its slots for long (webhook/connections.py): any 4xx closes its connection, a
 connection carries a bounded number of requests for a bounded time, one address holds at
 most CONNECTIONS_PER_ADDRESS, and at the cap the oldest idle or slow connection gives way to
-a new one. Why gevent, and the capacity: docs/ARCHITECTURE.md, "Slow and malformed HTTP".
+a new one. Why gevent, and the capacity: docs/WEB.md, "Slow and malformed HTTP".
 """
 
 import io

@@ -7,7 +7,7 @@ finish with any outcome (the downstream down included, which the shared circuit 
 counts), die, or stall and come back with an old token, time moving past leases and
 cool-downs, the sweeper, a person's decisions, pausing and resuming fulfilment, and Redis
 restarted from its append-only file.
-After every step the invariants of docs/ARCHITECTURE.md ("The protocol's invariants") are
+After every step the invariants of docs/LEDGER.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
 

@@ -9,7 +9,8 @@ The rules, for README.md, CONTRIBUTING.md and docs/*.md:
   ``tried``, ``reverted``, ``not kept``): what was tried belongs in commit messages;
 - a commit hash (7-40 hex digits, at least one digit and one letter) only inside the
   benchmark results block, which the benchmark writes, or on a line that also names the
-  command that reproduces the figure (``python -m ...``, ``pytest ...``, ``scripts/*.sh``).
+  command that reproduces the figure (``python -m ...``, ``pytest ...``, ``scripts/*.sh``
+  or ``scripts/*.py``).
 
 The results block of docs/BENCHMARKS.md is checked to have the shape bench/report.py writes
 and to name one commit that exists.
@@ -26,17 +27,9 @@ from tests.support.processes import ROOT
 
 MAX_LINES = 450
 
-PENDING = {
-    # Pages others are still restructuring: exempt from every rule until they are done.
-    # Remove an entry once its page passes (test_pending_pages_still_need_the_exemption
-    # says when).
-    "docs/ARCHITECTURE.md": "pending: over 450 lines, issue numbers and measured-at history",
-    "docs/RELIABILITY.md": "pending: soak runs listed by commit, branch names",
-}
-
 HEX = r"[0-9a-f]{7,40}"
 COMMIT = re.compile(rf"(?<![\w./-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])({HEX})(?![\w-])")
-COMMAND = re.compile(r"python -m [\w.]+|pytest\b|scripts/[\w.-]+\.sh")
+COMMAND = re.compile(r"python -m [\w.]+|pytest\b|scripts/[\w.-]+\.(?:sh|py)\b")
 RULES: dict[str, re.Pattern[str]] = {
     "issue reference": re.compile(r"(?<![&\w/`])#\d+\b|\b(?:issue|PR|pull request) #?\d+\b", re.I),
     "branch name": re.compile(
@@ -96,17 +89,7 @@ def relative(page: Path) -> str:
 
 @pytest.mark.parametrize("page", pages(), ids=relative)
 def test_every_page_is_a_reference(page: Path) -> None:
-    if relative(page) in PENDING:
-        pytest.skip(PENDING[relative(page)])
     assert problems(page.read_text(), relative(page)) == []
-
-
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_pages_still_need_the_exemption(name: str) -> None:
-    page = ROOT / name
-    if not page.exists():
-        pytest.fail(f"{name} is gone: remove it from PENDING")
-    assert problems(page.read_text(), name), f"{name} passes now: remove it from PENDING"
 
 
 CLEAN = "# A page\n\nThe receiver answers 200 once the ledger recorded the delivery.\n"
