@@ -116,8 +116,16 @@ EVENT_RETENTION_DAYS = 30
 """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
 
 OPS_TOKEN = ""
-"""Bearer token (or HTTP basic password) of the dashboard, the ops API and, unless
-METRICS_TOKEN is set, /metrics. Unset: those routes answer 401 to everyone."""
+"""Bearer tokens (or HTTP basic passwords) of the dashboard, the ops API and, unless
+METRICS_TOKEN is set, /metrics: one, or several comma-separated (one per person or system,
+or the old and the new one during a rotation; a token cannot hold a comma). Unset: those
+routes answer 401 to everyone."""
+
+OPS_TOKEN_LABELS = ""
+"""A label per ops token, comma-separated, in the same order (e.g. ``alice,deploy-bot``):
+who an operator action is recorded as (``ops:alice`` from the API, ``dashboard:alice`` from
+the dashboard). Unset: ``default`` for a single token, else ``token1``, ``token2``… by
+position. When set, exactly one unique label per token."""
 
 METRICS_TOKEN = ""
 """Bearer token of /metrics, when it should differ from OPS_TOKEN."""

@@ -26,6 +26,7 @@ _SECRET_PREFIX = "whsec_"
 _API_KEY_PREFIXES = ("sk_", "rk_")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+_LABEL = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DIGITS = re.compile(r"[0-9]+")
@@ -195,6 +196,27 @@ def token() -> Kind:
         return text
 
     return Kind(parse, "a token without spaces around it")
+
+
+def tokens() -> Kind:
+    """One or more bearer tokens, comma-separated (token()'s rules for each)."""
+
+    def parse(text: str) -> str:
+        token().parse(text)
+        _items(text)
+        return text
+
+    return Kind(parse, "one or more tokens, comma-separated, without spaces around them")
+
+
+def token_labels() -> Kind:
+    def parse(text: str) -> str:
+        for label in _items(text):
+            if not _LABEL.fullmatch(label):
+                raise Invalid(f"label {label!r} has a character other than A-Z a-z 0-9 _ . @ -")
+        return text
+
+    return Kind(parse, "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -")
 
 
 def _items(text: str) -> list[str]:

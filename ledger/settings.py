@@ -86,7 +86,8 @@ class Settings:
     PAYMENT_RETENTION_DAYS: int = setting(
         defaults.PAYMENT_RETENTION_DAYS, kinds.whole(0, None, "days", " (0: keep)")
     )
-    OPS_TOKEN: str = setting(defaults.OPS_TOKEN, kinds.token(), mask_secret)
+    OPS_TOKEN: str = setting(defaults.OPS_TOKEN, kinds.tokens(), mask_secret)
+    OPS_TOKEN_LABELS: str = setting(defaults.OPS_TOKEN_LABELS, kinds.token_labels())
     METRICS_TOKEN: str = setting(defaults.METRICS_TOKEN, kinds.token(), mask_secret)
     QUEUE_NAME: str = setting(defaults.QUEUE_NAME, kinds.name())
     RQ_RESULT_TTL: int = setting(defaults.RQ_RESULT_TTL, kinds.whole(0, None, "seconds"))
@@ -151,6 +152,19 @@ class Settings:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
         given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
         return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
+
+    @cached_property
+    def ops_tokens(self) -> list[str]:
+        """The ops tokens in the order given."""
+        return _split(self.OPS_TOKEN)
+
+    @cached_property
+    def ops_token_labels(self) -> list[str]:
+        """A label per ops token (``OPS_TOKEN_LABELS``), else ``default`` or ``tokenN``."""
+        if given := _split(self.OPS_TOKEN_LABELS):
+            return given
+        count = len(self.ops_tokens)
+        return ["default"] if count == 1 else [f"token{i}" for i in range(1, count + 1)]
 
     @cached_property
     def trusted_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -299,6 +313,24 @@ def _one_label_per_secret(s: Settings) -> Iterator[tuple[str, str]]:
     elif shared:
         why = f"two secrets share the label {', '.join(shared)}; expected a unique label per secret"
         yield "STRIPE_WEBHOOK_SECRET_LABELS", why
+
+
+@check("OPS_TOKEN", "OPS_TOKEN_LABELS")
+def _one_label_per_token(s: Settings) -> Iterator[tuple[str, str]]:
+    given, count = _split(s.OPS_TOKEN_LABELS), len(s.ops_tokens)
+    if count and given and len(given) != count:
+        why = f"{len(given)} labels for {count} tokens; expected one label per OPS_TOKEN token"
+        yield "OPS_TOKEN_LABELS", why + ", in the same order"
+    elif len(set(s.ops_tokens)) < count:
+        yield "OPS_TOKEN", "the same token given twice; expected each token once"
+    elif shared := sorted({x for x in given if given.count(x) > 1}):
+        why = f"two tokens share the label {', '.join(shared)}; expected a unique label per token"
+        yield "OPS_TOKEN_LABELS", why
+
+
+def _split(text: str) -> list[str]:
+    """A comma-separated setting's items (kinds checked there is no empty one between)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _as_text(value: object) -> str:

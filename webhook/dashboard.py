@@ -2,9 +2,9 @@
 
 It shows the typed views of ledger/views.py, the objects the ops API answers. Times are
 written in ISO-8601 UTC and shown in the browser's zone (a few lines of script; without
-script they stay UTC). Browsers sign in with HTTP basic auth (any user name, OPS_TOKEN as
-password). Pages only read; the retry/resolve buttons and the pause/resume page POST with
-the CSRF token.
+script they stay UTC). Browsers sign in with HTTP basic auth (any user name, an OPS_TOKEN
+token as password; that token's label is who acts, recorded as ``dashboard:LABEL``). Pages
+only read; the retry/resolve buttons and the pause/resume page POST with the CSRF token.
 """
 
 import math
@@ -24,10 +24,11 @@ from webhook.http import (
     bulk_decide,
     change_pause,
     csrf_ok,
-    csrf_token,
     decide,
     int_arg,
-    require_token,
+    operator,
+    request_csrf,
+    require_ops,
     time_arg,
 )
 from webhook.store import current_settings, get_redis
@@ -39,7 +40,7 @@ CHART_HEIGHT = 100
 
 @bp.before_request
 def require_ops_token() -> Response | None:
-    return require_token(current_settings().OPS_TOKEN, "Basic")
+    return require_ops("Basic")
 
 
 @bp.after_request
@@ -88,7 +89,7 @@ def pretty_json(value: object) -> str:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": csrf_token(current_settings().OPS_TOKEN), "states": queries.PAYMENT_STATES}
+    return {"csrf": request_csrf(), "states": queries.PAYMENT_STATES}
 
 
 def chart(points: list[Minute]) -> dict[str, Any]:
@@ -175,10 +176,10 @@ def payment(payment_key: str) -> str:
 @bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     """Done: back to the payment (303). Refused: the payment page with the reason (409/400)."""
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
-    answer = decide(payment_key, action, decision, "dashboard")
+    answer = decide(payment_key, action, decision, operator("dashboard"))
     if isinstance(answer, Problem):
         return _payment_page(payment_key, refusal=answer), PROBLEM_STATUS.get(answer.error, 400)
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
@@ -192,11 +193,9 @@ def gate_page() -> str:
 
 @bp.post("/fulfilment/<any(pause, resume):action>")
 def pause_or_resume(action: str) -> WerkzeugResponse:
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         abort(403)
-    auth = request.authorization
-    who = f"dashboard:{auth.username}" if auth and auth.username else "dashboard"
-    change_pause(action, who)
+    change_pause(action, operator("dashboard"))
     return redirect(url_for("dashboard.gate_page"), code=303)
 
 
@@ -208,7 +207,7 @@ def bulk_page() -> str | tuple[str, int]:
 
 @bp.post("/bulk/<any(retry, resolve):action>")
 def bulk_act(action: str) -> str | tuple[str, int]:
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         abort(403)
     return _bulk(action, dry_run=False)
 
@@ -217,7 +216,7 @@ def _bulk(action: str, dry_run: bool) -> str | tuple[str, int]:
     if action not in BULK_STATES:
         abort(400)
     try:
-        result = bulk_decide(action, dry_run, "dashboard")
+        result = bulk_decide(action, dry_run, operator("dashboard"))
     except BadFilter as exc:
         problem = Problem(error="bad_argument", message=str(exc))
         return render_template("ops/problem.html", problem=problem), 400

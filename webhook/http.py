@@ -1,7 +1,8 @@
-"""What the blueprints share: JSON answers (the typed views of ledger/views.py), OPS_TOKEN as
-a bearer token or HTTP basic password (compared in constant time), the CSRF token of the few
-routes that change anything, query arguments (a bad one is a 400 that says why), and a
-person's decision on a payment, pausing and resuming fulfilment."""
+"""What the blueprints share: JSON answers (the typed views of ledger/views.py), the
+OPS_TOKEN tokens as a bearer token or HTTP basic password (compared in constant time; the
+matching token's label names who acts), the CSRF token of the few routes that change
+anything, query arguments (a bad one is a 400 that says why), and a person's decision on a
+payment, pausing and resuming fulfilment."""
 
 import base64
 import hashlib
@@ -10,7 +11,7 @@ import re
 from datetime import UTC, datetime
 
 import orjson
-from flask import Response, request
+from flask import Response, g, request
 
 from ledger import decisions, gate
 from ledger.attempts import Attempts
@@ -71,6 +72,37 @@ def token_ok(expected: str, given: str) -> bool:
     return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
 
+def matching_token(tokens: list[str], given: str) -> int | None:
+    """The position of ``given`` among ``tokens``: every token is compared, in constant time,
+    whichever matches (so the time tells nothing about which token, or how many)."""
+    found = None
+    for position, token in enumerate(tokens):
+        if hmac.compare_digest(given.encode(), token.encode()) and found is None:
+            found = position
+    return found
+
+
+def require_ops(challenge: str) -> Response | None:
+    """A 401 answer unless the request carries one of the ops tokens; None when it does, and
+    the token's position is kept for :func:`operator` and :func:`csrf_ok`."""
+    found = matching_token(current_settings().ops_tokens, presented_token())
+    if found is None:
+        return unauthorized(challenge)
+    g.ops_token_index = found
+    return None
+
+
+def operator(channel: str) -> str:
+    """Who acts, as recorded: ``channel:`` and the label of the token the request carries
+    (the basic-auth user name is not authenticated, so never that)."""
+    return f"{channel}:{current_settings().ops_token_labels[g.ops_token_index]}"
+
+
+def request_csrf() -> str:
+    """The CSRF token of the ops token this request carries."""
+    return csrf_token(current_settings().ops_tokens[g.ops_token_index])
+
+
 def unauthorized(challenge: str) -> Response:
     message = "send OPS_TOKEN as a bearer token, or as the password of HTTP basic auth"
     response = view_response(Problem(error="unauthorized", message=message), 401)
@@ -88,10 +120,10 @@ def csrf_token(ops_token: str) -> str:
     return hmac.new(ops_token.encode(), b"ops-csrf-v1", hashlib.sha256).hexdigest()
 
 
-def csrf_ok(ops_token: str) -> bool:
-    """Whether the request carries the CSRF token (header or form field)."""
+def csrf_ok() -> bool:
+    """Whether the request carries the CSRF token of its ops token (header or form field)."""
     given = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token", "")
-    return token_ok(csrf_token(ops_token), given)
+    return token_ok(request_csrf(), given)
 
 
 def int_arg(name: str, default: int, low: int = 0, high: int = MAX_OFFSET) -> int:

@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 from ledger import defaults, figures, gate, keys, reconcile, secret_usage
 from ledger.settings import Settings
 from ledger.stored import text
-from webhook.http import require_token
+from webhook.http import require_ops, require_token
 from webhook.metrics_alerting import UNAVAILABLE_RESPONSES, Family, gauge, watched
 from webhook.store import current_settings, get_redis
 from webhook.verify import SIGNATURE_REASONS
@@ -241,7 +241,7 @@ def observe(response: Response) -> Response:
 @bp.get("/metrics")
 def metrics() -> Response:
     s = current_settings()
-    denied = require_token(s.METRICS_TOKEN or s.OPS_TOKEN, "Bearer")
+    denied = require_token(s.METRICS_TOKEN, "Bearer") if s.METRICS_TOKEN else require_ops("Bearer")
     if denied:
         return denied
     registry = CollectorRegistry()

@@ -24,8 +24,9 @@ from webhook.http import (
     flag_arg,
     int_arg,
     json_response,
+    operator,
     problem_response,
-    require_token,
+    require_ops,
     time_arg,
     view_response,
 )
@@ -62,7 +63,7 @@ def favicon() -> Response:
 
 @api_bp.before_request
 def require_ops_token() -> Response | None:
-    return require_token(current_settings().OPS_TOKEN, "Bearer")
+    return require_ops("Bearer")
 
 
 @api_bp.errorhandler(BadArgument)
@@ -171,26 +172,26 @@ def api_fulfilment() -> Response:
 
 @api_bp.post("/fulfilment/<any(pause, resume):action>")
 def api_pause(action: str) -> Response:
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         return csrf_refused()
-    return view_response(change_pause(action, "ops-api"))
+    return view_response(change_pause(action, operator("ops")))
 
 
 @api_bp.post("/bulk/<any(retry, resolve):action>")
 def api_bulk(action: str) -> Response:
     """Re-queue every payment a filter selects (``dry_run=1``: only list them)."""
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         return csrf_refused()
     try:
-        return view_response(bulk_decide(action, flag_arg("dry_run"), "ops-api"))
+        return view_response(bulk_decide(action, flag_arg("dry_run"), operator("ops")))
     except BadFilter as exc:
         return problem_response(Problem(error="bad_argument", message=str(exc)))
 
 
 @api_bp.post("/payments/<payment_key>/<any(retry, resolve):action>")
 def api_decide(payment_key: str, action: str) -> Response:
-    if not csrf_ok(current_settings().OPS_TOKEN):
+    if not csrf_ok():
         return csrf_refused()
     decision = "retry" if action == "retry" else request.values.get("as", "")
-    answer = decide(payment_key, action, decision, "ops-api")
+    answer = decide(payment_key, action, decision, operator("ops"))
     return view_response(answer) if not isinstance(answer, Problem) else problem_response(answer)

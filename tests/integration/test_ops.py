@@ -296,7 +296,7 @@ def test_dashboard_pause_is_confirmed_on_its_own_page_with_csrf(client, redis) -
     done = client.post("/ops/fulfilment/pause", data=form, headers=BASIC)
     assert done.status_code == 303
     page = client.get(done.headers["Location"], headers=BASIC).get_data(as_text=True)
-    assert "ERP upgrade" in page and "dashboard:ops" in page and "Yes, resume" in page
+    assert "ERP upgrade" in page and "dashboard:default" in page and "Yes, resume" in page
     overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
     assert "PAUSED since" in overview and "Resume fulfilment…" in overview
     form = {"csrf_token": csrf_token(OPS_TOKEN)}

@@ -35,7 +35,8 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
     "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
     "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
-    "OPS_TOKEN": ("s3cret-token", "s3cret-token", "tok ", "without spaces around it"),
+    "OPS_TOKEN": ("s3cret-token,tok-b", None, "tok ", "tokens, comma-separated, without spaces"),
+    "OPS_TOKEN_LABELS": ("alice,deploy-bot", None, "alice,,bob", "one label per token"),
     "METRICS_TOKEN": ("m3trics", "m3trics", "a\tb", "a token"),
     "QUEUE_NAME": ("fulfil-eu", "fulfil-eu", "my queue", "letters, digits"),
     "RQ_RESULT_TTL": ("3600", 3600, "-1", "0 or more"),
@@ -192,12 +193,53 @@ def test_every_problem_is_a_line_of_its_own() -> None:
             {"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local"},
             "invalid setting STRIPE_WEBHOOK_SECRET_LABELS=cli,local: 2 labels for 1 secrets",
         ),
+        (
+            {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice"},
+            "invalid setting OPS_TOKEN_LABELS=alice: 1 labels for 2 tokens; expected one label",
+        ),
+        (
+            {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice,alice"},
+            "invalid setting OPS_TOKEN_LABELS=alice,alice: two tokens share the label alice",
+        ),
+        (
+            {"OPS_TOKEN": "tok-a, tok-a"},
+            "invalid setting OPS_TOKEN='***,***': the same token given twice",
+        ),
     ],
 )
 def test_rules_between_settings_name_the_setting_to_change(env: dict[str, str], line: str) -> None:
     with pytest.raises(SettingsError) as refused:
         load(env)
     assert len(refused.value.problems) == 1 and refused.value.problems[0].startswith(line)
+
+
+@pytest.mark.parametrize(
+    ("env", "tokens", "labels"),
+    [
+        ({}, [], []),
+        ({"OPS_TOKEN": "tok-a"}, ["tok-a"], ["default"]),
+        (
+            {"OPS_TOKEN": "tok-a, tok-b,tok-c"},
+            ["tok-a", "tok-b", "tok-c"],
+            ["token1", "token2", "token3"],
+        ),
+        (
+            {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice, ci"},
+            ["tok-a", "tok-b"],
+            ["alice", "ci"],
+        ),
+    ],
+)
+def test_each_ops_token_has_a_label(
+    env: dict[str, str], tokens: list[str], labels: list[str]
+) -> None:
+    s = load(env)
+    assert (s.ops_tokens, s.ops_token_labels) == (tokens, labels)
+
+
+def test_an_ops_token_label_is_a_plain_name() -> None:
+    (line,) = problems(Settings, {"OPS_TOKEN": "tok-a", "OPS_TOKEN_LABELS": "alice smith"})
+    assert line.startswith("invalid setting OPS_TOKEN_LABELS") and "A-Z a-z 0-9" in line
 
 
 def test_a_rule_is_skipped_when_one_of_its_settings_is_wrong_itself() -> None:
