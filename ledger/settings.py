@@ -145,12 +145,12 @@ class Settings:
     @cached_property  # read on every request: split once
     def secrets(self) -> list[str]:
         """The webhook secrets in the order given (tried in that order)."""
-        return [s.strip() for s in self.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
+        return _split(self.STRIPE_WEBHOOK_SECRET)
 
     @cached_property
     def secret_labels(self) -> list[str]:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
-        given = [s.strip() for s in self.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if s.strip()]
+        given = _split(self.STRIPE_WEBHOOK_SECRET_LABELS)
         return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
 
     @cached_property
@@ -169,13 +169,13 @@ class Settings:
     @cached_property
     def trusted_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """``TRUSTED_PROXIES`` as networks (kinds.networks checked each)."""
-        items = [item.strip() for item in self.TRUSTED_PROXIES.split(",") if item.strip()]
+        items = _split(self.TRUSTED_PROXIES)
         return tuple(ipaddress.ip_network(item, strict=False) for item in items)
 
     @cached_property
     def sentinels(self) -> list[tuple[str, int]]:
         """``REDIS_SENTINELS`` as (host, port) pairs; empty: connect to REDIS_URL."""
-        pairs = [s.strip().rpartition(":") for s in self.REDIS_SENTINELS.split(",") if s.strip()]
+        pairs = [s.rpartition(":") for s in _split(self.REDIS_SENTINELS)]
         return [(host.strip("[]"), int(port)) for host, _, port in pairs]  # kinds.host_ports
 
     @cached_property
@@ -302,7 +302,7 @@ def _reconcile_has_a_key(s: Settings) -> Iterator[tuple[str, str]]:
 
 @check("STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_LABELS")
 def _one_label_per_secret(s: Settings) -> Iterator[tuple[str, str]]:
-    given = [x.strip() for x in s.STRIPE_WEBHOOK_SECRET_LABELS.split(",") if x.strip()]
+    given = _split(s.STRIPE_WEBHOOK_SECRET_LABELS)
     if s.secrets and len(given) > len(s.secrets):
         why = f"{len(given)} labels for {len(s.secrets)} secrets; expected at most one label"
         yield "STRIPE_WEBHOOK_SECRET_LABELS", why + " per secret, in the same order"
