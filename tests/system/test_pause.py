@@ -64,7 +64,7 @@ def test_paused_through_a_worker_restart_then_each_fulfilled_once(
             timeout=10,
         )
         assert resumed.status_code == 200 and resumed.json()["paused"] is None
-        assert resumed.json()["resumed_by"] == "ops-api"
+        assert resumed.json()["resumed_by"] == "ops:default"
         wait_until(
             lambda: all(state_of(redis, pk) == "fulfilled" for pk in first + later), timeout=60
         )
