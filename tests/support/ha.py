@@ -26,6 +26,7 @@ from tests.support.processes import (
     wait_for_port,
     wait_until,
 )
+from tests.support.stopping import stop_all
 
 FAST = Timing(down_after_ms=1000, failover_timeout_ms=3000)
 
@@ -186,8 +187,7 @@ class Cluster:
     def close(self) -> None:
         for port in list(self.stopped):
             self.resume(port)
-        for proc in [*self.sentinels, *self.nodes.values()]:
-            stop(proc)
+        stop_all([*self.sentinels, *self.nodes.values()], again=0.5)
 
 
 class FulfilmentWorker:

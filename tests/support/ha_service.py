@@ -26,6 +26,7 @@ from tests.support.ha import Cluster, FulfilmentWorker, queued_bytes
 from tests.support.helpers import delivery
 from tests.support.processes import Gunicorn, Sweeper, service_env, wait_until
 from tests.support.stack import FAST
+from tests.support.stopping import Group
 from tests.support.storm import Storm
 
 UNUSED_URL = "redis://127.0.0.1:1/0"
@@ -50,13 +51,12 @@ class Service:
                 **extra,
             },
         )
-        self.web = Gunicorn(self.env, workers=2, log=workdir / "web.log").start()
-        exits.callback(self.web.stop)
+        parts = Group()  # stopped together after the test
+        exits.callback(parts.stop)
+        self.web = parts.add(Gunicorn(self.env, workers=2, log=workdir / "web.log")).start()
         for _ in range(2):
-            worker = FulfilmentWorker(self.env, log=workdir / "worker.log").start()
-            exits.callback(worker.stop)
-        sweeper = Sweeper(self.env, log=workdir / "sweeper.log").start()
-        exits.callback(sweeper.stop)
+            parts.add(FulfilmentWorker(self.env, log=workdir / "worker.log")).start()
+        parts.add(Sweeper(self.env, log=workdir / "sweeper.log")).start()
         self.redis = connect(settings.load(self.env))
         exits.callback(close, self.redis)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from redis import Redis
 
+from tests.support.stopping import stop, stop_all
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -40,18 +42,6 @@ def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | Non
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
-
-
-def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    """Stop a process we started, by its PID; SIGKILL if it does not go in time."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout)
 
 
 def spawn(argv: list[str], env: Mapping[str, str], log: Path | None) -> subprocess.Popen:
@@ -119,8 +109,7 @@ class RedisServer:
             stop(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            stop(self.proc)
+        stop_all([self.proc], again=0.5)
 
 
 def service_env(redis_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,7 +1,6 @@
 """A whole service for a test: gunicorn + RQ workers + sweeper sharing one environment."""
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ from redis import Redis
 
 from tests.support.helpers import signed_headers
 from tests.support.processes import Gunicorn, RqWorker, Sweeper, service_env
+from tests.support.stopping import Group
 
 FAST = {
     "LEASE_SECONDS": "3",
@@ -23,26 +23,23 @@ FAST = {
 class Stack:
     """gunicorn + workers + sweeper sharing one env; each part can be started on its own."""
 
-    def __init__(self, env: dict[str, str], logs: Path, exits: ExitStack) -> None:
-        self.env, self.logs, self.exits = env, logs, exits
+    def __init__(self, env: dict[str, str], logs: Path, parts: Group) -> None:
+        self.env, self.logs, self.parts = env, logs, parts
         self.web: Gunicorn | None = None
 
     def start_web(self, **extra: str) -> Gunicorn:
         env = {**self.env, **extra}
-        self.web = Gunicorn(env, workers=2, log=self.logs / "web.log").start()
-        self.exits.callback(self.web.stop)
+        self.web = self.parts.add(Gunicorn(env, workers=2, log=self.logs / "web.log")).start()
         return self.web
 
     def start_worker(self, worker_class: str = "rq.worker.SimpleWorker", **extra: str) -> RqWorker:
         env = {**self.env, **extra}
-        worker = RqWorker(env, log=self.logs / "worker.log", worker_class=worker_class).start()
-        self.exits.callback(worker.stop)
-        return worker
+        worker = RqWorker(env, log=self.logs / "worker.log", worker_class=worker_class)
+        return self.parts.add(worker).start()
 
     def start_sweeper(self, **extra: str) -> Sweeper:
-        sweeper = Sweeper({**self.env, **extra}, log=self.logs / "sweeper.log").start()
-        self.exits.callback(sweeper.stop)
-        return sweeper
+        sweeper = Sweeper({**self.env, **extra}, log=self.logs / "sweeper.log")
+        return self.parts.add(sweeper).start()
 
     def start_service(self, workers: int = 2) -> Gunicorn:
         """The web process, ``workers`` RQ workers and the sweeper; the web process."""
@@ -63,10 +60,13 @@ class Stack:
 def stack(
     config: dict[str, object], redis: Redis, tmp_path: Path
 ) -> Iterator[Callable[..., Stack]]:
-    with ExitStack() as exits:
+    parts = Group()  # every part of every stack of the test, stopped together after it
 
-        def make(**extra: str) -> Stack:
-            env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
-            return Stack({**env, **FAST, **extra}, tmp_path, exits)
+    def make(**extra: str) -> Stack:
+        env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
+        return Stack({**env, **FAST, **extra}, tmp_path, parts)
 
+    try:
         yield make
+    finally:
+        parts.stop()
