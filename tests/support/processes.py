@@ -4,7 +4,9 @@ The one harness of the tests, the soak and the benchmarks; each starts what it n
 stops it by PID.
 """
 
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,10 +27,27 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+PORTS_FROM, PORTS_EACH = 20000, 3000
+"""free_port's range: below Linux's ephemeral ports (32768-60999), so no outgoing connection
+or ``bind(0)`` elsewhere takes one; a slice of it per pytest-xdist worker."""
+_turn = itertools.count(random.randrange(PORTS_EACH))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody holds, taken in turn (from a random start) in this worker's
+    slice: a port a test freed (a server it killed) comes back only after thousands more, so
+    the test never meets another test's server on it, nor a parallel worker's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = PORTS_FROM + int(worker or 0) % 4 * PORTS_EACH
+    for _ in range(PORTS_EACH):
+        port = first + next(_turn) % PORTS_EACH
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORTS_EACH - 1}")
 
 
 def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
