@@ -146,7 +146,7 @@ class HttpAction:
 def retry_after(header: str) -> float:
     """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), else 0."""
     header = header.strip()
-    if header.isdigit():
+    if header.isascii() and header.isdigit():  # str.isdigit() also takes '²' and '١٢'
         return float(header)
     try:
         when = email.utils.parsedate_to_datetime(header)

@@ -19,6 +19,8 @@ def test_an_http_date_in_the_future() -> None:
     assert 55 <= retry_after(header) <= 60
 
 
-@pytest.mark.parametrize("header", ["", "soon", "-5", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT"])
+@pytest.mark.parametrize(
+    "header", ["", "soon", "-5", "1.5", "²", "١٢", "Wed, 21 Oct 2015 07:28:00 GMT"]
+)
 def test_anything_else_or_a_past_date_asks_for_no_wait(header: str) -> None:
     assert retry_after(header) == 0.0
