@@ -20,9 +20,9 @@ from ledger import keys, queries, reconcile
 from ledger import settings as settings_module
 from ledgerctl import bundle, samples
 from ledgerctl.checker import check
-from tests.integration.test_api_records import by_webhook
-from tests.integration.test_ledger import make_ledger
-from tests.integration.test_script_atomicity import dump
+from tests.integration.test_lua_atomicity import dump
+from tests.integration.test_lua_record_delivery import make_ledger
+from tests.integration.test_lua_record_delivery_api import by_webhook
 from tests.support.constants import BASIC, BEARER
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import after_sweeps, settled_as, state_of, stats
@@ -180,9 +180,9 @@ def test_stripe_gave_up_delivering_reconcile_fulfils_each_payment_once(
     """The endpoint was down for Stripe's three days of retries: 30 paid payments (90 events)
     never delivered. Stripe's last retries of 5 payments land while reconcile --apply waits for
     its list (they are found recorded), of 5 more after its writes (their first delivery). The
-    exact race of a retry and reconcile's write is test_api_records' barrier test. Each payment
-    is fulfilled by exactly one downstream call (this downstream counts every call, never
-    deduplicates)."""
+    exact race of a retry and reconcile's write is test_lua_record_delivery_api's barrier test.
+    Each payment is fulfilled by exactly one downstream call (this downstream counts every call,
+    never deduplicates)."""
     payments = card_payments(rng, 30, int(time.time()) - 3 * 86400)
     for event in (e for p in payments for e in p):
         stripe_api.add(event)

@@ -11,7 +11,7 @@ from typing import Any
 from ledger import figures, keys
 from ledgerctl import samples
 from ledgerctl.stripe_listen import forward_commands
-from tests.integration.test_purchases import purchase
+from tests.integration.test_lua_purchases import purchase
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import after_sweeps, stats

@@ -15,8 +15,8 @@ from ledger import figures, keys, queries
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
 from ledgerctl import bundle, samples
-from tests.integration.test_ledger import delivery, make_ledger
-from tests.integration.test_script_atomicity import dump
+from tests.integration.test_lua_atomicity import dump
+from tests.integration.test_lua_record_delivery import delivery, make_ledger
 from tests.support.helpers import stats
 
 

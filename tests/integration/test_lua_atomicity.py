@@ -17,7 +17,7 @@ from ledger.events import classify
 from ledger.gate import Gate, Health
 from ledger.settings import SettingsError
 from ledgerctl import samples
-from tests.integration.test_purchases import ledger_for, record
+from tests.integration.test_lua_purchases import ledger_for, record
 
 TOO_LONG = str(10**12 * 86400)
 """EVENT_RETENTION_DAYS=10**12 as a TTL in seconds: Redis's EXPIRE refuses it ("invalid

@@ -1,6 +1,6 @@
 """Redis down while the web process runs: the ops API answers 503 JSON saying what is wrong,
 the dashboard a 503 page; never a traceback or a generic 500 (/metrics answers 200 with
-``webhook_ledger_up 0``: tests/integration/test_alert_metrics.py). The Stripe endpoint keeps
+``webhook_ledger_up 0``: tests/integration/test_metrics_alerting.py). The Stripe endpoint keeps
 its own answers (503 ledger_unavailable for a delivery, 400 for a forgery)."""
 
 import logging
