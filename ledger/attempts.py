@@ -14,6 +14,7 @@ import orjson
 from redis import Redis
 
 from ledger import faults, keys
+from ledger.clock import now_ms
 from ledger.enqueue import Enqueue, Jobs
 from ledger.replication import replicated
 from ledger.scripts import Script
@@ -157,8 +158,7 @@ class Attempts:
         days = self.settings.PAYMENT_RETENTION_DAYS
         if days <= 0:
             return 0
-        seconds, _ = self.redis.time()
-        cutoff_ms = (seconds - days * 86400) * 1000
+        cutoff_ms = now_ms(self.redis) - days * 86_400_000
         return int(self.scripts["purge"]({}, {"cutoff_ms": cutoff_ms, "limit": limit}))
 
 

@@ -10,6 +10,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.attempts import Attempts
+from ledger.clock import now_ms
 from ledger.decisions import decide
 from ledger.stored import text
 from ledger.views import BulkDecision, Decision, Problem
@@ -39,8 +40,7 @@ def duration_s(given: str) -> int:
 def matching(redis: Redis, state: str, since: str, error: str) -> list[str]:
     """The payments in ``state`` (that entered it within ``since``; whose last error holds
     ``error``, case-insensitive), newest first."""
-    seconds, _ = redis.time()
-    oldest = (seconds - duration_s(since)) * 1000 if since else "-inf"
+    oldest = now_ms(redis) - duration_s(since) * 1000 if since else "-inf"
     found = redis.zrevrangebyscore(keys.state_index(state), "+inf", oldest, 0, MAX_BULK)
     payment_keys = [text(k) for k in found]
     if not error:

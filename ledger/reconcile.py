@@ -20,6 +20,7 @@ from redis import Redis
 from stripe.params import EventListParams
 
 from ledger import defaults, keys
+from ledger.clock import now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
 from ledger.redact import redact
@@ -102,7 +103,7 @@ def reconcile(
 ) -> Run:
     """List, compare and (with ``apply``) record; the run is stored whatever happens."""
     redis, s = ledger.redis, ledger.settings
-    started = _now_ms(redis)
+    started = now_ms(redis)
     run = Run(started, started // 1000 - window, apply, every_event, trigger)
     try:
         listed = stripe_events(s.STRIPE_API_KEY, s.STRIPE_API_BASE, run.since, every_event)
@@ -112,7 +113,7 @@ def reconcile(
                 _missing(run, ledger, event)
     except stripe.StripeError as exc:
         run.error = redact(f"{type(exc).__name__}: {exc}")
-    run.finished_ms = _now_ms(redis)
+    run.finished_ms = now_ms(redis)
     store(redis, run)
     return run
 
@@ -206,8 +207,3 @@ def view(stored: dict[str, Any]) -> ReconcileRun:
 def claim(redis: Redis, interval: float) -> bool:
     """Whether this sweeper runs reconcile now: one per interval, however many sweepers run."""
     return bool(redis.set(keys.RECONCILE_SLOT, "1", nx=True, px=max(1, int(interval * 1000))))
-
-
-def _now_ms(redis: Redis) -> int:
-    seconds, micros = redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
