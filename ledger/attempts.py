@@ -15,7 +15,7 @@ from redis import Redis
 
 from ledger import faults, keys
 from ledger.clock import now_ms
-from ledger.enqueue import Enqueue, Jobs
+from ledger.enqueue import Jobs, PreparedJob
 from ledger.replication import replicated
 from ledger.scripts import Script
 from ledger.settings import Settings
@@ -113,10 +113,10 @@ class Attempts:
         connection.send_command("EVALSHA", sha, len(script_keys), *script_keys, *args)
         faults.act("during_record")
 
-    def recover(self, payment_key: str, job: Enqueue | None = None) -> str:
+    def recover(self, payment_key: str, job: PreparedJob | None = None) -> str:
         """The sweeper's step for one due payment; returns what it did. ``job`` is the job it
         enqueues if it re-queues the payment (a new one when not given)."""
-        job = job or self.jobs.enqueue(payment_key)
+        job = job or self.jobs.prepare(payment_key)
         s = self.settings
         args = {
             "job_id": job.job_id,
@@ -135,13 +135,13 @@ class Attempts:
         decision: str,
         allowed: tuple[str, ...],
         note: str,
-        job: Enqueue | None = None,
+        job: PreparedJob | None = None,
     ) -> tuple[str, str]:
         """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
         (the worker process of the last call may still be in it, at most until the returned
         time, epoch ms: its watchdog ends it by then).
         ``job`` (a new one when not given) also identifies the decision."""
-        job = job or self.jobs.enqueue(payment_key)
+        job = job or self.jobs.prepare(payment_key)
         args = {
             "decision": decision,
             "allowed": " ".join(allowed),

@@ -27,7 +27,7 @@ def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
 def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
-    job = attempts.jobs.enqueue(pk)
+    job = attempts.jobs.prepare(pk)
     assert attempts.recover(pk, job) == attempts.recover(pk, job) == "requeued"
     assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job.job_id.encode()]
 
@@ -88,7 +88,7 @@ def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_se
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=True)
     attempts.finish(pk, start.token, "failed", "http 400", 1.0)
-    job = attempts.jobs.enqueue(pk)
+    job = attempts.jobs.prepare(pk)
     first = attempts.decide(pk, "retry", ("failed",), "test", job)
     again = attempts.decide(pk, "retry", ("failed",), "test", job)
     assert first == again == ("ok", "queued")
@@ -123,7 +123,7 @@ def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> No
 
     s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
     jobs = Jobs(Redis.from_url(s.REDIS_URL), s)
-    job = jobs.enqueue("pi_b")
+    job = jobs.prepare("pi_b")
     assert redis.keys("*") == []  # captured, not sent
     commands = job.commands
     while commands:  # (n, arg1..argn)*, as run_commands reads them
