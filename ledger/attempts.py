@@ -21,12 +21,6 @@ from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
 
-DECISIONS = {
-    "retry": (("retry",), ("failed", "held")),
-    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
-}
-"""What a person may do to a payment: action -> (decisions it takes, states it is for)."""
-
 
 @dataclass(frozen=True)
 class Start:
@@ -129,23 +123,25 @@ class Attempts:
         (verdict,) = self.scripts["recover"](named_keys, args, job.commands)
         return text(verdict)
 
-    def decide(
+    def record_decision(
         self,
         payment_key: str,
         decision: str,
         allowed: tuple[str, ...],
-        note: str,
+        who: str,
         job: PreparedJob | None = None,
     ) -> tuple[str, str]:
-        """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
-        (the worker process of the last call may still be in it, at most until the returned
-        time, epoch ms: its watchdog ends it by then).
-        ``job`` (a new one when not given) also identifies the decision."""
+        """Record a person's retry or resolution if the payment is in an ``allowed`` state
+        (ledger/decisions.py says which): ``ok`` and the new state, ``refused`` and the
+        current one ('' when there is no payment), or ``wait`` (the worker process of the
+        last call may still be in it, at most until the returned time, epoch ms: its
+        watchdog ends it by then). ``job`` (a new one when not given) also identifies the
+        decision, so a client retry of this call is answered ``ok`` once more."""
         job = job or self.jobs.prepare(payment_key)
         args = {
             "decision": decision,
             "allowed": " ".join(allowed),
-            "note": note,
+            "note": who,
             "job_id": job.job_id,
             "grace_ms": self.settings.grace_ms,
         }

@@ -7,7 +7,7 @@ import pytest
 from redis import Redis
 
 from ledger import keys
-from ledger.bulk import BadFilter, duration_s
+from ledger.decisions import BadFilter, duration_s
 from tests.integration.test_ops import deliver
 from tests.support.constants import BASIC, BEARER, OPS_TOKEN
 from tests.support.helpers import cli_ok, fail_payment, run_cli, state_of
