@@ -7,13 +7,11 @@ Each payment is decided by one atomic script (``Attempts.record_decision``), whi
 on a payment still in a state the action is for: two bulk runs at once re-queue each payment
 once. The answer is a typed view: the new state, or a Problem saying why not."""
 
-import re
-
 from redis import Redis
 
 from ledger import keys
 from ledger.attempts import Attempts
-from ledger.clock import now_ms
+from ledger.clock import duration_s, now_ms
 from ledger.stored import ms_time, text
 from ledger.views import BulkDecision, Decision, Problem
 
@@ -25,9 +23,6 @@ STATES = {"retry": ("failed", "held"), "resolve": ("interrupted", "held")}
 
 MAX_BULK = 100_000
 """Most payments one bulk run looks at (newest first)."""
-
-_DURATION = re.compile(r"(\d+)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class BadFilter(ValueError):
@@ -101,7 +96,7 @@ def decide_bulk(
 def matching(redis: Redis, state: str, since: str, error: str) -> list[str]:
     """The payments in ``state`` (that entered it within ``since``; whose last error holds
     ``error``, case-insensitive), newest first."""
-    oldest = now_ms(redis) - duration_s(since) * 1000 if since else "-inf"
+    oldest = now_ms(redis) - since_s(since) * 1000 if since else "-inf"
     found = redis.zrevrangebyscore(keys.state_index(state), "+inf", oldest, 0, MAX_BULK)
     payment_keys = [text(k) for k in found]
     if not error:
@@ -116,9 +111,9 @@ def matching(redis: Redis, state: str, since: str, error: str) -> list[str]:
     ]
 
 
-def duration_s(given: str) -> int:
-    """``90s``, ``30m``, ``2h``, ``7d`` (or ``1h30m``) in seconds."""
-    parts = _DURATION.findall(given.strip().lower())
-    if not parts or "".join(n + u for n, u in parts) != given.strip().lower():
-        raise BadFilter(f"since must be a duration such as 30m, 2h or 7d, not {given!r}")
-    return sum(int(n) * _UNIT_S[u] for n, u in parts)
+def since_s(given: str) -> int:
+    """The ``since`` filter in seconds; BadFilter when it is not a duration."""
+    try:
+        return duration_s(given)
+    except ValueError as exc:
+        raise BadFilter(f"since: {exc}") from None

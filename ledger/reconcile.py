@@ -8,7 +8,6 @@ as a delivery would create them, counted as none, so a paid one fulfils exactly 
 other. The script decides atomically, so runs may overlap each other and intake.
 """
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import islice
@@ -20,7 +19,7 @@ from redis import Redis
 from stripe.params import EventListParams
 
 from ledger import defaults, keys
-from ledger.clock import now_ms
+from ledger.clock import duration_s, now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
 from ledger.redact import redact
@@ -29,8 +28,6 @@ from ledger.views import MissingEvent, ReconcileRun
 
 PAGE = 100
 """Events per request: the most Stripe's list endpoints return."""
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass
@@ -66,20 +63,12 @@ class Run:
         return data
 
 
-def parse_duration(text: str) -> int:
-    """Seconds in ``30m``, ``12h``, ``3d`` or ``2w``; ValueError otherwise."""
-    found = _DURATION.match(text.strip())
-    if not found:
-        raise ValueError(f"{text!r} is not a duration such as 30m, 12h, 3d or 2w")
-    return int(found.group(1)) * _UNIT_S[found.group(2)]
-
-
 def window_s(retention_days: int, since: str | None = None) -> int:
     """Seconds to look back: ``since``, by default all that both the ledger and Stripe keep."""
     most = min(retention_days, defaults.STRIPE_EVENTS_KEPT_DAYS) * 86400
     if since is None:
         return most
-    seconds = parse_duration(since)
+    seconds = duration_s(since)
     # Past the retention an event's record may have expired: it would be recorded again.
     if seconds > retention_days * 86400:
         raise ValueError(
