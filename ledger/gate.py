@@ -113,10 +113,11 @@ def status(redis: Redis, settings: Settings) -> Fulfilment:
             pipe.zcard(keys.waiting(reason))
         breaker, paused, resumed, calls, *waiting = pipe.execute()
     p, r = decode_hash(paused), decode_hash(resumed)
+    pause = None
+    if p:
+        pause = Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
     return Fulfilment(
-        paused=Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
-        if p
-        else None,
+        paused=pause,
         resumed_at=ms_time(r.get("at")),
         resumed_by=r.get("by"),
         breaker=breaker_view(decode_hash(breaker), now, settings),

@@ -93,7 +93,13 @@ def reconcile(
     """List, compare and (with ``apply``) record; the run is stored whatever happens."""
     redis, s = ledger.redis, ledger.settings
     started = now_ms(redis)
-    run = Run(started, started // 1000 - window, apply, every_event, trigger)
+    run = Run(
+        started_ms=started,
+        since=started // 1000 - window,
+        applied=apply,
+        every_event=every_event,
+        trigger=trigger,
+    )
     try:
         listed = stripe_events(s.STRIPE_API_KEY, s.STRIPE_API_BASE, run.since, every_event)
         for page in _pages(listed):
@@ -144,9 +150,12 @@ def _missing(run: Run, ledger: Ledger, event: dict[str, Any]) -> None:
         recorded = ledger.record_delivery(
             Delivery(event, body, c, "", API_SOURCE, new_request_id())
         )
-        run.arrived += recorded.duplicate
-        run.recorded += not recorded.duplicate
-        run.enqueued += recorded.enqueued
+        if recorded.duplicate:
+            run.arrived += 1  # a delivery recorded it after this run listed it
+        else:
+            run.recorded += 1
+        if recorded.enqueued:
+            run.enqueued += 1
 
 
 def store(redis: Redis, run: Run) -> None:

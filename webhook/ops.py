@@ -193,4 +193,6 @@ def api_decide(payment_key: str, action: str) -> Response:
         return csrf_refused()
     decision = "retry" if action == "retry" else request.values.get("as", "")
     answer = decide(current_attempts(), payment_key, action, decision, operator("ops"))
-    return view_response(answer) if not isinstance(answer, Problem) else problem_response(answer)
+    if isinstance(answer, Problem):
+        return problem_response(answer)
+    return view_response(answer)

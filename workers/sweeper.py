@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from functools import cache
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -35,7 +34,7 @@ def sweep_once(attempts: Attempts) -> Counter[str]:
     """One pass over the payments that are due; returns what was done, by verdict. First
     the payments that waited for a resume or for the breaker to close become due."""
     done: Counter[str] = Counter()
-    released = gate_of(attempts).release()
+    released = Gate(attempts.redis, attempts.settings).release()
     if released:
         done["released"] = released
     for index, payment_key in enumerate(due_payments(attempts.redis)):
@@ -47,11 +46,6 @@ def sweep_once(attempts: Attempts) -> Counter[str]:
         done["purged"] = purged
     mark_sweep(attempts.redis)
     return done
-
-
-@cache
-def gate_of(attempts: Attempts) -> Gate:
-    return Gate(attempts.redis, attempts.settings)
 
 
 def mark_sweep(redis: Redis) -> None:
