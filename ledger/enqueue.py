@@ -52,6 +52,8 @@ class Jobs:
         )
         pipe = self.queue.connection.pipeline(transaction=False)
         self.queue.enqueue_job(job, pipeline=pipe)
-        commands = [arg for args, _ in pipe.command_stack for arg in (len(args), *args)]
+        commands: list[Any] = []
+        for args, _options in pipe.command_stack:
+            commands += [len(args), *args]
         pipe.reset()
         return PreparedJob(job.id, commands)
