@@ -14,17 +14,12 @@ import orjson
 from redis import Redis
 
 from ledger import faults, keys
-from ledger.enqueue import Enqueue, Jobs
+from ledger.clock import now_ms
+from ledger.enqueue import Jobs, PreparedJob
 from ledger.replication import replicated
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
-
-DECISIONS = {
-    "retry": (("retry",), ("failed", "held")),
-    "resolve": (("fulfilled", "retry"), ("interrupted", "held")),
-}
-"""What a person may do to a payment: action -> (decisions it takes, states it is for)."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +107,10 @@ class Attempts:
         connection.send_command("EVALSHA", sha, len(script_keys), *script_keys, *args)
         faults.act("during_record")
 
-    def recover(self, payment_key: str, job: Enqueue | None = None) -> str:
+    def recover(self, payment_key: str, job: PreparedJob | None = None) -> str:
         """The sweeper's step for one due payment; returns what it did. ``job`` is the job it
         enqueues if it re-queues the payment (a new one when not given)."""
-        job = job or self.jobs.enqueue(payment_key)
+        job = job or self.jobs.prepare(payment_key)
         s = self.settings
         args = {
             "job_id": job.job_id,
@@ -128,23 +123,25 @@ class Attempts:
         (verdict,) = self.scripts["recover"](named_keys, args, job.commands)
         return text(verdict)
 
-    def decide(
+    def record_decision(
         self,
         payment_key: str,
         decision: str,
         allowed: tuple[str, ...],
-        note: str,
-        job: Enqueue | None = None,
+        who: str,
+        job: PreparedJob | None = None,
     ) -> tuple[str, str]:
-        """A person's retry or resolution: ``ok``, ``refused`` (wrong state) or ``wait``
-        (the worker process of the last call may still be in it, at most until the returned
-        time, epoch ms: its watchdog ends it by then).
-        ``job`` (a new one when not given) also identifies the decision."""
-        job = job or self.jobs.enqueue(payment_key)
+        """Record a person's retry or resolution if the payment is in an ``allowed`` state
+        (ledger/decisions.py says which): ``ok`` and the new state, ``refused`` and the
+        current one ('' when there is no payment), or ``wait`` (the worker process of the
+        last call may still be in it, at most until the returned time, epoch ms: its
+        watchdog ends it by then). ``job`` (a new one when not given) also identifies the
+        decision, so a client retry of this call is answered ``ok`` once more."""
+        job = job or self.jobs.prepare(payment_key)
         args = {
             "decision": decision,
             "allowed": " ".join(allowed),
-            "note": note,
+            "note": who,
             "job_id": job.job_id,
             "grace_ms": self.settings.grace_ms,
         }
@@ -157,8 +154,7 @@ class Attempts:
         days = self.settings.PAYMENT_RETENTION_DAYS
         if days <= 0:
             return 0
-        seconds, _ = self.redis.time()
-        cutoff_ms = (seconds - days * 86400) * 1000
+        cutoff_ms = now_ms(self.redis) - days * 86_400_000
         return int(self.scripts["purge"]({}, {"cutoff_ms": cutoff_ms, "limit": limit}))
 
 

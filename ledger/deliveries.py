@@ -77,7 +77,7 @@ class Ledger:
         c = delivery.classified
         try:
             # Offered with every paid delivery; the script runs it for the payment's first.
-            job = self.jobs.enqueue(c.payment_key) if c.paid and c.payment_key else NO_JOB
+            job = self.jobs.prepare(c.payment_key) if c.paid and c.payment_key else NO_JOB
             named_keys, args = self.delivery_call(delivery, job.job_id)
             reply = replicated(self.record_script, named_keys, args, self.settings, job.commands)
         except RedisError as exc:  # RQ too asks the server (its version, once per process)

@@ -21,15 +21,15 @@ strand the jobs already queued."""
 
 
 @dataclass(frozen=True)
-class Enqueue:
-    """One job, not yet enqueued: its id and the commands that would enqueue it."""
+class PreparedJob:
+    """One job built, not yet enqueued: its id and the commands that would enqueue it."""
 
     job_id: str
     commands: list[Any]
     """``(n, arg1..argn)*``, the form the scripts read them in (``run_commands``)."""
 
 
-NO_JOB = Enqueue("", [])
+NO_JOB = PreparedJob("", [])
 
 
 class Jobs:
@@ -39,8 +39,9 @@ class Jobs:
         self.queue = Queue(settings.QUEUE_NAME, connection=redis)
         self.settings = settings
 
-    def enqueue(self, payment_key: str) -> Enqueue:
-        """A new job for ``fulfil_payment(payment_key)``, as the commands RQ would send."""
+    def prepare(self, payment_key: str) -> PreparedJob:
+        """A new job for ``fulfil_payment(payment_key)``: RQ's ``create_job``, then its
+        ``enqueue_job`` captured on a pipeline that is never sent (a ledger script runs it)."""
         job = self.queue.create_job(
             FULFIL_JOB,
             args=(payment_key,),
@@ -51,6 +52,8 @@ class Jobs:
         )
         pipe = self.queue.connection.pipeline(transaction=False)
         self.queue.enqueue_job(job, pipeline=pipe)
-        commands = [arg for args, _ in pipe.command_stack for arg in (len(args), *args)]
+        commands: list[Any] = []
+        for args, _options in pipe.command_stack:
+            commands += [len(args), *args]
         pipe.reset()
-        return Enqueue(job.id, commands)
+        return PreparedJob(job.id, commands)

@@ -14,6 +14,7 @@ from rq import Queue, Worker
 from rq.defaults import DEFAULT_WORKER_TTL
 
 from ledger import defaults, gate, keys
+from ledger.clock import now_ms
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, text, whole
 from ledger.views import (
@@ -66,8 +67,7 @@ def counters_from(stats: dict[str, str], states: dict[str, str]) -> Counters:
 
 def now(redis: Redis) -> datetime:
     """Redis's clock, the one every stored time was taken from."""
-    seconds, micros = redis.time()
-    moment = ms_time(int(seconds) * 1000 + int(micros) // 1000)
+    moment = ms_time(now_ms(redis))
     assert moment is not None
     return moment
 
@@ -171,8 +171,7 @@ def _age_s(queue: Queue, head: bytes | None, at: datetime) -> float | None:
 
 def series(redis: Redis, minutes: int = 60) -> Series:
     """Deliveries and rejections per minute for the last ``minutes`` minutes (oldest first)."""
-    seconds, _ = redis.time()
-    now_minute = int(seconds) // 60
+    now_minute = now_ms(redis) // 60_000
     first = now_minute - minutes + 1
     hours = sorted({m // 60 for m in range(first, now_minute + 1)})
     pipe = redis.pipeline(transaction=False)

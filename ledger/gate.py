@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from redis import Redis
 
 from ledger import defaults, keys
+from ledger.clock import now_ms
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import decode_hash, ms_time, text
@@ -85,27 +86,24 @@ class Gate:
 
     def pause(self, by: str, reason: str) -> bool:
         """Pause fulfilment (False: it already was; the first pause's who and why stay)."""
-        seconds, micros = self.redis.time()
-        now = seconds * 1000 + micros // 1000
-        if not self.redis.hsetnx(keys.PAUSE, "since", now):
+        if not self.redis.hsetnx(keys.PAUSE, "since", now_ms(self.redis)):
             return False
         self.redis.hset(keys.PAUSE, mapping={"by": by, "reason": reason})
         return True
 
     def resume(self, by: str) -> bool:
         """Resume fulfilment (False: it was not paused)."""
-        seconds, micros = self.redis.time()
+        now = now_ms(self.redis)
         with self.redis.pipeline() as pipe:
             pipe.delete(keys.PAUSE)
-            pipe.hset(keys.RESUMED, mapping={"at": seconds * 1000 + micros // 1000, "by": by})
+            pipe.hset(keys.RESUMED, mapping={"at": now, "by": by})
             deleted, _ = pipe.execute()
         return bool(deleted)
 
 
 def status(redis: Redis, settings: Settings) -> Fulfilment:
     """What the dashboard, the API, ``summary`` and /metrics show."""
-    seconds, micros = redis.time()
-    now = seconds * 1000 + micros // 1000
+    now = now_ms(redis)
     with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.BREAKER)
         pipe.hgetall(keys.PAUSE)
@@ -115,10 +113,11 @@ def status(redis: Redis, settings: Settings) -> Fulfilment:
             pipe.zcard(keys.waiting(reason))
         breaker, paused, resumed, calls, *waiting = pipe.execute()
     p, r = decode_hash(paused), decode_hash(resumed)
+    pause = None
+    if p:
+        pause = Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
     return Fulfilment(
-        paused=Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
-        if p
-        else None,
+        paused=pause,
         resumed_at=ms_time(r.get("at")),
         resumed_by=r.get("by"),
         breaker=breaker_view(decode_hash(breaker), now, settings),

@@ -8,6 +8,7 @@ from typing import Any
 from redis import Redis
 
 from ledger import defaults, keys, money
+from ledger.clock import now_ms
 from ledger.downstream import downstream_record
 from ledger.payloads import decompress_payload
 from ledger.stored import count, decode_hash, ms_time, optional, s_time, text, whole
@@ -236,8 +237,7 @@ def payments(
     for s in states:
         pipe.zrevrange(keys.state_index(s), 0, offset + limit - 1, withscores=True)
     if state == ATTENTION:
-        seconds, _ = redis.time()
-        stuck_before = (seconds - stuck_after_s) * 1000
+        stuck_before = now_ms(redis) - stuck_after_s * 1000
         pipe.zrevrangebyscore(
             keys.state_index("queued"), stuck_before, "-inf", 0, offset + limit, withscores=True
         )

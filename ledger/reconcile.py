@@ -8,7 +8,6 @@ as a delivery would create them, counted as none, so a paid one fulfils exactly 
 other. The script decides atomically, so runs may overlap each other and intake.
 """
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import islice
@@ -20,6 +19,7 @@ from redis import Redis
 from stripe.params import EventListParams
 
 from ledger import defaults, keys
+from ledger.clock import duration_s, now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
 from ledger.redact import redact
@@ -28,8 +28,6 @@ from ledger.views import MissingEvent, ReconcileRun
 
 PAGE = 100
 """Events per request: the most Stripe's list endpoints return."""
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass
@@ -65,20 +63,12 @@ class Run:
         return data
 
 
-def parse_duration(text: str) -> int:
-    """Seconds in ``30m``, ``12h``, ``3d`` or ``2w``; ValueError otherwise."""
-    found = _DURATION.match(text.strip())
-    if not found:
-        raise ValueError(f"{text!r} is not a duration such as 30m, 12h, 3d or 2w")
-    return int(found.group(1)) * _UNIT_S[found.group(2)]
-
-
 def window_s(retention_days: int, since: str | None = None) -> int:
     """Seconds to look back: ``since``, by default all that both the ledger and Stripe keep."""
     most = min(retention_days, defaults.STRIPE_EVENTS_KEPT_DAYS) * 86400
     if since is None:
         return most
-    seconds = parse_duration(since)
+    seconds = duration_s(since)
     # Past the retention an event's record may have expired: it would be recorded again.
     if seconds > retention_days * 86400:
         raise ValueError(
@@ -102,8 +92,14 @@ def reconcile(
 ) -> Run:
     """List, compare and (with ``apply``) record; the run is stored whatever happens."""
     redis, s = ledger.redis, ledger.settings
-    started = _now_ms(redis)
-    run = Run(started, started // 1000 - window, apply, every_event, trigger)
+    started = now_ms(redis)
+    run = Run(
+        started_ms=started,
+        since=started // 1000 - window,
+        applied=apply,
+        every_event=every_event,
+        trigger=trigger,
+    )
     try:
         listed = stripe_events(s.STRIPE_API_KEY, s.STRIPE_API_BASE, run.since, every_event)
         for page in _pages(listed):
@@ -112,7 +108,7 @@ def reconcile(
                 _missing(run, ledger, event)
     except stripe.StripeError as exc:
         run.error = redact(f"{type(exc).__name__}: {exc}")
-    run.finished_ms = _now_ms(redis)
+    run.finished_ms = now_ms(redis)
     store(redis, run)
     return run
 
@@ -154,9 +150,12 @@ def _missing(run: Run, ledger: Ledger, event: dict[str, Any]) -> None:
         recorded = ledger.record_delivery(
             Delivery(event, body, c, "", API_SOURCE, new_request_id())
         )
-        run.arrived += recorded.duplicate
-        run.recorded += not recorded.duplicate
-        run.enqueued += recorded.enqueued
+        if recorded.duplicate:
+            run.arrived += 1  # a delivery recorded it after this run listed it
+        else:
+            run.recorded += 1
+        if recorded.enqueued:
+            run.enqueued += 1
 
 
 def store(redis: Redis, run: Run) -> None:
@@ -206,8 +205,3 @@ def view(stored: dict[str, Any]) -> ReconcileRun:
 def claim(redis: Redis, interval: float) -> bool:
     """Whether this sweeper runs reconcile now: one per interval, however many sweepers run."""
     return bool(redis.set(keys.RECONCILE_SLOT, "1", nx=True, px=max(1, int(interval * 1000))))
-
-
-def _now_ms(redis: Redis) -> int:
-    seconds, micros = redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000

@@ -13,6 +13,7 @@ that long, but neither has any other secret: a quiet endpoint proves nothing),
 from redis import Redis
 
 from ledger import keys
+from ledger.clock import time_ms
 from ledger.stored import ms_time, text
 from ledger.views import SecretList, SecretStatus, SecretUsage
 
@@ -31,14 +32,14 @@ def usage(redis: Redis, labels: list[str], retire_after_days: int) -> SecretList
     pipe.hgetall(keys.STATS)
     pipe.hgetall(keys.SECRETS_LAST_SEEN)
     pipe.time()
-    stats, seen, (seconds, micros) = pipe.execute()
+    stats, seen, time = pipe.execute()
     counts = {
         text(k).removeprefix("secret:"): int(v)
         for k, v in stats.items()
         if text(k).startswith("secret:")
     }
     last_seen = {text(k): int(v) for k, v in seen.items()}
-    now_ms = seconds * 1000 + micros // 1000
+    now_ms = time_ms(time)
     found = rows(labels, counts, last_seen, now_ms, retire_after_days)
     return SecretList(retire_after_days=retire_after_days, secrets=found)
 

@@ -10,9 +10,10 @@ import click
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
-from ledger import decisions, defaults
+from ledger import defaults
 from ledger.attempts import Attempts
 from ledger.connection import describe
+from ledger.decisions import decide
 from ledger.downstream import read_downstream
 from ledger.redact import redact
 from ledger.replication import online_replicas
@@ -83,7 +84,7 @@ def _wait_replicas(ctx: Context, started: float, timeout: float, where: str) -> 
 def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json: bool) -> None:
     """Apply the decision; print the answer the ops API would give (exit 1 when refused)."""
     attempts = Attempts(ctx.redis, ctx.settings)
-    answer = run(lambda: decisions.decide(attempts, payment_key, action, decision, "cli"))
+    answer = run(lambda: decide(attempts, payment_key, action, decision, "cli"))
     if as_json:
         emit(answer, True)
     elif isinstance(answer, Problem) and answer.retry_after is not None:

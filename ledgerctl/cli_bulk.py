@@ -1,5 +1,5 @@
 """``webhook-ledger retry --state failed`` and ``resolve --retry --state interrupted``: one
-decision on every payment a filter selects (ledger/bulk.py), with --dry-run first."""
+decision on every payment a filter selects (ledger/decisions.py), with --dry-run first."""
 
 import sys
 from collections.abc import Callable
@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ledger.attempts import Attempts
-from ledger.bulk import BadFilter, bulk
+from ledger.decisions import BadFilter, decide_bulk
 from ledger.views import BulkDecision
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, run
 from ledgerctl.terminal import say
@@ -41,7 +41,7 @@ def run_bulk(
         raise click.UsageError("give a PAYMENT_KEY, or --state for every payment in a state")
     attempts = Attempts(ctx.redis, ctx.settings)
     try:
-        done = run(lambda: bulk(attempts, action, state, since, error, dry_run, "cli-bulk"))
+        done = run(lambda: decide_bulk(attempts, action, state, since, error, dry_run, "cli-bulk"))
     except BadFilter as exc:
         raise click.UsageError(str(exc)) from exc
     if as_json:

@@ -16,22 +16,21 @@ from markupsafe import Markup
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from ledger import figures, gate, queries, reconcile, secret_usage
-from ledger.bulk import BULK_STATES, BadFilter
+from ledger.decisions import STATES, BadFilter, decide
 from ledger.views import Minute, Problem, to_json
 from webhook.http import (
     PROBLEM_STATUS,
     BadArgument,
-    bulk_decide,
     change_pause,
     csrf_ok,
-    decide,
+    decide_bulk_from_request,
     int_arg,
     operator,
     request_csrf,
     require_ops,
     time_arg,
 )
-from webhook.store import current_settings, get_redis
+from webhook.store import current_attempts, current_settings, get_redis
 
 bp = Blueprint("dashboard", __name__, url_prefix="/ops")
 PAGE = 25
@@ -179,7 +178,7 @@ def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
     if not csrf_ok():
         abort(403)
     decision = "retry" if action == "retry" else request.form.get("as", "")
-    answer = decide(payment_key, action, decision, operator("dashboard"))
+    answer = decide(current_attempts(), payment_key, action, decision, operator("dashboard"))
     if isinstance(answer, Problem):
         return _payment_page(payment_key, refusal=answer), PROBLEM_STATUS.get(answer.error, 400)
     return redirect(url_for("dashboard.payment", payment_key=payment_key), code=303)
@@ -213,14 +212,14 @@ def bulk_act(action: str) -> str | tuple[str, int]:
 
 
 def _bulk(action: str, dry_run: bool) -> str | tuple[str, int]:
-    if action not in BULK_STATES:
+    if action not in STATES:
         abort(400)
     try:
-        result = bulk_decide(action, dry_run, operator("dashboard"))
+        result = decide_bulk_from_request(action, dry_run, operator("dashboard"))
     except BadFilter as exc:
         problem = Problem(error="bad_argument", message=str(exc))
         return render_template("ops/problem.html", problem=problem), 400
-    states = BULK_STATES[action]
+    states = STATES[action]
     return render_template("ops/bulk.html", action=action, result=result, bulk_states=states)
 
 

@@ -1,8 +1,8 @@
 """What the blueprints share: JSON answers (the typed views of ledger/views.py), the
 OPS_TOKEN tokens as a bearer token or HTTP basic password (compared in constant time; the
 matching token's label names who acts), the CSRF token of the few routes that change
-anything, query arguments (a bad one is a 400 that says why), and a person's decision on a
-payment, pausing and resuming fulfilment."""
+anything, query arguments (a bad one is a 400 that says why), a bulk decision's filters
+from the request, pausing and resuming fulfilment."""
 
 import base64
 import hashlib
@@ -13,12 +13,11 @@ from datetime import UTC, datetime
 import orjson
 from flask import Response, g, request
 
-from ledger import decisions, gate
-from ledger.attempts import Attempts
-from ledger.bulk import BULK_STATES, bulk
+from ledger import gate
+from ledger.decisions import STATES, decide_bulk
 from ledger.gate import Gate
-from ledger.views import BulkDecision, Decision, Fulfilment, Problem, to_json
-from webhook.store import current_settings, get_redis
+from ledger.views import BulkDecision, Fulfilment, Problem, to_json
+from webhook.store import current_attempts, current_settings, get_redis
 
 MAX_OFFSET = 10_000
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
@@ -162,12 +161,6 @@ def flag_arg(name: str) -> bool:
     return given == "1"
 
 
-def decide(payment_key: str, action: str, decision: str, who: str) -> Decision | Problem:
-    """Apply a person's decision: the new state, or a Problem saying why not."""
-    attempts = Attempts(get_redis(), current_settings())
-    return decisions.decide(attempts, payment_key, action, decision, who)
-
-
 def change_pause(action: str, who: str) -> Fulfilment:
     """Pause (with the ``reason`` field, cut to 200 characters) or resume fulfilment for
     every worker; the state of fulfilment after it."""
@@ -180,11 +173,10 @@ def change_pause(action: str, who: str) -> Fulfilment:
     return gate.status(redis, s)
 
 
-def bulk_decide(action: str, dry_run: bool, who: str) -> BulkDecision:
+def decide_bulk_from_request(action: str, dry_run: bool, who: str) -> BulkDecision:
     """A bulk retry (or resolve as not applied) with the request's ``state``, ``since`` and
     ``error`` filters; BadFilter when one is wrong."""
-    attempts = Attempts(get_redis(), current_settings())
     given = request.values
-    state = given.get("state") or BULK_STATES[action][0]
+    state = given.get("state") or STATES[action][0]
     since, error = given.get("since", ""), given.get("error", "")[:200]
-    return bulk(attempts, action, state, since, error, dry_run, who)
+    return decide_bulk(current_attempts(), action, state, since, error, dry_run, who)

@@ -13,14 +13,13 @@ from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
 from ledger import figures, gate, queries, reconcile, secret_usage
-from ledger.bulk import BadFilter
+from ledger.decisions import BadFilter, decide
 from ledger.views import EventList, PaymentList, Problem, ReconcileList, RejectionList
 from webhook.http import (
     BadArgument,
-    bulk_decide,
     change_pause,
     csrf_ok,
-    decide,
+    decide_bulk_from_request,
     flag_arg,
     int_arg,
     json_response,
@@ -30,7 +29,7 @@ from webhook.http import (
     time_arg,
     view_response,
 )
-from webhook.store import current_settings, get_redis
+from webhook.store import current_attempts, current_settings, get_redis
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
@@ -183,7 +182,7 @@ def api_bulk(action: str) -> Response:
     if not csrf_ok():
         return csrf_refused()
     try:
-        return view_response(bulk_decide(action, flag_arg("dry_run"), operator("ops")))
+        return view_response(decide_bulk_from_request(action, flag_arg("dry_run"), operator("ops")))
     except BadFilter as exc:
         return problem_response(Problem(error="bad_argument", message=str(exc)))
 
@@ -193,5 +192,7 @@ def api_decide(payment_key: str, action: str) -> Response:
     if not csrf_ok():
         return csrf_refused()
     decision = "retry" if action == "retry" else request.values.get("as", "")
-    answer = decide(payment_key, action, decision, operator("ops"))
-    return view_response(answer) if not isinstance(answer, Problem) else problem_response(answer)
+    answer = decide(current_attempts(), payment_key, action, decision, operator("ops"))
+    if isinstance(answer, Problem):
+        return problem_response(answer)
+    return view_response(answer)

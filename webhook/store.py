@@ -3,6 +3,7 @@
 from flask import Flask, current_app
 from redis import Redis
 
+from ledger.attempts import Attempts
 from ledger.connection import connect
 from ledger.deliveries import Ledger
 from ledger.settings import Settings
@@ -26,6 +27,11 @@ def get_ledger() -> Ledger:
 
 def get_redis() -> Redis:
     return get_ledger().redis
+
+
+def current_attempts() -> Attempts:
+    """The fulfilment state machine on the app's Redis, for a person's decision."""
+    return Attempts(get_redis(), current_settings())
 
 
 def init_app(app: Flask, app_settings: Settings) -> None:

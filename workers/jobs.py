@@ -97,21 +97,24 @@ def run_action(
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
     ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
     a detail string and what it says about the downstream as a whole."""
-    error: Exception
     try:
         receipt = call_within(timeout, lambda: action(call), kill_after)
-        return "fulfilled", encode_receipt(receipt), health_of(None)
-    except DeadlineExceeded as exc:  # it may have been applied: like a timed-out read
-        outcome = "retry" if action.replay_safe else "interrupted"
-        return outcome, f"deadline: {exc}", health_of(exc)
-    except AmbiguousDownstreamError as exc:
-        outcome, error = ("retry" if action.replay_safe else "interrupted"), exc
-    except TransientDownstreamError as exc:
-        outcome, error = "retry", exc
-    except PermanentDownstreamError as exc:
-        outcome, error = "failed", exc
-    # The one place an error becomes the stored last_error / attempt detail.
-    return outcome, redact(str(error)), health_of(error)
+    except DeadlineExceeded as exc:
+        return outcome_of(exc, action.replay_safe), f"deadline: {exc}", health_of(exc)
+    except (TransientDownstreamError, PermanentDownstreamError) as exc:
+        # The one place an error becomes the stored last_error / attempt detail.
+        return outcome_of(exc, action.replay_safe), redact(str(exc)), health_of(exc)
+    return "fulfilled", encode_receipt(receipt), health_of(None)
+
+
+def outcome_of(error: BaseException, replay_safe: bool) -> str:
+    """How an attempt ends on a call's error: a call that may have been applied (no answer
+    came back) runs again only when the action is replay-safe, else waits for a person."""
+    if isinstance(error, DeadlineExceeded | AmbiguousDownstreamError):
+        return "retry" if replay_safe else "interrupted"
+    if isinstance(error, TransientDownstreamError):
+        return "retry"
+    return "failed"
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:

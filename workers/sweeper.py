@@ -8,34 +8,33 @@ import logging
 import threading
 import time
 from collections import Counter
-from functools import cache
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from ledger import keys, reconcile
 from ledger.attempts import Attempts
+from ledger.clock import now_ms
 from ledger.deliveries import Ledger, LedgerUnavailable
 from ledger.faults import fault
 from ledger.gate import Gate
 from ledger.redact import redact
+from ledger.stored import text
 
 log = logging.getLogger("webhook.sweeper")
 BATCH = 500
 
 
 def due_payments(redis: Redis, limit: int = BATCH) -> list[str]:
-    seconds, micros = redis.time()
-    now_ms = seconds * 1000 + micros // 1000
-    due = redis.zrangebyscore(keys.DUE, "-inf", now_ms, start=0, num=limit)
-    return [k.decode() if isinstance(k, bytes) else str(k) for k in due]
+    due = redis.zrangebyscore(keys.DUE, "-inf", now_ms(redis), start=0, num=limit)
+    return [text(k) for k in due]
 
 
 def sweep_once(attempts: Attempts) -> Counter[str]:
     """One pass over the payments that are due; returns what was done, by verdict. First
     the payments that waited for a resume or for the breaker to close become due."""
     done: Counter[str] = Counter()
-    released = gate_of(attempts).release()
+    released = Gate(attempts.redis, attempts.settings).release()
     if released:
         done["released"] = released
     for index, payment_key in enumerate(due_payments(attempts.redis)):
@@ -49,17 +48,12 @@ def sweep_once(attempts: Attempts) -> Counter[str]:
     return done
 
 
-@cache
-def gate_of(attempts: Attempts) -> Gate:
-    return Gate(attempts.redis, attempts.settings)
-
-
 def mark_sweep(redis: Redis) -> None:
     """Count a completed pass, so people and tests can see the sweeper make progress."""
-    seconds, micros = redis.time()
+    now = now_ms(redis)
     with redis.pipeline() as pipe:
         pipe.hincrby(keys.SWEEPER, "sweeps", 1)
-        pipe.hset(keys.SWEEPER, "last_ms", seconds * 1000 + micros // 1000)
+        pipe.hset(keys.SWEEPER, "last_ms", now)
         pipe.execute()
 
 

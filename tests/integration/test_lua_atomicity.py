@@ -66,7 +66,7 @@ def drive(ledger: Ledger, attempts: Attempts, gate: Gate, rng: random.Random) ->
     attempts.finish(pk, start.token, "interrupted", "reset", 12.0)
     gate.release()
     attempts.recover(pk)
-    attempts.decide(pk, "fulfilled", ("interrupted",), "test")
+    attempts.record_decision(pk, "fulfilled", ("interrupted",), "test")
     attempts.purge()
 
 

@@ -27,7 +27,7 @@ def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
 def test_recover_retried_by_the_client_enqueues_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     redis.delete("rq:queue:fulfilment")
-    job = attempts.jobs.enqueue(pk)
+    job = attempts.jobs.prepare(pk)
     assert attempts.recover(pk, job) == attempts.recover(pk, job) == "requeued"
     assert redis.lrange("rq:queue:fulfilment", 0, -1) == [job.job_id.encode()]
 
@@ -52,7 +52,7 @@ def test_person_cannot_rerun_an_interrupted_call_that_may_be_in_flight(
     assert attempts.mark_calling(pk, start.token)
     redis.hset(keys.payment(pk), "lease_until", 0)
     assert attempts.recover(pk) == "interrupted"
-    verdict, until = attempts.decide(pk, "retry", ("interrupted",), "test")
+    verdict, until = attempts.record_decision(pk, "retry", ("interrupted",), "test")
     assert verdict == "wait" and int(until) > 0
     assert redis.hget(keys.payment(pk), "state") == b"interrupted"
     # its worker process is still in the call: the liveness key names it
@@ -73,24 +73,24 @@ def test_a_person_may_rerun_it_once_its_caller_is_gone(redis: Redis, redis_serve
     assert attempts.mark_calling(pk, start.token)
     redis.hset(keys.payment(pk), "lease_until", 0)
     assert attempts.recover(pk) == "interrupted"
-    assert attempts.decide(pk, "retry", ("interrupted",), "test")[0] == "wait"
+    assert attempts.record_decision(pk, "retry", ("interrupted",), "test")[0] == "wait"
     redis.delete(keys.caller(attempts.caller))  # its key expired with the process
-    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
+    assert attempts.record_decision(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
     again = attempts.start(pk, "job-2", replay_safe=False)
     assert attempts.mark_calling(pk, again.token)
     assert redis.get(keys.caller(attempts.caller)) is not None
     attempts.finish(pk, again.token, "interrupted", "read timeout", 5.0)
     assert redis.get(keys.caller(attempts.caller)) is None
-    assert attempts.decide(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
+    assert attempts.record_decision(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
 
 
 def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=True)
     attempts.finish(pk, start.token, "failed", "http 400", 1.0)
-    job = attempts.jobs.enqueue(pk)
-    first = attempts.decide(pk, "retry", ("failed",), "test", job)
-    again = attempts.decide(pk, "retry", ("failed",), "test", job)
+    job = attempts.jobs.prepare(pk)
+    first = attempts.record_decision(pk, "retry", ("failed",), "test", job)
+    again = attempts.record_decision(pk, "retry", ("failed",), "test", job)
     assert first == again == ("ok", "queued")
     assert redis.hget(keys.STATS, "requeued:operator") == b"1"
 
@@ -123,7 +123,7 @@ def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> No
 
     s = settings.load({}, REDIS_URL=redis_server.url, STRIPE_MODE="test")
     jobs = Jobs(Redis.from_url(s.REDIS_URL), s)
-    job = jobs.enqueue("pi_b")
+    job = jobs.prepare("pi_b")
     assert redis.keys("*") == []  # captured, not sent
     commands = job.commands
     while commands:  # (n, arg1..argn)*, as run_commands reads them
@@ -209,7 +209,7 @@ def test_a_record_tied_to_a_fulfilled_twin_is_held_and_held_again_at_its_lease(
     assert redis.hget(keys.payment(pi_key), "state") == b"queued"
     deliver(s, ledger, session)
     assert redis.hget(keys.payment(pi_key), "state") == b"held"
-    assert attempts.decide(pi_key, "retry", ("failed", "held"), "test") == ("ok", "queued")
+    assert attempts.record_decision(pi_key, "retry", ("failed", "held"), "test") == ("ok", "queued")
     again = attempts.start(pi_key, "job-pi", replay_safe=True)
     assert (again.verdict, again.reason) == ("skip", "same_purchase")
     held = queries.payment(redis, pi_key)

@@ -281,11 +281,13 @@ class Protocol(RuleBasedStateMachine):
         if self.state(pk) == "held" and self.possible_duplicate_of_its_purchase(pk):
             decision = "fulfilled"  # checked as the hold reason asks: the same purchase
         if decision == "requeue":  # webhook-ledger retry
-            verdict, _ = self.attempts.decide(pk, "retry", ("failed", "held"), "person")
+            verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
             if self.state(pk) == "interrupted":  # as the README asks: check the downstream first
                 decision = "fulfilled" if self.applied[pk] else "retry"
-            verdict, _ = self.attempts.decide(pk, decision, ("interrupted", "held"), "person")
+            verdict, _ = self.attempts.record_decision(
+                pk, decision, ("interrupted", "held"), "person"
+            )
         if verdict == "ok":
             self.person_acted.add(pk)
             self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it

@@ -9,6 +9,7 @@ import requests
 from redis import Redis
 
 from ledger import keys, queries
+from ledger.clock import now_ms
 from ledger.downstream import read_downstream
 from ledgerctl import samples
 from ledgerctl.checker import check
@@ -167,7 +168,7 @@ def test_whole_forking_rq_worker_killed_mid_job(stack, redis, rng) -> None:
         s.start_worker()
         s.start_sweeper()
         lease_ms = 5000
-        wait_until(lambda: redis_ms(redis) > fulfilled_ms(redis, pk) + lease_ms, what="a lease")
+        wait_until(lambda: now_ms(redis) > fulfilled_ms(redis, pk) + lease_ms, what="a lease")
         after_sweeps(redis)  # a whole lease later: nothing may run it again
         assert downstream.calls[pk] == 1 and state_of(redis, pk) == "fulfilled"
         assert horses, "the forking worker had a work-horse"
@@ -195,11 +196,6 @@ def test_gunicorn_worker_killed_mid_request(stack, redis, rng) -> None:
     s.start_web()
     assert s.send(body).status_code == 200
     assert redis.hget(keys.event(event["id"]), "n") == b"1"
-
-
-def redis_ms(redis: Redis) -> int:
-    seconds, micros = redis.time()
-    return seconds * 1000 + micros // 1000
 
 
 def fulfilled_ms(redis: Redis, pk: str) -> int:

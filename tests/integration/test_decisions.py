@@ -7,7 +7,7 @@ import pytest
 from redis import Redis
 
 from ledger import keys
-from ledger.bulk import BadFilter, duration_s
+from ledger.decisions import BadFilter, since_s
 from tests.integration.test_ops import deliver
 from tests.support.constants import BASIC, BEARER, OPS_TOKEN
 from tests.support.helpers import cli_ok, fail_payment, run_cli, state_of
@@ -29,13 +29,13 @@ def called_long_ago(redis: Redis, payment_key: str) -> None:
 
 @pytest.mark.parametrize(("given", "seconds"), [("90s", 90), ("30m", 1800), ("1h30m", 5400)])
 def test_durations(given: str, seconds: int) -> None:
-    assert duration_s(given) == seconds
+    assert since_s(given) == seconds
 
 
 @pytest.mark.parametrize("given", ["", "yesterday", "5", "-1h", "2h 3m"])
 def test_malformed_durations_are_refused(given: str) -> None:
     with pytest.raises(BadFilter):
-        duration_s(given)
+        since_s(given)
 
 
 def test_resolve_retry_interrupted_with_a_dry_run_first(client, redis, rng, config) -> None:
