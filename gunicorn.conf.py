@@ -60,7 +60,7 @@ def on_starting(server):
     if "GUNICORN_PID" not in os.environ:
         taken = [port_in_use(address) for address in server.cfg.bind]
         if any(taken):
-            from ledger.declared import exit_with
+            from ledger.setting_fields import exit_with
 
             exit_with(filter(None, taken))
     caveat = serving.reuse_port_caveat() if server.cfg.reuse_port else None
