@@ -16,6 +16,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ledger.redact import redact
+from ledger.setting_fields import spelled
 from ledger.settings import Settings
 
 
@@ -76,5 +77,5 @@ def describe(settings: Settings) -> str:
     """Where the ledger is, for people (credentials masked)."""
     if not settings.REDIS_SENTINELS:
         return redact(settings.REDIS_URL)
-    where = settings.spelled("REDIS_SENTINELS")
+    where = spelled(settings, "REDIS_SENTINELS")
     return f"primary {settings.REDIS_SENTINEL_MASTER!r} of the Sentinels at {where}"

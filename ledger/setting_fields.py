@@ -81,12 +81,34 @@ def read(
     return values, problems
 
 
-def read_as(cls: type[T], given: Mapping[str, str]) -> T:
-    """An instance of ``cls`` (a dataclass of settings) from ``given``; SettingsError else."""
-    values, problems = read(fields(cls), given)  # type: ignore[arg-type]
+def field_named(cls: type, name: str) -> Field[Any]:
+    return next(f for f in fields(cls) if f.name == name)
+
+
+def spelled(settings: object, name: str) -> str:
+    """Setting ``name`` of ``settings`` as the environment spells it (``host:port,...``)."""
+    return kind_of(field_named(type(settings), name)).spell(getattr(settings, name))
+
+
+def load(
+    cls: type[T],
+    given: Mapping[str, str],
+    require: Iterable[str] = (),
+    rules: Callable[[T, set[str]], list[tuple[str, str]]] | None = None,
+) -> T:
+    """``cls`` (a dataclass of settings) from ``given``: each setting checked, then the
+    ``rules`` between them, which skip a rule whose settings include a ``failed`` one;
+    raises SettingsError with every problem."""
+    require = tuple(require)
+    values, problems = read(fields(cls), given, require)  # type: ignore[arg-type]
+    found = cls(**values)
+    failed = {name for name, text in given.items() if text and name not in values}
+    for name, expected in rules(found, failed | set(require) - set(values)) if rules else ():
+        text = given.get(name) or spelled(found, name)
+        problems.append(invalid(field_named(cls, name), text, expected))
     if problems:
         raise SettingsError(problems)
-    return cls(**values)
+    return found
 
 
 def exit_with(problems: Iterable[str]) -> NoReturn:
@@ -94,6 +116,25 @@ def exit_with(problems: Iterable[str]) -> NoReturn:
     sys.stderr.write("".join(f"{line}\n" for line in problems))
     sys.stderr.flush()
     raise SystemExit(EXIT_SETTINGS)
+
+
+def or_exit(*loads: Callable[[], Any]) -> list[Any]:
+    """What each of ``loads`` returns, or refuse to start with one line per problem of any
+    of them (a process's own settings and the service's: every entry point)."""
+    done, problems = [], []
+    for load_one in loads:
+        try:
+            done.append(load_one())
+        except SettingsError as exc:
+            problems += exc.problems
+    if problems:
+        exit_with(problems)
+    return done
+
+
+def refuse(settings: object, name: str, why: str) -> NoReturn:
+    """Refuse to start for a setting that parsed but cannot be used (the worker's action)."""
+    exit_with([invalid(field_named(type(settings), name), spelled(settings, name), why)])
 
 
 def docs(cls: type) -> dict[str, str]:
@@ -105,7 +146,7 @@ def docs(cls: type) -> dict[str, str]:
     for node, after in zip(body.body, body.body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-                found[node.target.id] = " ".join(str(after.value.value).split())
+                found[node.target.id] = " ".join(str(after.value.value).replace("``", "`").split())
     return found
 
 

@@ -195,15 +195,23 @@ def _items(text: str) -> list[str]:
     return items
 
 
-def _listed(each: Callable[[str, int, int], Any], allowed: str) -> Kind:
-    """Comma-separated items, each turned into its value by ``each(item, position, count)``
-    (which raises Invalid), as a tuple."""
+def _item(item: str, *_: int) -> str:
+    return item
+
+
+def _listed(
+    allowed: str,
+    each: Callable[[str, int, int], Any] = _item,
+    spell: Callable[[Any], str] = spelled,
+) -> Kind:
+    """Comma-separated items as a tuple, each turned into its value by ``each(item,
+    position, count)``, which raises Invalid."""
 
     def parse(text: str) -> tuple[Any, ...]:
         items = _items(text)
         return tuple(each(item, n, len(items)) for n, item in enumerate(items, 1))
 
-    return Kind(parse, allowed)
+    return Kind(parse, allowed, spell)
 
 
 def _host_port(item: str, *_: int) -> tuple[str, int]:
@@ -215,8 +223,8 @@ def _host_port(item: str, *_: int) -> tuple[str, int]:
 
 def host_ports() -> Kind:
     """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
-    kind = _listed(_host_port, "host:port[,host:port...] (port 1-65535)")
-    return Kind(kind.parse, kind.allowed, lambda pairs: ",".join(_address(*p) for p in pairs))
+    allowed = "host:port[,host:port...] (port 1-65535)"
+    return _listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
 
 
 def _address(host_part: str, port: int) -> str:
@@ -232,7 +240,7 @@ def _network(item: str, *_: int) -> Network:
 
 def networks() -> Kind:
     """IP addresses or networks (``10.0.0.0/8``, ``::1``), as networks."""
-    return _listed(_network, "IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)")
+    return _listed("IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)", _network)
 
 
 def token() -> Kind:
@@ -250,11 +258,8 @@ def token() -> Kind:
 
 def tokens() -> Kind:
     """One or more bearer tokens (token()'s rules for the whole text)."""
-    each = _listed(lambda item, *_: item, "").parse
-    return Kind(
-        lambda text: each(token().parse(text)),
-        "one or more tokens, comma-separated, without spaces around them",
-    )
+    allowed = "one or more tokens, comma-separated, without spaces around them"
+    return Kind(lambda text: _listed(allowed).parse(token().parse(text)), allowed)
 
 
 def _token_label(label: str, *_: int) -> str:
@@ -265,7 +270,7 @@ def _token_label(label: str, *_: int) -> str:
 
 def token_labels() -> Kind:
     return _listed(
-        _token_label, "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -"
+        "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -", _token_label
     )
 
 
@@ -282,7 +287,7 @@ def _secret(item: str, position: int, count: int) -> str:
 
 def webhook_secrets() -> Kind:
     allowed = "one or more webhook signing secrets whsec_…, comma-separated"
-    return _listed(_secret, allowed + " (the endpoint's, from the Dashboard or 'stripe listen')")
+    return _listed(allowed + " (the endpoint's, from the Dashboard or 'stripe listen')", _secret)
 
 
 def _secret_label(label: str, *_: int) -> str:
@@ -292,19 +297,17 @@ def _secret_label(label: str, *_: int) -> str:
 
 
 def labels() -> Kind:
+    allowed = "one label per secret, comma-separated, not plain numbers (the ledger recorded "
     return _listed(
-        _secret_label,
-        "one label per secret, comma-separated, not plain numbers (the ledger recorded "
-        "secrets by position before labels and shows those as numbers)",
+        allowed + "secrets by position before labels and shows those as numbers)", _secret_label
     )
 
 
 def event_types(known: Collection[str]) -> Kind:
     """Event types, each one of ``known``; at least one."""
-    listed = _listed(lambda item, *_: item, "").parse
 
     def parse(text: str) -> tuple[str, ...]:
-        items = listed(text)
+        items = _listed("").parse(text)
         unknown = [item for item in items if item not in known]
         if unknown or not items:
             raise Invalid(f"{', '.join(unknown)} cannot mean paid" if unknown else "")

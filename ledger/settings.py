@@ -13,41 +13,23 @@ import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import Field, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, NoReturn, TypeVar, cast
+from typing import cast
 
-from ledger import limits
+from ledger import limits, setting_fields
 from ledger import setting_kinds as kinds
 from ledger.events import RULES, THIN_RULES, Policy
 from ledger.redact import downstream, mask_secret, redact
-from ledger.setting_fields import (
-    SettingsError,
-    exit_with,
-    invalid,
-    kind_of,
-    read,
-    read_as,
-    setting,
-)
+from ledger.setting_fields import SettingsError, field_named, kind_of, or_exit, read, setting
 from ledger.setting_kinds import ActionSpec, Network
 
-__all__ = ["Settings", "SettingsError", "exit_with", "fingerprint", "load", "load_or_exit"]
+__all__ = ["Settings", "SettingsError", "fingerprint", "load", "load_or_exit"]
 
-T = TypeVar("T")
-PAYABLE = frozenset(
-    [t for t, r in RULES.items() if r.role == "paid"]
-    + [t for t, thin in THIN_RULES.items() if thin.role == "paid"]
-)
+PAID = tuple(t for t, rule in RULES.items() if rule.role == "paid")
+"""PAID_EVENT_TYPES by default: every snapshot event type the event table can count as paid."""
+PAYABLE = frozenset([*PAID, *(t for t, thin in THIN_RULES.items() if thin.role == "paid")])
 """The event types PAID_EVENT_TYPES may list: those the event tables can count as paid."""
-PAID = (
-    "payment_intent.succeeded",
-    "charge.succeeded",
-    "charge.captured",
-    "checkout.session.completed",
-    "checkout.session.async_payment_succeeded",
-    "invoice.paid",
-)
 SECONDS = "seconds"
 
 
@@ -81,7 +63,7 @@ class Settings:
     """Seconds a write waits for LEDGER_MIN_REPLICAS; then the delivery is answered 503
     (Stripe retries) and a worker does not call. Under REDIS_SOCKET_TIMEOUT."""
     STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), kinds.webhook_secrets(), mask_secret)
-    """The webhook signing secrets, tried in order (old and new during a rotation, or the
+    """The webhook signing secrets, checked in order (old and new during a rotation, or the
     Dashboard endpoint's and ``stripe listen``'s). The web app needs one."""
     STRIPE_WEBHOOK_SECRET_LABELS: tuple[str, ...] = setting((), kinds.labels())
     """A label per secret, in the same order (``dashboard,cli``): what deliveries are
@@ -149,7 +131,8 @@ class Settings:
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
     """Consecutive "down" failures of the downstream, across every worker, that open the
-    circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once."""
+    circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once (0: no
+    breaker, ``Retry-After`` ignored too)."""
     BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.number(0, 3600, SECONDS, above=True))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
     hammered, a backlog starts within half a minute of its return."""
@@ -176,15 +159,12 @@ class Settings:
     STUCK_QUEUED_SECONDS: int = setting(300, kinds.whole(1, None, SECONDS))
     """A payment queued longer than this is listed under "needs a person"."""
     STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
-    """The key reconcile reads Stripe's events with (a restricted read key will do)."""
+    """The key reconcile reads Stripe's events with (a restricted read key will do);
+    ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
     """Where reconcile finds Stripe's API (tests point it at a local server)."""
     RECONCILE_INTERVAL: float = setting(0.0, kinds.number(0, None, SECONDS, note=" (0: never)"))
     """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
-
-    def spelled(self, name: str) -> str:
-        """Setting ``name``'s value as the environment spells it (``host:port,host:port``)."""
-        return kind_of(_field(name)).spell(getattr(self, name))
 
     @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:
@@ -358,30 +338,26 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _field(name: str) -> Field[Any]:
-    return next(f for f in fields(Settings) if f.name == name)
-
-
 def load(
     environ: Mapping[str, str] | None = None, require: Iterable[str] = (), **overrides: object
 ) -> Settings:
     """Settings from defaults, then the environment, then explicit overrides (tests: values
-    or texts), each checked; raises SettingsError with every problem found."""
+    or texts), each checked, then the rules between them; raises SettingsError with every
+    problem found."""
     env = os.environ if environ is None else environ
     given = {f.name: env[f.name] for f in fields(Settings) if f.name in env}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise TypeError(f"not settings: {sorted(unknown)}")
     for name, value in overrides.items():
-        given[name] = value if isinstance(value, str) else kind_of(_field(name)).spell(value)
-    values, problems = read(fields(Settings), given, tuple(require))
-    settings = Settings(**values)  # type: ignore[arg-type]
-    failed = {name for name, text in given.items() if text and name not in values}
-    for name, expected in rule_problems(settings, failed | set(require) - set(values)):
-        text = given.get(name) or settings.spelled(name)
-        problems.append(invalid(_field(name), text, expected))
-    if problems:
-        raise SettingsError(problems)
+        kind = kind_of(field_named(Settings, name))
+        given[name] = value if isinstance(value, str) else kind.spell(value)
+    return setting_fields.load(Settings, given, require, rule_problems)
+
+
+def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str] = ()) -> Settings:
+    """:func:`load`, or refuse to start with one line per problem (process entry points)."""
+    settings: Settings = or_exit(lambda: load(environ, require))[0]
     return settings
 
 
@@ -389,44 +365,6 @@ def given_secrets(env: Mapping[str, str]) -> tuple[list[str], list[str]] | None:
     """STRIPE_WEBHOOK_SECRET and its labels in ``env`` as the settings read them, to add one
     (scripts/run.sh); None when either is wrong, for the start-up check to name."""
     names = ("STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_LABELS")
-    values, problems = read([_field(name) for name in names], env)
-    if problems:
-        return None
-    return [*cast(tuple[str, ...], values.get(names[0], ()))], [
-        *cast(tuple[str, ...], values.get(names[1], ()))
-    ]
-
-
-@dataclass(frozen=True)
-class _Nothing:
-    """No settings of a process's own."""
-
-
-def load_beside_or_exit(
-    own: type[T], environ: Mapping[str, str] | None = None, require: Iterable[str] = ()
-) -> tuple[T, Settings]:
-    """A process's own settings (``own``, a dataclass of setting fields) and the service's,
-    or refuse to start with one line per problem of either (exit code 2)."""
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    try:
-        mine = read_as(own, env)
-    except SettingsError as exc:
-        problems += exc.problems
-    try:
-        settings = load(env, require)
-    except SettingsError as exc:
-        problems += exc.problems
-    if problems:
-        exit_with(problems)
-    return mine, settings
-
-
-def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str] = ()) -> Settings:
-    """:func:`load`, or refuse to start with one line per problem (process entry points)."""
-    return load_beside_or_exit(_Nothing, environ, require)[1]
-
-
-def refuse(settings: Settings, name: str, why: str) -> NoReturn:
-    """Refuse to start for a setting that parsed but cannot be used (the worker's action)."""
-    exit_with([invalid(_field(name), settings.spelled(name), why)])
+    values, problems = read([field_named(Settings, name) for name in names], env)
+    secrets, labels = (cast(tuple[str, ...], values.get(name, ())) for name in names)
+    return None if problems else ([*secrets], [*labels])

@@ -13,6 +13,7 @@ from pathlib import Path
 from ledger import limits
 from ledger.connection import describe
 from ledger.redact import downstream, redact
+from ledger.setting_fields import spelled
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, fingerprint
 from ledgerctl.stripe_listen import forward_commands
@@ -90,7 +91,7 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
     """What the tools in another terminal need when this run is not at the default places."""
     moved = []
     if settings.REDIS_SENTINELS:
-        moved.append(f"REDIS_SENTINELS={settings.spelled('REDIS_SENTINELS')}")
+        moved.append(f"REDIS_SENTINELS={spelled(settings, 'REDIS_SENTINELS')}")
     elif settings.REDIS_URL != Settings.REDIS_URL:
         moved.append(f"REDIS_URL={redact(settings.REDIS_URL)}")
     port = web_port(env)

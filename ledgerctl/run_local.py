@@ -35,7 +35,7 @@ from honcho.printer import Message, Printer
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.limits import DEFAULT_WEB_PORT
-from ledger.setting_fields import exit_with, setting
+from ledger.setting_fields import exit_with, load, or_exit, setting
 from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import banner, base_url, ready_line
 
@@ -211,7 +211,7 @@ def main() -> None:
     if replicated:
         env = replicated_env(env, topology)
     required = ("STRIPE_WEBHOOK_SECRET",)
-    local, settings = settings_module.load_beside_or_exit(Local, env, required)
+    local, settings = or_exit(lambda: load(Local, env), lambda: settings_module.load(env, required))
     problems = refusals(env, local, topology if replicated else None)
     if problems:  # before anything starts: one line per problem, exit code 2
         exit_with(problems)

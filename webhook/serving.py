@@ -6,6 +6,7 @@ line per problem, instead of one traceback per worker. Standard library and ``le
 (gevent has not patched anything yet in the master).
 """
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from ledger import limits, settings
 from ledger import setting_kinds as kinds
-from ledger.setting_fields import setting
+from ledger.setting_fields import load, or_exit, setting
 
 REQUIRED = ("STRIPE_WEBHOOK_SECRET",)
 """Settings the web process cannot start without (the worker, sweeper and CLI can)."""
@@ -77,4 +78,6 @@ def reuse_port_caveat() -> str | None:
 def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:
     """The web process's settings, after every setting the service reads is checked; else
     exit with one line per problem (code 2)."""
-    return settings.load_beside_or_exit(Server, environ, REQUIRED)[0]
+    env = os.environ if environ is None else environ
+    server: Server = or_exit(lambda: load(Server, env), lambda: settings.load(env, REQUIRED))[0]
+    return server

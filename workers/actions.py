@@ -20,6 +20,7 @@ import requests
 from ledger import settings as settings_module
 from ledger.downstream import open_downstream
 from ledger.redact import origin, redact
+from ledger.setting_fields import refuse
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from workers.exceptions import (
@@ -240,5 +241,5 @@ def settings_or_exit() -> Settings:
     s = settings_module.load_or_exit()
     why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
     if why:
-        settings_module.refuse(s, "FULFILMENT_ACTION", why)
+        refuse(s, "FULFILMENT_ACTION", why)
     return s
