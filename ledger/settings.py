@@ -5,8 +5,8 @@ the code uses), its default, its kind with its bounds (ledger/setting_kinds.py) 
 it, its docstring. The rules between settings are :func:`rule_problems`, in order. Every
 process loads them at start-up and refuses to start with one line per problem
 (:func:`load_or_exit`); docs/CONFIGURATION.md's table is rendered from the same fields
-(``webhook-ledger settings --markdown``). To add a setting: a field here, a case in
-tests/unit/test_settings.py, then regenerate the table.
+(scripts/settings_table.py). Constants that are not settings: ledger/limits.py. To add a
+setting: a field here, a case in tests/unit/test_settings.py, then regenerate the table.
 """
 
 import hashlib
