@@ -39,14 +39,20 @@ class Server:
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
     """gunicorn's worker class; ``gthread`` or ``sync`` only for comparison: they have no
     body deadline and answer malformed HTTP with gunicorn's own HTML."""
-    GUNICORN_REUSE_PORT: bool = setting(sys.platform == "linux", kinds.boolean())
+    GUNICORN_REUSE_PORT: bool | None = setting(None, kinds.boolean())
     """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
-    connections across them; false: one socket shared by every worker. On by default on
-    Linux only, where the kernel balances such sockets (WEB.md, "One socket per worker")."""
+    connections across them; false: one socket shared by every worker. Unset: on Linux only,
+    where the kernel balances such sockets (WEB.md, "One socket per worker")."""
     GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
     """gunicorn's access log file (``-``: stderr); unset: none."""
     LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
     """gunicorn's log level."""
+
+    @property
+    def reuse_port(self) -> bool:
+        """GUNICORN_REUSE_PORT, else whether this is Linux."""
+        given = self.GUNICORN_REUSE_PORT
+        return sys.platform == "linux" if given is None else given
 
     @property
     def bind(self) -> str:
