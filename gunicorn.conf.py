@@ -26,7 +26,7 @@ threads = _server.GUNICORN_THREADS  # gthread only
 # One listening socket per worker, the kernel spreading connections across them: with one
 # shared socket, whichever worker woke first took a burst of new connections, up to all of
 # them (docs/WEB.md, "One socket per worker").
-reuse_port = _server.GUNICORN_REUSE_PORT
+reuse_port = _server.reuse_port
 # gunicorn's own parser in Python, also where gunicorn_h1c (its C parser) is installed: the
 # C one saved 3-6% of the server's CPU a request and no measurable peak or p99 on this
 # service (docs/BENCHMARKS.md, "gunicorn's C HTTP parser"), and the hostile-HTTP tests run
@@ -60,7 +60,7 @@ def on_starting(server):
     if "GUNICORN_PID" not in os.environ:
         taken = [port_in_use(address) for address in server.cfg.bind]
         if any(taken):
-            from ledger.declared import exit_with
+            from ledger.setting_fields import exit_with
 
             exit_with(filter(None, taken))
     caveat = serving.reuse_port_caveat() if server.cfg.reuse_port else None

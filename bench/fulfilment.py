@@ -37,6 +37,7 @@ from bench.events import EventFactory
 from bench.latency import first_fulfilled
 from bench.recording import recorder
 from bench.stats import alternate, column, ratio_runs, spread, target
+from ledger.setting_kinds import parse_action
 from ledger.stored import text
 
 QUEUE = "fulfilment"
@@ -89,10 +90,10 @@ class Fulfilment:
         def run(_round: int) -> dict[str, Any]:
             client = redis.client()
             client.flushdb()
-            action = env["FULFILMENT_ACTION"]
-            if action.startswith("sqlite:///"):  # each round starts with an empty order table
+            action = parse_action(env["FULFILMENT_ACTION"])
+            if action.scheme == "sqlite":  # each round starts with an empty order table
                 for suffix in ("", "-wal", "-shm"):
-                    Path(action.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
+                    Path(action.target + suffix).unlink(missing_ok=True)
             if kind == "ours":
                 record = recorder(env)
                 for payment in self.factory.payments(n):

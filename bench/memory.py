@@ -43,7 +43,8 @@ from bench.common import (
 )
 from bench.stats import target
 from ledger import keys
-from ledger.defaults import QUEUE_NAME, REQUEST_ID_TTL
+from ledger.limits import REQUEST_ID_TTL
+from ledger.settings import Settings
 from ledger.stored import text
 
 SAMPLE = 500
@@ -144,7 +145,11 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "payments": payments,
             }
             indexes = {}
-            for key in (keys.EVENT_INDEX, keys.DUE, Queue(QUEUE_NAME, connection=client).key):
+            for key in (
+                keys.EVENT_INDEX,
+                keys.DUE,
+                Queue(Settings.QUEUE_NAME, connection=client).key,
+            ):
                 size = client.memory_usage(key, samples=0) or 0
                 kind = text(client.type(key))
                 n = (

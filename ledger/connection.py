@@ -16,6 +16,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ledger.redact import redact
+from ledger.setting_fields import spelled
 from ledger.settings import Settings
 
 
@@ -42,12 +43,12 @@ def options(settings: Settings) -> dict[str, Any]:
 
 def connect(settings: Settings) -> Redis:
     """The ledger's client: REDIS_URL, or the primary of REDIS_SENTINELS when that is set."""
-    if not settings.sentinels:
+    if not settings.REDIS_SENTINELS:
         pool = BlockingConnectionPool.from_url(settings.REDIS_URL, **options(settings))
         return Redis.from_pool(pool)
     timeout = settings.REDIS_SOCKET_TIMEOUT
     sentinels = Sentinel(
-        settings.sentinels,
+        settings.REDIS_SENTINELS,
         # One try per Sentinel: a dead one is skipped at once and the next one asked.
         sentinel_kwargs={
             "password": settings.REDIS_SENTINEL_PASSWORD or None,
@@ -74,7 +75,7 @@ def close(redis: Redis) -> None:
 
 def describe(settings: Settings) -> str:
     """Where the ledger is, for people (credentials masked)."""
-    if not settings.sentinels:
+    if not settings.REDIS_SENTINELS:
         return redact(settings.REDIS_URL)
-    where = ",".join(f"{host}:{port}" for host, port in settings.sentinels)
+    where = spelled(settings, "REDIS_SENTINELS")
     return f"primary {settings.REDIS_SENTINEL_MASTER!r} of the Sentinels at {where}"

@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from ledger import defaults
+from ledger import limits
 from ledger.settings import Settings
 
 FULFIL_JOB = "workers.jobs.fulfil_payment"
@@ -48,7 +48,7 @@ class Jobs:
             description=f"fulfil {payment_key}",
             timeout=self.settings.job_timeout_s,
             result_ttl=self.settings.RQ_RESULT_TTL,
-            failure_ttl=defaults.RQ_FAILURE_TTL,
+            failure_ttl=limits.RQ_FAILURE_TTL,
         )
         pipe = self.queue.connection.pipeline(transaction=False)
         self.queue.enqueue_job(job, pipeline=pipe)

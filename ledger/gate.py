@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from ledger import defaults, keys
+from ledger import keys, limits
 from ledger.clock import now_ms
 from ledger.scripts import Script
 from ledger.settings import Settings
@@ -51,7 +51,7 @@ class Gate:
             "cooldown_ms": int(s.BREAKER_COOLDOWN_SECONDS * 1000),
             "probe_ms": s.lease_ms,
             "max_rate": s.FULFILMENT_MAX_RATE,
-            "park_ms": defaults.PAUSE_RECHECK_SECONDS * 1000,
+            "park_ms": limits.PAUSE_RECHECK_SECONDS * 1000,
             "rate_park": int(park_rate),
         }
         verdict, *rest = self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)

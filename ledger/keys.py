@@ -6,7 +6,7 @@ prepended to each script) and their per-call keys as KEYS; they never spell one 
 schema is documented in docs/LEDGER.md.
 """
 
-from ledger import defaults
+from ledger import defaults, limits
 
 PREFIX = "wl:"
 
@@ -19,7 +19,7 @@ PAYMENT_STATES = PREFIX + "payments:by_state"
 REJECTIONS = PREFIX + "rejections"
 """Capped list of recent rejections (JSON, newest first); bodies are never stored."""
 
-REJECTIONS_CAP = defaults.RECENT_REJECTIONS
+REJECTIONS_CAP = limits.RECENT_REJECTIONS
 
 EVENT_INDEX = PREFIX + "events:index"
 """Sorted set: event id scored by first delivery (ms); trimmed to the retention window."""
@@ -63,7 +63,7 @@ REQUEST_PREFIX = PREFIX + "req:"
 """Strings ``wl:req:{request_id}``: the answer to one HTTP request's ledger write, so a
 retried write is applied once."""
 
-MAX_TTL_SECONDS = defaults.MAX_DURATION_DAYS * 86400
+MAX_TTL_SECONDS = limits.MAX_DURATION_DAYS * 86400
 """Longest TTL (seconds) a script takes as an argument, and ``MAX_TTL_MS`` the longest
 duration in milliseconds: the longest a setting may hold (ledger/setting_kinds.py), so a
 script refuses anything longer before its first write. Far inside what Redis's EXPIRE
@@ -71,7 +71,7 @@ accepts, and exact as a Lua number once added to now."""
 
 MAX_TTL_MS = MAX_TTL_SECONDS * 1000
 
-REQUEST_TTL = defaults.REQUEST_ID_TTL
+REQUEST_TTL = limits.REQUEST_ID_TTL
 
 ALIAS_PREFIX = PREFIX + "alias:"
 """Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
@@ -81,7 +81,7 @@ FINGERPRINT_PREFIX = PREFIX + "fp:"
 """Strings ``wl:fp:{pi|invoice}:{mode}:{customer}:{currency}:{amount}`` -> payment key, to
 hold a possible duplicate purchase that no id ties (only with FULFIL_UNLINKED_INVOICES)."""
 
-FINGERPRINT_TTL = defaults.DUPLICATE_WINDOW_SECONDS
+FINGERPRINT_TTL = limits.DUPLICATE_WINDOW_SECONDS
 
 UNTIED_PREFIX = PREFIX + "untied:"
 """Sorted sets ``wl:untied:{pi|invoice}:{mode}:{any|guest}:{currency}:{amount}`` of payment
@@ -181,7 +181,7 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "STATE_INDEX_PREFIX": STATE_INDEX_PREFIX,
     "DUE": DUE,
     "FULFIL_HISTOGRAM": FULFIL_HISTOGRAM,
-    "LATENCY_BUCKETS_MS": defaults.FULFIL_BUCKETS_MS,
+    "LATENCY_BUCKETS_MS": limits.FULFIL_BUCKETS_MS,
     "LATENCIES": LATENCIES,
     "LATENCIES_CAP": LATENCIES_CAP,
     "SECRETS_LAST_SEEN": SECRETS_LAST_SEEN,

@@ -7,10 +7,11 @@ from typing import Any
 
 from redis import Redis
 
-from ledger import defaults, keys, money
+from ledger import keys, money
 from ledger.clock import now_ms
 from ledger.downstream import downstream_record
 from ledger.payloads import decompress_payload
+from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, optional, s_time, text, whole
 from ledger.timeline import attempts_of, finished, receipt_of, resolution_of, timeline
 from ledger.views import (
@@ -226,7 +227,7 @@ def payments(
     state: str | None = None,
     offset: int = 0,
     limit: int = 50,
-    stuck_after_s: int = defaults.STUCK_QUEUED_SECONDS,
+    stuck_after_s: int = Settings.STUCK_QUEUED_SECONDS,
 ) -> list[PaymentRow]:
     """Payments, most recent state change first; all states merged when ``state`` is None;
     ``attention``: the ones that need a person (ATTENTION_STATES, and queued too long)."""

@@ -18,7 +18,7 @@ import stripe
 from redis import Redis
 from stripe.params import EventListParams
 
-from ledger import defaults, keys
+from ledger import keys, limits
 from ledger.clock import duration_s, now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
@@ -65,7 +65,7 @@ class Run:
 
 def window_s(retention_days: int, since: str | None = None) -> int:
     """Seconds to look back: ``since``, by default all that both the ledger and Stripe keep."""
-    most = min(retention_days, defaults.STRIPE_EVENTS_KEPT_DAYS) * 86400
+    most = min(retention_days, limits.STRIPE_EVENTS_KEPT_DAYS) * 86400
     if since is None:
         return most
     seconds = duration_s(since)
@@ -75,7 +75,7 @@ def window_s(retention_days: int, since: str | None = None) -> int:
             f"--since {since} reaches past EVENT_RETENTION_DAYS={retention_days}: the ledger no "
             "longer holds those events, so they would all look missing"
         )
-    return min(seconds, defaults.STRIPE_EVENTS_KEPT_DAYS * 86400)
+    return min(seconds, limits.STRIPE_EVENTS_KEPT_DAYS * 86400)
 
 
 def stripe_events(api_key: str, api_base: str, since: int, every_event: bool) -> Iterator[Any]:
@@ -161,8 +161,8 @@ def _missing(run: Run, ledger: Ledger, event: dict[str, Any]) -> None:
 def store(redis: Redis, run: Run) -> None:
     """Keep the run (newest first, capped) for the dashboard, the API and /metrics."""
     with redis.pipeline() as pipe:
-        pipe.lpush(keys.RECONCILE_RUNS, orjson.dumps(run.as_dict(defaults.RECONCILE_MISSING_KEPT)))
-        pipe.ltrim(keys.RECONCILE_RUNS, 0, defaults.RECONCILE_RUNS_KEPT - 1)
+        pipe.lpush(keys.RECONCILE_RUNS, orjson.dumps(run.as_dict(limits.RECONCILE_MISSING_KEPT)))
+        pipe.ltrim(keys.RECONCILE_RUNS, 0, limits.RECONCILE_RUNS_KEPT - 1)
         pipe.execute()
 
 

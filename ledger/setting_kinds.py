@@ -1,12 +1,15 @@
-"""What a setting may hold. Each kind turns the text of an environment variable into a
-value, or raises :class:`Invalid` saying in words what is allowed; ledger/declared.py reads
-the settings declared with them. Standard library and ledger.defaults' constants only:
-gunicorn's master checks the settings before it forks (gunicorn.conf.py), when nothing else
-may be imported yet.
+"""What a setting may hold. Each kind turns the text of an environment variable into the
+value the code uses (a number, a tuple of secrets, a tuple of networks, an :class:`ActionSpec`)
+or raises :class:`Invalid`, and says in words what is allowed. ledger/setting_fields.py
+declares and reads settings with them. Standard library and ledger/limits.py only:
+gunicorn's master checks the settings before it forks (gunicorn.conf.py), when nothing
+else may be imported yet.
 
 Numbers are ASCII: a digit is 0-9, never another script's digit or a superscript (which
 ``str.isdigit`` and ``float`` accept). A duration (a kind whose unit is seconds or days) is
 at most MAX_DURATION_SECONDS or MAX_DURATION_DAYS, what Redis, Lua and the timers accept.
+A list is comma-separated; an empty item between commas is refused (it would shift every
+later position), trailing commas and spaces around items are dropped.
 """
 
 import ipaddress
@@ -15,12 +18,18 @@ import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from ledger import defaults
+from ledger import limits
 
 REDIS_DATABASES = 16
 """Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
+CEILINGS = {
+    "seconds": (limits.MAX_DURATION_SECONDS, "ten years"),
+    "days": (limits.MAX_DURATION_DAYS, "100 years"),
+}
+"""The longest duration of each unit, and how it reads."""
 
 _SECRET_PREFIX = "whsec_"
 _API_KEY_PREFIXES = ("sk_", "rk_")
@@ -30,12 +39,9 @@ _LABEL = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DIGITS = re.compile(r"[0-9]+")
-CEILINGS = {
-    "seconds": (defaults.MAX_DURATION_SECONDS, "ten years"),
-    "days": (defaults.MAX_DURATION_DAYS, "100 years"),
-}
-"""The longest duration of each unit, and how it reads."""
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class Invalid(ValueError):
@@ -43,12 +49,38 @@ class Invalid(ValueError):
     description does not (``database 99 is out of range``), else it is empty."""
 
 
+def spelled(value: object) -> str:
+    """A value as the environment spells it (``true``, ``a,b``, ``10`` for 10.0)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, tuple | list):
+        return ",".join(spelled(item) for item in value)
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Kind:
-    parse: Callable[[str], object]
+    parse: Callable[[str], Any]
     """The value for this text; raises Invalid."""
     allowed: str
     """What is allowed, in words (``a whole number from 1 to 1000``)."""
+    spell: Callable[[Any], str] = spelled
+    """A value as the environment spells it (parse's inverse, for overrides and docs)."""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """FULFILMENT_ACTION, parsed: the built-in SQLite downstream, an http(s) URL or a user's
+    ``module:function``."""
+
+    scheme: Literal["sqlite", "http", "callable"]
+    target: str
+    """The SQLite file, the URL, or ``module:function``."""
+
+    def __str__(self) -> str:
+        return f"sqlite:///{self.target}" if self.scheme == "sqlite" else self.target
 
 
 def _num(x: float) -> str:
@@ -134,55 +166,81 @@ def choice(*options: str) -> Kind:
     return Kind(parse, "one of " + ", ".join(options))
 
 
-def name() -> Kind:
-    """A name such as an RQ queue's: letters, digits and ``_.:-``."""
-
+def _matching(pattern: re.Pattern[str], allowed: str) -> Kind:
     def parse(text: str) -> str:
-        if not _NAME.fullmatch(text):
+        if not pattern.fullmatch(text):
             raise Invalid()
         return text
 
-    return Kind(parse, "a name of letters, digits and _ . : -")
+    return Kind(parse, allowed)
+
+
+def name() -> Kind:
+    """A name such as an RQ queue's: letters, digits and ``_.:-``."""
+    return _matching(_NAME, "a name of letters, digits and _ . : -")
 
 
 def host() -> Kind:
     """A host to listen on: a name, an IPv4 address or a bracketed IPv6 one."""
+    return _matching(_HOST, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
 
-    def parse(text: str) -> str:
-        if not _HOST.fullmatch(text):
-            raise Invalid()
-        return text
 
-    return Kind(parse, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
+def _items(text: str) -> list[str]:
+    """Comma-separated items; an empty one in the middle would shift every later position."""
+    items = [item.strip() for item in text.split(",")]
+    while items and not items[-1]:
+        items.pop()
+    if any(not item for item in items):
+        raise Invalid("an empty item between commas")
+    return items
+
+
+def _item(item: str, *_: int) -> str:
+    return item
+
+
+def _listed(
+    allowed: str,
+    each: Callable[[str, int, int], Any] = _item,
+    spell: Callable[[Any], str] = spelled,
+) -> Kind:
+    """Comma-separated items as a tuple, each turned into its value by ``each(item,
+    position, count)``, which raises Invalid."""
+
+    def parse(text: str) -> tuple[Any, ...]:
+        items = _items(text)
+        return tuple(each(item, n, len(items)) for n, item in enumerate(items, 1))
+
+    return Kind(parse, allowed, spell)
+
+
+def _host_port(item: str, *_: int) -> tuple[str, int]:
+    host_part, _colon, port = item.rpartition(":")
+    if not (_HOST.fullmatch(host_part) and _DIGITS.fullmatch(port)) or not 0 < int(port) < 65536:
+        raise Invalid(f"{item or '(empty)'} is not host:port")
+    return host_part.strip("[]"), int(port)
 
 
 def host_ports() -> Kind:
-    """Comma-separated ``host:port`` addresses (Redis Sentinels)."""
+    """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
+    allowed = "host:port[,host:port...] (port 1-65535)"
+    return _listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
 
-    def parse(text: str) -> str:
-        for item in _items(text):
-            host_part, _, port = item.rpartition(":")
-            if not (_HOST.fullmatch(host_part) and _DIGITS.fullmatch(port)) or not (
-                0 < int(port) < 65536
-            ):
-                raise Invalid(f"{item or '(empty)'} is not host:port")
-        return text
 
-    return Kind(parse, "host:port[,host:port...] (port 1-65535)")
+def _address(host_part: str, port: int) -> str:
+    return f"[{host_part}]:{port}" if ":" in host_part else f"{host_part}:{port}"
+
+
+def _network(item: str, *_: int) -> Network:
+    try:
+        return ipaddress.ip_network(item, strict=False)
+    except ValueError:
+        raise Invalid(f"{item} is not an address or network") from None
 
 
 def networks() -> Kind:
-    """Comma-separated IP addresses or networks (``10.0.0.0/8``, ``::1``)."""
-
-    def parse(text: str) -> str:
-        for item in _items(text):
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError:
-                raise Invalid(f"{item} is not an address or network") from None
-        return text
-
-    return Kind(parse, "IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)")
+    """IP addresses or networks (``10.0.0.0/8``, ``::1``), as networks."""
+    return _listed("IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)", _network)
 
 
 def token() -> Kind:
@@ -199,76 +257,61 @@ def token() -> Kind:
 
 
 def tokens() -> Kind:
-    """One or more bearer tokens, comma-separated (token()'s rules for each)."""
+    """One or more bearer tokens (token()'s rules for the whole text)."""
+    allowed = "one or more tokens, comma-separated, without spaces around them"
+    return Kind(lambda text: _listed(allowed).parse(token().parse(text)), allowed)
 
-    def parse(text: str) -> str:
-        token().parse(text)
-        _items(text)
-        return text
 
-    return Kind(parse, "one or more tokens, comma-separated, without spaces around them")
+def _token_label(label: str, *_: int) -> str:
+    if not _LABEL.fullmatch(label):
+        raise Invalid(f"label {label!r} has a character other than A-Z a-z 0-9 _ . @ -")
+    return label
 
 
 def token_labels() -> Kind:
-    def parse(text: str) -> str:
-        for label in _items(text):
-            if not _LABEL.fullmatch(label):
-                raise Invalid(f"label {label!r} has a character other than A-Z a-z 0-9 _ . @ -")
-        return text
-
-    return Kind(parse, "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -")
+    return _listed(
+        "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -", _token_label
+    )
 
 
-def _items(text: str) -> list[str]:
-    """Comma-separated items; an empty one in the middle would shift every later position."""
-    items = [item.strip() for item in text.split(",")]
-    while items and not items[-1]:
-        items.pop()
-    if any(not item for item in items):
-        raise Invalid("an empty item between commas")
-    return items
+def _secret(item: str, position: int, count: int) -> str:
+    if not item.startswith(_SECRET_PREFIX) or item == _SECRET_PREFIX:
+        what = (
+            "a Stripe API key, not a webhook signing secret"
+            if item.startswith(("sk_", "rk_", "pk_"))
+            else f"it does not start with {_SECRET_PREFIX}"
+        )
+        raise Invalid(f"secret {position} of {count}: {what}")
+    return item
 
 
 def webhook_secrets() -> Kind:
-    def parse(text: str) -> str:
-        items = _items(text)
-        for position, item in enumerate(items, 1):
-            if not item.startswith(_SECRET_PREFIX) or item == _SECRET_PREFIX:
-                what = (
-                    "a Stripe API key, not a webhook signing secret"
-                    if item.startswith(("sk_", "rk_", "pk_"))
-                    else f"it does not start with {_SECRET_PREFIX}"
-                )
-                raise Invalid(f"secret {position} of {len(items)}: {what}")
-        return text
-
     allowed = "one or more webhook signing secrets whsec_…, comma-separated"
-    return Kind(parse, allowed + " (the endpoint's, from the Dashboard or 'stripe listen')")
+    return _listed(allowed + " (the endpoint's, from the Dashboard or 'stripe listen')", _secret)
+
+
+def _secret_label(label: str, *_: int) -> str:
+    if label.isdigit():
+        raise Invalid(f"label {label} is a plain number")
+    return label
 
 
 def labels() -> Kind:
-    def parse(text: str) -> str:
-        for label in _items(text):
-            if label.isdigit():
-                raise Invalid(f"label {label} is a plain number")
-        return text
-
-    allowed = (
-        "one label per secret, comma-separated, not plain numbers (the ledger recorded "
-        "secrets by position before labels and shows those as numbers)"
+    allowed = "one label per secret, comma-separated, not plain numbers (the ledger recorded "
+    return _listed(
+        allowed + "secrets by position before labels and shows those as numbers)", _secret_label
     )
-    return Kind(parse, allowed)
 
 
 def event_types(known: Collection[str]) -> Kind:
-    """Comma-separated event types, each one of ``known``."""
+    """Event types, each one of ``known``; at least one."""
 
     def parse(text: str) -> tuple[str, ...]:
-        items = _items(text)
+        items = _listed("").parse(text)
         unknown = [item for item in items if item not in known]
         if unknown or not items:
             raise Invalid(f"{', '.join(unknown)} cannot mean paid" if unknown else "")
-        return tuple(items)
+        return items
 
     return Kind(parse, "one or more of " + ", ".join(sorted(known)))
 
@@ -310,36 +353,34 @@ def _split_url(text: str) -> SplitResult:
     return parts
 
 
-def http_url() -> Kind:
-    def parse(text: str) -> str:
-        parts = _split_url(text)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise Invalid()
-        return text
+def _http_url(text: str) -> str:
+    parts = _split_url(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Invalid()
+    return text
 
-    return Kind(parse, "an http:// or https:// URL with a host")
+
+def http_url() -> Kind:
+    return Kind(_http_url, "an http:// or https:// URL with a host")
+
+
+def parse_action(text: str) -> ActionSpec:
+    """FULFILMENT_ACTION's text as an ActionSpec; raises Invalid."""
+    if text.startswith("sqlite:///"):
+        if not text.removeprefix("sqlite:///"):
+            raise Invalid("no file path after sqlite:///")
+        return ActionSpec("sqlite", text.removeprefix("sqlite:///"))
+    if text.startswith(("http://", "https://")):
+        return ActionSpec("http", _http_url(text))
+    module, colon, function = text.partition(":")
+    parts = [*module.split("."), *function.split(".")]
+    if colon and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        return ActionSpec("callable", text)
+    raise Invalid()
 
 
 def fulfilment_action() -> Kind:
-    allowed = "sqlite:///PATH, http(s)://URL or module:function"
-
-    def parse(text: str) -> str:
-        if text.startswith("sqlite:///"):
-            if not text.removeprefix("sqlite:///"):
-                raise Invalid("no file path after sqlite:///")
-        elif text.startswith(("http://", "https://")):
-            http_url().parse(text)
-        elif not _dotted_callable(text):
-            raise Invalid()
-        return text
-
-    return Kind(parse, allowed)
-
-
-def _dotted_callable(text: str) -> bool:
-    module, colon, function = text.partition(":")
-    parts = [*module.split("."), *function.split(".")]
-    return bool(colon) and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+    return Kind(parse_action, "sqlite:///PATH, http(s)://URL or module:function")
 
 
 def api_key() -> Kind:

@@ -1,182 +1,185 @@
-"""Settings read from the environment, shared by the web app, the worker and the CLI.
+"""The service's settings, read from the environment by the web app, the workers and the CLI.
 
-One declaration: each field of :class:`Settings` names its default (ledger/defaults.py),
-its kind (ledger/setting_kinds.py: what is allowed) and how its value is shown (secrets
-masked); rules between settings are the ``@check`` functions below. Every process loads
-them at start-up and refuses to start with one line per problem (:func:`load_or_exit`).
-To add a setting: a default in defaults.py, a field here, a case in tests/unit/test_settings.py.
+Each setting is declared once, as a field of :class:`Settings`: its type (the parsed value
+the code uses), its default, its kind with its bounds (ledger/setting_kinds.py) and, under
+it, its docstring. The rules between settings are :func:`rule_problems`, in order. Every
+process loads them at start-up and refuses to start with one line per problem
+(:func:`load_or_exit`); docs/CONFIGURATION.md's table is rendered from the same fields
+(scripts/settings_table.py). Constants that are not settings: ledger/limits.py. To add a
+setting: a field here, a case in tests/unit/test_settings.py, then regenerate the table.
 """
 
 import hashlib
-import ipaddress
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import cast
 
-from ledger import defaults
+from ledger import limits, setting_fields
 from ledger import setting_kinds as kinds
-from ledger.declared import SettingsError, exit_with, read, setting, shown
 from ledger.events import RULES, THIN_RULES, Policy
 from ledger.redact import downstream, mask_secret, redact
+from ledger.setting_fields import SettingsError, field_named, kind_of, or_exit, read, setting
+from ledger.setting_kinds import ActionSpec, Network
 
-__all__ = [
-    "Settings",
-    "SettingsError",
-    "exit_with",
-    "fingerprint",
-    "load",
-    "load_or_exit",
-    "validated",
-]
+__all__ = ["Settings", "SettingsError", "fingerprint", "load", "load_or_exit"]
 
-PAYABLE = frozenset(
-    [t for t, r in RULES.items() if r.role == "paid"]
-    + [t for t, thin in THIN_RULES.items() if thin.role == "paid"]
-)
+PAID = tuple(t for t, rule in RULES.items() if rule.role == "paid")
+"""PAID_EVENT_TYPES by default: every snapshot event type the event table can count as paid."""
+PAYABLE = frozenset([*PAID, *(t for t, thin in THIN_RULES.items() if thin.role == "paid")])
 """The event types PAID_EVENT_TYPES may list: those the event tables can count as paid."""
+SECONDS = "seconds"
 
 
 @dataclass(frozen=True)
 class Settings:
-    REDIS_URL: str = setting(defaults.REDIS_URL, kinds.redis_url(), redact)
-    REDIS_SOCKET_TIMEOUT: float = setting(
-        defaults.REDIS_SOCKET_TIMEOUT, kinds.number(0, 300, "seconds", above=True)
+    REDIS_URL: str = setting("redis://127.0.0.1:6389/0", kinds.redis_url(), redact)
+    """Where the ledger lives (the bundled config/redis.conf listens on 6389, so a system
+    Redis on 6379 is never touched by accident)."""
+    REDIS_SOCKET_TIMEOUT: float = setting(2.0, kinds.number(0, 300, SECONDS, above=True))
+    """Seconds a ledger command may take before redis-py gives up on the reply."""
+    REDIS_RETRIES: int = setting(3, kinds.whole(0, 100))
+    """Retries of a ledger command after a timeout or a dropped connection (safe: every
+    ledger write is idempotent per request id)."""
+    REDIS_MAX_CONNECTIONS: int = setting(50, kinds.whole(1, 10_000))
+    """Redis connections one process opens at most; a request finding none free waits for
+    one (up to REDIS_SOCKET_TIMEOUT): a ledger write holds one for a millisecond or so."""
+    REDIS_SENTINELS: tuple[tuple[str, int], ...] = setting((), kinds.host_ports())
+    """Redis Sentinels; set, every process finds the primary of REDIS_SENTINEL_MASTER
+    through them instead of REDIS_URL, and a new one after a failover (DEPLOYMENT.md)."""
+    REDIS_SENTINEL_MASTER: str = setting("ledger", kinds.name())
+    """The name the Sentinels monitor the ledger's primary under."""
+    REDIS_SENTINEL_PASSWORD: str = setting("", kinds.token(), mask_secret)
+    """Password of the Sentinels themselves (their ``requirepass``)."""
+    REDIS_PASSWORD: str = setting("", kinds.token(), mask_secret)
+    """Password of the primary and replicas found through Sentinel (with REDIS_URL, put it
+    in the URL)."""
+    LEDGER_MIN_REPLICAS: int = setting(0, kinds.whole(0, 100))
+    """Replicas a ledger write must reach (Redis ``WAIT``) before a delivery is answered
+    2xx or a fencing transition goes ahead; 0: single node, nothing waits."""
+    LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.number(0, 300, SECONDS, above=True))
+    """Seconds a write waits for LEDGER_MIN_REPLICAS; then the delivery is answered 503
+    (Stripe retries) and a worker does not call. Under REDIS_SOCKET_TIMEOUT."""
+    STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), kinds.webhook_secrets(), mask_secret)
+    """The webhook signing secrets, checked in order (old and new during a rotation, or the
+    Dashboard endpoint's and ``stripe listen``'s). The web app needs one."""
+    STRIPE_WEBHOOK_SECRET_LABELS: tuple[str, ...] = setting((), kinds.labels())
+    """A label per secret, in the same order (``dashboard,cli``): what deliveries are
+    counted under; unlabelled: ``sha256:`` and 8 hex digits. ``cli`` marks source
+    ``stripe-cli``."""
+    STRIPE_WEBHOOK_TOLERANCE: int = setting(300, kinds.whole(0, None, SECONDS, " (0: no check)"))
+    """Seconds a signature's timestamp may be away from now (Stripe's default)."""
+    SECRET_RETIRE_AFTER_DAYS: int = setting(7, kinds.whole(1, None, "days"))
+    """A secret that verified nothing this long while another did is safe to retire (longer
+    than Stripe's three days of retries)."""
+    MAX_BODY_BYTES: int = setting(512 * 1024, kinds.whole(1, 64 << 20, "bytes"))
+    """Largest body accepted; a larger one is answered 413 and not read."""
+    BODY_READ_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
+    """Seconds a body may take to arrive after its headers; then 408 ``body_timeout`` and the
+    connection closed (Stripe sends an event at once)."""
+    CONNECTIONS_PER_ADDRESS: int = setting(250, kinds.whole(0, 100_000, "", " (0: no cap)"))
+    """Connections one web process holds from one address; another is answered 429
+    ``too_many_connections``. Half of GUNICORN_WORKER_CONNECTIONS; TRUSTED_PROXIES exempt."""
+    REQUESTS_PER_CONNECTION: int = setting(100, kinds.whole(1, 1_000_000))
+    """Requests one kept-alive connection carries; the last answer says ``Connection:
+    close``. Any 4xx closes its connection at once."""
+    CONNECTION_LIFETIME: float = setting(60.0, kinds.number(0, 86_400, SECONDS, above=True))
+    """Seconds a connection is kept alive; the next answer says ``Connection: close``."""
+    TRUSTED_PROXIES: tuple[Network, ...] = setting((), kinds.networks())
+    """Proxies in front: a rejection of their request records the client their
+    ``X-Forwarded-For`` names, and they are exempt from CONNECTIONS_PER_ADDRESS; anyone
+    else's ``X-Forwarded-For`` is ignored."""
+    EVENT_RETENTION_DAYS: int = setting(30, kinds.whole(1, None, "days"))
+    """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
+    PAYMENT_RETENTION_DAYS: int = setting(0, kinds.whole(0, None, "days", " (0: keep)"))
+    """Days after they settled that the sweeper deletes fulfilled and never-paid payments;
+    more than EVENT_RETENTION_DAYS, so no resend can fulfil one again."""
+    OPS_TOKEN: tuple[str, ...] = setting((), kinds.tokens(), mask_secret)
+    """Bearer tokens (or basic-auth passwords) of the dashboard, the ops API and /metrics,
+    one per person or system; unset: those routes answer 401."""
+    OPS_TOKEN_LABELS: tuple[str, ...] = setting((), kinds.token_labels())
+    """A label per ops token, in the same order: who an action is recorded as (``ops:alice``);
+    unset: ``default`` for one token, else ``token1``, ``token2``…"""
+    METRICS_TOKEN: str = setting("", kinds.token(), mask_secret)
+    """Bearer token of /metrics, when it should differ from OPS_TOKEN."""
+    QUEUE_NAME: str = setting("fulfilment", kinds.name())
+    """The RQ queue fulfilment jobs go to."""
+    RQ_RESULT_TTL: int = setting(0, kinds.whole(0, None, SECONDS))
+    """Seconds RQ keeps a finished job; 0: deleted at once, the outcome is in the ledger."""
+    FULFILMENT_ACTION: ActionSpec = setting(
+        kinds.parse_action("sqlite:///var/downstream.sqlite3"),
+        kinds.fulfilment_action(),
+        downstream,
     )
-    REDIS_RETRIES: int = setting(defaults.REDIS_RETRIES, kinds.whole(0, 100))
-    REDIS_MAX_CONNECTIONS: int = setting(defaults.REDIS_MAX_CONNECTIONS, kinds.whole(1, 10_000))
-    REDIS_SENTINELS: str = setting(defaults.REDIS_SENTINELS, kinds.host_ports())
-    REDIS_SENTINEL_MASTER: str = setting(defaults.REDIS_SENTINEL_MASTER, kinds.name())
-    REDIS_SENTINEL_PASSWORD: str = setting(
-        defaults.REDIS_SENTINEL_PASSWORD, kinds.token(), mask_secret
-    )
-    REDIS_PASSWORD: str = setting(defaults.REDIS_PASSWORD, kinds.token(), mask_secret)
-    LEDGER_MIN_REPLICAS: int = setting(defaults.LEDGER_MIN_REPLICAS, kinds.whole(0, 100))
-    LEDGER_WAIT_TIMEOUT: float = setting(
-        defaults.LEDGER_WAIT_TIMEOUT, kinds.number(0, 300, "seconds", above=True)
-    )
-    STRIPE_WEBHOOK_SECRET: str = setting(
-        defaults.STRIPE_WEBHOOK_SECRET, kinds.webhook_secrets(), mask_secret
-    )
-    STRIPE_WEBHOOK_SECRET_LABELS: str = setting(
-        defaults.STRIPE_WEBHOOK_SECRET_LABELS, kinds.labels()
-    )
-    STRIPE_WEBHOOK_TOLERANCE: int = setting(
-        defaults.STRIPE_WEBHOOK_TOLERANCE, kinds.whole(0, None, "seconds", " (0: no check)")
-    )
-    SECRET_RETIRE_AFTER_DAYS: int = setting(
-        defaults.SECRET_RETIRE_AFTER_DAYS, kinds.whole(1, None, "days")
-    )
-    MAX_BODY_BYTES: int = setting(defaults.MAX_BODY_BYTES, kinds.whole(1, 64 << 20, "bytes"))
-    BODY_READ_TIMEOUT: float = setting(
-        defaults.BODY_READ_TIMEOUT, kinds.number(0, None, "seconds", above=True)
-    )
-    CONNECTIONS_PER_ADDRESS: int = setting(
-        defaults.CONNECTIONS_PER_ADDRESS, kinds.whole(0, 100_000, "", " (0: no cap)")
-    )
-    REQUESTS_PER_CONNECTION: int = setting(
-        defaults.REQUESTS_PER_CONNECTION, kinds.whole(1, 1_000_000)
-    )
-    CONNECTION_LIFETIME: float = setting(
-        defaults.CONNECTION_LIFETIME, kinds.number(0, 86_400, "seconds", above=True)
-    )
-    TRUSTED_PROXIES: str = setting(defaults.TRUSTED_PROXIES, kinds.networks())
-    EVENT_RETENTION_DAYS: int = setting(defaults.EVENT_RETENTION_DAYS, kinds.whole(1, None, "days"))
-    PAYMENT_RETENTION_DAYS: int = setting(
-        defaults.PAYMENT_RETENTION_DAYS, kinds.whole(0, None, "days", " (0: keep)")
-    )
-    OPS_TOKEN: str = setting(defaults.OPS_TOKEN, kinds.tokens(), mask_secret)
-    OPS_TOKEN_LABELS: str = setting(defaults.OPS_TOKEN_LABELS, kinds.token_labels())
-    METRICS_TOKEN: str = setting(defaults.METRICS_TOKEN, kinds.token(), mask_secret)
-    QUEUE_NAME: str = setting(defaults.QUEUE_NAME, kinds.name())
-    RQ_RESULT_TTL: int = setting(defaults.RQ_RESULT_TTL, kinds.whole(0, None, "seconds"))
-    FULFILMENT_ACTION: str = setting(
-        defaults.FULFILMENT_ACTION, kinds.fulfilment_action(), downstream
-    )
-    FULFILMENT_REPLAY_SAFE: bool = setting(defaults.FULFILMENT_REPLAY_SAFE, kinds.boolean())
-    FULFILMENT_TIMEOUT: float = setting(
-        defaults.FULFILMENT_TIMEOUT, kinds.number(0, None, "seconds", above=True)
-    )
-    FULFILMENT_KILL_MARGIN_SECONDS: float = setting(
-        defaults.FULFILMENT_KILL_MARGIN_SECONDS, kinds.number(0, 60, "seconds", above=True)
-    )
-    LEASE_SECONDS: int = setting(defaults.LEASE_SECONDS, kinds.whole(1, None, "seconds"))
-    MAX_ATTEMPTS: int = setting(defaults.MAX_ATTEMPTS, kinds.whole(1, 1000))
-    RETRY_BASE_SECONDS: float = setting(
-        defaults.RETRY_BASE_SECONDS, kinds.number(0, None, "seconds", above=True)
-    )
-    RETRY_MAX_SECONDS: float = setting(
-        defaults.RETRY_MAX_SECONDS, kinds.number(0, None, "seconds", above=True)
-    )
-    BREAKER_THRESHOLD: int = setting(
-        defaults.BREAKER_THRESHOLD, kinds.whole(0, 1000, note=" (0: off)")
-    )
-    BREAKER_COOLDOWN_SECONDS: float = setting(
-        defaults.BREAKER_COOLDOWN_SECONDS, kinds.number(0, 3600, "seconds", above=True)
-    )
-    BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(
-        defaults.BREAKER_MAX_RETRY_AFTER_SECONDS, kinds.whole(1, 86400, "seconds")
-    )
+    """The downstream action (a relative SQLite path is from the process's directory)."""
+    FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
+    """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
+    FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
+    """Seconds one downstream call may take in all: a hard deadline, not per socket read."""
+    FULFILMENT_KILL_MARGIN_SECONDS: float = setting(0.5, kinds.number(0, 60, SECONDS, above=True))
+    """Seconds past FULFILMENT_TIMEOUT at which a call that will not stop (inside C code)
+    ends with its worker process; FULFILMENT_TIMEOUT + 2 x this is under LEASE_SECONDS."""
+    LEASE_SECONDS: int = setting(30, kinds.whole(1, None, SECONDS))
+    """How long an attempt holds a payment: FULFILMENT_TIMEOUT + 2 s or more."""
+    MAX_ATTEMPTS: int = setting(5, kinds.whole(1, 1000))
+    """Attempts before a payment is failed (a dead letter)."""
+    RETRY_BASE_SECONDS: float = setting(1.0, kinds.number(0, None, SECONDS, above=True))
+    """Backoff of the first retry; doubles per attempt."""
+    RETRY_MAX_SECONDS: float = setting(300.0, kinds.number(0, None, SECONDS, above=True))
+    """Cap on the backoff."""
+    BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
+    """Consecutive "down" failures of the downstream, across every worker, that open the
+    circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once (0: no
+    breaker, ``Retry-After`` ignored too)."""
+    BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.number(0, 3600, SECONDS, above=True))
+    """Seconds the open breaker waits before a probe: a restarting downstream is not
+    hammered, a backlog starts within half a minute of its return."""
+    BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(600, kinds.whole(1, 86400, SECONDS))
+    """Longest ``Retry-After`` honoured (longer ones are cut to it)."""
     FULFILMENT_MAX_RATE: int = setting(
-        defaults.FULFILMENT_MAX_RATE, kinds.whole(0, 10000, "calls per second", " (0: no limit)")
+        0, kinds.whole(0, 10000, "calls per second", " (0: no limit)")
     )
-    QUEUED_GRACE_SECONDS: int = setting(
-        defaults.QUEUED_GRACE_SECONDS, kinds.whole(1, None, "seconds")
-    )
-    SWEEP_INTERVAL: float = setting(
-        defaults.SWEEP_INTERVAL, kinds.number(0, None, "seconds", above=True)
-    )
-    PAID_EVENT_TYPES: tuple[str, ...] = setting(
-        defaults.PAID_EVENT_TYPES, kinds.event_types(PAYABLE)
-    )
-    FULFIL_UNLINKED_INVOICES: bool = setting(defaults.FULFIL_UNLINKED_INVOICES, kinds.boolean())
-    STRIPE_MODE: str = setting(defaults.STRIPE_MODE, kinds.choice("live", "test", "any"))
-    FULFIL_CONNECT: bool = setting(defaults.FULFIL_CONNECT, kinds.boolean())
-    STUCK_QUEUED_SECONDS: int = setting(
-        defaults.STUCK_QUEUED_SECONDS, kinds.whole(1, None, "seconds")
-    )
-    STRIPE_API_KEY: str = setting(defaults.STRIPE_API_KEY, kinds.api_key(), mask_secret)
-    STRIPE_API_BASE: str = setting(defaults.STRIPE_API_BASE, kinds.http_url(), redact)
-    RECONCILE_INTERVAL: float = setting(
-        defaults.RECONCILE_INTERVAL, kinds.number(0, None, "seconds", note=" (0: never)")
-    )
+    """Downstream calls per second across every worker on every host."""
+    QUEUED_GRACE_SECONDS: int = setting(30, kinds.whole(1, None, SECONDS))
+    """A queued payment whose job is missing from RQ this long is re-enqueued."""
+    SWEEP_INTERVAL: float = setting(2.0, kinds.number(0, None, SECONDS, above=True))
+    """Seconds between sweeps of the sweeper process."""
+    PAID_EVENT_TYPES: tuple[str, ...] = setting(PAID, kinds.event_types(PAYABLE))
+    """Event types that mean "paid" (each with its condition, ledger/events.py); a thin
+    ``v1.payment_intent.succeeded`` only when listed."""
+    FULFIL_UNLINKED_INVOICES: bool = setting(False, kinds.boolean())
+    """Whether an ``invoice.paid`` without a PaymentIntent fulfils, under the invoice id
+    (CONFIGURATION.md, "One purchase, one payment")."""
+    STRIPE_MODE: str = setting("live", kinds.choice("live", "test", "any"))
+    """Which events may fulfil; the other mode's payments are held for a person."""
+    FULFIL_CONNECT: bool = setting(False, kinds.boolean())
+    """Whether events of connected accounts fulfil; otherwise they are held for a person."""
+    STUCK_QUEUED_SECONDS: int = setting(300, kinds.whole(1, None, SECONDS))
+    """A payment queued longer than this is listed under "needs a person"."""
+    STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
+    """The key reconcile reads Stripe's events with (a restricted read key will do);
+    ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
+    STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
+    """Where reconcile finds Stripe's API (tests point it at a local server)."""
+    RECONCILE_INTERVAL: float = setting(0.0, kinds.number(0, None, SECONDS, note=" (0: never)"))
+    """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
 
-    @cached_property  # read on every request: split once
-    def secrets(self) -> list[str]:
-        """The webhook secrets in the order given (tried in that order)."""
-        return _split(self.STRIPE_WEBHOOK_SECRET)
-
-    @cached_property
+    @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:
         """A label per secret (``STRIPE_WEBHOOK_SECRET_LABELS``), else its fingerprint."""
-        given = _split(self.STRIPE_WEBHOOK_SECRET_LABELS)
-        return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(self.secrets)]
-
-    @cached_property
-    def ops_tokens(self) -> list[str]:
-        """The ops tokens in the order given."""
-        return _split(self.OPS_TOKEN)
+        given = self.STRIPE_WEBHOOK_SECRET_LABELS
+        secrets = self.STRIPE_WEBHOOK_SECRET
+        return [given[i] if i < len(given) else fingerprint(s) for i, s in enumerate(secrets)]
 
     @cached_property
     def ops_token_labels(self) -> list[str]:
         """A label per ops token (``OPS_TOKEN_LABELS``), else ``default`` or ``tokenN``."""
-        if given := _split(self.OPS_TOKEN_LABELS):
-            return given
-        count = len(self.ops_tokens)
+        if self.OPS_TOKEN_LABELS:
+            return [*self.OPS_TOKEN_LABELS]
+        count = len(self.OPS_TOKEN)
         return ["default"] if count == 1 else [f"token{i}" for i in range(1, count + 1)]
-
-    @cached_property
-    def trusted_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-        """``TRUSTED_PROXIES`` as networks (kinds.networks checked each)."""
-        items = _split(self.TRUSTED_PROXIES)
-        return tuple(ipaddress.ip_network(item, strict=False) for item in items)
-
-    @cached_property
-    def sentinels(self) -> list[tuple[str, int]]:
-        """``REDIS_SENTINELS`` as (host, port) pairs; empty: connect to REDIS_URL."""
-        pairs = [s.rpartition(":") for s in _split(self.REDIS_SENTINELS)]
-        return [(host.strip("[]"), int(port)) for host, _, port in pairs]  # kinds.host_ports
 
     @cached_property
     def policy(self) -> Policy:
@@ -221,14 +224,14 @@ class Settings:
     def job_timeout_s(self) -> int:
         """RQ's timeout of a fulfilment job: longer than any lease, so the ledger's lease, not
         RQ, decides when an attempt is given up (a stale one is fenced when it comes back)."""
-        margin = defaults.JOB_TIMEOUT_MARGIN_SECONDS
+        margin = limits.JOB_TIMEOUT_MARGIN_SECONDS
         return math.ceil(self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + margin)
 
     @property
     def sqlite_downstream(self) -> str | None:
         """The file of the built-in SQLite downstream, when it is the action."""
         action = self.FULFILMENT_ACTION
-        return action.removeprefix("sqlite:///") if action.startswith("sqlite:///") else None
+        return action.target if action.scheme == "sqlite" else None
 
 
 def fingerprint(secret: str) -> str:
@@ -236,155 +239,132 @@ def fingerprint(secret: str) -> str:
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
-# Rules between settings: each names the settings it reads (skipped when one of them is
-# itself invalid) and yields (setting, what is expected of it).
-Check = Callable[[Settings], Iterator[tuple[str, str]]]
-CHECKS: list[tuple[tuple[str, ...], Check]] = []
+def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
+    """The rules between settings, in order: (the setting to change, what is expected of
+    it). A rule is skipped when one of the settings it reads is itself wrong (``failed``)."""
+    found: list[tuple[str, str]] = []
 
+    def rule(names: str, broken: bool, name: str, expected: str) -> None:
+        if broken and not failed.intersection(names.split()):
+            found.append((name, expected))
 
-def check(*names: str) -> Callable[[Check], Check]:
-    def register(fn: Check) -> Check:
-        CHECKS.append((names, fn))
-        return fn
-
-    return register
-
-
-@check("PAYMENT_RETENTION_DAYS", "EVENT_RETENTION_DAYS")
-def _payments_outlive_events(s: Settings) -> Iterator[tuple[str, str]]:
-    if 0 < s.PAYMENT_RETENTION_DAYS <= s.EVENT_RETENTION_DAYS:
-        why = f"expected 0 (keep) or more than EVENT_RETENTION_DAYS ({s.EVENT_RETENTION_DAYS})"
-        yield "PAYMENT_RETENTION_DAYS", why + ": a late resend must never fulfil a payment twice"
-
-
-@check("LEASE_SECONDS", "FULFILMENT_TIMEOUT")
-def _lease_outlasts_call(s: Settings) -> Iterator[tuple[str, str]]:
-    least = s.FULFILMENT_TIMEOUT + defaults.LEASE_MARGIN_SECONDS
-    if s.LEASE_SECONDS < least:
-        why = f"expected at least FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + "
-        why += f"{defaults.LEASE_MARGIN_SECONDS} = {least:g} seconds"
-        yield "LEASE_SECONDS", why + ": a call must end before its lease does"
-
-
-@check("FULFILMENT_KILL_MARGIN_SECONDS", "LEASE_SECONDS", "FULFILMENT_TIMEOUT")
-def _killed_before_the_lease_ends(s: Settings) -> Iterator[tuple[str, str]]:
+    lease = s.FULFILMENT_TIMEOUT + limits.LEASE_MARGIN_SECONDS
+    rule(
+        "PAYMENT_RETENTION_DAYS EVENT_RETENTION_DAYS",
+        0 < s.PAYMENT_RETENTION_DAYS <= s.EVENT_RETENTION_DAYS,
+        "PAYMENT_RETENTION_DAYS",
+        f"expected 0 (keep) or more than EVENT_RETENTION_DAYS ({s.EVENT_RETENTION_DAYS}): "
+        "a late resend must never fulfil a payment twice",
+    )
+    rule(
+        "LEASE_SECONDS FULFILMENT_TIMEOUT",
+        s.LEASE_SECONDS < lease,
+        "LEASE_SECONDS",
+        f"expected at least FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + "
+        f"{limits.LEASE_MARGIN_SECONDS} = {lease:g} seconds: a call must end before its lease does",
+    )
     margin = s.FULFILMENT_KILL_MARGIN_SECONDS
-    short_lease = s.LEASE_SECONDS < s.FULFILMENT_TIMEOUT + defaults.LEASE_MARGIN_SECONDS
-    if not short_lease and s.FULFILMENT_TIMEOUT + 2 * margin >= s.LEASE_SECONDS:
-        why = f"expected FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + 2 x {margin:g} under "
-        why += f"LEASE_SECONDS ({s.LEASE_SECONDS}): a call that will not stop ends with its "
-        yield "FULFILMENT_KILL_MARGIN_SECONDS", why + "process before its lease can expire"
-
-
-@check("LEDGER_MIN_REPLICAS", "LEDGER_WAIT_TIMEOUT", "REDIS_SOCKET_TIMEOUT")
-def _replica_wait_ends_first(s: Settings) -> Iterator[tuple[str, str]]:
-    if s.LEDGER_MIN_REPLICAS and s.LEDGER_WAIT_TIMEOUT >= s.REDIS_SOCKET_TIMEOUT:
-        why = f"expected under REDIS_SOCKET_TIMEOUT ({s.REDIS_SOCKET_TIMEOUT:g}) while "
-        why += "LEDGER_MIN_REPLICAS is set: a client that gives up on the WAIT first would "
-        yield "LEDGER_WAIT_TIMEOUT", why + "retry the write"
-
-
-@check("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS")
-def _backoff_cap_above_base(s: Settings) -> Iterator[tuple[str, str]]:
-    if s.RETRY_MAX_SECONDS < s.RETRY_BASE_SECONDS:
-        yield (
-            "RETRY_MAX_SECONDS",
-            f"expected at least RETRY_BASE_SECONDS ({s.RETRY_BASE_SECONDS:g})",
-        )
-
-
-@check("RECONCILE_INTERVAL", "STRIPE_API_KEY")
-def _reconcile_has_a_key(s: Settings) -> Iterator[tuple[str, str]]:
-    if s.RECONCILE_INTERVAL > 0 and not s.STRIPE_API_KEY:
-        why = "expected 0 (never) while STRIPE_API_KEY is not set"
-        yield "RECONCILE_INTERVAL", why + ": reconcile reads Stripe's Events API with it"
-
-
-@check("STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_LABELS")
-def _one_label_per_secret(s: Settings) -> Iterator[tuple[str, str]]:
-    given = _split(s.STRIPE_WEBHOOK_SECRET_LABELS)
-    if s.secrets and len(given) > len(s.secrets):
-        why = f"{len(given)} labels for {len(s.secrets)} secrets; expected at most one label"
-        yield "STRIPE_WEBHOOK_SECRET_LABELS", why + " per secret, in the same order"
+    rule(
+        "FULFILMENT_KILL_MARGIN_SECONDS LEASE_SECONDS FULFILMENT_TIMEOUT",
+        s.LEASE_SECONDS >= lease and s.FULFILMENT_TIMEOUT + 2 * margin >= s.LEASE_SECONDS,
+        "FULFILMENT_KILL_MARGIN_SECONDS",
+        f"expected FULFILMENT_TIMEOUT ({s.FULFILMENT_TIMEOUT:g}) + 2 x {margin:g} under "
+        f"LEASE_SECONDS ({s.LEASE_SECONDS}): a call that will not stop ends with its process "
+        "before its lease can expire",
+    )
+    rule(
+        "LEDGER_MIN_REPLICAS LEDGER_WAIT_TIMEOUT REDIS_SOCKET_TIMEOUT",
+        bool(s.LEDGER_MIN_REPLICAS) and s.LEDGER_WAIT_TIMEOUT >= s.REDIS_SOCKET_TIMEOUT,
+        "LEDGER_WAIT_TIMEOUT",
+        f"expected under REDIS_SOCKET_TIMEOUT ({s.REDIS_SOCKET_TIMEOUT:g}) while "
+        "LEDGER_MIN_REPLICAS is set: a client that gives up on the WAIT first would retry "
+        "the write",
+    )
+    rule(
+        "RETRY_BASE_SECONDS RETRY_MAX_SECONDS",
+        s.RETRY_MAX_SECONDS < s.RETRY_BASE_SECONDS,
+        "RETRY_MAX_SECONDS",
+        f"expected at least RETRY_BASE_SECONDS ({s.RETRY_BASE_SECONDS:g})",
+    )
+    rule(
+        "RECONCILE_INTERVAL STRIPE_API_KEY",
+        s.RECONCILE_INTERVAL > 0 and not s.STRIPE_API_KEY,
+        "RECONCILE_INTERVAL",
+        "expected 0 (never) while STRIPE_API_KEY is not set: reconcile reads Stripe's "
+        "Events API with it",
+    )
+    secrets, labels = s.STRIPE_WEBHOOK_SECRET, s.STRIPE_WEBHOOK_SECRET_LABELS
     shared = sorted({label for label in s.secret_labels if s.secret_labels.count(label) > 1})
-    if shared and len(set(s.secrets)) < len(s.secrets):
-        why = "the same secret given twice; expected each secret once"
-        yield "STRIPE_WEBHOOK_SECRET", why
-    elif shared:
-        why = f"two secrets share the label {', '.join(shared)}; expected a unique label per secret"
-        yield "STRIPE_WEBHOOK_SECRET_LABELS", why
-
-
-@check("OPS_TOKEN", "OPS_TOKEN_LABELS")
-def _one_label_per_token(s: Settings) -> Iterator[tuple[str, str]]:
-    given, count = _split(s.OPS_TOKEN_LABELS), len(s.ops_tokens)
-    if count and given and len(given) != count:
-        why = f"{len(given)} labels for {count} tokens; expected one label per OPS_TOKEN token"
-        yield "OPS_TOKEN_LABELS", why + ", in the same order"
-    elif len(set(s.ops_tokens)) < count:
-        yield "OPS_TOKEN", "the same token given twice; expected each token once"
-    elif shared := sorted({x for x in given if given.count(x) > 1}):
-        why = f"two tokens share the label {', '.join(shared)}; expected a unique label per token"
-        yield "OPS_TOKEN_LABELS", why
-
-
-def _split(text: str) -> list[str]:
-    """A comma-separated setting's items (kinds checked there is no empty one between)."""
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def _as_text(value: object) -> str:
-    """An override as the environment would spell it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple | list):
-        return ",".join(str(v) for v in value)
-    return str(value)
+    names = "STRIPE_WEBHOOK_SECRET STRIPE_WEBHOOK_SECRET_LABELS"
+    rule(
+        names,
+        bool(secrets) and len(labels) > len(secrets),
+        "STRIPE_WEBHOOK_SECRET_LABELS",
+        f"{len(labels)} labels for {len(secrets)} secrets; expected at most one label per "
+        "secret, in the same order",
+    )
+    twice = len(set(secrets)) < len(secrets)
+    rule(
+        names,
+        bool(shared) and twice,
+        "STRIPE_WEBHOOK_SECRET",
+        "the same secret given twice; expected each secret once",
+    )
+    rule(
+        names,
+        bool(shared) and not twice,
+        "STRIPE_WEBHOOK_SECRET_LABELS",
+        f"two secrets share the label {', '.join(shared)}; expected a unique label per secret",
+    )
+    tokens, given = s.OPS_TOKEN, s.OPS_TOKEN_LABELS
+    names = "OPS_TOKEN OPS_TOKEN_LABELS"
+    miscounted = bool(tokens and given) and len(given) != len(tokens)
+    rule(
+        names,
+        miscounted,
+        "OPS_TOKEN_LABELS",
+        f"{len(given)} labels for {len(tokens)} tokens; expected one label per OPS_TOKEN "
+        "token, in the same order",
+    )
+    twice = not miscounted and len(set(tokens)) < len(tokens)
+    rule(names, twice, "OPS_TOKEN", "the same token given twice; expected each token once")
+    shared = sorted({x for x in given if given.count(x) > 1})
+    rule(
+        names,
+        bool(shared) and not miscounted and not twice,
+        "OPS_TOKEN_LABELS",
+        f"two tokens share the label {', '.join(shared)}; expected a unique label per token",
+    )
+    return found
 
 
 def load(
     environ: Mapping[str, str] | None = None, require: Iterable[str] = (), **overrides: object
 ) -> Settings:
-    """Settings from defaults, then the environment, then explicit overrides (tests), each
-    checked; raises SettingsError with every problem found."""
+    """Settings from defaults, then the environment, then explicit overrides (tests: values
+    or texts), each checked, then the rules between them; raises SettingsError with every
+    problem found."""
     env = os.environ if environ is None else environ
     given = {f.name: env[f.name] for f in fields(Settings) if f.name in env}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
     if unknown:
         raise TypeError(f"not settings: {sorted(unknown)}")
-    given |= {name: _as_text(value) for name, value in overrides.items()}
-    values, problems = read(fields(Settings), given, tuple(require))
-    settings = Settings(**values)  # type: ignore[arg-type]
-    failed = {name for name, text in given.items() if text and name not in values}
-    problems += _cross_problems(settings, given, failed | set(require) - set(values))
-    if problems:
-        raise SettingsError(problems)
-    return settings
-
-
-def _cross_problems(settings: Settings, given: Mapping[str, str], failed: set[str]) -> list[str]:
-    specs = {f.name: f for f in fields(Settings)}
-    problems = []
-    for names, rule in CHECKS:
-        if failed.intersection(names):
-            continue
-        for name, expected in rule(settings):
-            text = given.get(name) or _as_text(getattr(settings, name))
-            problems.append(f"invalid setting {name}={shown(specs[name], text)}: {expected}")
-    return problems
-
-
-def validated(settings: Settings) -> Settings:
-    """``settings`` if the rules between settings hold; raises SettingsError otherwise."""
-    problems = _cross_problems(settings, {}, set())
-    if problems:
-        raise SettingsError(problems)
-    return settings
+    for name, value in overrides.items():
+        kind = kind_of(field_named(Settings, name))
+        given[name] = value if isinstance(value, str) else kind.spell(value)
+    return setting_fields.load(Settings, given, require, rule_problems)
 
 
 def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str] = ()) -> Settings:
     """:func:`load`, or refuse to start with one line per problem (process entry points)."""
-    try:
-        return load(environ, require)
-    except SettingsError as exc:
-        exit_with(exc.problems)
+    settings: Settings = or_exit(lambda: load(environ, require))[0]
+    return settings
+
+
+def given_secrets(env: Mapping[str, str]) -> tuple[list[str], list[str]] | None:
+    """STRIPE_WEBHOOK_SECRET and its labels in ``env`` as the settings read them, to add one
+    (scripts/run.sh); None when either is wrong, for the start-up check to name."""
+    names = ("STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_LABELS")
+    values, problems = read([field_named(Settings, name) for name in names], env)
+    secrets, labels = (cast(tuple[str, ...], values.get(name, ())) for name in names)
+    return None if problems else ([*secrets], [*labels])

@@ -10,9 +10,11 @@ query may hold a key).
 from collections.abc import Mapping
 from pathlib import Path
 
-from ledger import defaults
+from ledger import limits
 from ledger.connection import describe
 from ledger.redact import downstream, redact
+from ledger.setting_fields import spelled
+from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, fingerprint
 from ledgerctl.stripe_listen import forward_commands
 
@@ -30,7 +32,7 @@ def secret_lines(settings: Settings, local_secret: str) -> list[str]:
     """One line per active webhook secret: its label, its fingerprint, where it comes from."""
     width = max(len(label) for label in settings.secret_labels)
     lines = []
-    for secret, label in zip(settings.secrets, settings.secret_labels, strict=True):
+    for secret, label in zip(settings.STRIPE_WEBHOOK_SECRET, settings.secret_labels, strict=True):
         origin = (
             "var/dev.env; scripts/replay_events.py signs with it" if secret == local_secret else ""
         )
@@ -58,8 +60,8 @@ def banner(
     url = base_url(env)
     secrets = "\n                ".join(secret_lines(settings, local_secret))
     token = (
-        f"{settings.OPS_TOKEN}   (var/dev.env)"
-        if settings.OPS_TOKEN == dev_token
+        f"{dev_token}   (var/dev.env)"
+        if settings.OPS_TOKEN == (dev_token,)
         else "from OPS_TOKEN (not shown)"
     )
     return f"""\
@@ -72,7 +74,7 @@ Stripe webhook ledger
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
   redis         {redis_line(settings)}
-  downstream    {downstream(settings.FULFILMENT_ACTION)}
+  downstream    {downstream(str(settings.FULFILMENT_ACTION))}
   stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
   tools         export PATH="$PWD/.venv/bin:$PATH"   (webhook-ledger, replay-events)
@@ -82,32 +84,29 @@ Stripe webhook ledger
 def web_port(env: Mapping[str, str]) -> str:
     """The web process's port on this machine: WEB_PORT, unset or empty meaning the default
     (as gunicorn's bind reads it, webhook/serving.py)."""
-    return env.get("WEB_PORT") or str(defaults.DEFAULT_WEB_PORT)
+    return env.get("WEB_PORT") or str(limits.DEFAULT_WEB_PORT)
 
 
 def moved_line(env: Mapping[str, str], settings: Settings) -> str:
     """What the tools in another terminal need when this run is not at the default places."""
     moved = []
-    if settings.sentinels:
-        moved.append(f"REDIS_SENTINELS={settings.REDIS_SENTINELS}")
-    elif settings.REDIS_URL != defaults.REDIS_URL:
+    if settings.REDIS_SENTINELS:
+        moved.append(f"REDIS_SENTINELS={spelled(settings, 'REDIS_SENTINELS')}")
+    elif settings.REDIS_URL != Settings.REDIS_URL:
         moved.append(f"REDIS_URL={redact(settings.REDIS_URL)}")
     port = web_port(env)
-    if port != str(defaults.DEFAULT_WEB_PORT):
+    if port != str(limits.DEFAULT_WEB_PORT):
         moved.append(f"WEB_PORT={port}")
     if moved_downstream(settings.FULFILMENT_ACTION):  # --ha: var/ha/downstream.sqlite3
-        moved.append(f"FULFILMENT_ACTION={redact(settings.FULFILMENT_ACTION)}")
+        moved.append(f"FULFILMENT_ACTION={redact(str(settings.FULFILMENT_ACTION))}")
     return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
 
 
-def moved_downstream(action: str) -> bool:
+def moved_downstream(action: ActionSpec) -> bool:
     """Whether ``action`` is a SQLite file other than the default one (which the replay
     script's read-back finds by itself)."""
-    prefix = "sqlite:///"
-    if not action.startswith(prefix):
-        return False
-    default = Path(defaults.FULFILMENT_ACTION.removeprefix(prefix)).resolve()
-    return Path(action.removeprefix(prefix)).resolve() != default
+    default = Path(Settings.FULFILMENT_ACTION.target).resolve()
+    return action.scheme == "sqlite" and Path(action.target).resolve() != default
 
 
 def ready_line(env: Mapping[str, str]) -> str:
@@ -120,7 +119,7 @@ def ready_line(env: Mapping[str, str]) -> str:
 
 def redis_line(settings: Settings) -> str:
     """Where the ledger is: one Redis, or the Sentinels of a replicated one."""
-    if settings.sentinels:
+    if settings.REDIS_SENTINELS:
         return (
             f"{describe(settings)}\n                "
             f"(LEDGER_MIN_REPLICAS={settings.LEDGER_MIN_REPLICAS}; run.sh --ha: var/ha)"

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis import Redis
 
-from ledger import defaults, keys, queries
+from ledger import keys, limits, queries
 from ledger.downstream import read_tables
 from ledger.stored import text
 from ledger.views import to_builtins
@@ -116,7 +116,7 @@ class Verification:
             self.failures.append(f"{name}: records not as an export writes them ({why})")
 
 
-def verify(directory: Path, max_bytes: int = defaults.BUNDLE_MAX_FILE_BYTES) -> Verification:
+def verify(directory: Path, max_bytes: int = limits.BUNDLE_MAX_FILE_BYTES) -> Verification:
     """Check that the manifest lists every file of the bundle with its hash, then every
     cross-file relation on every file present, listed or not."""
     v = Verification()

@@ -10,7 +10,7 @@ import click
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
-from ledger import defaults
+from ledger import limits
 from ledger.attempts import Attempts
 from ledger.connection import describe
 from ledger.decisions import decide
@@ -199,7 +199,7 @@ def export(ctx: Context, directory: Path, as_json: bool) -> None:
 @click.option(
     "--max-file-mb",
     type=click.IntRange(min=1),
-    default=defaults.BUNDLE_MAX_FILE_BYTES // 2**20,
+    default=limits.BUNDLE_MAX_FILE_BYTES // 2**20,
     show_default=True,
     help="Largest bundle file read; a larger one fails verification.",
 )

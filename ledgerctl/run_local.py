@@ -25,18 +25,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from honcho.environ import expand_processes, parse_procfile
 from honcho.manager import Manager
 from honcho.printer import Message, Printer
 
-from ledger import declared
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
-from ledger.declared import setting
-from ledger.defaults import DEFAULT_WEB_PORT
+from ledger.limits import DEFAULT_WEB_PORT
+from ledger.setting_fields import exit_with, load, or_exit, setting
 from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import banner, base_url, ready_line
 
@@ -112,15 +111,13 @@ def local_env(
         env["REDIS_URL"] = f"redis://127.0.0.1:{env['REDIS_PORT']}/0"
     env["PATH"] = f"{root / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     local = dev["DEV_WEBHOOK_SECRET"]
-    given = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET", "").split(",") if s.strip()]
-    labels = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET_LABELS", "").split(",")]
-    labels = [label for label in labels if label]
-    if local not in given:
+    found = settings_module.given_secrets(env)  # None: wrong, the start-up check names it
+    if found is not None and local not in found[0]:
+        given, labels = found
         if len(labels) == len(given):
             labels.append("local")
-        given.append(local)
-    env["STRIPE_WEBHOOK_SECRET"] = ",".join(given)
-    env["STRIPE_WEBHOOK_SECRET_LABELS"] = ",".join(labels)
+        env["STRIPE_WEBHOOK_SECRET"] = ",".join([*given, local])
+        env["STRIPE_WEBHOOK_SECRET_LABELS"] = ",".join(labels)
     return env
 
 
@@ -213,16 +210,11 @@ def main() -> None:
     env = local_env(source, dev, root, topology.base if replicated else None)
     if replicated:
         env = replicated_env(env, topology)
-    values, problems = declared.read(fields(Local), env)
-    try:
-        settings = settings_module.load(env, require=("STRIPE_WEBHOOK_SECRET",))
-    except settings_module.SettingsError as exc:
-        problems += exc.problems
-    if not problems:
-        local = Local(**values)  # type: ignore[arg-type]
-        problems = refusals(env, local, topology if replicated else None)
+    required = ("STRIPE_WEBHOOK_SECRET",)
+    local, settings = or_exit(lambda: load(Local, env), lambda: settings_module.load(env, required))
+    problems = refusals(env, local, topology if replicated else None)
     if problems:  # before anything starts: one line per problem, exit code 2
-        settings_module.exit_with(problems)
+        exit_with(problems)
     if replicated:
         ha.write(topology)
     output = PipeSafeOutput()

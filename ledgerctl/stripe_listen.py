@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 
 from ledger.events import forwarded_types
+from ledger.settings import given_secrets
 
 CLI_LABEL = "cli"
 PRINT_SECRET_TIMEOUT_S = 60.0
@@ -88,11 +89,10 @@ def print_secret(env: Mapping[str, str]) -> str:
 
 def with_cli_secret(env: Mapping[str, str], secret: str) -> dict[str, str]:
     """``env`` with the CLI's secret among STRIPE_WEBHOOK_SECRET, labelled ``cli``."""
-    given = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET", "").split(",") if s.strip()]
-    labels = [s.strip() for s in env.get("STRIPE_WEBHOOK_SECRET_LABELS", "").split(",")]
-    labels = [label for label in labels if label]
-    if secret in given:
+    found = given_secrets(env)
+    if found is None or secret in found[0]:  # None: wrong, the start-up check names it
         return dict(env)
+    given, labels = found
     if len(labels) != len(given):
         raise Refused(
             "--stripe-cli: label each STRIPE_WEBHOOK_SECRET in STRIPE_WEBHOOK_SECRET_LABELS "

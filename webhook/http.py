@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import orjson
@@ -71,7 +72,7 @@ def token_ok(expected: str, given: str) -> bool:
     return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def matching_token(tokens: list[str], given: str) -> int | None:
+def matching_token(tokens: Sequence[str], given: str) -> int | None:
     """The position of ``given`` among ``tokens``: every token is compared, in constant time,
     whichever matches (so the time tells nothing about which token, or how many)."""
     found = None
@@ -84,7 +85,7 @@ def matching_token(tokens: list[str], given: str) -> int | None:
 def require_ops(challenge: str) -> Response | None:
     """A 401 answer unless the request carries one of the ops tokens; None when it does, and
     the token's position is kept for :func:`operator` and :func:`csrf_ok`."""
-    found = matching_token(current_settings().ops_tokens, presented_token())
+    found = matching_token(current_settings().OPS_TOKEN, presented_token())
     if found is None:
         return unauthorized(challenge)
     g.ops_token_index = found
@@ -99,7 +100,7 @@ def operator(channel: str) -> str:
 
 def request_csrf() -> str:
     """The CSRF token of the ops token this request carries."""
-    return csrf_token(current_settings().ops_tokens[g.ops_token_index])
+    return csrf_token(current_settings().OPS_TOKEN[g.ops_token_index])
 
 
 def unauthorized(challenge: str) -> Response:

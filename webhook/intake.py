@@ -38,7 +38,9 @@ def parse_event(body: bytes, header: str | None, settings: Settings) -> tuple[di
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Rejected("invalid_encoding", detail="body is not UTF-8") from exc
-    secret_index = verify(text, header, settings.secrets, settings.STRIPE_WEBHOOK_TOLERANCE)
+    secret_index = verify(
+        text, header, settings.STRIPE_WEBHOOK_SECRET, settings.STRIPE_WEBHOOK_TOLERANCE
+    )
     try:
         event = check_shape(orjson.loads(body))
     except orjson.JSONDecodeError as exc:

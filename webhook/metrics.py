@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from redis import Redis
 from redis.exceptions import ConnectionError, TimeoutError
 
-from ledger import defaults, figures, gate, keys, reconcile, secret_usage
+from ledger import figures, gate, keys, limits, reconcile, secret_usage
 from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_ops, require_token
@@ -212,7 +212,7 @@ class LedgerCollector(Collector):
     def _latency(self) -> HistogramMetricFamily:
         raw = {text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()}
         cumulative, buckets = 0, []
-        for bound in defaults.FULFIL_BUCKETS_MS:
+        for bound in limits.FULFIL_BUCKETS_MS:
             cumulative += raw.get(f"le:{bound}", 0)
             buckets.append((str(bound / 1000), cumulative))
         buckets.append(("+Inf", cumulative + raw.get("le:inf", 0)))

@@ -8,10 +8,10 @@ import orjson
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
-from ledger.defaults import REPLAY_HEADER
 from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
 from ledger.events import classify
 from ledger.faults import fault
+from ledger.limits import REPLAY_HEADER
 from webhook.connections import client_address
 from webhook.exceptions import Rejected
 from webhook.http import json_response
@@ -104,7 +104,7 @@ def reject(rejected: Rejected, body: bytes) -> Response:
     remote = client_address(
         request.remote_addr,
         request.headers.get("X-Forwarded-For"),
-        current_settings().trusted_proxies,
+        current_settings().TRUSTED_PROXIES,
     )
     count_rejection(rejected, size, body, remote, request.method)
     return json_response(rejection_payload(rejected), rejected.status)

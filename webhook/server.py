@@ -166,7 +166,7 @@ class Worker(GeventWorker):
                 settings.CONNECTIONS_PER_ADDRESS,
                 settings.REQUESTS_PER_CONNECTION,
                 settings.CONNECTION_LIFETIME,
-                settings.trusted_proxies,
+                settings.TRUSTED_PROXIES,
             )
         )
         self.wsgi = WholeBodies(self.flask, receiver.reject, self.connections)

@@ -9,12 +9,12 @@ line per problem, instead of one traceback per worker. Standard library and ``le
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import declared, defaults, settings
+from ledger import limits, settings
 from ledger import setting_kinds as kinds
-from ledger.declared import setting
+from ledger.setting_fields import load, or_exit, setting
 
 REQUIRED = ("STRIPE_WEBHOOK_SECRET",)
 """Settings the web process cannot start without (the worker, sweeper and CLI can)."""
@@ -23,22 +23,36 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 @dataclass(frozen=True)
 class Server:
-    WEB_PORT: int = setting(0, kinds.whole(1, 65535))
-    """The port, when it must differ from the platform's PORT (scripts/run.sh sets it)."""
-    PORT: int = setting(0, kinds.whole(1, 65535))
+    WEB_PORT: int | None = setting(None, kinds.whole(1, 65535))
+    """The port, when it must differ from the platform's PORT (scripts/run.sh sets it);
+    neither set: 8000."""
+    PORT: int | None = setting(None, kinds.whole(1, 65535))
     """The platform's port (Heroku-style platforms and honcho set it)."""
     HOST: str = setting("", kinds.host())
     """Where to listen; by default 127.0.0.1, or every interface under the platform's PORT."""
     WEB_CONCURRENCY: int = setting(2, kinds.whole(1, 256))
+    """Web processes."""
     GUNICORN_WORKER_CONNECTIONS: int = setting(500, kinds.whole(1, 100_000))
+    """Connections per web process (DEPLOYMENT.md, "Web connections")."""
     GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
+    """Threads per process of the ``gthread`` worker class."""
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
-    GUNICORN_REUSE_PORT: bool = setting(sys.platform == "linux", kinds.boolean())
+    """gunicorn's worker class; ``gthread`` or ``sync`` only for comparison: they have no
+    body deadline and answer malformed HTTP with gunicorn's own HTML."""
+    GUNICORN_REUSE_PORT: bool | None = setting(None, kinds.boolean())
     """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
-    connections across them; false: one socket shared by every worker. On by default on
-    Linux only, where the kernel balances such sockets."""
+    connections across them; false: one socket shared by every worker. Unset: on Linux only,
+    where the kernel balances such sockets (WEB.md, "One socket per worker")."""
     GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
+    """gunicorn's access log file (``-``: stderr); unset: none."""
     LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
+    """gunicorn's log level."""
+
+    @property
+    def reuse_port(self) -> bool:
+        """GUNICORN_REUSE_PORT, else whether this is Linux."""
+        given = self.GUNICORN_REUSE_PORT
+        return sys.platform == "linux" if given is None else given
 
     @property
     def bind(self) -> str:
@@ -46,7 +60,7 @@ class Server:
         unless HOST says otherwise, as gunicorn itself does when PORT is set."""
         platform = bool(self.PORT and not self.WEB_PORT)
         host = self.HOST or ("0.0.0.0" if platform else "127.0.0.1")
-        return f"{host}:{self.WEB_PORT or self.PORT or defaults.DEFAULT_WEB_PORT}"
+        return f"{host}:{self.WEB_PORT or self.PORT or limits.DEFAULT_WEB_PORT}"
 
 
 MIGRATE_REQUESTS = Path("/proc/sys/net/ipv4/tcp_migrate_req")
@@ -71,11 +85,5 @@ def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:
     """The web process's settings, after every setting the service reads is checked; else
     exit with one line per problem (code 2)."""
     env = os.environ if environ is None else environ
-    values, problems = declared.read(fields(Server), env)
-    try:
-        settings.load(env, require=REQUIRED)
-    except settings.SettingsError as exc:
-        problems += exc.problems
-    if problems:
-        declared.exit_with(problems)
-    return Server(**values)  # type: ignore[arg-type]
+    server: Server = or_exit(lambda: load(Server, env), lambda: settings.load(env, REQUIRED))[0]
+    return server

@@ -22,6 +22,7 @@ so it is skipped, and when nothing else verifies the answer is a 400
 
 import hmac
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from webhook.exceptions import Rejected
@@ -67,7 +68,7 @@ def parse_header(header: str) -> SignatureHeader:
     return SignatureHeader(timestamp, signatures)
 
 
-def matching_secret(body: str, parsed: SignatureHeader, secrets: list[str]) -> int:
+def matching_secret(body: str, parsed: SignatureHeader, secrets: Sequence[str]) -> int:
     """Index of the first secret that signed ``body`` at the header's time, else Rejected."""
     signed = b"%d.%s" % (parsed.timestamp, body.encode())
     candidates = [s for s in parsed.signatures if s.isascii()]
@@ -91,7 +92,7 @@ def check_time(timestamp: int, tolerance: int) -> None:
         raise Rejected("timestamp_outside_tolerance", detail="timestamp in the future")
 
 
-def verify(body: str, header: str | None, secrets: list[str], tolerance: int) -> int:
+def verify(body: str, header: str | None, secrets: Sequence[str], tolerance: int) -> int:
     """Index of the first secret that verifies ``header`` for ``body``, else raise Rejected."""
     if not header:
         raise Rejected("missing_signature")

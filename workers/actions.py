@@ -12,15 +12,16 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import requests
 
-from ledger import declared
 from ledger import settings as settings_module
 from ledger.downstream import open_downstream
 from ledger.redact import origin, redact
+from ledger.setting_fields import refuse
+from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from workers.exceptions import (
     ActionConfigError,
@@ -202,20 +203,16 @@ class CallableAction:
         return result if isinstance(result, dict) else {"result": result}
 
 
-def build_action(spec: str, timeout: float, replay_safe: bool) -> Action:
-    """The action named by FULFILMENT_ACTION."""
-    if spec.startswith("sqlite:///"):  # the built-in downstream (Settings.sqlite_downstream)
-        return SqliteAction(spec.removeprefix("sqlite:///"))
-    if spec.startswith(("http://", "https://")):
-        return HttpAction(spec, timeout, replay_safe)
-    if ":" in spec:
-        return CallableAction(spec, replay_safe)
-    raise ActionConfigError(
-        f"FULFILMENT_ACTION {spec!r}: use sqlite:///PATH, http(s)://URL or module:function"
-    )
+def build_action(spec: ActionSpec, timeout: float, replay_safe: bool) -> Action:
+    """The action FULFILMENT_ACTION names (its kind parsed it: ledger/setting_kinds.py)."""
+    if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
+        return SqliteAction(spec.target)
+    if spec.scheme == "http":
+        return HttpAction(spec.target, timeout, replay_safe)
+    return CallableAction(spec.target, replay_safe)
 
 
-def unusable(spec: str, timeout: float, replay_safe: bool) -> str | None:
+def unusable(spec: ActionSpec, timeout: float, replay_safe: bool) -> str | None:
     """Why the action FULFILMENT_ACTION names cannot run, or None: its module imported, its
     URL prepared as requests would send it, its SQLite file created and writable. A worker
     checks this when it starts (workers/rq_config.py), before its first job."""
@@ -244,7 +241,5 @@ def settings_or_exit() -> Settings:
     s = settings_module.load_or_exit()
     why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
     if why:
-        field = next(f for f in fields(Settings) if f.name == "FULFILMENT_ACTION")
-        shown = declared.shown(field, s.FULFILMENT_ACTION)
-        declared.exit_with([f"invalid setting FULFILMENT_ACTION={shown}: {why}"])
+        refuse(s, "FULFILMENT_ACTION", why)
     return s

@@ -4,7 +4,7 @@ second) up to RATE_WAIT_SECONDS; pause and the open breaker defer the payment in
 
 import time
 
-from ledger import defaults
+from ledger import limits
 from ledger.gate import Admission, Gate, Health
 from workers.deadline import DeadlineExceeded
 from workers.exceptions import AmbiguousDownstreamError, TransientDownstreamError
@@ -12,7 +12,7 @@ from workers.exceptions import AmbiguousDownstreamError, TransientDownstreamErro
 
 def admit(gate: Gate, payment_key: str, job_id: str) -> Admission:
     """``go`` (call now), ``pass`` (no call will follow) or ``wait`` (deferred)."""
-    give_up = time.monotonic() + defaults.RATE_WAIT_SECONDS
+    give_up = time.monotonic() + limits.RATE_WAIT_SECONDS
     while True:
         admission = gate.admit(payment_key, job_id, park_rate=time.monotonic() >= give_up)
         if admission.verdict != "rate":

@@ -9,9 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ledger import declared
 from ledger import settings as settings_module
 from ledger.redact import mask_secret
+from ledger.setting_fields import exit_with
 from ledgerctl.banner import web_port
 from ledgerctl.replay.client import Poster
 from ledgerctl.replay.sending import PROBES, Shape
@@ -148,9 +148,9 @@ def shape(args: argparse.Namespace) -> Shape:
     try:
         Poster(args.url, args.request_timeout)
     except ValueError as exc:
-        declared.exit_with([f"invalid --url: {exc}"])
+        exit_with([f"invalid --url: {exc}"])
     if not args.request_timeout > 0 or not compression(args) > 0:
-        declared.exit_with(["invalid --request-timeout or --compress: expected a number above 0"])
+        exit_with(["invalid --request-timeout or --compress: expected a number above 0"])
     return Shape(
         args.concurrency,
         args.delay,
@@ -173,14 +173,14 @@ def signing_secret(args: argparse.Namespace) -> str:
     webhook signing secret (``whsec_…``), else exit 2 with one line."""
     if args.secret:
         return checked_secret("--secret", str(args.secret))
-    configured = settings_module.load_or_exit().secrets  # checked as a setting
+    configured = settings_module.load_or_exit().STRIPE_WEBHOOK_SECRET  # checked as a setting
     if configured:
         return configured[0]
     if DEV_ENV.exists():
         for line in DEV_ENV.read_text().splitlines():
             if line.startswith("DEV_WEBHOOK_SECRET="):
                 return checked_secret(f"{DEV_ENV}'s DEV_WEBHOOK_SECRET", line.split("=", 1)[1])
-    declared.exit_with([f"no signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET; {WHERE}"])
+    exit_with([f"no signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET; {WHERE}"])
 
 
 WHERE = (
@@ -202,7 +202,7 @@ def checked_secret(source: str, secret: str) -> str:
         why = "it does not start with whsec_; "
     if why:
         shown = mask_secret(secret) if secret.isprintable() else repr(mask_secret(secret))
-        declared.exit_with(
+        exit_with(
             [f"invalid {source} {shown}: {why}expected a webhook signing secret whsec_…, {WHERE}"]
         )
     return value

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger import defaults
+from ledger import limits
+from ledger.settings import Settings
 from ledgerctl import samples
 from ledgerctl.replay.client import Poster, Reply
 
@@ -103,7 +104,7 @@ def send_all(
     secret: str,
     run_id: str,
     shape: Shape,
-    tolerance: int = defaults.STRIPE_WEBHOOK_TOLERANCE,
+    tolerance: int = Settings.STRIPE_WEBHOOK_TOLERANCE,
     on_answer: Callable[[Answer], None] | None = None,
     rng: random.Random | None = None,
 ) -> list[Answer]:
@@ -145,7 +146,7 @@ def _try(poster: Poster, planned: Planned, secret: str, run_id: str, tolerance: 
         "Content-Type": "application/json; charset=utf-8",
         "User-Agent": STRIPE_UA,
         "Stripe-Signature": sign_for(planned, secret, tolerance),
-        defaults.REPLAY_HEADER: run_id,
+        limits.REPLAY_HEADER: run_id,
     }
     began = time.perf_counter()
     reply: Reply = poster.post(planned.body, headers)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import keys
-from ledger.defaults import REPLAY_HEADER
+from ledger.limits import REPLAY_HEADER
 from tests.support.constants import BEARER, OPS_TOKEN
 from tests.support.helpers import paid_event, signed_headers, stats
 from webhook.http import csrf_token

@@ -10,7 +10,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from ledger import defaults, keys
+from ledger import keys, limits
 from ledger.attempts import Attempts
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
@@ -170,12 +170,12 @@ def test_the_longest_durations_the_settings_allow_are_ones_redis_accepts(
 ) -> None:
     """Every duration at its ceiling: a paid delivery is recorded and enqueued, its event
     lives for the whole retention, and a lease and a retry are taken with them."""
-    most_s, most_days = str(defaults.MAX_DURATION_SECONDS), str(defaults.MAX_DURATION_DAYS)
+    most_s, most_days = str(limits.MAX_DURATION_SECONDS), str(limits.MAX_DURATION_DAYS)
     ledger = ledger_for(
         redis_server.url,
         EVENT_RETENTION_DAYS=most_days,
         QUEUED_GRACE_SECONDS=most_s,
-        FULFILMENT_TIMEOUT=str(defaults.MAX_DURATION_SECONDS - defaults.LEASE_MARGIN_SECONDS),
+        FULFILMENT_TIMEOUT=str(limits.MAX_DURATION_SECONDS - limits.LEASE_MARGIN_SECONDS),
         LEASE_SECONDS=most_s,
         RETRY_BASE_SECONDS=most_s,
         RETRY_MAX_SECONDS=most_s,
@@ -183,11 +183,11 @@ def test_the_longest_durations_the_settings_allow_are_ones_redis_accepts(
     attempts = Attempts(ledger.redis, ledger.settings)
     event = samples.payment_events(rng)[2]
     assert record(ledger, event).enqueued
-    assert redis.ttl(keys.event(event["id"])) > (defaults.MAX_DURATION_DAYS - 1) * 86400
+    assert redis.ttl(keys.event(event["id"])) > (limits.MAX_DURATION_DAYS - 1) * 86400
     pk = event["data"]["object"]["id"]
     start = attempts.start(pk, "job-1", replay_safe=True)
     assert start.verdict == "go"
     attempts.finish(pk, start.token, "retry", "downstream 503", 12.0)
     assert redis.hget(keys.payment(pk), "state") == b"retrying"
     with pytest.raises(SettingsError, match="EVENT_RETENTION_DAYS"):
-        ledger_for(redis_server.url, EVENT_RETENTION_DAYS=str(defaults.MAX_DURATION_DAYS + 1))
+        ledger_for(redis_server.url, EVENT_RETENTION_DAYS=str(limits.MAX_DURATION_DAYS + 1))

@@ -45,7 +45,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from rq.job import Job
 
-from ledger import defaults, keys, queries
+from ledger import keys, queries
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
@@ -62,7 +62,7 @@ TALLY: Counter[str] = Counter()
 STEPS = int(os.environ.get("PROTOCOL_STEPS", "50"))
 CLOCK = "wl:test:clock"
 LEASE_MS, TIMEOUT_MS = 3000, 1000
-KILL_MS = int(defaults.FULFILMENT_KILL_MARGIN_SECONDS * 1000)
+KILL_MS = int(settings_module.Settings.FULFILMENT_KILL_MARGIN_SECONDS * 1000)
 WINDOW_MS = LEASE_MS - TIMEOUT_MS - 2 * KILL_MS  # a call starts this soon after its fence or not
 START_MS = 1_800_000_000_000
 WORKERS = 2

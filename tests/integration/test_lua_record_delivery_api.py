@@ -66,7 +66,7 @@ def test_an_event_from_the_api_is_recorded_but_not_delivered(
     assert pay is not None and pay.deliveries == 0
     assert pay.state == "queued" and queue_length(ledger) == 1
     assert sum(p.deliveries for p in figures.series(redis, 2).series) == 0
-    bundle.export(redis, tmp_path / "b", ledger.settings.FULFILMENT_ACTION)
+    bundle.export(redis, tmp_path / "b", str(ledger.settings.FULFILMENT_ACTION))
     assert bundle.verify(tmp_path / "b").failures == []
 
 

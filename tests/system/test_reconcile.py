@@ -146,7 +146,7 @@ def test_apply_records_what_is_missing_once_and_a_second_run_finds_nothing(
     second = json.loads(again.stdout)
     assert again.returncode == 0 and (second["listed"], second["missing_total"]) == (120, 0)
     assert redis.llen(queue) == jobs + 40 and stats(redis)["reconciled"] == 120
-    bundle.export(redis, tmp_path / "b", ledger.settings.FULFILMENT_ACTION)
+    bundle.export(redis, tmp_path / "b", str(ledger.settings.FULFILMENT_ACTION))
     assert bundle.verify(tmp_path / "b").failures == []
 
 

@@ -13,7 +13,7 @@ from click.testing import Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import defaults
+from ledger import limits
 from ledgerctl.bundle import MANIFEST, OPTIONAL, REQUIRED, verify
 from tests.support.helpers import cli_ok, run_cli
 
@@ -134,7 +134,7 @@ def subdirectory(tmp_path: Path) -> tuple[str, str]:
 
 def sparse_over_the_bound(tmp_path: Path) -> tuple[str, str]:
     with open(tmp_path / "b" / "huge.json", "wb") as huge:
-        huge.truncate(defaults.BUNDLE_MAX_FILE_BYTES + 1)  # sparse: no disk, no read
+        huge.truncate(limits.BUNDLE_MAX_FILE_BYTES + 1)  # sparse: no disk, no read
     return "huge.json", "0" * 64
 
 

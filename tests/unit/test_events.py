@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from ledger import defaults
 from ledger.events import Policy, classify
+from ledger.settings import Settings
 from ledgerctl import samples
 
 PI = "pi_000000000000000000000000"
 IN = "in_000000000000000000000000"
-TEST = Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="test")
-LIVE = Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="live")
-UNLINKED = Policy(frozenset(defaults.PAID_EVENT_TYPES), unlinked_invoices=True, mode="test")
+TEST = Policy(frozenset(Settings.PAID_EVENT_TYPES), mode="test")
+LIVE = Policy(frozenset(Settings.PAID_EVENT_TYPES), mode="live")
+UNLINKED = Policy(frozenset(Settings.PAID_EVENT_TYPES), unlinked_invoices=True, mode="test")
 
 
 def sample(event_type: str, as_type: str | None = None, **changes: object) -> dict:
@@ -99,10 +99,10 @@ def test_a_checkout_session_ties_its_payment_intent_and_invoice() -> None:
         (LIVE, False, None, "test-mode event in a live deployment"),
         (LIVE, True, None, ""),
         (TEST, True, None, "live-mode event in a test deployment"),
-        (Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="any"), False, None, ""),
+        (Policy(frozenset(Settings.PAID_EVENT_TYPES), mode="any"), False, None, ""),
         (TEST, False, "acct_1", "Connect event of account acct_1"),
         (
-            Policy(frozenset(defaults.PAID_EVENT_TYPES), mode="test", connect=True),
+            Policy(frozenset(Settings.PAID_EVENT_TYPES), mode="test", connect=True),
             False,
             "acct_1",
             "",
@@ -159,7 +159,7 @@ def test_thin_mapping(
 
 def test_a_thin_payment_intent_pays_only_when_paid_types_list_it() -> None:
     listed = Policy(
-        frozenset({*defaults.PAID_EVENT_TYPES, "v1.payment_intent.succeeded"}), mode="test"
+        frozenset({*Settings.PAID_EVENT_TYPES, "v1.payment_intent.succeeded"}), mode="test"
     )
     c = classify(thin("v1.payment_intent.succeeded", "payment_intent", PI), listed)
     assert (c.payment_key, c.role, c.paid, c.hold) == (PI, "paid", True, "")

@@ -28,7 +28,7 @@ def test_settings_that_cannot_work_are_refused(overrides: dict, error: str) -> N
 def test_sentinel_settings_are_read_from_the_environment() -> None:
     env = {"REDIS_SENTINELS": "10.0.0.1:26379, sentinel-b:26380", "LEDGER_MIN_REPLICAS": "1"}
     s = settings.load(env)
-    assert s.sentinels == [("10.0.0.1", 26379), ("sentinel-b", 26380)]
+    assert s.REDIS_SENTINELS == (("10.0.0.1", 26379), ("sentinel-b", 26380))
     assert s.LEDGER_MIN_REPLICAS == 1 and s.REDIS_SENTINEL_MASTER == "ledger"
     assert describe(s) == "primary 'ledger' of the Sentinels at 10.0.0.1:26379,sentinel-b:26380"
     assert describe(settings.load({"REDIS_URL": "redis://:pw@h:1/0"})) == "redis://***@h:1/0"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import defaults
+from ledger import limits
 from ledger.setting_kinds import CEILINGS
 from ledger.settings import Settings
 from ledgerctl.run_local import Local
@@ -18,7 +18,7 @@ from tests.unit.test_settings import problems
 from webhook.serving import Server
 
 ALL = [(cls, f) for cls in (Settings, Server, Local) for f in fields(cls)]
-NUMERIC = [(cls, f) for cls, f in ALL if f.type in (int, float)]
+NUMERIC = [(cls, f) for cls, f in ALL if f.type in (int, float, int | None)]
 DURATIONS = [
     (cls, f, unit)
     for cls, f in NUMERIC
@@ -88,10 +88,10 @@ def test_every_duration_has_a_ceiling_redis_accepts(cls: type, spec: Field[Any],
 def test_the_ceilings_fit_redis_lua_and_the_timers() -> None:
     """EXPIRE takes seconds up to (2**63 - 1) / 1000 minus now; Lua numbers are exact up to
     2**53; SIGALRM (RQ's job timeout) takes a C int of seconds."""
-    most_ms = defaults.MAX_DURATION_DAYS * 86400 * 1000
+    most_ms = limits.MAX_DURATION_DAYS * 86400 * 1000
     assert most_ms + 10**13 < 2**53  # ms since the epoch until past the year 2286
-    job_timeout = 2 * defaults.MAX_DURATION_SECONDS + defaults.JOB_TIMEOUT_MARGIN_SECONDS
+    job_timeout = 2 * limits.MAX_DURATION_SECONDS + limits.JOB_TIMEOUT_MARGIN_SECONDS
     assert job_timeout < 2**31
-    assert defaults.MAX_DURATION_SECONDS < defaults.MAX_DURATION_DAYS * 86400
+    assert limits.MAX_DURATION_SECONDS < limits.MAX_DURATION_DAYS * 86400
     assert {unit for _, _, unit in DURATIONS} == set(CEILINGS)
     assert "EVENT_RETENTION_DAYS" in {f.name for _, f, _ in DURATIONS}

@@ -4,12 +4,14 @@ added without a case fails test_every_setting_has_a_case."""
 
 import socket
 from dataclasses import fields
+from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
 
-from ledger import declared
+from ledger import setting_fields
 from ledger.ports import port_in_use
+from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
 from webhook import serving
@@ -21,26 +23,41 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REDIS_SOCKET_TIMEOUT": ("0.5", 0.5, "0", "a number of seconds, above 0 up to 300"),
     "REDIS_RETRIES": ("0", 0, "three", "a whole number, from 0 to 100"),
     "REDIS_MAX_CONNECTIONS": ("8", 8, "0", "from 1 to 10000"),
-    "REDIS_SENTINELS": ("10.0.0.1:26379, s-b:26380", None, "127.0.0.1", "host:port"),
+    "REDIS_SENTINELS": (
+        "10.0.0.1:26379, s-b:26380",
+        (("10.0.0.1", 26379), ("s-b", 26380)),
+        "127.0.0.1",
+        "host:port",
+    ),
     "REDIS_SENTINEL_MASTER": ("ledger-eu", "ledger-eu", "my ledger", "letters, digits"),
     "REDIS_SENTINEL_PASSWORD": ("s3nt", "s3nt", "s3nt ", "without spaces around it"),
     "REDIS_PASSWORD": ("r3dis", "r3dis", "r3dis\n", "a token"),
     "LEDGER_MIN_REPLICAS": ("2", 2, "-1", "a whole number, from 0 to 100"),
     "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, above 0 up to 300"),
-    "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", None, "sk_test_abc", "whsec_"),
-    "STRIPE_WEBHOOK_SECRET_LABELS": ("cli", None, "cli,,local", "one label per secret"),
+    "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", ("whsec_a", "whsec_b"), "sk_test_abc", "whsec_"),
+    "STRIPE_WEBHOOK_SECRET_LABELS": ("cli", ("cli",), "cli,,local", "one label per secret"),
     "STRIPE_WEBHOOK_TOLERANCE": ("0", 0, "abc", "a whole number of seconds, 0 or more"),
     "SECRET_RETIRE_AFTER_DAYS": ("14", 14, "0", "days, 1 or more"),
     "MAX_BODY_BYTES": ("1024", 1024, "1e6", "bytes, from 1 to 67108864"),
     "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
     "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
     "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
-    "OPS_TOKEN": ("s3cret-token,tok-b", None, "tok ", "tokens, comma-separated, without spaces"),
-    "OPS_TOKEN_LABELS": ("alice,deploy-bot", None, "alice,,bob", "one label per token"),
+    "OPS_TOKEN": (
+        "s3cret-token,tok-b",
+        ("s3cret-token", "tok-b"),
+        "tok ",
+        "tokens, comma-separated, without spaces",
+    ),
+    "OPS_TOKEN_LABELS": ("alice,deploy-bot", ("alice", "deploy-bot"), "alice,,bob", "one label"),
     "METRICS_TOKEN": ("m3trics", "m3trics", "a\tb", "a token"),
     "QUEUE_NAME": ("fulfil-eu", "fulfil-eu", "my queue", "letters, digits"),
     "RQ_RESULT_TTL": ("3600", 3600, "-1", "0 or more"),
-    "FULFILMENT_ACTION": ("shop.actions:fulfil", None, "foo://x", "module:function"),
+    "FULFILMENT_ACTION": (
+        "shop.actions:fulfil",
+        ActionSpec("callable", "shop.actions:fulfil"),
+        "foo://x",
+        "module:function",
+    ),
     "FULFILMENT_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
@@ -65,7 +82,12 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
     "CONNECTION_LIFETIME": ("2.5", 2.5, "0", "above 0 up to 86400"),
-    "TRUSTED_PROXIES": ("10.0.0.0/8, ::1", "10.0.0.0/8, ::1", "10.0.0.0/8,proxy", "networks"),
+    "TRUSTED_PROXIES": (
+        "10.0.0.0/8, ::1",
+        (ip_network("10.0.0.0/8"), ip_network("::1")),
+        "10.0.0.0/8,proxy",
+        "networks",
+    ),
 }
 # The web process's own (webhook/serving.py) and scripts/run.sh's (ledgerctl/run_local.py).
 OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
@@ -111,13 +133,13 @@ def problems(cls: type, env: dict[str, str]) -> list[str]:
         except SettingsError as exc:
             return exc.problems
         return []
-    return declared.read(fields(cls), env)[1]
+    return setting_fields.read(fields(cls), env)[1]
 
 
 def value_of(cls: type, name: str, text: str) -> object:
     if cls is Settings:
         return getattr(load({name: text}), name)
-    return declared.read(fields(cls), {name: text})[0][name]
+    return setting_fields.read(fields(cls), {name: text})[0][name]
 
 
 def test_every_setting_has_a_case() -> None:
@@ -234,7 +256,7 @@ def test_each_ops_token_has_a_label(
     env: dict[str, str], tokens: list[str], labels: list[str]
 ) -> None:
     s = load(env)
-    assert (s.ops_tokens, s.ops_token_labels) == (tokens, labels)
+    assert (list(s.OPS_TOKEN), s.ops_token_labels) == (tokens, labels)
 
 
 def test_an_ops_token_label_is_a_plain_name() -> None:
@@ -251,7 +273,9 @@ def test_a_rule_is_skipped_when_one_of_its_settings_is_wrong_itself() -> None:
 def test_a_required_setting_must_be_set() -> None:
     with pytest.raises(SettingsError, match="^missing setting STRIPE_WEBHOOK_SECRET: expected"):
         load({}, require=("STRIPE_WEBHOOK_SECRET",))
-    assert load({}).secrets == []  # the worker, sweeper and CLI need no webhook secret
+    assert (
+        load({}).STRIPE_WEBHOOK_SECRET == ()
+    )  # the worker, sweeper and CLI need no webhook secret
 
 
 def test_overrides_are_checked_like_the_environment() -> None:
@@ -274,7 +298,7 @@ def test_overrides_are_checked_like_the_environment() -> None:
 def test_the_web_process_listens_on_web_port_else_the_platforms_port(
     env: dict[str, str], bind: str
 ) -> None:
-    values, found = declared.read(fields(Server), env)
+    values, found = setting_fields.read(fields(Server), env)
     assert found == [] and Server(**values).bind == bind  # type: ignore[arg-type]
 
 

@@ -1,0 +1,75 @@
+"""Fixed limits and intervals of the service: constants, not settings (no environment
+variable changes them). Each says why it has its value. Standard library only: gunicorn's
+master reads the settings, which use MAX_DURATION_*, before anything else is imported.
+"""
+
+DEFAULT_WEB_PORT = 8000
+"""The web process's port when neither WEB_PORT nor the platform's PORT is set (also the
+port the banner and ``scripts/run.sh`` assume)."""
+
+MAX_DURATION_DAYS = 36525
+"""Longest duration in days any setting may hold (100 years): the event TTL it becomes
+(EXPIRE, in seconds) and the times in milliseconds computed from it stay far inside what
+Redis accepts (an expiry of at most 2**63 - 1 ms from the epoch) and exact as Lua numbers
+(2**53). A longer one is refused at start-up, naming the setting."""
+
+MAX_DURATION_SECONDS = 3652 * 86400
+"""Longest duration in seconds any setting may hold (ten years): besides Redis's limits,
+the process timers take it (a worker's RQ job timeout, LEASE_SECONDS + FULFILMENT_TIMEOUT +
+JOB_TIMEOUT_MARGIN_SECONDS, is a C int of seconds, at most 2**31 - 1, for SIGALRM)."""
+
+REQUEST_ID_TTL = 300
+"""Seconds a request id's answer is kept so a retried ledger write is not counted twice
+(redis-py retries within seconds; the answer is one small string per delivery)."""
+
+RECENT_REJECTIONS = 1000
+"""Length of the capped list of recent rejections: enough to read an incident, bounded
+memory under a flood."""
+
+FULFIL_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+"""Bucket bounds (ms) of the fulfil latency histogram kept in Redis for Prometheus: from a
+fast local downstream to a call cut at the longest lease people set."""
+
+RQ_FAILURE_TTL = 7 * 86400
+"""Seconds RQ keeps a failed fulfilment job: a week, for the sweeper to count such failures
+and a person to read them."""
+
+JOB_TIMEOUT_MARGIN_SECONDS = 5
+"""RQ's timeout of a fulfilment job is LEASE_SECONDS + FULFILMENT_TIMEOUT + this: longer than
+any lease, so the ledger's lease, not RQ, decides when an attempt is given up."""
+
+LEASE_MARGIN_SECONDS = 2
+"""LEASE_SECONDS must exceed FULFILMENT_TIMEOUT by at least this: the call's hard deadline
+ends it before its lease can expire, so two calls for one payment never overlap."""
+
+PAUSE_RECHECK_SECONDS = 3600
+"""A payment deferred by a pause is due again only after this long: the sweeper releases
+the waiting payments as soon as fulfilment is resumed, so this is a backstop, long enough
+that a paused backlog is not re-queued over and over (each time a job, a deferral)."""
+
+RATE_WAIT_SECONDS = 10.0
+"""Longest a worker waits in its job for a free slot under FULFILMENT_MAX_RATE before it
+defers the payment to the sweeper: a short wait smooths a burst, a long one would hold
+the worker from other payments."""
+
+DUPLICATE_WINDOW_SECONDS = 7 * 86400
+"""How long a paid payment's customer, amount and currency are remembered to catch a
+possible duplicate purchase (only with FULFIL_UNLINKED_INVOICES): longer than Stripe's
+three days of retries of the event that would tie the two."""
+
+REPLAY_HEADER = "X-Webhook-Replay"
+"""Header the replay script sets; the ledger records such deliveries as source ``replay``."""
+
+STRIPE_EVENTS_KEPT_DAYS = 30
+"""How far back Stripe's Events API lists events, so how far back reconcile can look."""
+
+RECONCILE_RUNS_KEPT = 50
+"""Reconcile runs kept in Redis (newest first) for the dashboard and the API."""
+
+RECONCILE_MISSING_KEPT = 100
+"""Missing events listed in a stored run (the count is always whole): a run's record stays
+small however much is missing."""
+
+BUNDLE_MAX_FILE_BYTES = 1024 * 1024 * 1024
+"""Largest file ``webhook-ledger verify`` reads from an evidence bundle (``--max-file-mb``);
+a larger one is a verification failure, not an out-of-memory error."""
