@@ -1,5 +1,5 @@
-"""CPU accounting from /proc: per process (with its threads and reaped children), per
-process tree, and for the whole machine."""
+"""CPU accounting from /proc: per process (with its threads and reaped children) and for the
+whole machine."""
 
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -8,39 +8,24 @@ from pathlib import Path
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, CPU ticks of it and its reaped children) of a live process, or None."""
+def _ticks(pid: int) -> int | None:
+    """CPU ticks of a live process and its reaped children, or None."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     rest = raw[raw.rfind(")") + 2 :].split()
     # utime + stime + cutime + cstime: a forking RQ worker's horses are reaped by it.
-    return int(rest[1]), int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None:
-                children.setdefault(st[0], []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
 
 
 def cpu_seconds(pids: Iterable[int]) -> float:
     """User + system CPU seconds so far of these (live) processes, all their threads."""
     total = 0
     for pid in pids:
-        st = _stat(pid)
-        if st is not None:
-            total += st[1]
+        ticks = _ticks(pid)
+        if ticks is not None:
+            total += ticks
     return total / TICKS
 
 

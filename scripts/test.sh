@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/bootstrap.sh: .venv from uv.lock with the dev group) and run every check:
-# the lock is current, ruff lint, ruff format, mypy, promtool (the alerting rules), pytest.
+# the lock is current, ruff lint, ruff format, mypy, the import layers (import-linter), dead
+# code (vulture), promtool (the alerting rules), pytest.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k ledger
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,8 @@ echo "== uv lock --check (uv.lock matches pyproject.toml)" && uv lock --check --
 echo "== ruff check" && ruff check .
 echo "== ruff format --check" && ruff format --check .
 echo "== mypy" && mypy
+echo "== lint-imports (the layers: [tool.importlinter] in pyproject.toml)" && lint-imports --no-cache --no-logo
+echo "== vulture (dead code: [tool.vulture] in pyproject.toml)" && vulture
 # The alerting rules (deploy/prometheus): promtool's checks and unit tests.
 echo "== promtool" && scripts/check_alerts.sh
 echo "== pytest" && exec pytest "$@"

@@ -446,7 +446,9 @@ class Protocol(RuleBasedStateMachine):
 
     def all_payments(self) -> set[str]:
         prefix = keys.payment("")
-        return {k.decode()[len(prefix) :] for k in self.redis.scan_iter(match=prefix + "*")}
+        return {
+            k.decode()[len(prefix) :] for k in self.redis.scan_iter(match=prefix + "*", count=1000)
+        }
 
     def state(self, pk: str) -> str:
         return (self.redis.hget(keys.payment(pk), "state") or b"").decode()

@@ -43,7 +43,7 @@ class Attack:
         self.selector = selectors.DefaultSelector()
         self.connections: dict[socket.socket, Connection] = {}
         self.statuses: Counter = Counter()
-        self.opened = self.closed_by_server = self.body_bytes = 0
+        self.opened = self.body_bytes = 0
         self.kept_alive_after_rejection = 0
         """4xx answers that left the connection open (Connection: keep-alive)."""
         self.window, self.opened_in_window = 0.0, 0
@@ -68,7 +68,6 @@ class Attack:
         self.selector.unregister(sock)
         del self.connections[sock]
         sock.close()
-        self.closed_by_server += 1
 
     def send_due(self, now: float) -> None:
         if not self.slow:

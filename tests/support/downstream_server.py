@@ -8,6 +8,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.processes import serving_thread
+
 
 class CountingDownstream:
     """Answers each call with the next status of ``script`` (then ``default``)."""
@@ -36,7 +38,7 @@ class CountingDownstream:
         self.successes: Counter[str] = Counter()
         self.server = self._serve(0)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
 
     def _serve(self, port: int) -> ThreadingHTTPServer:
         server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -65,7 +67,7 @@ class CountingDownstream:
     def listen(self) -> None:
         """Listen again on the same port after :meth:`refuse_connections`."""
         self.server = self._serve(self.port)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
         self.thread.start()
 
     def calls_between(self, start: float, end: float) -> list[tuple[float, str, int]]:

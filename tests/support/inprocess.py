@@ -28,11 +28,31 @@ from workers.sweeper import sweep_once
 FAST = {"LEASE_SECONDS": "3", "FULFILMENT_TIMEOUT": "1", "RETRY_BASE_SECONDS": "0.1"}
 
 
+LISTENER_POLL_SECONDS = 0.05
+
+
 class InProcessWorker(SimpleWorker):
     """The shipped worker class; its job timeout on a timer thread, not SIGALRM, which the
     call's own deadline (and pytest-timeout) use in this process."""
 
     death_penalty_class = TimerDeathPenalty
+
+    def subscribe(self) -> None:
+        """RQ's, with its command listener polling every 50 ms instead of blocking for 60 s.
+
+        RQ's teardown unsubscribes, then stops the listener and waits up to 1 s for it. A
+        listener that reads the unsubscribe reply before the stop sees itself still running
+        and waits for a subscription again (redis-py's ``get_message`` when unsubscribed),
+        so the wait runs out: 0.40 s a burst on average, 8.0 of the 8.8 s of a test that
+        runs 20 bursts (cProfile). Polling ends that wait within 50 ms; the channel (stop
+        and shutdown commands) works as shipped."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=LISTENER_POLL_SECONDS,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
 
 
 class Fulfilment:

@@ -10,8 +10,10 @@ import random
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +50,15 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {first}-{first + PORTS_EACH - 1}")
+
+
+def serving_thread(server: socketserver.BaseServer) -> threading.Thread:
+    """A daemon thread (not started) that serves ``server`` until its ``shutdown()``, which
+    then returns within 50 ms: serve_forever's default poll of 0.5 s made every stop of a
+    test's HTTP server wait 0.25 s on average (0.51 s for each test_gating case)."""
+    return threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
 
 
 def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:

@@ -4,14 +4,13 @@ and small local HTTP servers that misbehave, for what the script must not trust.
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.support.constants import SECRET
-from tests.support.processes import ROOT
+from tests.support.processes import ROOT, serving_thread
 
 SCRIPT = str(ROOT / "scripts" / "replay_events.py")
 AGAINST_A_STAND_IN = ("--generate", "1", "--expect-once", "--settle-timeout", "1")
@@ -61,7 +60,7 @@ def local_server(handle: Handle) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serving_thread(server).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.support.processes import serving_thread
+
 API_KEY = "rk_test_reconcile_read_events_only"
 
 
@@ -27,7 +29,7 @@ class EventsApi:
         """Cleared: requests are counted, then answered once it is set (ordering tests)."""
         self.gate.set()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
 
     @property
     def url(self) -> str:

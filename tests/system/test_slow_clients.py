@@ -36,7 +36,7 @@ class Tricklers:
         self.port = port
         self.bodies = [self.connect(BODY_HEAD) for _ in range(BODY_TRICKLERS)]
         self.headers = [self.connect(HEADER_START) for _ in range(HEADER_TRICKLERS)]
-        self.rounds, self.body_errors, self.reconnects = 0, 0, 0
+        self.rounds, self.body_errors = 0, 0
         self.round_done = threading.Condition()
         self.stop = threading.Event()
 
@@ -58,7 +58,6 @@ class Tricklers:
                 except OSError:  # dropped at its header deadline: an attacker comes back
                     sock.close()
                     self.headers[i] = self.connect(HEADER_START)
-                    self.reconnects += 1
             with self.round_done:
                 self.rounds += 1
                 self.round_done.notify_all()

@@ -1,6 +1,7 @@
 """The call deadline in a child process: Python code is interrupted at the deadline and the
-process goes on; a call blocked inside C code (SQLite waiting for a lock this test holds)
-ends with its process, from the main thread or a helper thread."""
+process goes on; the job's own alarm (RQ's job timeout) is put back after each call; a call
+blocked inside C code (SQLite waiting for a lock this test holds) ends with its process,
+from the main thread or a helper thread."""
 
 import sqlite3
 import subprocess
@@ -20,6 +21,32 @@ except DeadlineExceeded:
     print("deadline", flush=True)
 call_within(1.0, lambda: time.sleep(0.6), kill_after=0.3)  # past the first kill time
 print("alive", flush=True)
+"""
+
+JOB_ALARM = """
+import signal, time
+from workers.deadline import DeadlineExceeded, call_within
+fired = []
+def job_timeout(signum, frame):  # RQ's handler for its job timeout
+    fired.append("job timeout")
+signal.signal(signal.SIGALRM, job_timeout)
+signal.setitimer(signal.ITIMER_REAL, 3.0)  # RQ's job timeout, longer than the call's
+def put_back():
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    ok = signal.getsignal(signal.SIGALRM) is job_timeout and (fired or 0 < left <= 3.0)
+    if not ok:  # else the wait below would not end
+        raise SystemExit(f"not put back: {signal.getsignal(signal.SIGALRM)}, {left}")
+    print("put back")
+print(call_within(1.0, lambda: "answered", kill_after=1.0))
+put_back()
+try:
+    call_within(0.1, lambda: time.sleep(30), kill_after=1.0)
+except DeadlineExceeded:
+    print("deadline")
+put_back()
+while not fired:
+    signal.pause()  # the job's alarm still goes off, to the job's handler
+print(fired[0], flush=True)
 """
 
 STUCK_IN_C = """
@@ -49,6 +76,14 @@ def child(code: str, *args: str) -> subprocess.CompletedProcess:
 def test_python_code_is_interrupted_and_its_process_goes_on() -> None:
     done = child(PYTHON_CODE)
     assert (done.returncode, done.stdout) == (0, b"deadline\nalive\n"), done.stderr
+
+
+def test_the_jobs_own_alarm_is_put_back_after_each_call() -> None:
+    """SIGALRM is RQ's job timeout too: after the call (answered or cut off at its deadline)
+    its handler is back and its timer runs on, never longer than it was."""
+    done = child(JOB_ALARM)
+    expected = b"answered\nput back\ndeadline\nput back\njob timeout\n"
+    assert (done.returncode, done.stdout) == (0, expected), done.stderr
 
 
 @pytest.mark.parametrize("where", ["main", "thread"])

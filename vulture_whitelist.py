@@ -1,0 +1,81 @@
+"""Names that frameworks and tools use by name, so vulture (scripts/test.sh, [tool.vulture]
+in pyproject.toml) does not see them used. Decorated views, error handlers and the protocol
+explorer's rules are skipped by ``ignore_decorators`` there instead. Vulture matches by
+name: each line below keeps that name alive everywhere, so list only names a framework
+reads, with who reads them."""
+
+from vulture.whitelists.whitelist_utils import Whitelist
+
+_ = Whitelist()
+
+# gunicorn reads its settings and server hooks from gunicorn.conf.py by name (some are
+# also used elsewhere, so vulture would not miss them today; all are listed).
+_.bind
+_.workers
+_.worker_class
+_.worker_connections
+_.threads
+_.reuse_port
+_.http_parser
+_.keepalive
+_.timeout
+_.graceful_timeout
+_.accesslog
+_.errorlog
+_.loglevel
+_.limit_request_field_size
+_.control_socket_disable
+_.on_starting
+_.when_ready
+_.post_fork
+_.on_exit
+_.child_exit
+
+# RQ: `rq worker -c workers.rq_config` reads QUEUES; a Worker subclass sets its death penalty.
+_.QUEUES
+_.death_penalty_class
+
+# FULFILMENT_ACTION and RQ jobs named by dotted path (bench/fulfilment.py, the fault tests).
+_.noop
+_.noop_action
+_.exit_worker
+_.apply_twice
+_.insert_order
+
+# msgspec and the ledger's Redis hashes write struct fields by name: fields no Python code
+# reads back are answered as JSON (ledger/views.py, webhook/openapi.yaml) or stored.
+_.delivered_payload_sha256
+_.last_failed_event_type
+_.last_refund_event_type
+_.leases_expired
+_.job_failures
+_.jobs_skipped
+_.last_skip
+_.in_progress
+_.retrying
+_.heartbeat_window_s
+_.sweeper_passes
+_.minute
+_.peak_deliveries
+_.window_start
+_.interval_s
+_.started_ms
+_.finished_ms
+
+# The standard library and Werkzeug call or read these by name.
+_.row_factory  # sqlite3.Connection
+_.max_age  # werkzeug's ResponseCacheControl
+_.do_GET  # http.server.BaseHTTPRequestHandler
+_.do_POST
+_.log_message
+_.daemon_threads  # socketserver.ThreadingMixIn
+_.protocol_version
+
+# pytest: plugins, hooks and marks by name.
+_.pytest_plugins
+_.pytest_cmdline_main
+_.pytestmark
+_.dist  # config.option.dist, pytest-xdist's --dist
+
+# Dead, in a module being reworked on another branch: remove the name there, then here.
+_.STATUSES  # ledger/secret_usage.py: named only in a docstring
