@@ -1,18 +1,55 @@
 -- Shared by every ledger script: prepended when the script is loaded (scripts cannot call
--- each other), after the key names, TTLs and caps of ledger/keys.py. Every script checks
--- its arguments before its first write: Redis does not roll back a script that fails
--- half-way, so a runtime error after a write would leave the ledger partial.
+-- each other), after the key names, TTLs and caps of ledger/keys.py and the script's name
+-- (SCRIPT). Every script checks its arguments before its first write: Redis does not roll
+-- back a script that fails half-way, so a runtime error after a write would leave the
+-- ledger partial.
 -- A replayed answer (a client retry of a call whose reply was lost) is "written again for
 -- WAIT": the same value once more, because WAIT (LEDGER_MIN_REPLICAS, ledger/replication.py)
 -- is documented to wait for the writes of its own connection, and a retry runs on a new one.
 
--- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2.
--- ledger/scripts.py reads the same names and passes each call's values in this order.
+-- Refuse the call: an error reply naming the script (SCRIPT, ledger/scripts.py) that
+-- writes nothing as long as it comes before the first write. It ends the script.
+local function refuse(what)
+  error(redis.error_reply('ERR ' .. SCRIPT .. ': ' .. what))
+end
+
+-- A value as an error message shows it: quoted, cut to 40 characters, unprintable ones '?'.
+local function shown(value)
+  if value == nil then return 'nothing' end
+  local text = string.gsub(string.sub(value, 1, 40), '[^%w%p ]', '?')
+  return "'" .. text .. "'" .. (#value > 40 and '...' or '')
+end
+
+-- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2;
+-- refused if one is missing (it would fail later, half-way). ledger/scripts.py reads the
+-- same names and passes each call's values in this order.
 local function named(values, ...)
   local names = {...}
   local by_name = {}
-  for i, name in ipairs(names) do by_name[name] = values[i] end
+  for i, name in ipairs(names) do
+    if values[i] == nil then
+      refuse((values == KEYS and 'key ' or 'argument ') .. name .. ' (' .. i .. ' of ' ..
+        #names .. ') is missing: got ' .. #values)
+    end
+    by_name[name] = values[i]
+  end
   return by_name, #names
+end
+
+-- A script's reply by name: `local reply = replies('verdict', 'state')` at its top, then
+-- `return reply{verdict = 'stale', state = state}` answers {'stale', state}; a field not
+-- given is false (nil to the client). ledger/replies.py reads the same names.
+local function replies(...)
+  local names = {...}
+  return function(fields)
+    local answer = {}
+    for i, name in ipairs(names) do
+      local value = fields[name]
+      if value == nil then value = false end
+      answer[i] = value
+    end
+    return answer
+  end
 end
 
 local function now_ms()
@@ -24,20 +61,8 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- An error reply that writes nothing; call it before the first write.
-local function refuse(script, what)
-  return redis.error_reply('ERR ' .. script .. ': ' .. what)
-end
-
--- Refusal unless at least `n` arguments came (a missing one would fail later, half-way).
-local function too_few(script, n)
-  if #ARGV < n then return refuse(script, 'needs ' .. n .. ' arguments, got ' .. #ARGV) end
-  return nil
-end
-
--- An argument as a whole number from `least` to `most` (either optional), else nil (rejects
--- nan, inf, '1.5', ''). A TTL or a duration added to now has `most` MAX_TTL_SECONDS or
--- MAX_TTL_MS (ledger/keys.py): Redis would refuse a longer EXPIRE after earlier writes.
+-- A value as a whole number from `least` to `most` (either optional), else nil (rejects
+-- nan, inf, '1.5', '').
 local function whole(value, least, most)
   local n = tonumber(value)
   if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
@@ -46,6 +71,28 @@ local function whole(value, least, most)
   if (least and n < least) or (most and n > most) then return nil end
   return n
 end
+
+-- Argument `name` of `args` as a whole number from `least` to `most` (either optional),
+-- else refused. A TTL or a duration added to now has `most` MAX_TTL_SECONDS or MAX_TTL_MS
+-- (ledger/keys.py): Redis would refuse a longer EXPIRE after earlier writes.
+local function whole_arg(args, name, least, most)
+  local n = whole(args[name], least, most)
+  if n then return n end
+  local range = (least and (' from ' .. least) or '') .. (most and (' to ' .. most) or '')
+  refuse(name .. ' must be a whole number' .. range .. ', got ' .. shown(args[name]))
+end
+
+-- Argument `name` of `args` if it is one of `allowed` ({['0'] = true, ...}), else refused.
+local function choice_arg(args, name, allowed)
+  local value = args[name]
+  if allowed[value] then return value end
+  local choices = {}
+  for choice in pairs(allowed) do choices[#choices + 1] = choice end
+  table.sort(choices)
+  refuse(name .. ' must be ' .. table.concat(choices, '|') .. ', got ' .. shown(value))
+end
+
+local BIT = {['0'] = true, ['1'] = true}
 
 -- The commands an RQ enqueue is captured as, with the argument counts each may have
 -- (name included): anything else could fail half-way through a script, so it is refused.
@@ -56,22 +103,27 @@ local CAPTURABLE = {
   HSET = function(n) return n >= 4 and n % 2 == 0 end,
 }
 
--- Whether ARGV[first..] is a well-formed list of captured commands: (count, arg1..argcount)*.
-local function commands_ok(first)
+-- Refused unless ARGV[first..] is a well-formed list of captured commands:
+-- (count, arg1..argcount)*.
+local function check_commands(first)
   local i = first
   while i <= #ARGV do
     local count = tonumber(ARGV[i])
     if not count or count < 1 or count ~= math.floor(count) or i + count > #ARGV then
-      return false
+      refuse('captured enqueue: argument ' .. i .. ' must count the words of a command ' ..
+        'that follows, got ' .. shown(ARGV[i]))
     end
     local arity = CAPTURABLE[string.upper(ARGV[i + 1])]
-    if not arity or not arity(count) then return false end
+    if not arity or not arity(count) then
+      refuse('captured enqueue: argument ' .. (i + 1) .. ' must start an RQ command ' ..
+        '(SADD, RPUSH, LPUSH, HSET with its arguments), got ' .. shown(ARGV[i + 1]) ..
+        ' with ' .. (count - 1))
+    end
     i = i + count + 1
   end
-  return true
 end
 
--- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by commands_ok.
+-- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by check_commands.
 local function run_commands(first)
   local i = first
   while i <= #ARGV do
@@ -132,6 +184,22 @@ end
 local function attempts_used(pay)
   return tonumber(redis.call('HGET', pay, 'token') or '0')
     - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
+end
+
+-- The backoff between attempts a script was given (ARGV backoff_base_ms, backoff_cap_ms).
+local function backoff_args(args)
+  return {base_ms = whole_arg(args, 'backoff_base_ms', 0, MAX_TTL_MS),
+    cap_ms = whole_arg(args, 'backoff_cap_ms', 0, MAX_TTL_MS)}
+end
+
+-- Retry the payment after its backoff: base_ms, doubled for each attempt used after the
+-- first, at most cap_ms. Returns when (ms).
+local function retry_later(pay, used, backoff, now)
+  local next_at = now + math.floor(math.min(backoff.base_ms * 2 ^ (used - 1), backoff.cap_ms))
+  move(pay, 'retrying', now)
+  redis.call('HSET', pay, 'next_at', next_at)
+  redis.call('ZADD', DUE, next_at, id_of(pay, PAYMENT_PREFIX))
+  return next_at
 end
 
 -- The lease of the current attempt has expired: its worker died or stalled. Returns
