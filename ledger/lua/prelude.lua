@@ -29,7 +29,7 @@ local function named(values, ...)
   for i, name in ipairs(names) do
     if values[i] == nil then
       refuse((values == KEYS and 'key ' or 'argument ') .. name .. ' (' .. i .. ' of ' ..
-        #names .. ') is missing: got ' .. #values)
+        #names .. ') is missing: ' .. #values .. ' given')
     end
     by_name[name] = values[i]
   end
@@ -61,23 +61,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A value as a whole number from `least` to `most` (either optional), else nil (rejects
--- nan, inf, '1.5', '').
-local function whole(value, least, most)
-  local n = tonumber(value)
-  if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
-    return nil
-  end
-  if (least and n < least) or (most and n > most) then return nil end
-  return n
-end
-
 -- Argument `name` of `args` as a whole number from `least` to `most` (either optional),
--- else refused. A TTL or a duration added to now has `most` MAX_TTL_SECONDS or MAX_TTL_MS
--- (ledger/keys.py): Redis would refuse a longer EXPIRE after earlier writes.
+-- else refused (so are nan, inf, '1.5', ''). A TTL or a duration added to now has `most`
+-- MAX_TTL_SECONDS or MAX_TTL_MS (ledger/keys.py): Redis would refuse a longer EXPIRE after
+-- earlier writes.
 local function whole_arg(args, name, least, most)
-  local n = whole(args[name], least, most)
-  if n then return n end
+  local n = tonumber(args[name])
+  if n and n == n and n ~= math.huge and n ~= -math.huge and n == math.floor(n)
+    and not (least and n < least) and not (most and n > most) then
+    return n
+  end
   local range = (least and (' from ' .. least) or '') .. (most and (' to ' .. most) or '')
   refuse(name .. ' must be a whole number' .. range .. ', got ' .. shown(args[name]))
 end
@@ -117,7 +110,7 @@ local function check_commands(first)
     if not arity or not arity(count) then
       refuse('captured enqueue: argument ' .. (i + 1) .. ' must start an RQ command ' ..
         '(SADD, RPUSH, LPUSH, HSET with its arguments), got ' .. shown(ARGV[i + 1]) ..
-        ' with ' .. (count - 1))
+        ' with ' .. (count - 1) .. ' arguments')
     end
     i = i + count + 1
   end

@@ -58,21 +58,21 @@ end
 -- What this delivery is, given the event's stored record (`first`: n, sha, pk, role, paid,
 -- delivered_sha; all nil for a new event).
 local function classified(first, now)
+  -- One constructor with every field (false: none yet), so the table is sized once.
   local d = {now = now, ek = KEY.event, id = id_of(KEY.event, EVENT_PREFIX),
-    known = first[1] and true or false, from_api = ARG.source == 'api'}
+    known = first[1] and true or false, from_api = ARG.source == 'api', dup = 0,
+    conflict = 0, pk = ARG.payment_key, role = ARG.role, paid = ARG.paid == '1',
+    linked = ARG.linked, fingerprint = ARG.fingerprint, key = '', ties = false,
+    twin = false, pay = false}
+  if not d.known then return d end
   -- n is 0 on an event found through the API: its first delivery is no duplicate, and its
   -- stored body is the API's rendering, so copies are compared with the first delivered one.
-  d.dup = (d.known and (tonumber(first[1]) or 1) > 0) and 1 or 0
+  d.dup = (tonumber(first[1]) or 1) > 0 and 1 or 0
   d.conflict = (d.dup == 1 and (first[6] or first[2]) ~= ARG.sha) and 1 or 0
-  if d.known then
-    -- The first record's classification stands: a copy, or another body under the same id,
-    -- is counted but never moves a payment or creates one.
-    d.pk, d.role, d.paid = first[3] or '', first[4] or 'info', first[5] == '1'
-    d.linked, d.fingerprint = '', ''
-  else
-    d.pk, d.role, d.paid = ARG.payment_key, ARG.role, ARG.paid == '1'
-    d.linked, d.fingerprint = ARG.linked, ARG.fingerprint
-  end
+  -- The first record's classification stands: a copy, or another body under the same id,
+  -- is counted but never moves a payment or creates one.
+  d.pk, d.role, d.paid = first[3] or '', first[4] or 'info', first[5] == '1'
+  d.linked, d.fingerprint = '', ''
   return d
 end
 
