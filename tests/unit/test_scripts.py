@@ -1,4 +1,5 @@
-"""The Lua library's shape: one prelude, names declared once, every key name from keys.py."""
+"""The Lua library's shape: one prelude (and the attempt helpers), names declared once, every
+key name from keys.py."""
 
 import re
 from importlib import resources
@@ -9,11 +10,12 @@ from rq import Queue
 from rq.job import Job
 
 from ledger import keys, replies
-from ledger.scripts import names_given, source
+from ledger.scripts import ATTEMPT_SCRIPTS, names_given, source
 
 LUA = resources.files("ledger").joinpath("lua")
 SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
 SCRIPTS.remove("prelude")
+SCRIPTS.remove("attempts")
 
 
 def test_rq_key_prefixes_are_rqs_own() -> None:
@@ -48,3 +50,13 @@ def test_a_reply_of_several_values_is_named_as_its_struct(name: str) -> None:
     shape = replies.SHAPES.get(name)
     assert names_given(own, "replies") == (shape.__struct_fields__ if shape else ())
     assert not re.search(r"return \{", own), "an array reply is built by reply{...}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_only_the_attempt_scripts_get_the_attempt_helpers(name: str) -> None:
+    """A script outside ATTEMPT_SCRIPTS would fail at run time on an attempt helper (a
+    global Redis refuses); one inside needs at least one of them."""
+    helpers = re.findall(r"^local function (\w+)", LUA.joinpath("attempts.lua").read_text(), re.M)
+    own = LUA.joinpath(f"{name}.lua").read_text()
+    used = [h for h in helpers if re.search(rf"\b{h}\(", own)]
+    assert bool(used) == (name in ATTEMPT_SCRIPTS), used
