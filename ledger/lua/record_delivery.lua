@@ -145,8 +145,8 @@ end
 -- Why the first paid event of a payment in `state` must wait for a person, or ''.
 local function hold_reason(d, state)
   if state ~= nil and state ~= 'pending' then return '' end  -- already paid or held
-  local same = d.twin or redis.call('HGET', d.pay, 'same_purchase_as')
   if ARG.hold ~= '' then return ARG.hold end
+  local same = d.twin or redis.call('HGET', d.pay, 'same_purchase_as')
   if same then
     return 'same purchase as ' .. same .. ' (Stripe tied their ids after both were recorded)'
   end
