@@ -7,7 +7,6 @@ downstream (mark_calling) or record the outcome (finish).
 
 import os
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,18 +16,10 @@ from ledger import faults, keys
 from ledger.clock import now_ms
 from ledger.enqueue import Jobs, PreparedJob
 from ledger.replication import replicated
+from ledger.replies import Decided, Finished, Start
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
-
-
-@dataclass(frozen=True)
-class Start:
-    verdict: str
-    token: int = 0
-    reason: str = ""
-    call_fields: dict[str, str] | None = None
-    """amount, currency, livemode, events: what the downstream call needs (with ``go``)."""
 
 
 class Attempts:
@@ -55,7 +46,7 @@ class Attempts:
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
         retry of this very call (answered ``go`` again) from a second run of the same job."""
-        reply = self._replicated(
+        return self._replicated(
             "start_attempt",
             {"payment": keys.payment(payment_key)},
             {
@@ -67,13 +58,6 @@ class Attempts:
                 "caller": self.caller,
             },
         )
-        verdict, token, *rest = reply
-        if text(verdict) == "go":
-            names = ("amount", "currency", "livemode", "events")
-            return Start(
-                "go", int(token), call_fields=dict(zip(names, map(text, rest), strict=True))
-            )
-        return Start(text(verdict), int(token), text(rest[0]) if rest else "")
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         """The fence before the call: True if this token still holds a live lease."""
@@ -97,8 +81,8 @@ class Attempts:
         }
         if faults.fires("during_record"):
             self._send_and_die(script, *script.positional(named_keys, args))
-        verdict, state = self._replicated("finish_attempt", named_keys, args)
-        return text(verdict), text(state)
+        finished: Finished = self._replicated("finish_attempt", named_keys, args)
+        return finished.verdict, finished.state
 
     def _send_and_die(self, script: Script, script_keys: list[str], args: list[Any]) -> None:
         """Fault point ``during_record``: the write is on the wire when the process dies."""
@@ -120,8 +104,7 @@ class Attempts:
             "backoff_cap_ms": s.retry_cap_ms,
         }
         named_keys = {"payment": keys.payment(payment_key), "queue": self.jobs.queue.key}
-        (verdict,) = self.scripts["recover"](named_keys, args, job.commands)
-        return text(verdict)
+        return text(self.scripts["recover"](named_keys, args, job.commands))
 
     def record_decision(
         self,
@@ -146,8 +129,10 @@ class Attempts:
             "grace_ms": self.settings.grace_ms,
         }
         named_keys = {"payment": keys.payment(payment_key)}
-        verdict, state, *_ = self._replicated("operator", named_keys, args, job.commands)
-        return text(verdict), text(state)
+        decided: Decided = self._replicated("operator", named_keys, args, job.commands)
+        if decided.verdict == "wait":
+            return decided.verdict, str(decided.until_ms)
+        return decided.verdict, decided.state
 
     def purge(self, limit: int = 500) -> int:
         """Delete settled payments older than PAYMENT_RETENTION_DAYS (0 keeps them for ever)."""

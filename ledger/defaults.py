@@ -1,10 +1,6 @@
 """The fulfil latency constants of the read model (every other constant is in
 ledger/limits.py, every setting in ledger/settings.py)."""
 
-RECENT_LATENCIES = 10000
-"""Fulfil latencies kept in a capped list (written by the scripts; no reader since the
-percentiles are taken over a time window, LATENCY_WINDOW_SECONDS)."""
-
 LATENCY_WINDOW_SECONDS = 3600
 """Fulfil latency percentiles (summary, dashboard) are over the payments fulfilled this
 recently, so an old backlog stops dominating them once it is older."""

@@ -17,11 +17,12 @@ from redis.exceptions import RedisError
 from ledger import keys
 from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified, data_object, is_thin, related
+from ledger.money import paid_amount
 from ledger.payloads import compress_payload
 from ledger.replication import replicated
+from ledger.replies import Recorded
 from ledger.scripts import Script
 from ledger.settings import Settings
-from ledger.stored import text
 
 API_SOURCE = "api"
 """The source of an event found through Stripe's Events API (reconcile): recorded like a
@@ -51,17 +52,6 @@ class Delivery:
     request_id: str
 
 
-@dataclass(frozen=True)
-class Recorded:
-    deliveries: int
-    duplicate: bool
-    conflict: bool
-    enqueued: bool
-    payment_state: str
-    payment_key: str
-    """The payment the event joined: its own key, or the one an id Stripe ties it to."""
-
-
 class Ledger:
     """Writes to the ledger; one instance per process, shared by its threads."""
 
@@ -79,11 +69,9 @@ class Ledger:
             # Offered with every paid delivery; the script runs it for the payment's first.
             job = self.jobs.prepare(c.payment_key) if c.paid and c.payment_key else NO_JOB
             named_keys, args = self.delivery_call(delivery, job.job_id)
-            reply = replicated(self.record_script, named_keys, args, self.settings, job.commands)
+            return replicated(self.record_script, named_keys, args, self.settings, job.commands)
         except RedisError as exc:  # RQ too asks the server (its version, once per process)
             raise LedgerUnavailable(str(exc)) from exc
-        n, dup, conflict, enqueued, state, key = reply
-        return Recorded(int(n), bool(dup), bool(conflict), bool(enqueued), text(state), text(key))
 
     def delivery_call(
         self, delivery: Delivery, job_id: str
@@ -110,7 +98,7 @@ class Ledger:
             "body": compress_payload(delivery.body),
             "event_ttl": self.settings.event_ttl_s,
             "grace_ms": self.settings.grace_ms,
-            "amount": _scalar(_amount(obj)),
+            "amount": _scalar(paid_amount(obj)),
             "currency": _scalar(obj.get("currency")),
             "job_id": job_id,
             "linked": " ".join(c.linked),
@@ -129,14 +117,6 @@ class Ledger:
         except RedisError:
             return False
         return True
-
-
-def _amount(obj: dict[str, Any]) -> object:
-    for name in ("amount_received", "amount_captured", "amount_total", "amount_paid", "amount"):
-        value = obj.get(name)
-        if isinstance(value, int) and value:
-            return value
-    return obj.get("amount")
 
 
 def _scalar(value: object) -> str:

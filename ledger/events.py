@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ledger.money import paid_amount
+
 Obj = dict[str, Any]
 R = TypeVar("R")
 
@@ -288,9 +290,8 @@ def _hold(event: Obj, account: str, policy: Policy) -> str:
 def _fingerprint(obj: Obj, event: Obj, unlinked: bool) -> str:
     """``kind|mode:customer:currency:amount``; the customer is empty for a guest."""
     customer = obj.get("customer")
-    amount, currency = obj.get("amount_paid") or obj.get("amount_received"), obj.get("currency")
-    amount = amount or obj.get("amount_total") or obj.get("amount")
-    if not isinstance(amount, int) or not isinstance(currency, str) or not currency.isalpha():
+    amount, currency = paid_amount(obj), obj.get("currency")
+    if amount is None or not isinstance(currency, str) or not currency.isalpha():
         return ""
     if not isinstance(customer, str) or not customer or ":" in customer:
         customer = ""  # a guest: compared by mode, currency and amount only

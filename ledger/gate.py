@@ -9,21 +9,11 @@ from redis import Redis
 
 from ledger import keys, limits
 from ledger.clock import now_ms
+from ledger.replies import Admission
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import decode_hash, ms_time, text
 from ledger.views import Breaker, Fulfilment, Pause
-
-
-@dataclass(frozen=True)
-class Admission:
-    verdict: str
-    """go | pass (no call can follow) | wait (deferred in the ledger) | rate (ask again)"""
-    probe: bool = False
-    dirty: bool = False
-    """The breaker counted failures or was open: a success must be reported (it resets them)."""
-    reason: str = ""
-    wait_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,15 +44,7 @@ class Gate:
             "park_ms": limits.PAUSE_RECHECK_SECONDS * 1000,
             "rate_park": int(park_rate),
         }
-        verdict, *rest = self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)
-        match text(verdict):
-            case "go":
-                return Admission("go", probe=bool(int(rest[0])), dirty=bool(int(rest[1])))
-            case "wait":
-                return Admission("wait", reason=text(rest[0]), wait_ms=int(rest[1]))
-            case "rate":
-                return Admission("rate", reason="rate", wait_ms=int(rest[0]))
-        return Admission("pass", reason=text(rest[0]))
+        return self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)
 
     def report(self, payment_key: str, token: int, health: Health, detail: str) -> str:
         """Count one call's health; returns the breaker's state after it."""
@@ -77,8 +59,7 @@ class Gate:
             "retry_after_ms": int(retry_after * 1000),
             "detail": detail[:300],
         }
-        state, _ = self.scripts["breaker"]({"payment": keys.payment(payment_key)}, args)
-        return text(state)
+        return text(self.scripts["breaker"]({"payment": keys.payment(payment_key)}, args))
 
     def release(self, limit: int = 500) -> int:
         """The sweeper's step: payments whose pause or open breaker is over become due."""

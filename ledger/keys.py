@@ -6,7 +6,7 @@ prepended to each script) and their per-call keys as KEYS; they never spell one 
 schema is documented in docs/LEDGER.md.
 """
 
-from ledger import defaults, limits
+from ledger import limits
 
 PREFIX = "wl:"
 
@@ -36,11 +36,6 @@ SWEEPER = PREFIX + "sweeper"
 
 FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
 """Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
-
-LATENCIES = PREFIX + "fulfil:latency_ms"
-"""Capped list of first-paid-delivery -> fulfilled latencies (ms), newest first."""
-
-LATENCIES_CAP = defaults.RECENT_LATENCIES
 
 SECRETS_LAST_SEEN = PREFIX + "secrets:last_seen"
 """Hash: secret label -> time (ms) of the last delivery that secret verified."""
@@ -182,8 +177,6 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "DUE": DUE,
     "FULFIL_HISTOGRAM": FULFIL_HISTOGRAM,
     "LATENCY_BUCKETS_MS": limits.FULFIL_BUCKETS_MS,
-    "LATENCIES": LATENCIES,
-    "LATENCIES_CAP": LATENCIES_CAP,
     "SECRETS_LAST_SEEN": SECRETS_LAST_SEEN,
     "SERIES_PREFIX": SERIES_PREFIX,
     "SERIES_TTL": SERIES_TTL,

@@ -5,6 +5,8 @@ HUF and TWD keep two decimals in the API although their ISO exponent or payouts 
 The lists are Stripe's "zero-decimal" and "three-decimal" currencies.
 """
 
+from typing import Any
+
 from ledger.stored import text
 from ledger.views import Amount
 
@@ -40,3 +42,16 @@ def amount(minor_units: object, currency: object) -> Amount | None:
         exponent=exponent(code),
         formatted=format_minor(value, code),
     )
+
+
+def paid_amount(obj: dict[str, Any]) -> int | None:
+    """What a Stripe object (an event's ``data.object``) says was paid, in minor units: the
+    first whole number other than 0 of a PaymentIntent's ``amount_received``, a charge's
+    ``amount_captured``, a session's ``amount_total``, an invoice's ``amount_paid``; else
+    ``amount`` if it is a whole number."""
+    for name in ("amount_received", "amount_captured", "amount_total", "amount_paid"):
+        value = obj.get(name)
+        if isinstance(value, int) and value:
+            return value
+    fallback = obj.get("amount")
+    return fallback if isinstance(fallback, int) else None

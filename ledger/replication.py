@@ -23,7 +23,8 @@ def replicated(
     settings: Settings,
     extra: Sequence[Any] = (),
 ) -> Any:
-    """``script``'s reply, once LEDGER_MIN_REPLICAS replicas have its write.
+    """``script``'s reply (as :meth:`Script.read` gives it), once LEDGER_MIN_REPLICAS
+    replicas have its write.
 
     WAIT is documented to wait for the writes of its own connection, so it runs on the
     script's connection: both go in one pipeline (redis-py loads the script first if this
@@ -42,7 +43,7 @@ def replicated(
             f"written on the primary, confirmed by {confirmed} of {wanted} replicas within "
             f"{settings.LEDGER_WAIT_TIMEOUT:g} s"
         )
-    return reply
+    return script.read(reply)
 
 
 def online_replicas(info: Mapping[str, Any]) -> int:

@@ -22,6 +22,7 @@ from ledger.faults import fault
 from ledger.gate import Gate, Health
 from ledger.redact import redact
 from ledger.replication import NotReplicated
+from ledger.replies import Start
 from workers.actions import Action, Call, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
@@ -79,15 +80,15 @@ def idempotency_key(payment_key: str) -> str:
     return f"fulfil:{payment_key}"
 
 
-def build_call(payment_key: str, token: int, fields: dict[str, str]) -> Call:
+def build_call(payment_key: str, start: Start) -> Call:
     return Call(
         payment_key=payment_key,
         idempotency_key=idempotency_key(payment_key),
-        token=token,
-        amount=int(fields["amount"]) if fields["amount"].isdigit() else None,
-        currency=fields["currency"],
-        livemode=fields["livemode"] == "1",
-        event_ids=fields["events"].split(),
+        token=start.token,
+        amount=int(start.amount) if start.amount.isdigit() else None,
+        currency=start.currency,
+        livemode=start.livemode == "1",
+        event_ids=start.events.split(),
     )
 
 
@@ -148,8 +149,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
-    assert start.call_fields is not None  # always set with "go"
-    call = build_call(payment_key, start.token, start.call_fields)
+    call = build_call(payment_key, start)
     outcome, detail, health = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")

@@ -6,37 +6,32 @@
 -- any answer closes it. The attempt is refunded (budget_base + 1: it does not count against
 -- MAX_ATTEMPTS) when the request was never sent or the breaker is open: the downstream's
 -- outage, not this payment's failure.
--- Returns {breaker state, open_until ms}
+-- Returns the breaker's state after it.
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'token', 'kind', 'sent', 'threshold', 'cooldown_ms',
+local ARG = named(ARGV, 'token', 'kind', 'sent', 'threshold', 'cooldown_ms',
   'retry_after_ms', 'detail')
-local short = too_few('breaker', ARGC)
-if short then return short end
-local threshold, cooldown_ms = whole(ARG.threshold, 0), whole(ARG.cooldown_ms, 1)
-local retry_after_ms = whole(ARG.retry_after_ms, 0)
-local kinds = {up = true, down = true, none = true}
-if not (threshold and cooldown_ms and retry_after_ms and kinds[ARG.kind])
-  or (ARG.sent ~= '0' and ARG.sent ~= '1') then
-  return refuse('breaker', 'kind up|down|none, sent 0|1; threshold and times must be numbers')
-end
+local threshold, cooldown_ms = whole_arg(ARG, 'threshold', 0), whole_arg(ARG, 'cooldown_ms', 1)
+local retry_after_ms = whole_arg(ARG, 'retry_after_ms', 0)
+choice_arg(ARG, 'kind', {up = true, down = true, none = true})
+choice_arg(ARG, 'sent', BIT)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 if redis.call('HGET', BREAKER, 'probe_payment') == pk then
   redis.call('HSET', BREAKER, 'probe_until', 0, 'probe_payment', '')
 end
 local state = redis.call('HGET', BREAKER, 'state') or 'closed'
-local open_until = tonumber(redis.call('HGET', BREAKER, 'open_until') or '0')
-if ARG.kind == 'none' then return {state, open_until} end
+if ARG.kind == 'none' then return state end
 if ARG.kind == 'up' then
   redis.call('HSET', BREAKER, 'failures', 0)
   if state == 'open' then
     redis.call('HSET', BREAKER, 'state', 'closed', 'closed_at', now)
     redis.call('HINCRBY', BREAKER, 'closes', 1)
   end
-  return {'closed', 0}
+  return 'closed'
 end
 
 local failures = redis.call('HINCRBY', BREAKER, 'failures', 1)
+local open_until = tonumber(redis.call('HGET', BREAKER, 'open_until') or '0')
 redis.call('HSET', BREAKER, 'last_error', ARG.detail, 'last_failure_at', now)
 local function open(until_ms)
   if state ~= 'open' then
@@ -59,4 +54,4 @@ if (state == 'open' or ARG.sent == '0') and used >= 1
   update_attempt(pay, ARG.token, {refunded = state == 'open' and 'breaker' or 'not_sent'})
   redis.call('HINCRBY', STATS, 'attempts_refunded', 1)
 end
-return {state, open_until}
+return state

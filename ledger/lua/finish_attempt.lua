@@ -1,31 +1,25 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
 -- outcome: fulfilled|retry|failed|interrupted|not_called; detail: the receipt or the error.
--- Returns {verdict, state}: verdict is the outcome recorded, 'stale' or 'already'
+-- verdict: the outcome recorded, 'stale', 'already' or 'missing'; state: the payment's.
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
+local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
   'backoff_base_ms', 'backoff_cap_ms')
-local short = too_few('finish_attempt', ARGC)
-if short then return short end
-local token, outcome, detail = ARG.token, ARG.outcome, ARG.detail
-local max_attempts = whole(ARG.max_attempts, 1)
-local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0, MAX_TTL_MS),
-  whole(ARG.backoff_cap_ms, 0, MAX_TTL_MS)
-if not (FINISHED[outcome] and max_attempts and base_ms and cap_ms) then
-  return refuse('finish_attempt', 'outcome must be a finished one; budget and backoff numbers')
-end
+local reply = replies('verdict', 'state')
+local token, outcome, detail = ARG.token, choice_arg(ARG, 'outcome', FINISHED), ARG.detail
+local max_attempts, backoff = whole_arg(ARG, 'max_attempts', 1), backoff_args(ARG)
 if ARG.call_ms ~= '' and not tonumber(ARG.call_ms) then
-  return refuse('finish_attempt', 'call ms must be a number')
+  refuse('call_ms must be a number or empty, got ' .. shown(ARG.call_ms))
 end
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
-if not state then return {'missing', ''} end
+if not state then return reply{verdict = 'missing', state = ''} end
 local current = redis.call('HGET', pay, 'token')
 local record = redis.call('HGET', pay, 'attempt:' .. token)
 release_caller(pay, token, now)  -- its worker is back from the call (or never made it)
 if record and FINISHED[cjson.decode(record)['outcome']] then
   redis.call('HSET', pay, 'attempt:' .. token, record)  -- written again for WAIT (prelude)
-  return {'already', state}  -- a client retry of this same call: one worker per token
+  return reply{verdict = 'already', state = state}  -- a client retry of this same call
 end
 -- A late receipt for the same token after its lease expired still proves the effect (also
 -- after a person re-queued it, as long as no newer attempt has started).
@@ -38,7 +32,7 @@ if current ~= token or (state ~= 'in_progress' and not late and not idle) then
   redis.call('HINCRBY', pay, 'stale_finishes', 1)
   redis.call('HINCRBY', STATS, 'stale_finishes', 1)
   update_attempt(pay, token, {stale = true, stale_outcome = outcome, stale_at = now})
-  return {'stale', state or ''}
+  return reply{verdict = 'stale', state = state}
 end
 
 redis.call('HINCRBY', STATS, 'attempts_finished', 1)
@@ -57,8 +51,6 @@ if fulfilled then
   -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
   redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen')
   redis.call('HINCRBY', STATS, 'effects', 1)
-  redis.call('LPUSH', LATENCIES, latency)
-  redis.call('LTRIM', LATENCIES, 0, LATENCIES_CAP - 1)
   local bucket = 'le:inf'
   for _, bound in ipairs(LATENCY_BUCKETS_MS) do
     if latency <= bound then bucket = 'le:' .. bound break end
@@ -66,7 +58,7 @@ if fulfilled then
   redis.call('HINCRBY', FULFIL_HISTOGRAM, bucket, 1)
   redis.call('HINCRBY', FULFIL_HISTOGRAM, 'sum_ms', latency)
   redis.call('ZREM', DUE, pk)
-  return {'fulfilled', 'fulfilled'}
+  return reply{verdict = 'fulfilled', state = 'fulfilled'}
 end
 
 redis.call('HSET', pay, 'last_error', detail)
@@ -75,17 +67,14 @@ if outcome == 'interrupted' then
   move(pay, 'interrupted', now)
   redis.call('HINCRBY', STATS, 'interrupted', 1)
   redis.call('ZREM', DUE, pk)
-  return {'interrupted', 'interrupted'}
+  return reply{verdict = 'interrupted', state = 'interrupted'}
 end
 local used = attempts_used(pay)
 if (outcome == 'retry' or outcome == 'not_called') and used < max_attempts then
-  local next_at = now + math.floor(math.min(base_ms * 2 ^ (used - 1), cap_ms))
-  move(pay, 'retrying', now)
-  redis.call('HSET', pay, 'next_at', next_at)
-  redis.call('ZADD', DUE, next_at, pk)
-  return {'retry', 'retrying'}
+  retry_later(pay, used, backoff, now)
+  return reply{verdict = 'retry', state = 'retrying'}
 end
 move(pay, 'failed', now)
 redis.call('HINCRBY', STATS, 'dead_letters', 1)
 redis.call('ZREM', DUE, pk)
-return {outcome, 'failed'}
+return reply{verdict = outcome, state = 'failed'}

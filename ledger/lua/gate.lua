@@ -5,20 +5,15 @@
 -- releases it at once on resume or when the breaker closes). rate_park 0: a rate refusal
 -- only answers how long to wait (the worker waits in its job and asks again). `dirty`: the
 -- breaker counts failures or is open, so the job must report even a success (it resets them).
--- Returns {'go', probe 0|1, dirty 0|1} | {'pass', reason} (no call can follow: recorded as
--- start_attempt records a skip)
---       | {'wait', reason, until ms} | {'rate', wait ms}
+-- verdict: go (probe, dirty) | pass (reason; no call can follow: recorded as start_attempt
+-- records a skip) | wait (reason, until_ms: deferred in the ledger) | rate (wait_ms)
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'job_id', 'cooldown_ms', 'probe_ms', 'max_rate', 'park_ms',
+local ARG = named(ARGV, 'job_id', 'cooldown_ms', 'probe_ms', 'max_rate', 'park_ms',
   'rate_park')
-local short = too_few('gate', ARGC)
-if short then return short end
-local cooldown_ms, probe_ms = whole(ARG.cooldown_ms, 1), whole(ARG.probe_ms, 1)
-local max_rate, park_ms = whole(ARG.max_rate, 0), whole(ARG.park_ms, 1)
-if not (cooldown_ms and probe_ms and max_rate and park_ms)
-  or (ARG.rate_park ~= '0' and ARG.rate_park ~= '1') then
-  return refuse('gate', 'cool-down, probe, rate and park must be numbers; rate_park 0 or 1')
-end
+local reply = replies('verdict', 'probe', 'dirty', 'reason', 'wait_ms', 'until_ms')
+local cooldown_ms, probe_ms = whole_arg(ARG, 'cooldown_ms', 1), whole_arg(ARG, 'probe_ms', 1)
+local max_rate, park_ms = whole_arg(ARG, 'max_rate', 0), whole_arg(ARG, 'park_ms', 1)
+choice_arg(ARG, 'rate_park', BIT)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -26,19 +21,19 @@ local leased = state == 'in_progress'
   and tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now
 local early = state == 'retrying'
   and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now
-if not state then return {'pass', 'missing'} end
+if not state then return reply{verdict = 'pass', reason = 'missing'} end
 if (state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress') or leased or early then
   local reason = leased and 'leased' or early and 'not_due' or state
   redis.call('HINCRBY', pay, 'skipped:' .. reason, 1)
   redis.call('HSET', pay, 'last_skip', reason .. ' job ' .. ARG.job_id .. ' at ' .. now)
   redis.call('HINCRBY', STATS, 'jobs_skipped:' .. reason, 1)
-  return {'pass', reason}
+  return reply{verdict = 'pass', reason = reason}
 end
 
 local function wait(reason, at)
   redis.call('HINCRBY', STATS, 'deferred:' .. reason, 1)
   if state == 'in_progress' then  -- an expired lease: the sweeper's recover handles it
-    return {'wait', reason, at}
+    return reply{verdict = 'wait', reason = reason, until_ms = at}
   end
   move(pay, 'retrying', now)
   redis.call('HSET', pay, 'next_at', at, 'waiting', reason)
@@ -47,7 +42,7 @@ local function wait(reason, at)
     if other ~= reason then redis.call('ZREM', WAITING_PREFIX .. other, pk) end
   end
   redis.call('ZADD', WAITING_PREFIX .. reason, 'NX', now, pk)
-  return {'wait', reason, at}
+  return reply{verdict = 'wait', reason = reason, until_ms = at}
 end
 
 if redis.call('EXISTS', PAUSE) == 1 then return wait('paused', now + park_ms) end
@@ -64,7 +59,7 @@ redis.call('ZREMRANGEBYSCORE', CALL_LOG, '-inf', now - 1000)
 if max_rate > 0 and redis.call('ZCARD', CALL_LOG) >= max_rate then
   local free_at = tonumber(redis.call('ZRANGE', CALL_LOG, 0, 0, 'WITHSCORES')[2]) + 1000
   if ARG.rate_park == '1' then return wait('rate', free_at) end
-  return {'rate', free_at - now}
+  return reply{verdict = 'rate', reason = 'rate', wait_ms = free_at - now}
 end
 redis.call('ZADD', CALL_LOG, now, now .. ':' .. redis.call('INCR', CALL_SEQ))
 redis.call('PEXPIRE', CALL_LOG, 2000)
@@ -77,4 +72,4 @@ for _, reason in ipairs({'paused', 'breaker', 'rate'}) do
 end
 redis.call('HDEL', pay, 'waiting')
 local dirty = b[1] == 'open' or tonumber(b[4] or '0') > 0
-return {'go', probe and 1 or 0, dirty and 1 or 0}
+return reply{verdict = 'go', probe = probe, dirty = dirty}

@@ -2,10 +2,8 @@
 -- may call. Marks the phase `calling` (what recovery needs to know) and renews the lease.
 -- Returns 1 (go ahead) or 0 (stale, or its purchase's other record is engaged: do not call)
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'token', 'lease_ms', 'caller')
-local short = too_few('mark_calling', ARGC)
-if short then return short end
-if not whole(ARG.lease_ms, 1, MAX_TTL_MS) then return refuse('mark_calling', 'lease ms must be a number') end
+local ARG = named(ARGV, 'token', 'lease_ms', 'caller')
+local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 local pay = KEY.payment
 local now = now_ms()
 if redis.call('HGET', pay, 'state') ~= 'in_progress'
@@ -23,7 +21,7 @@ if twin then
   hold_for_twin(pay, twin, now, 'held at the fence before the call')
   return 0
 end
-redis.call('HSET', pay, 'phase', 'calling', 'lease_until', now + tonumber(ARG.lease_ms))
+redis.call('HSET', pay, 'phase', 'calling', 'lease_until', now + lease_ms)
 update_attempt(pay, ARG.token, {calling = now})
-mark_caller(pay, ARG.token, ARG.caller, now, tonumber(ARG.lease_ms))
+mark_caller(pay, ARG.token, ARG.caller, now, lease_ms)
 return 1

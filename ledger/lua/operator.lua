@@ -1,35 +1,30 @@
 -- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
 -- decision: retry|fulfilled; allowed: the states it is allowed from (space-separated);
 -- job_id is also this decision's id. ARGV after the named ones: the captured RQ enqueue.
--- Returns {'ok', new state} | {'refused', current state}
---       | {'wait', until ms, caller}: the process of the last call may still be in it
+-- verdict: ok (state: the new one) | refused (state: the current one) | wait (until_ms,
+-- caller: the process of the last call may still be in it)
 local KEY = named(KEYS, 'payment')
 local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms')
-local short = too_few('operator', ARGC)
-if short then return short end
-local grace_ms = whole(ARG.grace_ms, 0, MAX_TTL_MS)
-if not grace_ms or not commands_ok(ARGC + 1) then
-  return refuse('operator', 'grace ms must be a number; commands well-formed')
-end
-if ARG.decision ~= 'retry' and ARG.decision ~= 'fulfilled' then
-  return refuse('operator', 'decision must be retry or fulfilled')
-end
+local reply = replies('verdict', 'state', 'until_ms', 'caller')
+local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
+check_commands(ARGC + 1)
+choice_arg(ARG, 'decision', {retry = true, fulfilled = true})
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 if redis.call('HGET', pay, 'decision_id') == ARG.job_id then
   redis.call('HSET', pay, 'decision_id', ARG.job_id)  -- written again for WAIT (prelude)
-  return {'ok', state}  -- a client retry of this same decision
+  return reply{verdict = 'ok', state = state}  -- a client retry of this same decision
 end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
-  return {'refused', state or ''}
+  return reply{verdict = 'refused', state = state or ''}
 end
 if ARG.decision == 'retry' then
   -- Refused while the worker process that made the last call may still be in it: its
   -- liveness key lasts until that process has returned from the call or been ended by its
   -- watchdog (keys.CALLER_PREFIX).
   local in_call = caller_in_call(pay, redis.call('HGET', pay, 'token') or '0', now)
-  if in_call then return {'wait', in_call[2], in_call[1]} end
+  if in_call then return reply{verdict = 'wait', until_ms = in_call[2], caller = in_call[1]} end
 end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note .. ' at ' .. now .. ' (' .. ARG.decision
@@ -39,9 +34,9 @@ if ARG.decision == 'fulfilled' then
   redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now)
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return {'ok', 'fulfilled'}
+  return reply{verdict = 'ok', state = 'fulfilled'}
 end
 -- A fresh attempt budget for the retry.
 redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
 requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'operator')
-return {'ok', 'queued'}
+return reply{verdict = 'ok', state = 'queued'}

@@ -1,18 +1,55 @@
 -- Shared by every ledger script: prepended when the script is loaded (scripts cannot call
--- each other), after the key names, TTLs and caps of ledger/keys.py. Every script checks
--- its arguments before its first write: Redis does not roll back a script that fails
--- half-way, so a runtime error after a write would leave the ledger partial.
+-- each other), after the key names, TTLs and caps of ledger/keys.py and the script's name
+-- (SCRIPT). Every script checks its arguments before its first write: Redis does not roll
+-- back a script that fails half-way, so a runtime error after a write would leave the
+-- ledger partial.
 -- A replayed answer (a client retry of a call whose reply was lost) is "written again for
 -- WAIT": the same value once more, because WAIT (LEDGER_MIN_REPLICAS, ledger/replication.py)
 -- is documented to wait for the writes of its own connection, and a retry runs on a new one.
 
--- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2.
--- ledger/scripts.py reads the same names and passes each call's values in this order.
+-- Refuse the call: an error reply naming the script (SCRIPT, ledger/scripts.py) that
+-- writes nothing as long as it comes before the first write. It ends the script.
+local function refuse(what)
+  error(redis.error_reply('ERR ' .. SCRIPT .. ': ' .. what))
+end
+
+-- A value as an error message shows it: quoted, cut to 40 characters, unprintable ones '?'.
+local function shown(value)
+  if value == nil then return 'nothing' end
+  local text = string.gsub(string.sub(value, 1, 40), '[^%w%p ]', '?')
+  return "'" .. text .. "'" .. (#value > 40 and '...' or '')
+end
+
+-- A script's KEYS or ARGV by name: named(ARGV, 'a', 'b') -> {a = ARGV[1], b = ARGV[2]}, 2;
+-- refused if one is missing (it would fail later, half-way). ledger/scripts.py reads the
+-- same names and passes each call's values in this order.
 local function named(values, ...)
   local names = {...}
   local by_name = {}
-  for i, name in ipairs(names) do by_name[name] = values[i] end
+  for i, name in ipairs(names) do
+    if values[i] == nil then
+      refuse((values == KEYS and 'key ' or 'argument ') .. name .. ' (' .. i .. ' of ' ..
+        #names .. ') is missing: ' .. #values .. ' given')
+    end
+    by_name[name] = values[i]
+  end
   return by_name, #names
+end
+
+-- A script's reply by name: `local reply = replies('verdict', 'state')` at its top, then
+-- `return reply{verdict = 'stale', state = state}` answers {'stale', state}; a field not
+-- given is false (nil to the client). ledger/replies.py reads the same names.
+local function replies(...)
+  local names = {...}
+  return function(fields)
+    local answer = {}
+    for i, name in ipairs(names) do
+      local value = fields[name]
+      if value == nil then value = false end
+      answer[i] = value
+    end
+    return answer
+  end
 end
 
 local function now_ms()
@@ -24,28 +61,31 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- An error reply that writes nothing; call it before the first write.
-local function refuse(script, what)
-  return redis.error_reply('ERR ' .. script .. ': ' .. what)
-end
-
--- Refusal unless at least `n` arguments came (a missing one would fail later, half-way).
-local function too_few(script, n)
-  if #ARGV < n then return refuse(script, 'needs ' .. n .. ' arguments, got ' .. #ARGV) end
-  return nil
-end
-
--- An argument as a whole number from `least` to `most` (either optional), else nil (rejects
--- nan, inf, '1.5', ''). A TTL or a duration added to now has `most` MAX_TTL_SECONDS or
--- MAX_TTL_MS (ledger/keys.py): Redis would refuse a longer EXPIRE after earlier writes.
-local function whole(value, least, most)
-  local n = tonumber(value)
-  if not n or n ~= n or n == math.huge or n == -math.huge or n ~= math.floor(n) then
-    return nil
+-- Argument `name` of `args` as a whole number from `least` to `most` (either optional),
+-- else refused (so are nan, inf, '1.5', ''). A TTL or a duration added to now has `most`
+-- MAX_TTL_SECONDS or MAX_TTL_MS (ledger/keys.py): Redis would refuse a longer EXPIRE after
+-- earlier writes.
+local function whole_arg(args, name, least, most)
+  local n = tonumber(args[name])
+  if n and n == n and n ~= math.huge and n ~= -math.huge and n == math.floor(n)
+    and not (least and n < least) and not (most and n > most) then
+    return n
   end
-  if (least and n < least) or (most and n > most) then return nil end
-  return n
+  local range = (least and (' from ' .. least) or '') .. (most and (' to ' .. most) or '')
+  refuse(name .. ' must be a whole number' .. range .. ', got ' .. shown(args[name]))
 end
+
+-- Argument `name` of `args` if it is one of `allowed` ({['0'] = true, ...}), else refused.
+local function choice_arg(args, name, allowed)
+  local value = args[name]
+  if allowed[value] then return value end
+  local choices = {}
+  for choice in pairs(allowed) do choices[#choices + 1] = choice end
+  table.sort(choices)
+  refuse(name .. ' must be ' .. table.concat(choices, '|') .. ', got ' .. shown(value))
+end
+
+local BIT = {['0'] = true, ['1'] = true}
 
 -- The commands an RQ enqueue is captured as, with the argument counts each may have
 -- (name included): anything else could fail half-way through a script, so it is refused.
@@ -56,22 +96,27 @@ local CAPTURABLE = {
   HSET = function(n) return n >= 4 and n % 2 == 0 end,
 }
 
--- Whether ARGV[first..] is a well-formed list of captured commands: (count, arg1..argcount)*.
-local function commands_ok(first)
+-- Refused unless ARGV[first..] is a well-formed list of captured commands:
+-- (count, arg1..argcount)*.
+local function check_commands(first)
   local i = first
   while i <= #ARGV do
     local count = tonumber(ARGV[i])
     if not count or count < 1 or count ~= math.floor(count) or i + count > #ARGV then
-      return false
+      refuse('captured enqueue: argument ' .. i .. ' must count the words of a command ' ..
+        'that follows, got ' .. shown(ARGV[i]))
     end
     local arity = CAPTURABLE[string.upper(ARGV[i + 1])]
-    if not arity or not arity(count) then return false end
+    if not arity or not arity(count) then
+      refuse('captured enqueue: argument ' .. (i + 1) .. ' must start an RQ command ' ..
+        '(SADD, RPUSH, LPUSH, HSET with its arguments), got ' .. shown(ARGV[i + 1]) ..
+        ' with ' .. (count - 1) .. ' arguments')
+    end
     i = i + count + 1
   end
-  return true
 end
 
--- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by commands_ok.
+-- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by check_commands.
 local function run_commands(first)
   local i = first
   while i <= #ARGV do
@@ -119,61 +164,6 @@ end
 local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true,
   not_called = true}
 
--- Merge fields into the JSON record of attempt `token`.
-local function update_attempt(pay, token, fields)
-  local raw = redis.call('HGET', pay, 'attempt:' .. token)
-  if not raw then return end
-  local record = cjson.decode(raw)
-  for k, v in pairs(fields) do record[k] = v end
-  redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
-end
-
--- Attempts used since the last person's retry (the fencing token counts every start).
-local function attempts_used(pay)
-  return tonumber(redis.call('HGET', pay, 'token') or '0')
-    - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
-end
-
--- The lease of the current attempt has expired: its worker died or stalled. Returns
--- 'interrupted' (the call may have happened and the action is not replay-safe), 'spent'
--- (that was the last attempt of the budget: the payment now waits for a person, so a job
--- that kills its worker cannot loop for ever) or 'again'.
-local function expire_lease(pay, now, max_attempts)
-  local phase = redis.call('HGET', pay, 'phase')
-  local token = redis.call('HGET', pay, 'token')
-  local replay_safe = redis.call('HGET', pay, 'replay_safe') == '1'
-  update_attempt(pay, token, {outcome = 'lease_expired', ended = now, phase = phase})
-  redis.call('HINCRBY', STATS, 'leases_expired', 1)
-  redis.call('HDEL', pay, 'lease_until', 'phase')
-  local deaths = redis.call('HINCRBY', pay, 'leases_expired', 1)
-  if phase == 'calling' and not replay_safe then
-    move(pay, 'interrupted', now)
-    redis.call('HSET', pay, 'last_error', 'attempt ' .. token ..
-      ' was interrupted during the downstream call; the action is not replay-safe')
-    redis.call('HINCRBY', STATS, 'interrupted', 1)
-    return 'interrupted'
-  end
-  if attempts_used(pay) >= max_attempts then
-    local to = replay_safe and 'failed' or 'interrupted'
-    move(pay, to, now)
-    redis.call('HSET', pay, 'last_error', 'worker died (or stalled past its lease) ' .. deaths ..
-      ' times during this payment; attempt budget of ' .. max_attempts .. ' spent')
-    redis.call('HINCRBY', STATS, to == 'failed' and 'dead_letters' or 'interrupted', 1)
-    return 'spent'
-  end
-  return 'again'
-end
-
--- Put the payment back in the queue with a new RQ job whose commands start at ARGV[first].
-local function requeue(pay, job_id, first, grace_ms, now, why)
-  move(pay, 'queued', now)
-  redis.call('HSET', pay, 'job', job_id)
-  redis.call('HDEL', pay, 'sweep_seen', 'next_at')
-  run_commands(first)
-  redis.call('ZADD', DUE, now + grace_ms, id_of(pay, PAYMENT_PREFIX))
-  redis.call('HINCRBY', STATS, 'requeued:' .. why, 1)
-end
-
 -- Purchases Stripe tied late: two payment records of one purchase point at each other
 -- (`same_purchase_as`). Only one of them may ever call the downstream. A record is engaged
 -- when it may have had, or may yet have, an effect: an attempt live or past (fulfilled,
@@ -197,43 +187,4 @@ local function hold_for_twin(pay, twin, now, when)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   redis.call('HINCRBY', STATS, 'held', 1)
   redis.call('HINCRBY', STATS, 'held_for_twin', 1)
-end
-
--- The twin of a payment if that twin is engaged, else nil: checked again when an attempt
--- starts and before its call (start_attempt, mark_calling), not only when the tie arrives.
-local function engaged_twin(pay)
-  local twin = redis.call('HGET', pay, 'same_purchase_as')
-  if twin and engaged(PAYMENT_PREFIX .. twin) then return twin end
-  return nil
-end
-
--- The worker process `caller` is about to call the downstream for attempt `token`: the
--- attempt names it and its liveness key (keys.CALLER_PREFIX) names the call until the lease
--- ends (its watchdog ends the process before then if the call will not stop).
-local function mark_caller(pay, token, caller, now, lease_ms)
-  if caller == '' then return end
-  update_attempt(pay, token, {caller = caller})
-  redis.call('SET', CALLER_PREFIX .. caller, id_of(pay, PAYMENT_PREFIX) .. ' ' .. token .. ' ' ..
-    (now + lease_ms), 'PX', lease_ms)
-end
-
--- The caller of attempt `token` if its process may still be in that call: {caller, until}.
-local function caller_in_call(pay, token, now)
-  local raw = redis.call('HGET', pay, 'attempt:' .. token)
-  local caller = raw and cjson.decode(raw)['caller']
-  if not caller then return nil end
-  local value = redis.call('GET', CALLER_PREFIX .. caller)
-  if not value then return nil end
-  local pk, t, until_ms = string.match(value, '^(%S+) (%S+) (%d+)$')
-  if pk ~= id_of(pay, PAYMENT_PREFIX) or t ~= tostring(token) or tonumber(until_ms) <= now then
-    return nil
-  end
-  return {caller, until_ms}
-end
-
--- The attempt is over (its worker returned from the call, or never made it): its process
--- is no longer in it.
-local function release_caller(pay, token, now)
-  local in_call = caller_in_call(pay, token, now)
-  if in_call then redis.call('DEL', CALLER_PREFIX .. in_call[1]) end
 end

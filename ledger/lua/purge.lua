@@ -3,12 +3,9 @@
 -- require to exceed EVENT_RETENTION_DAYS: Stripe cannot resend an event older than that, so
 -- a purged payment cannot be paid again by a late delivery.
 -- Returns the number purged.
-local ARG, ARGC = named(ARGV, 'cutoff_ms', 'limit')
-local short = too_few('purge', ARGC)
-if short then return short end
-if not (whole(ARG.cutoff_ms) and whole(ARG.limit, 1)) then
-  return refuse('purge', 'cutoff and limit must be numbers')
-end
+local ARG = named(ARGV, 'cutoff_ms', 'limit')
+whole_arg(ARG, 'cutoff_ms')
+whole_arg(ARG, 'limit', 1)
 local purged = 0
 for _, state in ipairs({'fulfilled', 'pending'}) do
   local index = STATE_INDEX_PREFIX .. state

@@ -3,12 +3,10 @@
 -- forged requests costs no fsync and no disk (the counts are kept on disk by the next
 -- snapshot or AOF rewrite; a crash loses those since). No per-request key either: a
 -- client retry may count a rejection twice, which only rejections can afford.
-local ARG, ARGC = named(ARGV, 'reason', 'record')
-local short = too_few('record_rejection', ARGC)
-if short then return short end
+local ARG = named(ARGV, 'reason', 'record')
 local ok, record = pcall(cjson.decode, ARG.record)
 if not (ok and type(record) == 'table') then
-  return refuse('record_rejection', 'record must be a JSON object')
+  refuse('record must be a JSON object, got ' .. shown(ARG.record))
 end
 redis.set_repl(redis.REPL_NONE)
 local now = now_ms()

@@ -1,28 +1,23 @@
 -- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
 -- whose lease expired (when that is safe), or mark it interrupted, or push it back.
 -- ARGV after the named ones: the captured RQ enqueue of job_id (run only to re-enqueue).
--- Returns {verdict}
+-- Returns what it did: requeued|waiting|watching|spent|leased|interrupted|backoff|not_due|settled
 local KEY = named(KEYS, 'payment', 'queue')
 local ARG, ARGC = named(ARGV, 'job_id', 'grace_ms', 'max_attempts', 'backoff_base_ms',
   'backoff_cap_ms')
-local short = too_few('recover', ARGC)
-if short then return short end
-local grace_ms, max_attempts = whole(ARG.grace_ms, 0, MAX_TTL_MS),
-  whole(ARG.max_attempts, 1)
-local base_ms, cap_ms = whole(ARG.backoff_base_ms, 0, MAX_TTL_MS),
-  whole(ARG.backoff_cap_ms, 0, MAX_TTL_MS)
-if not (grace_ms and max_attempts and base_ms and cap_ms) or not commands_ok(ARGC + 1) then
-  return refuse('recover', 'grace, max attempts and backoff must be numbers; commands well-formed')
-end
+local grace_ms, max_attempts = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS),
+  whole_arg(ARG, 'max_attempts', 1)
+local backoff = backoff_args(ARG)
+check_commands(ARGC + 1)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 if redis.call('HGET', pay, 'job') == ARG.job_id then
-  return {'requeued'}  -- a client retry of this same call: its new job is already queued
+  return 'requeued'  -- a client retry of this same call: its new job is already queued
 end
 local function again(at, verdict)
   redis.call('ZADD', DUE, at, pk)
-  return {verdict}
+  return verdict
 end
 
 if state == 'queued' then
@@ -45,30 +40,28 @@ if state == 'queued' then
         ' times before it could start an attempt; see the worker log and RQ failed jobs')
       redis.call('HINCRBY', STATS, 'dead_letters', 1)
       redis.call('ZREM', DUE, pk)
-      return {'spent'}
+      return 'spent'
     end
   end
   requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'lost_job')
-  return {'requeued'}
+  return 'requeued'
 elseif state == 'in_progress' then
   local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
   if lease > now then return again(lease, 'leased') end
   local expired = expire_lease(pay, now, max_attempts)
   if expired ~= 'again' then
     redis.call('ZREM', DUE, pk)
-    return {expired == 'interrupted' and 'interrupted' or 'spent'}
+    return expired == 'interrupted' and 'interrupted' or 'spent'
   end
   -- Back off like a failed attempt: a job that kills its worker must not spin.
-  local next_at = now + math.floor(math.min(base_ms * 2 ^ (attempts_used(pay) - 1), cap_ms))
-  move(pay, 'retrying', now)
-  redis.call('HSET', pay, 'next_at', next_at)
+  retry_later(pay, attempts_used(pay), backoff, now)
   redis.call('HINCRBY', STATS, 'requeued:lease_expired', 1)
-  return again(next_at, 'backoff')
+  return 'backoff'
 elseif state == 'retrying' then
   local next_at = tonumber(redis.call('HGET', pay, 'next_at') or '0')
   if next_at > now then return again(next_at, 'not_due') end
   requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'retry')
-  return {'requeued'}
+  return 'requeued'
 end
 redis.call('ZREM', DUE, pk)
-return {'settled'}
+return 'settled'

@@ -2,11 +2,8 @@
 -- pause) and once the breaker is closed. Each released payment is due now; the sweeper's
 -- recover re-enqueues it. Payments no longer retrying are just dropped from the set.
 -- Returns the number released
-local ARG, ARGC = named(ARGV, 'limit')
-local short = too_few('release', ARGC)
-if short then return short end
-local limit = whole(ARG.limit, 1)
-if not limit then return refuse('release', 'limit must be a whole number') end
+local ARG = named(ARGV, 'limit')
+local limit = whole_arg(ARG, 'limit', 1)
 local now = now_ms()
 local free = {
   paused = redis.call('EXISTS', PAUSE) == 0,

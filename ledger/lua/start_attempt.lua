@@ -1,32 +1,30 @@
 -- Take the payment for one attempt: a lease and a new fencing token, or a recorded skip.
 -- `execution` is unique per run of a job: a client retry of this very call is answered
 -- `go` again, a second run of the same RQ job is skipped.
--- Returns {'go', token, amount, currency, livemode, events} | {'skip', 0, reason}
---       | {'interrupted', 0} | {'spent', 0} | {'missing', 0}
+-- verdict: go (with the token and what the call needs: amount, currency, livemode, events)
+-- | skip (with its reason) | interrupted | spent | missing
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts',
+local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'max_attempts',
   'caller')
-local short = too_few('start_attempt', ARGC)
-if short then return short end
-local lease_ms, max_attempts = whole(ARG.lease_ms, 1, MAX_TTL_MS),
-  whole(ARG.max_attempts, 1)
-if not (lease_ms and max_attempts) or (ARG.replay_safe ~= '0' and ARG.replay_safe ~= '1') then
-  return refuse('start_attempt', 'lease ms and max attempts must be numbers, replay_safe 0 or 1')
-end
+local reply = replies('verdict', 'token', 'reason', 'amount', 'currency', 'livemode', 'events')
+local lease_ms, max_attempts = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS),
+  whole_arg(ARG, 'max_attempts', 1)
+choice_arg(ARG, 'replay_safe', BIT)
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
 local function go(token)
   local call = redis.call('HMGET', pay, 'amount', 'currency', 'livemode', 'events')
-  return {'go', token, call[1] or '', call[2] or '', call[3] or '', call[4] or ''}
+  return reply{verdict = 'go', token = token, amount = call[1], currency = call[2],
+    livemode = call[3], events = call[4]}
 end
-if not state then return {'missing', 0} end
+if not state then return reply{verdict = 'missing'} end
 
 local function skip(reason)
   redis.call('HINCRBY', pay, 'skipped:' .. reason, 1)
   redis.call('HSET', pay, 'last_skip', reason .. ' job ' .. ARG.job_id .. ' at ' .. now)
   redis.call('HINCRBY', STATS, 'jobs_skipped:' .. reason, 1)
-  return {'skip', 0, reason}
+  return reply{verdict = 'skip', reason = reason}
 end
 
 if state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress' then
@@ -43,7 +41,7 @@ if state == 'in_progress' then
   local expired = expire_lease(pay, now, max_attempts)
   if expired ~= 'again' then
     redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-    return {expired == 'interrupted' and 'interrupted' or 'spent', 0}
+    return reply{verdict = expired == 'interrupted' and 'interrupted' or 'spent'}
   end
 end
 if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then

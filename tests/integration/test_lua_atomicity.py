@@ -15,6 +15,7 @@ from ledger.attempts import Attempts
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Gate, Health
+from ledger.scripts import Script
 from ledger.settings import SettingsError
 from ledgerctl import samples
 from tests.integration.test_lua_purchases import ledger_for, record
@@ -115,23 +116,34 @@ SCRIPTS = (
 )
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:
-    ledger = ledger_for(redis_server.url, PAYMENT_RETENTION_DAYS=31)
+def driven(name: str, url: str, rng: random.Random) -> tuple[Script, list[Any], list[Any]]:
+    """Script ``name`` and the keys and arguments of its first real call, after one of each
+    transition."""
+    ledger = ledger_for(url, PAYMENT_RETENTION_DAYS=31)
     attempts = Attempts(ledger.redis, ledger.settings)
     gate = Gate(ledger.redis, ledger.settings)
     calls = capture(ledger, attempts, gate)
     drive(ledger, attempts, gate, rng)
     assert name in calls, f"{name} was not driven"
     keys, args = calls[name][0]
+    scripts = [ledger.record_script, ledger.reject_script, *attempts.scripts.values()]
+    by_name = {s.name: s for s in (*scripts, *gate.scripts.values())}
+    return by_name[name.removesuffix("_api")], keys, args
+
+
+def new_request(script: Script, keys: list[Any], tag: str) -> None:
+    """A new request each time, not a retry (whose first answer would be replayed)."""
+    if "request" in script.key_names:
+        keys[script.key_names.index("request")] = f"wl:req:hostile-{tag}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, rng) -> None:
+    script, keys, args = driven(name, redis_server.url, rng)
     state = dump(redis)
-    scripts = {s.name: s for s in (ledger.record_script, ledger.reject_script)}
-    scripts |= {**attempts.scripts, **gate.scripts}
-    script = scripts[name.removesuffix("_api")]
     errors = 0
     for n, bad in enumerate(variants(args)):
-        if "request" in script.key_names:  # a new request each time, not a retry
-            keys[script.key_names.index("request")] = f"wl:req:hostile-{n}"
+        new_request(script, keys, str(n))
         try:
             script.run(keys, bad)
         except ResponseError:
@@ -140,6 +152,32 @@ def test_a_failing_script_writes_nothing(name: str, redis: Redis, redis_server, 
         else:  # it wrote, as it may: back to the state before the call
             restore(redis, state)
     assert errors, f"no hostile argument made {name} fail: the check proves nothing"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_refusal_names_the_argument_and_its_value(
+    name: str, redis: Redis, redis_server, rng
+) -> None:
+    """Each argument cut off or replaced by a hostile value: a refusal names the script and
+    that argument (the captured enqueue, past the named ones), and shows a printable value."""
+    script, keys, args = driven(name, redis_server.url, rng)
+    state = dump(redis)
+    refused = 0
+    for i in range(len(args)):
+        named = script.arg_names[i] if i < len(script.arg_names) else "captured enqueue"
+        for bad in (None, *HOSTILE):
+            new_request(script, keys, f"{i}-{bad!r}")
+            try:
+                script.run(keys, args[:i] if bad is None else [*args[:i], bad, *args[i + 1 :]])
+            except ResponseError as exc:
+                refused += 1
+                message = str(exc)
+                assert message.startswith(f"{script.name}: ") and named in message, message
+                if bad is not None and bad.isascii() and bad.isprintable():
+                    assert f"'{bad}'" in message, message
+            else:
+                restore(redis, state)
+    assert refused, f"no argument of {name} was refused: the check proves nothing"
 
 
 def test_a_conflicting_copy_answers_and_keeps_the_ledger_whole(
@@ -172,7 +210,7 @@ def test_a_ttl_redis_would_refuse_is_refused_before_the_first_write(
     with pytest.raises(ResponseError) as refused:
         ledger.record_script.run(keys_, [*args[:at], TOO_LONG, *args[at + 1 :]])
     assert dump(redis) == {}, "nothing written before the refusal"
-    assert "record_delivery: event ttl" in str(refused.value)
+    assert "record_delivery: event_ttl" in str(refused.value)
 
 
 def test_the_longest_durations_the_settings_allow_are_ones_redis_accepts(

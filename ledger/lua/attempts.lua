@@ -1,0 +1,113 @@
+-- The helpers of a payment's attempts, after the prelude, for the scripts that take, fence,
+-- finish, recover or decide attempts (ledger/scripts.py ATTEMPT_SCRIPTS); the others skip
+-- them, since every call builds each helper of its text anew.
+
+-- Merge fields into the JSON record of attempt `token`.
+local function update_attempt(pay, token, fields)
+  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+  if not raw then return end
+  local record = cjson.decode(raw)
+  for k, v in pairs(fields) do record[k] = v end
+  redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
+end
+
+-- Attempts used since the last person's retry (the fencing token counts every start).
+local function attempts_used(pay)
+  return tonumber(redis.call('HGET', pay, 'token') or '0')
+    - tonumber(redis.call('HGET', pay, 'budget_base') or '0')
+end
+
+-- The backoff between attempts a script was given (ARGV backoff_base_ms, backoff_cap_ms).
+local function backoff_args(args)
+  return {base_ms = whole_arg(args, 'backoff_base_ms', 0, MAX_TTL_MS),
+    cap_ms = whole_arg(args, 'backoff_cap_ms', 0, MAX_TTL_MS)}
+end
+
+-- Retry the payment after its backoff: base_ms, doubled for each attempt used after the
+-- first, at most cap_ms. Returns when (ms).
+local function retry_later(pay, used, backoff, now)
+  local next_at = now + math.floor(math.min(backoff.base_ms * 2 ^ (used - 1), backoff.cap_ms))
+  move(pay, 'retrying', now)
+  redis.call('HSET', pay, 'next_at', next_at)
+  redis.call('ZADD', DUE, next_at, id_of(pay, PAYMENT_PREFIX))
+  return next_at
+end
+
+-- The lease of the current attempt has expired: its worker died or stalled. Returns
+-- 'interrupted' (the call may have happened and the action is not replay-safe), 'spent'
+-- (that was the last attempt of the budget: the payment now waits for a person, so a job
+-- that kills its worker cannot loop for ever) or 'again'.
+local function expire_lease(pay, now, max_attempts)
+  local phase = redis.call('HGET', pay, 'phase')
+  local token = redis.call('HGET', pay, 'token')
+  local replay_safe = redis.call('HGET', pay, 'replay_safe') == '1'
+  update_attempt(pay, token, {outcome = 'lease_expired', ended = now, phase = phase})
+  redis.call('HINCRBY', STATS, 'leases_expired', 1)
+  redis.call('HDEL', pay, 'lease_until', 'phase')
+  local deaths = redis.call('HINCRBY', pay, 'leases_expired', 1)
+  if phase == 'calling' and not replay_safe then
+    move(pay, 'interrupted', now)
+    redis.call('HSET', pay, 'last_error', 'attempt ' .. token ..
+      ' was interrupted during the downstream call; the action is not replay-safe')
+    redis.call('HINCRBY', STATS, 'interrupted', 1)
+    return 'interrupted'
+  end
+  if attempts_used(pay) >= max_attempts then
+    local to = replay_safe and 'failed' or 'interrupted'
+    move(pay, to, now)
+    redis.call('HSET', pay, 'last_error', 'worker died (or stalled past its lease) ' .. deaths ..
+      ' times during this payment; attempt budget of ' .. max_attempts .. ' spent')
+    redis.call('HINCRBY', STATS, to == 'failed' and 'dead_letters' or 'interrupted', 1)
+    return 'spent'
+  end
+  return 'again'
+end
+
+-- Put the payment back in the queue with a new RQ job whose commands start at ARGV[first].
+local function requeue(pay, job_id, first, grace_ms, now, why)
+  move(pay, 'queued', now)
+  redis.call('HSET', pay, 'job', job_id)
+  redis.call('HDEL', pay, 'sweep_seen', 'next_at')
+  run_commands(first)
+  redis.call('ZADD', DUE, now + grace_ms, id_of(pay, PAYMENT_PREFIX))
+  redis.call('HINCRBY', STATS, 'requeued:' .. why, 1)
+end
+
+-- The twin of a payment if that twin is engaged, else nil: checked again when an attempt
+-- starts and before its call (start_attempt, mark_calling), not only when the tie arrives.
+local function engaged_twin(pay)
+  local twin = redis.call('HGET', pay, 'same_purchase_as')
+  if twin and engaged(PAYMENT_PREFIX .. twin) then return twin end
+  return nil
+end
+
+-- The worker process `caller` is about to call the downstream for attempt `token`: the
+-- attempt names it and its liveness key (keys.CALLER_PREFIX) names the call until the lease
+-- ends (its watchdog ends the process before then if the call will not stop).
+local function mark_caller(pay, token, caller, now, lease_ms)
+  if caller == '' then return end
+  update_attempt(pay, token, {caller = caller})
+  redis.call('SET', CALLER_PREFIX .. caller, id_of(pay, PAYMENT_PREFIX) .. ' ' .. token .. ' ' ..
+    (now + lease_ms), 'PX', lease_ms)
+end
+
+-- The caller of attempt `token` if its process may still be in that call: {caller, until}.
+local function caller_in_call(pay, token, now)
+  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+  local caller = raw and cjson.decode(raw)['caller']
+  if not caller then return nil end
+  local value = redis.call('GET', CALLER_PREFIX .. caller)
+  if not value then return nil end
+  local pk, t, until_ms = string.match(value, '^(%S+) (%S+) (%d+)$')
+  if pk ~= id_of(pay, PAYMENT_PREFIX) or t ~= tostring(token) or tonumber(until_ms) <= now then
+    return nil
+  end
+  return {caller, until_ms}
+end
+
+-- The attempt is over (its worker returned from the call, or never made it): its process
+-- is no longer in it.
+local function release_caller(pay, token, now)
+  local in_call = caller_in_call(pay, token, now)
+  if in_call then redis.call('DEL', CALLER_PREFIX .. in_call[1]) end
+end
