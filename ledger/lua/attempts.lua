@@ -3,11 +3,12 @@
 -- them, since every call builds each helper of its text anew.
 
 -- Merge fields into the JSON record of attempt `token`.
-local function update_attempt(pay, token, fields)
+local function update_attempt(pay, token, fields, dropped)
   local raw = redis.call('HGET', pay, 'attempt:' .. token)
   if not raw then return end
   local record = cjson.decode(raw)
   for k, v in pairs(fields) do record[k] = v end
+  for _, k in ipairs(dropped or {}) do record[k] = nil end
   redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
 end
 

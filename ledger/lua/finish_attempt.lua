@@ -38,10 +38,12 @@ end
 redis.call('HINCRBY', STATS, 'attempts_finished', 1)
 redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)
 -- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
--- once, there (ledger/queries.py joins them back).
+-- once, there (the read model joins them back). Its caller only mattered while the call
+-- might still be running (a person's retry waits for it), and a fulfilled payment is kept.
 local fulfilled = outcome == 'fulfilled'
 update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
-  ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil})
+  ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil},
+  fulfilled and {'caller'} or nil)
 redis.call('HDEL', pay, 'lease_until', 'phase')
 
 if fulfilled then

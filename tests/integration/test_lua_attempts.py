@@ -84,6 +84,25 @@ def test_a_person_may_rerun_it_once_its_caller_is_gone(redis: Redis, redis_serve
     assert attempts.record_decision(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
 
 
+def test_a_fulfilled_attempt_keeps_no_caller_an_interrupted_one_does(
+    redis: Redis, redis_server, rng
+) -> None:
+    """The caller names the process a person's retry waits for; once the effect is proven
+    it is dropped from the record a fulfilled payment keeps for ever."""
+    attempts, pk = queued_payment(redis_server, rng)
+    start = attempts.start(pk, "job-1", replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)
+    attempts.finish(pk, start.token, "interrupted", "read timeout", 5.0)
+    kept = json.loads(redis.hget(keys.payment(pk), f"attempt:{start.token}"))
+    assert kept["caller"] == attempts.caller
+    assert attempts.record_decision(pk, "retry", ("interrupted",), "test") == ("ok", "queued")
+    again = attempts.start(pk, "job-2", replay_safe=False)
+    assert attempts.mark_calling(pk, again.token)
+    assert attempts.finish(pk, again.token, "fulfilled", "{}", 5.0) == ("fulfilled", "fulfilled")
+    record = json.loads(redis.hget(keys.payment(pk), f"attempt:{again.token}"))
+    assert record["outcome"] == "fulfilled" and "caller" not in record
+
+
 def test_a_decision_retried_by_the_client_is_applied_once(redis: Redis, redis_server, rng) -> None:
     attempts, pk = queued_payment(redis_server, rng)
     start = attempts.start(pk, "job-1", replay_safe=True)
