@@ -12,6 +12,7 @@ import requests
 from redis import Redis
 
 from ledger import keys
+from ledger.read import payments as read_payments
 from ledger.read import stats
 from ledger.stored import decode_hash
 from tests.support.constants import BEARER
@@ -87,7 +88,7 @@ def test_503_outage_every_payment_fulfilled_once_none_failed(stack, redis, rng) 
         opened, down_until = ride_out(redis, probes=5)
         assert s.web is not None
         scraped = requests.get(f"{s.web.url}/metrics", headers=BEARER, timeout=10).text
-        rows = payments.payments(redis, "retrying", 0, 50)
+        rows = read_payments.payments(redis, "retrying", 0, 50)
         downstream.come_back()
         assert rows and any(row.waiting == "breaker" for row in rows)
         assert "webhook_downstream_breaker_open 1.0" in scraped
