@@ -2,7 +2,7 @@
 per noun (events, payments and their timeline, stats, rejections, secrets, the gate of
 fulfilment, reconcile runs, a person's decisions) with the readers that build its objects
 from the Redis records; the modules that keep the gate, reconcile runs and decisions build
-theirs (ledger/gate.py, ledger/reconcile.py, ledger/decisions.py, ledger/bulk.py).
+theirs (ledger/gate.py, ledger/reconcile.py, ledger/decisions.py).
 
 The ops API, ``webhook-ledger --json``, the dashboard, evidence bundles and the replay report
 all show these objects (what is stored does not change: hashes of strings, JSON inside
