@@ -51,8 +51,6 @@ _.leases_expired
 _.job_failures
 _.jobs_skipped
 _.last_skip
-_.in_progress
-_.retrying
 _.heartbeat_window_s
 _.sweeper_passes
 _.minute
