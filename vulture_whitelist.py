@@ -43,7 +43,7 @@ _.apply_twice
 _.insert_order
 
 # msgspec and the ledger's Redis hashes write struct fields by name: fields no Python code
-# reads back are answered as JSON (ledger/views.py, webhook/openapi.yaml) or stored.
+# reads back are answered as JSON (ledger/read/, webhook/openapi.yaml) or stored.
 _.delivered_payload_sha256
 _.last_failed_event_type
 _.last_refund_event_type
@@ -51,8 +51,6 @@ _.leases_expired
 _.job_failures
 _.jobs_skipped
 _.last_skip
-_.in_progress
-_.retrying
 _.heartbeat_window_s
 _.sweeper_passes
 _.minute
@@ -76,6 +74,3 @@ _.pytest_plugins
 _.pytest_cmdline_main
 _.pytestmark
 _.dist  # config.option.dist, pytest-xdist's --dist
-
-# Dead, in a module being reworked on another branch: remove the name there, then here.
-_.STATUSES  # ledger/secret_usage.py: named only in a docstring

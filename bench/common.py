@@ -129,7 +129,7 @@ def section_main(name: str, run: Callable[[bool], dict[str, Any]], argv: list[st
 
 def payment_states(client: Any) -> dict[str, int]:
     """Payments per state, from the ledger's own counters."""
-    return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATES).items()}
+    return {text(k): int(v) for k, v in client.hgetall(keys.PAYMENT_STATE_COUNTS).items()}
 
 
 def _cmd(argv: list[str]) -> str:

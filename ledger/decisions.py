@@ -12,8 +12,9 @@ from redis import Redis
 from ledger import keys
 from ledger.attempts import Attempts
 from ledger.clock import duration_s, now_ms
+from ledger.read.base import Problem
+from ledger.read.decisions import BulkDecision, Decision
 from ledger.stored import ms_time, text
-from ledger.views import BulkDecision, Decision, Problem
 
 DECISIONS = {"retry": ("retry",), "resolve": ("fulfilled", "retry")}
 """What each action may decide: ``retry`` runs it again, ``fulfilled`` says the effect happened."""

@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ledger.views import DownstreamRecord
-
 BUSY_SECONDS = 10.0
 """How long the order system waits for another connection's write lock."""
 
@@ -85,29 +83,6 @@ def read_downstream(path: str) -> dict[str, Any]:
         "effects": sum(r["effects"] for r in payments.values()),
     }
     return {"totals": totals, "payments": dict(sorted(payments.items()))}
-
-
-def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
-    """One payment's calls and effects in the downstream's own tables (None: no file yet)."""
-    if not Path(path).exists():
-        return None
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        row = _empty()
-        for outcome, n in db.execute(
-            "SELECT outcome, COUNT(*) FROM calls WHERE payment_key = ? GROUP BY outcome",
-            (payment_key,),
-        ):
-            row["calls"] += n
-            row[outcome] = n
-        (row["effects"],) = db.execute(
-            "SELECT COUNT(*) FROM orders WHERE payment_key = ?", (payment_key,)
-        ).fetchone()
-    except sqlite3.OperationalError:  # the tables are created by the first call
-        return None
-    finally:
-        db.close()
-    return DownstreamRecord(**row)
 
 
 def read_tables(path: str) -> dict[str, list[dict[str, Any]]]:

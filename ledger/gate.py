@@ -12,8 +12,7 @@ from ledger.clock import now_ms
 from ledger.replies import Admission
 from ledger.scripts import Script
 from ledger.settings import Settings
-from ledger.stored import decode_hash, ms_time, text
-from ledger.views import Breaker, Fulfilment, Pause
+from ledger.stored import text
 
 
 @dataclass(frozen=True)
@@ -80,47 +79,3 @@ class Gate:
             pipe.hset(keys.RESUMED, mapping={"at": now, "by": by})
             deleted, _ = pipe.execute()
         return bool(deleted)
-
-
-def status(redis: Redis, settings: Settings) -> Fulfilment:
-    """What the dashboard, the API, ``summary`` and /metrics show."""
-    now = now_ms(redis)
-    with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.BREAKER)
-        pipe.hgetall(keys.PAUSE)
-        pipe.hgetall(keys.RESUMED)
-        pipe.zcount(keys.CALL_LOG, now - 1000, "+inf")
-        for reason in keys.WAIT_REASONS:
-            pipe.zcard(keys.waiting(reason))
-        breaker, paused, resumed, calls, *waiting = pipe.execute()
-    p, r = decode_hash(paused), decode_hash(resumed)
-    pause = None
-    if p:
-        pause = Pause(since=ms_time(p.get("since")), by=p.get("by", ""), reason=p.get("reason", ""))
-    return Fulfilment(
-        paused=pause,
-        resumed_at=ms_time(r.get("at")),
-        resumed_by=r.get("by"),
-        breaker=breaker_view(decode_hash(breaker), now, settings),
-        max_rate=settings.FULFILMENT_MAX_RATE,
-        calls_last_second=int(calls),
-        waiting=dict(zip(keys.WAIT_REASONS, map(int, waiting), strict=True)),
-    )
-
-
-def breaker_view(b: dict[str, str], now: int, settings: Settings) -> Breaker:
-    state = b.get("state", "closed")
-    open_until = int(b.get("open_until") or 0)
-    if state == "open" and open_until <= now and int(b.get("probe_until") or 0) > now:
-        state = "probing"
-    return Breaker(
-        state=state,  # type: ignore[arg-type]
-        failures=int(b.get("failures") or 0),
-        threshold=settings.BREAKER_THRESHOLD,
-        cooldown_s=settings.BREAKER_COOLDOWN_SECONDS,
-        opened_at=ms_time(b.get("opened_at")),
-        open_until=ms_time(open_until) if state != "closed" else None,
-        last_error=b.get("last_error") or None,
-        opens=int(b.get("opens") or 0),
-        probes=int(b.get("probes") or 0),
-    )

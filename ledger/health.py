@@ -37,7 +37,7 @@ class Health:
 
 
 def health(redis: Redis, at: datetime) -> Health:
-    """The figures above, as of ``at`` (Redis's clock: ledger/figures.py ``now``)."""
+    """The figures above, as of ``at`` (Redis's clock: ledger/read/stats.py ``now``)."""
     pipe = redis.pipeline(transaction=False)
     for state in WAITING_STATES:
         pipe.zrange(keys.state_index(state), 0, 0, withscores=True)

@@ -13,7 +13,7 @@ PREFIX = "wl:"
 STATS = PREFIX + "stats"
 """Hash of global counters: deliveries, events, duplicates, conflicts, rejected, ..."""
 
-PAYMENT_STATES = PREFIX + "payments:by_state"
+PAYMENT_STATE_COUNTS = PREFIX + "payments:by_state"
 """Hash: payment state -> number of payments in it."""
 
 REJECTIONS = PREFIX + "rejections"
@@ -169,7 +169,7 @@ def rq_queue(name: str) -> str:
 
 LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "STATS": STATS,
-    "PAYMENT_STATES": PAYMENT_STATES,
+    "PAYMENT_STATES": PAYMENT_STATE_COUNTS,
     "REJECTIONS": REJECTIONS,
     "REJECTIONS_CAP": REJECTIONS_CAP,
     "EVENT_INDEX": EVENT_INDEX,

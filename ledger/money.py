@@ -1,4 +1,5 @@
-"""Amounts as Stripe sends them (integer minor units) and as people read them.
+"""Amounts as Stripe sends them (integer minor units) and as text for people (the typed
+amount a payment shows is ``Amount`` in ledger/read/payments.py).
 
 Stripe's own convention decides how many minor units make one unit, not ISO 4217's: ISK,
 HUF and TWD keep two decimals in the API although their ISO exponent or payouts have none.
@@ -6,9 +7,6 @@ The lists are Stripe's "zero-decimal" and "three-decimal" currencies.
 """
 
 from typing import Any
-
-from ledger.stored import text
-from ledger.views import Amount
 
 ZERO_DECIMAL = frozenset("bif clp djf gnf jpy kmf krw mga pyg rwf ugx vnd vuv xaf xof xpf".split())
 THREE_DECIMAL = frozenset("bhd jod kwd omr tnd".split())
@@ -27,21 +25,6 @@ def format_minor(minor_units: int, currency: str) -> str:
     units, cents = divmod(abs(minor_units), 10**digits)
     fraction = f".{cents:0{digits}d}" if digits else ""
     return f"{sign}{units:,}{fraction} {currency.upper()}"
-
-
-def amount(minor_units: object, currency: object) -> Amount | None:
-    """The typed amount from the stored strings; None when either is missing or unreadable."""
-    digits_text, code = text(minor_units or ""), text(currency or "")
-    digits = digits_text.removeprefix("-")
-    if not (digits.isascii() and digits.isdigit() and code.isascii() and code.isalpha()):
-        return None
-    value = int(digits_text)
-    return Amount(
-        minor_units=value,
-        currency=code.lower(),
-        exponent=exponent(code),
-        formatted=format_minor(value, code),
-    )
 
 
 def paid_amount(obj: dict[str, Any]) -> int | None:

@@ -2,12 +2,10 @@
 format byte, so a 3.6 KB event is kept in about 0.2 KB (docs/BENCHMARKS.md, memory).
 
 Zstandard, not zlib, because its dictionary is digested once per process: zlib loads the
-32 KB dictionary again for every payload, which made compression ~7 % of a delivery's CPU
-(issue #18). Payloads stored by zlib (format byte 1) stay readable.
+32 KB dictionary again for every payload, which made compression ~7 % of a delivery's CPU.
 """
 
 import sys
-import zlib
 from importlib import resources
 
 if sys.version_info >= (3, 14):
@@ -15,8 +13,6 @@ if sys.version_info >= (3, 14):
 else:  # the same module, published for older Pythons
     from backports import zstd
 
-ZLIB_V1 = b"\x01"
-"""Payloads stored before format 2: zlib (level 6) with the v1 dictionary. Read only."""
 FORMAT = b"\x02"
 """Stored payloads start with this byte: Zstandard with the v1 dictionary as raw content.
 A new dictionary or codec needs a new byte (old payloads must stay readable)."""
@@ -43,11 +39,8 @@ def compress_payload(body: bytes) -> bytes:
 
 
 def decompress_payload(stored: bytes) -> bytes:
-    """The payload as it was received, whichever format stored it."""
+    """The payload as it was received."""
     kind, packed = stored[:1], stored[1:]
     if kind == FORMAT:
         return zstd.decompress(packed, zstd_dict=_DICT)
-    if kind == ZLIB_V1:
-        unpacker = zlib.decompressobj(zdict=DICTIONARY)
-        return unpacker.decompress(packed) + unpacker.flush()
     raise ValueError(f"unknown payload format {kind!r}")

@@ -22,9 +22,9 @@ from ledger import keys, limits
 from ledger.clock import duration_s, now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import NotAStripeEvent, check_shape, classify
+from ledger.read.reconcile import MissingEvent, ReconcileRun
 from ledger.redact import redact
 from ledger.stored import count, ms_time, s_time
-from ledger.views import MissingEvent, ReconcileRun
 
 PAGE = 100
 """Events per request: the most Stripe's list endpoints return."""

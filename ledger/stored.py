@@ -48,6 +48,7 @@ def s_time(value: object) -> datetime | None:
     return ms_time(seconds * 1000) if seconds is not None else None
 
 
-def optional(value: str | None) -> str | None:
-    """A stored string, None when absent or empty."""
-    return value or None
+def optional(value: object) -> str | None:
+    """A stored value as text, None when absent or empty (a hash field, or a value inside a
+    stored JSON record)."""
+    return None if value is None or value == "" else text(value)

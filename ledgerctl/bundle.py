@@ -14,10 +14,12 @@ from typing import Any
 
 from redis import Redis
 
-from ledger import keys, limits, queries
+from ledger import keys, limits
 from ledger.downstream import read_tables
+from ledger.read import events as read_events
+from ledger.read import payments as read_payments
+from ledger.read.base import to_builtins
 from ledger.stored import text
-from ledger.views import to_builtins
 from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 
 REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
@@ -54,7 +56,7 @@ def _events(redis: Redis) -> list[dict[str, Any]]:
     records = []
     for key in redis.scan_iter(match=keys.event("*"), count=1000):
         event_id = text(key).removeprefix(keys.event(""))
-        record = queries.event(redis, event_id, with_payload=True)
+        record = read_events.event(redis, event_id, with_payload=True)
         if record is not None:
             records.append(record)
     return [to_builtins(r) for r in sorted(records, key=lambda r: r.id)]
@@ -63,10 +65,10 @@ def _events(redis: Redis) -> list[dict[str, Any]]:
 def _payments(redis: Redis, downstream: str | None) -> list[dict[str, Any]]:
     keys_seen = [
         text(k)
-        for state in queries.PAYMENT_STATES
+        for state in read_payments.PAYMENT_STATES
         for k in redis.zrange(keys.state_index(state), 0, -1)
     ]
-    records = [queries.payment(redis, pk, downstream) for pk in keys_seen]
+    records = [read_payments.payment(redis, pk, downstream) for pk in keys_seen]
     found = sorted((r for r in records if r is not None), key=lambda r: r.payment_key)
     return [to_builtins(r) for r in found]
 
@@ -76,7 +78,7 @@ def export(redis: Redis, directory: Path, downstream: str | None) -> dict[str, i
     file); returns how many records of each kind it holds."""
     directory.mkdir(parents=True, exist_ok=True)
     stats = {text(k): int(v) for k, v in redis.hgetall(keys.STATS).items()}
-    states = {text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATES).items()}
+    states = {text(k): int(v) for k, v in redis.hgetall(keys.PAYMENT_STATE_COUNTS).items()}
     has_downstream = bool(downstream and Path(downstream).exists())
     rejections = [json.loads(r) for r in redis.lrange(keys.REJECTIONS, 0, -1)]
     files = {

@@ -1,5 +1,5 @@
 """``webhook-ledger``: the ops command line. Tables for people by default; ``--json`` prints
-the very objects the ops API answers (ledger/views.py).
+the very objects the ops API answers (ledger/read/).
 
 Exit codes: 0 ok, 1 the thing asked about is not there or not in that state,
 2 usage error, 3 Redis unreachable.
@@ -10,8 +10,14 @@ import sys
 import click
 
 from ledger import events as events_table
-from ledger import figures, queries, secret_usage
-from ledger.views import EventList, PaymentList, RejectionList
+from ledger.read import events as read_events
+from ledger.read import payments as read_payments
+from ledger.read import rejections as read_rejections
+from ledger.read import secrets as read_secrets
+from ledger.read import stats
+from ledger.read.events import EventList
+from ledger.read.payments import PaymentList
+from ledger.read.rejections import RejectionList
 from ledgerctl import cli_actions, cli_fulfilment, cli_reconcile, render
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import say
@@ -42,7 +48,7 @@ def main(ctx: click.Context) -> None:
 @click.pass_obj
 def summary(ctx: Context, as_json: bool) -> None:
     """Counters, payments by state, fulfil latency (last hour), queue and workers."""
-    data = run(lambda: figures.summary(ctx.redis, ctx.settings))
+    data = run(lambda: stats.summary(ctx.redis, ctx.settings))
     emit(data, as_json, *render.summary(data))
 
 
@@ -54,7 +60,7 @@ def summary(ctx: Context, as_json: bool) -> None:
 @click.pass_obj
 def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Latest events with their delivery counts."""
-    rows = run(lambda: queries.events(ctx.redis, event_type, None, None, offset, limit))
+    rows = run(lambda: read_events.events(ctx.redis, event_type, None, None, offset, limit))
     page = EventList(events=rows, offset=offset, limit=limit)
     emit(page, as_json, render.events(page))
 
@@ -66,7 +72,7 @@ def events(ctx: Context, event_type: str | None, limit: int, offset: int, as_jso
 @click.pass_obj
 def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
     """One event: deliveries, sources, payment, hash (and payload)."""
-    record = run(lambda: queries.event(ctx.redis, event_id, with_payload=payload))
+    record = run(lambda: read_events.event(ctx.redis, event_id, with_payload=payload))
     if record is None:
         say("no event", event_id)
         sys.exit(EXIT_NOT_FOUND)
@@ -76,7 +82,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 @main.command()
 @click.option(
     "--state",
-    type=click.Choice(queries.STATE_FILTERS),
+    type=click.Choice(read_payments.STATE_FILTERS),
     help="Only this state; 'attention': what needs a person.",
 )
 @limit_option
@@ -86,7 +92,7 @@ def event(ctx: Context, event_id: str, payload: bool, as_json: bool) -> None:
 def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: bool) -> None:
     """Payments, most recent state change first."""
     stuck = ctx.settings.STUCK_QUEUED_SECONDS
-    rows = run(lambda: queries.payments(ctx.redis, state, offset, limit, stuck))
+    rows = run(lambda: read_payments.payments(ctx.redis, state, offset, limit, stuck))
     page = PaymentList(payments=rows, state=state, offset=offset, limit=limit)
     emit(page, as_json, render.payments(page))
 
@@ -98,7 +104,7 @@ def payments(ctx: Context, state: str | None, limit: int, offset: int, as_json: 
 def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
     """One payment's timeline: state, amount, events, attempts, the downstream's record."""
     downstream = ctx.settings.sqlite_downstream
-    record = run(lambda: queries.payment(ctx.redis, payment_key, downstream))
+    record = run(lambda: read_payments.payment(ctx.redis, payment_key, downstream))
     if record is None:
         say("no payment", payment_key)
         sys.exit(EXIT_NOT_FOUND)
@@ -111,7 +117,9 @@ def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
 @click.pass_obj
 def rejections(ctx: Context, limit: int, as_json: bool) -> None:
     """Latest rejections (reason, status, size, hash, remote address; never the body)."""
-    page = RejectionList(rejections=run(lambda: figures.rejections(ctx.redis, limit)), limit=limit)
+    page = RejectionList(
+        rejections=run(lambda: read_rejections.rejections(ctx.redis, limit)), limit=limit
+    )
     emit(page, as_json, render.rejections(page))
 
 
@@ -121,7 +129,7 @@ def rejections(ctx: Context, limit: int, as_json: bool) -> None:
 def secrets(ctx: Context, as_json: bool) -> None:
     """Deliveries and last use per secret label, and which secrets can be retired."""
     s = ctx.settings
-    found = run(lambda: secret_usage.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
+    found = run(lambda: read_secrets.usage(ctx.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
     emit(found, as_json, render.secrets(found))
     if (
         not s.STRIPE_WEBHOOK_SECRET

@@ -15,9 +15,9 @@ from ledger.attempts import Attempts
 from ledger.connection import describe
 from ledger.decisions import decide
 from ledger.downstream import read_downstream
+from ledger.read.base import Problem
 from ledger.redact import redact
 from ledger.replication import online_replicas
-from ledger.views import Problem
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.cli_bulk import bulk_options, run_bulk

@@ -9,7 +9,7 @@ import click
 
 from ledger.attempts import Attempts
 from ledger.decisions import BadFilter, decide_bulk
-from ledger.views import BulkDecision
+from ledger.read.decisions import BulkDecision
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, run
 from ledgerctl.terminal import say
 

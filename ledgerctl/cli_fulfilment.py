@@ -5,8 +5,8 @@ import getpass
 
 import click
 
-from ledger import gate
 from ledger.gate import Gate
+from ledger.read import fulfilment as read_fulfilment
 from ledgerctl import render_gate
 from ledgerctl.context import Context, emit, json_option, run
 from ledgerctl.terminal import say
@@ -56,7 +56,7 @@ def status(ctx: Context, as_json: bool) -> None:
 
 
 def _show(ctx: Context, as_json: bool) -> None:
-    now = run(lambda: gate.status(ctx.redis, ctx.settings))
+    now = run(lambda: read_fulfilment.status(ctx.redis, ctx.settings))
     emit(now, as_json, render_gate.fulfilment(now))
 
 

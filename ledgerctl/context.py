@@ -16,8 +16,8 @@ from rich.text import Text
 from ledger import settings
 from ledger.connection import connect
 from ledger.deliveries import LedgerUnavailable
+from ledger.read.base import to_json
 from ledger.redact import redact
-from ledger.views import to_json
 from ledgerctl.terminal import say, show
 
 EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
@@ -50,7 +50,7 @@ class Context:
 
 
 def emit(data: object, as_json: bool, *text: RenderableType) -> None:
-    """``data`` (a view of ledger/views.py: what the ops API answers) as indented JSON, or
+    """``data`` (an object of ledger/read/: what the ops API answers) as indented JSON, or
     the ``text`` tables and lines when given and JSON was not asked for."""
     if as_json or not text:
         sys.stdout.write(to_json(data, indent=True).decode() + "\n")

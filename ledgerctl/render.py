@@ -1,25 +1,20 @@
-"""The views of ledger/views.py as ``webhook-ledger`` prints them for people: tables with
+"""The objects of ledger/read/ as ``webhook-ledger`` prints them for people: tables with
 ISO-8601 UTC times, amounts by their currency's exponent, totals in captions, secrets by
-label; ``--json`` prints the views themselves instead."""
+label; ``--json`` prints the objects themselves instead."""
 
 from collections import Counter
 from typing import Any
 
 from rich.table import Table
 
-from ledger import money, secret_usage
-from ledger.views import (
-    Attempt,
-    Event,
-    EventList,
-    Payment,
-    PaymentList,
-    PaymentRow,
-    RejectionList,
-    SecretList,
-    Summary,
-    to_json,
-)
+from ledger import money
+from ledger.read.base import to_json
+from ledger.read.events import Event, EventList
+from ledger.read.payments import Payment, PaymentList, PaymentRow
+from ledger.read.rejections import RejectionList
+from ledger.read.secrets import SecretList
+from ledger.read.stats import Summary
+from ledger.read.timeline import Attempt
 from ledgerctl import render_gate
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
@@ -37,9 +32,9 @@ def summary(s: Summary) -> list[Table]:
         "attempts started / finished": f"{s.attempts_started:,} / {s.attempts_finished:,}",
     }
     counters |= {f"rejected: {k}": v for k, v in s.rejected_by_reason.items()}
-    counters |= {f"verified by secret {secret_usage.display(k)}": v for k, v in _secrets(s)}
-    states = {f"payments {k.replace('_', ' ')}": v for k, v in _states(s).items()}
-    total = sum(_states(s).values())
+    counters |= {f"verified by secret {k}": v for k, v in _secrets(s)}
+    states = {f"payments {k.replace('_', ' ')}": v for k, v in s.payments_by_state.items()}
+    total = sum(s.payments_by_state.values())
     work: dict[str, Any] = {
         f"fulfil latency p50 / p90 / p99 (last {lat.window_s // 60} min)": _latency(s),
         "payments in that window": lat.payments,
@@ -64,11 +59,6 @@ def _why(p: PaymentRow) -> str | None:
     return p.hold_reason or p.last_error
 
 
-def _states(s: Summary) -> dict[str, int]:
-    states = s.payments_by_state
-    return {name: getattr(states, name) for name in states.__struct_fields__}
-
-
 def _secrets(s: Summary) -> list[tuple[str, int]]:
     return sorted(s.deliveries_by_secret.items())
 
@@ -88,7 +78,7 @@ def events(page: EventList) -> Table:
             "deliveries": e.deliveries,
             "origin": e.origin,
             "payment": e.payment_key,
-            "secret": secret_usage.display(e.secret_label) if e.secret_label else None,
+            "secret": e.secret_label,
             "first recorded": e.first_recorded_at,
             "last delivery": e.last_delivered_at,
         }
@@ -113,7 +103,7 @@ def event(e: Event) -> list[Any]:
         if e.payment_key
         else None,
         "sources": ", ".join(f"{k} x{v}" for k, v in sorted(e.deliveries_by_source.items())),
-        "last verified by secret": secret_usage.display(e.secret_label) if e.secret_label else None,
+        "last verified by secret": e.secret_label,
         "created by Stripe": e.created_at,
         "mode": "live" if e.livemode else "test",
         "API version": e.api_version,
@@ -293,7 +283,7 @@ def rejections(page: RejectionList) -> Table:
 def secrets(found: SecretList) -> Table:
     rows = [
         {
-            "secret": s.shown_as,
+            "secret": s.label,
             "configured": s.configured,
             "deliveries verified": s.deliveries,
             "last": s.last_seen_at,

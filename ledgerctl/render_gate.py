@@ -5,7 +5,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ledger.views import Fulfilment
+from ledger.read.fulfilment import Fulfilment
 from ledgerctl.terminal import iso, kv_table
 
 

@@ -1,6 +1,6 @@
 """The ops dashboard: server-rendered HTML under /ops/, refreshing itself; no build step.
 
-It shows the typed views of ledger/views.py, the objects the ops API answers. Times are
+It shows the typed objects of ledger/read/, the objects the ops API answers. Times are
 written in ISO-8601 UTC and shown in the browser's zone (a few lines of script; without
 script they stay UTC). Browsers sign in with HTTP basic auth (any user name, an OPS_TOKEN
 token as password; that token's label is who acts, recorded as ``dashboard:LABEL``). Pages
@@ -15,9 +15,13 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 from markupsafe import Markup
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from ledger import figures, gate, queries, reconcile, secret_usage
+from ledger import reconcile
 from ledger.decisions import STATES, BadFilter, decide
-from ledger.views import Minute, Problem, to_json
+from ledger.read import events as read_events
+from ledger.read import fulfilment, rejections, secrets, stats
+from ledger.read import payments as read_payments
+from ledger.read.base import Problem, to_json
+from ledger.read.stats import Minute
 from webhook.http import (
     PROBLEM_STATUS,
     BadArgument,
@@ -71,11 +75,6 @@ def number(value: int | float | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-@bp.app_template_filter("secret_label")
-def secret_label(label: str | None) -> str:
-    return secret_usage.display(label) if label else ""
-
-
 @bp.app_template_filter("reject_offset")
 def reject_offset(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if k != "offset"}
@@ -88,7 +87,7 @@ def pretty_json(value: object) -> str:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": request_csrf(), "states": queries.PAYMENT_STATES}
+    return {"csrf": request_csrf(), "states": read_payments.PAYMENT_STATES}
 
 
 def chart(points: list[Minute]) -> dict[str, Any]:
@@ -115,16 +114,18 @@ def chart(points: list[Minute]) -> dict[str, Any]:
 def index() -> str:
     s = current_settings()
     redis = get_redis()
-    series = figures.series(redis, 60)
+    series = stats.series(redis, 60)
     return render_template(
         "ops/index.html",
-        summary=figures.summary(redis, s),
+        summary=stats.summary(redis, s),
         series=series,
         chart=chart(series.series),
-        events=queries.events(redis, limit=15),
-        attention=queries.payments(redis, queries.ATTENTION, 0, 10, s.STUCK_QUEUED_SECONDS),
-        rejections=figures.rejections(redis, 10),
-        secrets=secret_usage.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
+        events=read_events.events(redis, limit=15),
+        attention=read_payments.payments(
+            redis, read_payments.ATTENTION, 0, 10, s.STUCK_QUEUED_SECONDS
+        ),
+        rejections=rejections.rejections(redis, 10),
+        secrets=secrets.usage(redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS),
         reconciled=reconcile.runs(redis, 1),
         reconcile_interval=s.RECONCILE_INTERVAL,
     )
@@ -134,7 +135,7 @@ def index() -> str:
 def events() -> str:
     offset = int_arg("offset", 0)
     event_type = request.args.get("type") or None
-    rows = queries.events(
+    rows = read_events.events(
         get_redis(),
         event_type,
         time_arg("since", strict=False),
@@ -149,7 +150,7 @@ def events() -> str:
 
 @bp.get("/events/<event_id>")
 def event(event_id: str) -> str:
-    record = queries.event(get_redis(), event_id, with_payload=True)
+    record = read_events.event(get_redis(), event_id, with_payload=True)
     if record is None:
         abort(404)
     return render_template("ops/event.html", e=record)
@@ -158,10 +159,10 @@ def event(event_id: str) -> str:
 @bp.get("/payments")
 def payments() -> str:
     state = request.args.get("state") or None
-    if state and state not in queries.STATE_FILTERS:
+    if state and state not in read_payments.STATE_FILTERS:
         abort(400)
     offset = int_arg("offset", 0)
-    rows = queries.payments(
+    rows = read_payments.payments(
         get_redis(), state, offset, PAGE, current_settings().STUCK_QUEUED_SECONDS
     )
     return render_template("ops/payments.html", rows=rows, state=state, offset=offset, page=PAGE)
@@ -187,7 +188,9 @@ def act(payment_key: str, action: str) -> WerkzeugResponse | tuple[str, int]:
 @bp.get("/fulfilment")
 def gate_page() -> str:
     """Pause or resume: this page is the confirmation step (the overview links here)."""
-    return render_template("ops/fulfilment.html", f=gate.status(get_redis(), current_settings()))
+    return render_template(
+        "ops/fulfilment.html", f=fulfilment.status(get_redis(), current_settings())
+    )
 
 
 @bp.post("/fulfilment/<any(pause, resume):action>")
@@ -226,7 +229,7 @@ def _bulk(action: str, dry_run: bool) -> str | tuple[str, int]:
 def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:
     """The payment page; ``refusal`` is the ops API's answer to a refused decision."""
     s = current_settings()
-    record = queries.payment(get_redis(), payment_key, s.sqlite_downstream)
+    record = read_payments.payment(get_redis(), payment_key, s.sqlite_downstream)
     if record is None:
         abort(404)
     return render_template(

@@ -1,4 +1,4 @@
-"""What the blueprints share: JSON answers (the typed views of ledger/views.py), the
+"""What the blueprints share: JSON answers (the typed objects of ledger/read/), the
 OPS_TOKEN tokens as a bearer token or HTTP basic password (compared in constant time; the
 matching token's label names who acts), the CSRF token of the few routes that change
 anything, query arguments (a bad one is a 400 that says why), a bulk decision's filters
@@ -14,10 +14,12 @@ from datetime import UTC, datetime
 import orjson
 from flask import Response, g, request
 
-from ledger import gate
 from ledger.decisions import STATES, decide_bulk
 from ledger.gate import Gate
-from ledger.views import BulkDecision, Fulfilment, Problem, to_json
+from ledger.read import fulfilment
+from ledger.read.base import Problem, to_json
+from ledger.read.decisions import BulkDecision
+from ledger.read.fulfilment import Fulfilment
 from webhook.store import current_attempts, current_settings, get_redis
 
 MAX_OFFSET = 10_000
@@ -45,7 +47,7 @@ def json_response(payload: dict[str, object], status: int = 200) -> Response:
 
 
 def view_response(view: object, status: int = 200) -> Response:
-    """A typed view (ledger/views.py) as the JSON answer."""
+    """A typed object (ledger/read/) as the JSON answer."""
     return Response(to_json(view), status=status, mimetype="application/json")
 
 
@@ -171,7 +173,7 @@ def change_pause(action: str, who: str) -> Fulfilment:
         shared.pause(who, (request.values.get("reason") or "")[:200])
     else:
         shared.resume(who)
-    return gate.status(redis, s)
+    return fulfilment.status(redis, s)
 
 
 def decide_bulk_from_request(action: str, dry_run: bool, who: str) -> BulkDecision:

@@ -17,7 +17,9 @@ from prometheus_client.registry import Collector
 from redis import Redis
 from redis.exceptions import ConnectionError, TimeoutError
 
-from ledger import figures, gate, keys, limits, reconcile, secret_usage
+from ledger import keys, limits, reconcile
+from ledger.read import fulfilment, secrets
+from ledger.read import stats as read_stats
 from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_ops, require_token
@@ -50,7 +52,7 @@ class LedgerCollector(Collector):
         yield from families
 
     def _ledger(self) -> Iterator[Family]:
-        s = figures.counters(self.redis)
+        s = read_stats.counters(self.redis)
         queued = self.redis.llen(keys.rq_queue(self.settings.QUEUE_NAME))
         deliveries = CounterMetricFamily(
             "webhook_deliveries", "Accepted deliveries, by event type.", labels=["type"]
@@ -72,8 +74,8 @@ class LedgerCollector(Collector):
             "webhook_conflicts", "Deliveries with a known id but other bytes.", value=s.conflicts
         )
         states = GaugeMetricFamily("webhook_payments", "Payments by state.", labels=["state"])
-        for state in s.payments_by_state.__struct_fields__:
-            states.add_metric([state], getattr(s.payments_by_state, state))
+        for state, n in s.payments_by_state.items():
+            states.add_metric([state], n)
         yield states
         attempts = CounterMetricFamily(
             "webhook_fulfil_attempts", "Fulfilment attempts.", labels=["phase"]
@@ -99,7 +101,7 @@ class LedgerCollector(Collector):
 
     def _gate(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """The shared gate of fulfilment: pause, circuit breaker, call rate, who waits."""
-        f = gate.status(self.redis, self.settings)
+        f = fulfilment.status(self.redis, self.settings)
         b = f.breaker
         yield GaugeMetricFamily(
             "webhook_downstream_breaker_open",
@@ -186,7 +188,7 @@ class LedgerCollector(Collector):
 
     def _secrets(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.settings
-        rows = secret_usage.usage(self.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
+        rows = secrets.usage(self.redis, s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
         verified = CounterMetricFamily(
             "webhook_secret_deliveries", "Deliveries verified, by secret label.", labels=["secret"]
         )

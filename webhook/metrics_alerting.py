@@ -11,7 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from redis import Redis
 from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, TimeoutError
 
-from ledger import figures, health
+from ledger import health
+from ledger.read import stats
 from ledger.replication import NotReplicated
 from ledger.settings import Settings
 
@@ -46,9 +47,9 @@ def unavailable_reason(cause: BaseException | None) -> str:
 
 def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
     """What the rules watch beside the ledger's counters, read from Redis at scrape time."""
-    at = figures.now(redis)
+    at = stats.now(redis)
     h = health.health(redis, at)
-    w = figures.workers(redis, settings.QUEUE_NAME, at)
+    w = stats.workers(redis, settings.QUEUE_NAME, at)
     yield _by_label(
         GaugeMetricFamily(
             "webhook_payments_oldest_age_seconds",

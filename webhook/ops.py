@@ -1,8 +1,9 @@
 """People-facing JSON: health probes and the ops API under /ops/api (OPS_TOKEN required).
 
-Every answer is one of the typed views of ledger/views.py, the same objects that
-``webhook-ledger ... --json`` prints; webhook/openapi.yaml documents them. Read-only, except
-retry/resolve and pausing/resuming fulfilment, which need POST and the CSRF token.
+Every answer is one of the typed objects of the read model (ledger/read/, RESPONSES), the
+same objects that ``webhook-ledger ... --json`` prints; webhook/openapi.yaml documents them.
+Read-only, except retry/resolve and pausing/resuming fulfilment, which need POST and the
+CSRF token.
 """
 
 import os
@@ -12,9 +13,18 @@ from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from ledger import figures, gate, queries, reconcile, secret_usage
+from ledger import reconcile
 from ledger.decisions import BadFilter, decide
-from ledger.views import EventList, PaymentList, Problem, ReconcileList, RejectionList
+from ledger.read import events, fulfilment, payments, rejections, secrets, stats
+from ledger.read.base import Problem
+from ledger.read.decisions import BulkDecision, Decision
+from ledger.read.events import Event, EventList
+from ledger.read.fulfilment import Fulfilment
+from ledger.read.payments import Payment, PaymentList
+from ledger.read.reconcile import ReconcileList
+from ledger.read.rejections import RejectionList
+from ledger.read.secrets import SecretList
+from ledger.read.stats import Series, Summary
 from webhook.http import (
     BadArgument,
     change_pause,
@@ -30,6 +40,23 @@ from webhook.http import (
     view_response,
 )
 from webhook.store import current_attempts, current_settings, get_redis
+
+RESPONSES: tuple[type, ...] = (
+    Summary,
+    EventList,
+    Event,
+    PaymentList,
+    Payment,
+    RejectionList,
+    Series,
+    SecretList,
+    ReconcileList,
+    Decision,
+    BulkDecision,
+    Fulfilment,
+    Problem,
+)
+"""What the ops API answers; webhook/openapi.yaml's schemas are these and what they hold."""
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")
@@ -80,13 +107,13 @@ def api_not_found(exc: HTTPException) -> Response | HTTPException:
 
 @api_bp.get("/summary")
 def api_summary() -> Response:
-    return view_response(figures.summary(get_redis(), current_settings()))
+    return view_response(stats.summary(get_redis(), current_settings()))
 
 
 @api_bp.get("/events")
 def api_events() -> Response:
     offset, limit = int_arg("offset", 0), int_arg("limit", 50, 1, 500)
-    rows = queries.events(
+    rows = events.events(
         get_redis(),
         request.args.get("type") or None,
         time_arg("since"),
@@ -99,7 +126,7 @@ def api_events() -> Response:
 
 @api_bp.get("/events/<event_id>")
 def api_event(event_id: str) -> Response:
-    record = queries.event(get_redis(), event_id, flag_arg("payload"))
+    record = events.event(get_redis(), event_id, flag_arg("payload"))
     if record is None:
         return problem_response(Problem(error="not_found", message=f"no event {event_id}"))
     return view_response(record)
@@ -108,19 +135,19 @@ def api_event(event_id: str) -> Response:
 @api_bp.get("/payments")
 def api_payments() -> Response:
     state = request.args.get("state")
-    if state is not None and state not in queries.STATE_FILTERS:
-        message = f"state must be one of {', '.join(queries.STATE_FILTERS)}"
-        allowed = list(queries.STATE_FILTERS)
+    if state is not None and state not in payments.STATE_FILTERS:
+        message = f"state must be one of {', '.join(payments.STATE_FILTERS)}"
+        allowed = list(payments.STATE_FILTERS)
         return problem_response(Problem(error="unknown_state", message=message, allowed=allowed))
     offset, limit = int_arg("offset", 0), int_arg("limit", 50, 1, 500)
     stuck = current_settings().STUCK_QUEUED_SECONDS
-    rows = queries.payments(get_redis(), state, offset, limit, stuck)
+    rows = payments.payments(get_redis(), state, offset, limit, stuck)
     return view_response(PaymentList(payments=rows, state=state, offset=offset, limit=limit))
 
 
 @api_bp.get("/payments/<payment_key>")
 def api_payment(payment_key: str) -> Response:
-    record = queries.payment(get_redis(), payment_key, current_settings().sqlite_downstream)
+    record = payments.payment(get_redis(), payment_key, current_settings().sqlite_downstream)
     if record is None:
         return problem_response(Problem(error="not_found", message=f"no payment {payment_key}"))
     return view_response(record)
@@ -130,21 +157,19 @@ def api_payment(payment_key: str) -> Response:
 def api_rejections() -> Response:
     limit = int_arg("limit", 100, 1, 1000)
     return view_response(
-        RejectionList(rejections=figures.rejections(get_redis(), limit), limit=limit)
+        RejectionList(rejections=rejections.rejections(get_redis(), limit), limit=limit)
     )
 
 
 @api_bp.get("/series")
 def api_series() -> Response:
-    return view_response(figures.series(get_redis(), int_arg("minutes", 60, 1, 2880)))
+    return view_response(stats.series(get_redis(), int_arg("minutes", 60, 1, 2880)))
 
 
 @api_bp.get("/secrets")
 def api_secrets() -> Response:
     s = current_settings()
-    return view_response(
-        secret_usage.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS)
-    )
+    return view_response(secrets.usage(get_redis(), s.secret_labels, s.SECRET_RETIRE_AFTER_DAYS))
 
 
 @api_bp.get("/reconcile")
@@ -166,7 +191,7 @@ def csrf_refused() -> Response:
 
 @api_bp.get("/fulfilment")
 def api_fulfilment() -> Response:
-    return view_response(gate.status(get_redis(), current_settings()))
+    return view_response(fulfilment.status(get_redis(), current_settings()))
 
 
 @api_bp.post("/fulfilment/<any(pause, resume):action>")

@@ -11,8 +11,8 @@ from flask import Flask, Response, render_template, request
 from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, TimeoutError
 
 from ledger.deliveries import LedgerUnavailable
+from ledger.read.base import Problem
 from ledger.redact import redact
-from ledger.views import Problem
 from webhook.http import view_response
 from webhook.store import current_settings
 

@@ -27,8 +27,8 @@ if ARG.decision == 'retry' then
   if in_call then return reply{verdict = 'wait', until_ms = in_call[2], caller = in_call[1]} end
 end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
-redis.call('HSET', pay, 'resolved_by', ARG.note .. ' at ' .. now .. ' (' .. ARG.decision
-  .. ' from ' .. state .. ')')
+redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
+  'resolved_decision', ARG.decision, 'resolved_from', state)
 if ARG.decision == 'fulfilled' then
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now)

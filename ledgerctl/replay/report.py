@@ -9,11 +9,12 @@ from redis import Redis
 from rich.table import Table
 from rich.text import Text
 
-from ledger import figures, keys, queries
+from ledger import keys
 from ledger.downstream import read_downstream
+from ledger.read import payments, stats
+from ledger.read.stats import Counters
 from ledger.settings import Settings, fingerprint
 from ledger.stored import decode_hash
-from ledger.views import Counters
 from ledgerctl.checker import Findings, check
 from ledgerctl.replay.options import WHERE
 from ledgerctl.replay.sending import Answer
@@ -66,7 +67,7 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
         pipe.hgetall(keys.payment(pk))
     totals = Counter[str]()
     for pk, raw in zip(payment_keys, pipe.execute(), strict=True):
-        record = queries.payment_record(pk, decode_hash(raw))
+        record = payments.payment_record(pk, decode_hash(raw))
         totals["started"] += record.attempts_started
         totals["finished"] += record.attempts_finished
         totals["stale"] += record.stale_finishes
@@ -190,4 +191,4 @@ def table(layers: dict[str, Any], findings: Findings, passed: bool) -> Table:
 
 def summary_now(redis: Redis, queue: str) -> Counters:
     """The ledger's counters, as the ops API and ``webhook-ledger summary`` read them."""
-    return figures.counters(redis)
+    return stats.counters(redis)

@@ -11,8 +11,9 @@ from typing import Any, cast
 
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import keys
 from ledger.payloads import decompress_payload
+from ledger.read import payments
 from ledger.stored import text
 from ledgerctl import samples
 
@@ -61,7 +62,7 @@ def from_ledger(
     if event_ids:
         candidates = event_ids
     elif payment:
-        record = queries.payment(redis, payment)
+        record = payments.payment(redis, payment)
         candidates = [e.id for e in record.events] if record else []
     else:
         low = since_ms if since_ms is not None else "-inf"

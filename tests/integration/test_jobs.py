@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import keys
 from ledger.downstream import read_downstream
+from ledger.read import payments as read_payments
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, run_cli, settled_as
@@ -57,7 +58,7 @@ def test_every_order_of_all_paid_events_fulfils_once(fulfilment, redis, rng) -> 
             "already_applied": 0,
             "effects": 1,
         }
-        record = queries.payment(redis, pk)
+        record = read_payments.payment(redis, pk)
         assert record is not None and record.state == "fulfilled"
         assert record.attempts_started == 1 and len(record.events) == 3
         assert record.receipt is not None and record.receipt["outcome"] == "applied"
@@ -80,7 +81,7 @@ def test_transient_failures_retry_then_fulfil(fulfilment, redis, rng) -> None:
         f = fulfilment(FULFILMENT_ACTION=downstream.url)
         pk = pay(f, rng)
         work_until(f, redis, pk, "fulfilled")
-        record = queries.payment(redis, pk)
+        record = read_payments.payment(redis, pk)
         assert record is not None and record.attempts_started == 3
         outcomes = [a.outcome for a in record.attempts]
         assert outcomes == ["retry", "retry", "fulfilled"]
@@ -92,7 +93,7 @@ def test_always_failing_downstream_dead_letters_then_retry_recovers(fulfilment, 
         f = fulfilment(FULFILMENT_ACTION=downstream.url, MAX_ATTEMPTS="3")
         pk = pay(f, rng)
         work_until(f, redis, pk, "failed")
-        record = queries.payment(redis, pk)
+        record = read_payments.payment(redis, pk)
         assert record is not None and (record.last_error or "").startswith("http 500")
         assert downstream.calls[pk] == 3
         downstream.default = 200
@@ -114,7 +115,7 @@ def test_slow_downstream(replay_safe: bool, fulfilment, redis, rng) -> None:
         pk = pay(f, rng)
         work_until(f, redis, pk, "fulfilled" if replay_safe else "interrupted")
         assert downstream.calls[pk] == (2 if replay_safe else 1)
-        record = queries.payment(redis, pk)
+        record = read_payments.payment(redis, pk)
         assert record is not None
         first = record.attempts[0].error or ""
         assert "ReadTimeout" in first or "deadline" in first  # whichever of the two fired first
@@ -126,7 +127,7 @@ def test_downstream_answering_409_counts_as_done(fulfilment, redis, rng) -> None
         pk = pay(f, rng)
         f.work()
         assert settled_as(redis, pk, "fulfilled")
-        assert getattr(queries.payment(redis, pk), "receipt", {})["status"] == 409
+        assert getattr(read_payments.payment(redis, pk), "receipt", {})["status"] == 409
         assert downstream.calls[pk] == 1
 
 
@@ -146,7 +147,7 @@ def test_downstream_refusing_connections_waits_without_spending_attempts(
         return redis.hget(keys.payment(pk), "waiting") == b"breaker"
 
     wait_until(step, what="waiting for the breaker")
-    record = queries.payment(redis, pk)
+    record = read_payments.payment(redis, pk)
     assert record is not None and record.state == "retrying"
     assert record.attempts_started == 3 and "ConnectionError" in (record.last_error or "")
     assert redis.hget(keys.BREAKER, "state") == b"open"
@@ -170,17 +171,22 @@ def test_an_action_that_cannot_be_loaded_fails_the_payment_with_its_error(
     pk = pay(f, rng)
     f.work()
     assert settled_as(redis, pk, "failed")
-    record = queries.payment(redis, pk)
+    record = read_payments.payment(redis, pk)
     assert record is not None and "could not be loaded" in (record.last_error or "")
     assert "foo" in (record.last_error or "")
-    assert pk in [p.payment_key for p in queries.payments(redis, queries.ATTENTION)]
+    assert pk in [p.payment_key for p in read_payments.payments(redis, read_payments.ATTENTION)]
 
 
 def test_a_payment_queued_too_long_needs_a_person(fulfilment, redis, rng) -> None:
     pk = pay(fulfilment(), rng)
-    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=3600) == []
-    wait_until(lambda: queries.payments(redis, queries.ATTENTION, stuck_after_s=0), what="listed")
-    assert queries.payments(redis, queries.ATTENTION, stuck_after_s=0)[0].payment_key == pk
+    assert read_payments.payments(redis, read_payments.ATTENTION, stuck_after_s=3600) == []
+    wait_until(
+        lambda: read_payments.payments(redis, read_payments.ATTENTION, stuck_after_s=0),
+        what="listed",
+    )
+    assert (
+        read_payments.payments(redis, read_payments.ATTENTION, stuck_after_s=0)[0].payment_key == pk
+    )
 
 
 CAPABILITY_PATH = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?token=SECRET123#x"
@@ -196,7 +202,7 @@ def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> No
         f = fulfilment(FULFILMENT_ACTION=origin + CAPABILITY_PATH)
         pk = pay(f, rng)
         work_until(f, redis, pk, "failed")
-        record = queries.payment(redis, pk)
+        record = read_payments.payment(redis, pk)
         assert record is not None and record.last_error == f"http 404 from {origin}"
     port = free_port()
     f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{port}{CAPABILITY_PATH}", MAX_ATTEMPTS="1")
@@ -208,7 +214,7 @@ def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> No
         return redis.hget(keys.payment(pk), "last_error") is not None
 
     wait_until(step, what="the refused call's error stored")
-    unreachable = queries.payment(redis, pk)
+    unreachable = read_payments.payment(redis, pk)
     assert unreachable is not None
     assert unreachable.last_error == (
         f"http: ConnectionError (Connection refused) calling http://127.0.0.1:{port}"

@@ -5,10 +5,11 @@ import json
 
 from redis import Redis
 
-from ledger import keys, queries, settings
+from ledger import keys, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.read import payments
 from ledgerctl import samples
 from tests.support.helpers import paid_event, purchase
 
@@ -131,7 +132,7 @@ def test_retention_purges_settled_payments_and_keeps_counts(
     redis.zadd(keys.state_index("fulfilled"), {pk: 1})  # as if it settled long ago
     assert kept.purge() == 1
     assert not redis.exists(keys.payment(pk))
-    assert redis.hget(keys.PAYMENT_STATES, "fulfilled") == b"0"
+    assert redis.hget(keys.PAYMENT_STATE_COUNTS, "fulfilled") == b"0"
     assert redis.zcard(keys.state_index("fulfilled")) == 0
 
 
@@ -178,7 +179,7 @@ def test_attempts_live_in_the_payment_hash_and_a_retried_finish_counts_once(
     assert {b"attempt:1", b"attempt:2"} <= raw.keys() and b"stale_finishes" not in raw
     stored = json.loads(raw[b"attempt:2"])
     assert "detail" not in stored and "ended" not in stored  # kept once: receipt, fulfilled_at
-    record = queries.payment(redis, pk)
+    record = payments.payment(redis, pk)
     assert record is not None
     retried, done = record.attempts
     assert (retried.token, retried.outcome, retried.error) == (1, "retry", "http 503")
@@ -231,7 +232,7 @@ def test_a_record_tied_to_a_fulfilled_twin_is_held_and_held_again_at_its_lease(
     assert attempts.record_decision(pi_key, "retry", ("failed", "held"), "test") == ("ok", "queued")
     again = attempts.start(pi_key, "job-pi", replay_safe=True)
     assert (again.verdict, again.reason) == ("skip", "same_purchase")
-    held = queries.payment(redis, pi_key)
+    held = payments.payment(redis, pi_key)
     assert held is not None and held.state == "held" and held.attempts == []
     assert "when an attempt would have started" in (held.hold_reason or "")
 
@@ -251,7 +252,7 @@ def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_serve
     assert redis.hget(keys.payment(pi_key), "same_purchase_as") == in_key.encode()
     assert not attempts.mark_calling(in_key, first.token)
     assert attempts.mark_calling(pi_key, second.token)
-    held = queries.payment(redis, in_key)
+    held = payments.payment(redis, in_key)
     assert held is not None and held.state == "held"
     assert (held.hold_reason or "").startswith(f"same purchase as {pi_key}")
     assert [a.outcome for a in held.attempts] == ["same_purchase"]

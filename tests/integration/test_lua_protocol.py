@@ -45,12 +45,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from rq.job import Job
 
-from ledger import keys, queries
+from ledger import keys
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
+from ledger.read import payments
 from ledgerctl import samples
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
@@ -321,7 +322,7 @@ class Protocol(RuleBasedStateMachine):
                     f"{pk}: a non-replay-safe action called again after it may have applied"
                 )
         for pk in self.all_payments():
-            record = queries.payment(self.redis, pk)
+            record = payments.payment(self.redis, pk)
             done = [a for a in (record.attempts if record else []) if a.outcome == "fulfilled"]
             assert len(done) <= 1, f"{pk}: more than one recorded effect"
 
@@ -354,9 +355,11 @@ class Protocol(RuleBasedStateMachine):
         if not hasattr(self, "tokens"):
             return
         states = {pk: self.state(pk) for pk in self.all_payments()}
-        counted = {k.decode(): int(v) for k, v in self.redis.hgetall(keys.PAYMENT_STATES).items()}
+        counted = {
+            k.decode(): int(v) for k, v in self.redis.hgetall(keys.PAYMENT_STATE_COUNTS).items()
+        }
         assert {s: n for s, n in counted.items() if n} == dict(Counter(states.values()))
-        for state in queries.PAYMENT_STATES:
+        for state in payments.PAYMENT_STATES:
             indexed = {m.decode() for m in self.redis.zrange(keys.state_index(state), 0, -1)}
             assert indexed == {pk for pk, s in states.items() if s == state}, state
 
@@ -403,7 +406,7 @@ class Protocol(RuleBasedStateMachine):
         stuck = {pk: self.state(pk) for pk in self.paid if self.state(pk) not in SETTLED}
         assert not stuck, f"paid payments that never ended: {stuck}"
         attention = {
-            p.payment_key for p in queries.payments(self.redis, queries.ATTENTION, limit=500)
+            p.payment_key for p in payments.payments(self.redis, payments.ATTENTION, limit=500)
         }
         waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
         assert waiting <= attention, waiting - attention
@@ -670,7 +673,7 @@ def test_an_outage_walked_by_hand_opens_probes_and_closes_the_breaker(
     m.worker_runs_a_whole_job("ok", True)  # the second probe, answered: closed
     assert m.redis.hget(keys.BREAKER, "state") == b"closed"
     assert m.state(pk) == "fulfilled" and m.applied[pk] == 1
-    record = queries.payment(m.redis, pk)
+    record = payments.payment(m.redis, pk)
     assert record is not None and record.attempts_started == 4  # 1 counted, 3 refunded
     m.one_effect_per_payment()
     m.teardown()

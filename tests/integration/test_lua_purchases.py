@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from ledger import figures, queries, settings
+from ledger import settings
 from ledger.connection import connect
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
 from ledger.downstream import read_downstream
 from ledger.events import classify
-from ledger.views import to_builtins
+from ledger.read import payments, stats
+from ledger.read.base import to_builtins
 from ledgerctl import samples
 from tests.support.helpers import purchase
 
@@ -34,7 +35,7 @@ def record(ledger: Ledger, event: dict[str, Any]) -> Recorded:
 
 
 def queued_or_held(redis: Redis) -> dict[str, int]:
-    counts = to_builtins(figures.counters(redis).payments_by_state)
+    counts = to_builtins(stats.counters(redis).payments_by_state)
     return {s: n for s, n in counts.items() if n}
 
 
@@ -54,7 +55,7 @@ def test_checkout_with_invoice_is_one_payment_in_any_order(
         # invoice.paid and payment_intent.succeeded first: nothing ties them until the
         # session; the second waits for a person as a possible duplicate, both ids shown.
         assert states == {"queued": 1, "held": 1}, states
-        held = queries.payments(redis, "held")[0].hold_reason or ""
+        held = payments.payments(redis, "held")[0].hold_reason or ""
         assert "possible duplicate purchase" in held or "same purchase as" in held
         assert answers[0].payment_key in held
     else:
@@ -109,7 +110,7 @@ def test_events_this_deployment_must_not_fulfil_are_held_visibly(
     first = record(ledger, event)
     again = record(ledger, event)
     assert (first.payment_state, first.enqueued, again.deliveries) == ("held", False, 2)
-    attention = queries.payments(redis, queries.ATTENTION)
+    attention = payments.payments(redis, payments.ATTENTION)
     assert [p.payment_key for p in attention] == [first.payment_key]
     assert (attention[0].hold_reason or "").startswith(reason)
     assert attention[0].account == (account or None)
@@ -121,7 +122,9 @@ def test_connect_events_fulfil_when_allowed(redis: Redis, redis_server, rng) -> 
     event["account"] = "acct_1Connected"
     answer = record(ledger, event)
     assert (answer.payment_state, answer.enqueued) == ("queued", True)
-    assert getattr(queries.payment(redis, answer.payment_key), "account", None) == "acct_1Connected"
+    assert (
+        getattr(payments.payment(redis, answer.payment_key), "account", None) == "acct_1Connected"
+    )
 
 
 def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, rng) -> None:
@@ -135,7 +138,7 @@ def test_same_id_with_another_body_moves_no_payment(redis: Redis, redis_server, 
     answer = record(ledger, other)
     assert (answer.deliveries, answer.payment_key) == (2, event["data"]["object"]["id"])
     assert queued_or_held(redis) == {"queued": 1}
-    assert figures.counters(redis).conflicts == 1
+    assert stats.counters(redis).conflicts == 1
 
 
 def test_manual_capture_fulfils_on_capture_only(redis: Redis, redis_server, rng) -> None:

@@ -11,9 +11,11 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from ledger import figures, keys, queries
+from ledger import keys
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, Recorded, new_request_id
 from ledger.events import classify
+from ledger.read import events, payments
+from ledger.read import stats as read_stats
 from ledgerctl import bundle, samples
 from tests.integration.test_lua_atomicity import dump
 from tests.integration.test_lua_record_delivery import delivery, make_ledger
@@ -46,7 +48,7 @@ def test_an_event_from_the_api_is_recorded_but_not_delivered(
     pk = event["data"]["object"]["id"]
     answer = from_api(ledger, event)
     assert (answer.deliveries, answer.duplicate, answer.enqueued) == (0, False, True)
-    record = queries.event(redis, event["id"], with_payload=True)
+    record = events.event(redis, event["id"], with_payload=True)
     assert record is not None
     assert (record.deliveries, record.origin, record.payment_key, record.pays) == (
         0,
@@ -62,10 +64,10 @@ def test_an_event_from_the_api_is_recorded_but_not_delivered(
     )
     assert stats(redis) == {"events": 1, "reconciled": 1}
     assert not redis.exists(keys.SECRETS_LAST_SEEN)
-    pay = queries.payment(redis, pk)
+    pay = payments.payment(redis, pk)
     assert pay is not None and pay.deliveries == 0
     assert pay.state == "queued" and queue_length(ledger) == 1
-    assert sum(p.deliveries for p in figures.series(redis, 2).series) == 0
+    assert sum(p.deliveries for p in read_stats.series(redis, 2).series) == 0
     bundle.export(redis, tmp_path / "b", str(ledger.settings.FULFILMENT_ACTION))
     assert bundle.verify(tmp_path / "b").failures == []
 
@@ -94,7 +96,7 @@ def test_a_webhook_after_reconcile_is_the_first_delivery(
         "secret:primary": 3,
         "type:payment_intent.succeeded": 3,
     }
-    record = queries.event(redis, event["id"])
+    record = events.event(redis, event["id"])
     assert record is not None and record.origin == "api" and record.deliveries == 3
     assert queue_length(ledger) == 1
 
@@ -152,7 +154,7 @@ def test_webhook_and_reconcile_at_once_are_one_event_one_job(
     assert counters["duplicates"] == 80 and counters.get("reconciled", 0) == from_the_api
     for event in events:
         assert redis.hget(keys.event(event["id"]), "n") == b"3"
-        pay = queries.payment(redis, event["data"]["object"]["id"])
+        pay = payments.payment(redis, event["data"]["object"]["id"])
         assert pay is not None and [e.id for e in pay.events] == [event["id"]]
         assert pay.deliveries == 3
     print(f"raced 40 events: {from_the_api} first recorded by reconcile, the rest by webhook")

@@ -8,6 +8,10 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
+from ledger import keys
+from ledger.read import payments
+from ledger.read.timeline import Resolution
+from ledger.stored import ms_time
 from tests.support.helpers import cli_ok, fail_payment, paid_event, run_cli, signed_headers
 from webhook import create_app
 from webhook.http import csrf_token
@@ -111,6 +115,22 @@ def test_retries_and_resolutions_record_the_token_label(ops, redis, config, rng)
     assert ops.get(f"/ops/api/payments/{pk}", headers=bearer(BOB)).json["resolution"]["by"] == (
         "dashboard:alice"
     )
+
+
+def test_a_decision_is_stored_as_fields_and_shown_from_them(ops, redis, config, rng) -> None:
+    """Who decided, when, what and from which state: one hash field each (operator.lua),
+    read back as they are and formatted only where shown."""
+    pk = failed_payment(ops, redis, config, rng)
+    assert ops.post(f"/ops/api/payments/{pk}/retry", headers=acting(BOB)).status_code == 200
+    names = ("resolved_by", "resolved_at", "resolved_decision", "resolved_from")
+    by, at, decision, from_state = redis.hmget(keys.payment(pk), names)
+    assert (by, decision, from_state) == (b"ops:bob", b"retry", b"failed")
+    record = payments.payment(redis, pk)
+    assert record is not None and record.resolution == Resolution(
+        by="ops:bob", at=ms_time(at), decision="retry", from_state="failed"
+    )
+    page = ops.get(f"/ops/payments/{pk}", headers=basic("any", ALICE)).get_data(as_text=True)
+    assert "ops:bob: retry (was failed) at" in page
 
 
 def test_bulk_retries_record_the_token_label(ops, redis, config, rng) -> None:

@@ -12,8 +12,9 @@ from redis import Redis
 from stripe import StripeClient
 from stripe.events import V1PaymentIntentSucceededEventNotification
 
-from ledger import keys, queries
-from ledger.views import RelatedObject
+from ledger import keys
+from ledger.read import events, payments
+from ledger.read.events import RelatedObject
 from ledgerctl import samples
 from tests.integration.test_intake import assert_rejected
 from tests.integration.test_ops import BASIC
@@ -73,7 +74,7 @@ def test_a_thin_event_is_recorded_and_counted_but_does_not_fulfil(
     first, again = post(client, event), post(client, event)
     assert first.status_code == again.status_code == 200
     assert (first.get_json()["deliveries"], again.get_json()["duplicate"]) == (1, True)
-    record = queries.event(redis, event["id"])
+    record = events.event(redis, event["id"])
     assert record is not None
     assert (record.thin, record.related_object, record.payment_key) == (
         True,
@@ -109,7 +110,7 @@ def test_thin_events_the_table_does_not_map_join_no_payment(
 ) -> None:
     event = thin_event(rng, event_type, related)
     assert post(client, event).status_code == 200
-    record = queries.event(redis, event["id"])
+    record = events.event(redis, event["id"])
     assert record is not None and record.thin and record.payment_key is None
     assert not list(redis.scan_iter(match=keys.payment("*")))
 
@@ -127,7 +128,7 @@ def test_a_mapped_thin_event_fulfils_once_when_paid_types_list_it(
     assert post(client, thin).status_code == 200
     assert state_of(redis, pi) == "queued" and redis.llen(QUEUE) == 1
     assert post(client, snapshot).status_code == 200  # the same payment, as a snapshot event
-    timeline = queries.payment(redis, pi)
+    timeline = payments.payment(redis, pi)
     assert timeline is not None and [e.id for e in timeline.events] == [thin["id"], snapshot["id"]]
     assert [e.type for e in timeline.events] == [thin["type"], snapshot["type"]]
     assert redis.llen(QUEUE) == 1
@@ -135,7 +136,7 @@ def test_a_mapped_thin_event_fulfils_once_when_paid_types_list_it(
         rng, "v1.payment_intent.succeeded", payment_intent("pi_connect"), context="acct_1"
     )
     assert post(client, connect).status_code == 200
-    held = queries.payment(redis, "pi_connect")
+    held = payments.payment(redis, "pi_connect")
     assert held is not None and held.state == "held" and "acct_1" in (held.hold_reason or "")
 
 

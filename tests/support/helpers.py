@@ -15,7 +15,7 @@ from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, new_request_id
 from ledger.events import classify
-from ledger.queries import text
+from ledger.stored import text
 from ledgerctl import samples
 from tests.support.constants import SECRET, STRIPE_UA
 

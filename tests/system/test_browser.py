@@ -15,7 +15,8 @@ import pytest
 import requests
 from playwright.sync_api import Page, sync_playwright
 
-from ledger import figures, settings
+from ledger import settings
+from ledger.read import stats
 from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, payment_key_of, signed_headers
 from tests.support.processes import ROOT, wait_until
@@ -113,8 +114,8 @@ def test_dashboard_pages_read_without_a_decoder(stack, redis, config, rng, brows
     s.start_worker()
     s.start_sweeper()
     replay(web.url, s.env)
-    wait_until(lambda: figures.counters(redis).payments_by_state.fulfilled == 5)
-    summary = figures.summary(redis, settings.load({}))
+    wait_until(lambda: stats.counters(redis).payments_by_state["fulfilled"] == 5)
+    summary = stats.summary(redis, settings.load({}))
     failed: list[str] = []
     for name, viewport in VIEWPORTS.items():
         page = open_page(browser, viewport, failed)
@@ -130,7 +131,7 @@ def overview(page: Page, url: str, summary: Any, name: str) -> None:
     page.goto(f"{url}/ops/")
     for counter in ("deliveries", "events", "duplicates", "rejected", "effects"):
         assert number(page, f"#total-{counter}") == getattr(summary, counter), counter
-    assert number(page, "#payments-fulfilled") == summary.payments_by_state.fulfilled == 5
+    assert number(page, "#payments-fulfilled") == summary.payments_by_state["fulfilled"] == 5
     # the replay's 40 (20 events, 2 copies each) and the 2 left to a person
     assert number(page, "#total-deliveries") == 42 and number(page, "#total-rejected") == 2
     assert "log scale" in page.inner_text("#chart") and page.locator("#chart rect").count() >= 1

@@ -23,7 +23,7 @@ import pytest
 import requests
 from redis import Redis
 
-from ledger import queries
+from ledger.read import payments
 from tests.support.constants import OPS_TOKEN, SECRET
 from tests.support.ha import Cluster
 from tests.support.helpers import deliver_live_payment
@@ -194,7 +194,7 @@ def fulfils_a_paid_payment(running: Honcho, redis: Redis, app: Path, seed: int) 
 
     def fulfilled() -> bool:
         assert running.proc.poll() is None, running.output()
-        record = queries.payment(redis, key)
+        record = payments.payment(redis, key)
         return record is not None and record.state == "fulfilled"
 
     wait_until(fulfilled, 120, 0.2, what=f"{key} fulfilled")

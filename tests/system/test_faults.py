@@ -8,9 +8,10 @@ import pytest
 import requests
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import keys
 from ledger.clock import now_ms
 from ledger.downstream import read_downstream
+from ledger.read import payments
 from ledgerctl import samples
 from ledgerctl.checker import check
 from tests.support.downstream_server import CountingDownstream
@@ -141,7 +142,7 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
         else:  # not replay-safe: interrupted, then its worker's "not called" lifts that
             wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="re-run after not_called")
             assert calls_and_effects(action, config, downstream, pk) == (1, None)
-        record = queries.payment(redis, pk)
+        record = payments.payment(redis, pk)
         assert record is not None
         first = record.attempts[0]
         assert "not_called" in (first.outcome, first.stale_outcome)

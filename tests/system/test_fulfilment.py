@@ -5,8 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from redis import Redis
 
-from ledger import figures, keys, queries
+from ledger import keys
 from ledger.downstream import read_downstream
+from ledger.read import payments, stats
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import state_of
@@ -45,8 +46,8 @@ def test_non_deduping_downstream_is_called_once_per_payment(stack, redis, rng) -
         assert len(downstream.calls) == 100
         assert set(downstream.calls.values()) == {1}
         assert set(downstream.idempotency_keys) == {f"fulfil:{pk}" for pk in payments}
-        counted = figures.counters(redis)
-        assert counted.payments_by_state.fulfilled == 100 and counted.effects == 100
+        counted = stats.counters(redis)
+        assert counted.payments_by_state["fulfilled"] == 100 and counted.effects == 100
 
 
 def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rng) -> None:
@@ -65,7 +66,7 @@ def test_crash_after_action_sqlite_reruns_with_same_key(stack, redis, config, rn
     wait_until(lambda: settled(redis, [pk]))
     down = read_downstream(sqlite_path(config))["payments"][pk]
     assert down == {"calls": 2, "applied": 1, "already_applied": 1, "effects": 1}
-    record = queries.payment(redis, pk)
+    record = payments.payment(redis, pk)
     assert record is not None and record.attempts_started == 2
     first, second = record.attempts
     assert first.outcome == "lease_expired" and first.phase_at_expiry == "calling"
@@ -87,9 +88,9 @@ def test_crash_after_action_non_replay_safe_is_interrupted(stack, redis, rng, tm
         wait_until(lambda: state_of(redis, pk) == "interrupted")
         wait_until(lambda: redis.zscore(keys.DUE, pk) is None, what="no longer due")
         assert downstream.calls[pk] == 1
-        record = queries.payment(redis, pk)
+        record = payments.payment(redis, pk)
         assert record is not None and "not replay-safe" in (record.last_error or "")
-        assert figures.counters(redis).payments_by_state.interrupted == 1
+        assert stats.counters(redis).payments_by_state["interrupted"] == 1
 
 
 def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_path) -> None:
@@ -107,12 +108,12 @@ def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_pa
         s.start_sweeper()
         s.start_worker()
         wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
-        newer = queries.payment(redis, pk)
+        newer = payments.payment(redis, pk)
         assert newer is not None and newer.attempts_started == 2
         wait_until(
             lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"
         )
-        after = queries.payment(redis, pk)
+        after = payments.payment(redis, pk)
         assert after is not None
         assert (after.state, after.attempts_started, after.receipt) == (
             "fulfilled",

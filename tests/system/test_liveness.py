@@ -7,8 +7,9 @@ import signal
 
 import pytest
 
-from ledger import figures, queries, settings
-from ledger.views import Workers
+from ledger import settings
+from ledger.read import payments, stats
+from ledger.read.stats import Workers
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, settled_as, state_of
@@ -40,11 +41,11 @@ def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, red
         if replay_safe:  # cut, retried once the first call is gone, fulfilled
             wait_until(lambda: settled_as(redis, pk, "fulfilled"), what="fulfilled")
             assert downstream.calls[pk] == 2 and downstream.most_in_flight[pk] == 1
-            assert getattr(queries.payment(redis, pk), "attempts_started", 0) == 2
+            assert getattr(payments.payment(redis, pk), "attempts_started", 0) == 2
         else:  # it may have been applied and cannot be re-run: a person decides
             wait_until(lambda: settled_as(redis, pk, "interrupted"), what="interrupted")
             assert downstream.calls[pk] == 1
-            assert "deadline" in (getattr(queries.payment(redis, pk), "last_error", "") or "")
+            assert "deadline" in (getattr(payments.payment(redis, pk), "last_error", "") or "")
 
 
 @pytest.mark.parametrize("replay_safe", [True, False])
@@ -66,7 +67,7 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
         if settled_as(redis, pk, final):
             break
     wait_until(lambda: settled_as(redis, pk, final), what=final)
-    record = queries.payment(redis, pk)
+    record = payments.payment(redis, pk)
     assert record is not None
     if replay_safe:
         assert record.attempts_started == 2 and "worker died" in (record.last_error or "")
@@ -74,7 +75,7 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
     else:  # died during the call: never re-run blindly
         assert record.attempts_started == 1
         assert "interrupted during the downstream call" in (record.last_error or "")
-    assert pk in [p.payment_key for p in queries.payments(redis, queries.ATTENTION)]
+    assert pk in [p.payment_key for p in payments.payments(redis, payments.ATTENTION)]
 
 
 def test_a_killed_worker_is_not_counted_alive(stack, redis) -> None:
@@ -85,7 +86,7 @@ def test_a_killed_worker_is_not_counted_alive(stack, redis) -> None:
     doomed = s.start_worker()
 
     def workers() -> Workers:
-        return figures.summary(redis, settings.load({})).workers
+        return stats.summary(redis, settings.load({})).workers
 
     wait_until(lambda: workers().alive == 2, what="two workers alive")
     doomed.signal(signal.SIGKILL)

@@ -11,7 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 from redis import Redis
 
-from ledger import figures, keys, queries
+from ledger import keys
+from ledger.read import payments as read_payments
+from ledger.read import stats
 from ledger.stored import decode_hash
 from tests.support.constants import BEARER
 from tests.support.downstream_server import CountingDownstream
@@ -60,8 +62,10 @@ def ride_out(redis: Redis, probes: int) -> tuple[float, float]:
 def assert_recovered(redis: Redis, downstream: CountingDownstream, payments: list[str]) -> None:
     wait_until(lambda: all_fulfilled(redis, payments), timeout=60, what="all fulfilled")
     assert {pk: downstream.successes[pk] for pk in payments} == {pk: 1 for pk in payments}
-    counted = figures.counters(redis)
-    assert counted.payments_by_state.failed == 0 and counted.payments_by_state.interrupted == 0
+    counted = stats.counters(redis)
+    assert (
+        counted.payments_by_state["failed"] == 0 and counted.payments_by_state["interrupted"] == 0
+    )
     assert breaker(redis)["state"] == "closed"
     assert all(redis.zcard(keys.waiting(r)) == 0 for r in keys.WAIT_REASONS)
 
@@ -84,7 +88,7 @@ def test_503_outage_every_payment_fulfilled_once_none_failed(stack, redis, rng) 
         opened, down_until = ride_out(redis, probes=5)
         assert s.web is not None
         scraped = requests.get(f"{s.web.url}/metrics", headers=BEARER, timeout=10).text
-        rows = queries.payments(redis, "retrying", 0, 50)
+        rows = read_payments.payments(redis, "retrying", 0, 50)
         downstream.come_back()
         assert rows and any(row.waiting == "breaker" for row in rows)
         assert "webhook_downstream_breaker_open 1.0" in scraped

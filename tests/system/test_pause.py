@@ -7,7 +7,8 @@ import random
 import requests
 from redis import Redis
 
-from ledger import figures, keys
+from ledger import keys
+from ledger.read import stats
 from tests.support.constants import BEARER, OPS_TOKEN
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import cli_ok, paid_event, payment_key_of, run_cli, state_of
@@ -53,7 +54,7 @@ def test_paused_through_a_worker_restart_then_each_fulfilled_once(
         assert now["paused"]["reason"] == "ERP deploy"
         assert now["paused"]["by"].startswith("cli")
         assert now["waiting"]["paused"] == 20
-        assert figures.counters(redis).payments_by_state.failed == 0
+        assert stats.counters(redis).payments_by_state["failed"] == 0
         scraped = requests.get(f"{web.url}/metrics", headers=BEARER, timeout=10).text
         assert "webhook_fulfilment_paused 1.0" in scraped
         assert 'webhook_fulfilment_waiting{reason="paused"} 20.0' in scraped

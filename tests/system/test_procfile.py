@@ -16,7 +16,8 @@ import requests
 from honcho.environ import parse_procfile
 from redis import Redis
 
-from ledger import keys, queries
+from ledger import keys
+from ledger.read import payments
 from tests.support.constants import BEARER, OPS_TOKEN, SECRET
 from tests.support.helpers import deliver_live_payment
 from tests.support.processes import BIN, ROOT, RedisServer, free_port, wait_for_port, wait_until
@@ -101,7 +102,7 @@ def test_web_and_worker_lines_fulfil_a_paid_payment_with_only_the_required_setti
     key = deliver_live_payment(base, random.Random(15))
 
     def fulfilled() -> bool:
-        record = queries.payment(redis, key)
+        record = payments.payment(redis, key)
         return record is not None and record.state == "fulfilled"
 
     wait_until(fulfilled, 60, what=f"{key} fulfilled")

@@ -16,8 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from ledger import keys, queries, reconcile
+from ledger import keys, reconcile
 from ledger import settings as settings_module
+from ledger.read import events
 from ledgerctl import bundle, samples
 from ledgerctl.checker import check
 from tests.integration.test_lua_atomicity import dump
@@ -140,7 +141,7 @@ def test_apply_records_what_is_missing_once_and_a_second_run_finds_nothing(
     for payment in missing:
         assert state_of(redis, pi_of(payment)) == "queued"
         for event in payment:
-            record = queries.event(redis, event["id"])
+            record = events.event(redis, event["id"])
             assert record is not None and (record.deliveries, record.origin) == (0, "api")
     again = cli(env, "reconcile", "--apply", "--json")
     second = json.loads(again.stdout)

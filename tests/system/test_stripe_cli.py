@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ledger import figures, keys
+from ledger import keys
+from ledger.read import stats as read_stats
 from ledgerctl import samples
 from ledgerctl.stripe_listen import forward_commands
 from tests.integration.test_lua_purchases import purchase
@@ -91,7 +92,7 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
             str(checkout[2]["data"]["object"]["id"]),
             str(checkout[1]["data"]["object"]["id"]),
         }
-        wait_until(lambda: figures.counters(redis).payments_by_state.fulfilled == 2, 60)
+        wait_until(lambda: read_stats.counters(redis).payments_by_state["fulfilled"] == 2, 60)
         after_sweeps(redis)
         assert sorted(downstream.calls.values()) == [1, 1]
         assert card in downstream.calls and len(purchase_keys & set(downstream.calls)) == 1

@@ -3,7 +3,7 @@
 import pytest
 
 from ledger import money
-from ledger.views import Amount
+from ledger.read.payments import Amount, amount
 
 
 @pytest.mark.parametrize(
@@ -25,10 +25,10 @@ def test_formatted_by_the_currency_s_exponent(minor_units: int, currency: str, s
 
 
 def test_the_typed_amount_from_what_is_stored() -> None:
-    assert money.amount("2000", "jpy") == Amount(
+    assert amount("2000", "jpy") == Amount(
         minor_units=2000, currency="jpy", exponent=0, formatted="2,000 JPY"
     )
-    assert money.amount(b"-150", "USD") == Amount(
+    assert amount(b"-150", "USD") == Amount(
         minor_units=-150, currency="usd", exponent=2, formatted="-1.50 USD"
     )
 
@@ -38,4 +38,4 @@ def test_the_typed_amount_from_what_is_stored() -> None:
     [("", "usd"), ("2000", ""), ("20.00", "usd"), ("²", "usd"), ("2000", "us d"), ("1e3", "usd")],
 )
 def test_no_amount_from_what_is_not_one(minor_units: str, currency: str) -> None:
-    assert money.amount(minor_units, currency) is None
+    assert amount(minor_units, currency) is None

@@ -1,8 +1,7 @@
 """Which secret verifies the deliveries, by label, and which secret can be retired.
 
 Deliveries are counted under the verifying secret's label (``secret:{label}`` in the stats
-hash) and the time of its last one is kept (``wl:secrets:last_seen``). Ledgers written
-before labels counted by position; such entries are plain numbers and shown as ``#n``.
+hash) and the time of its last one is kept (``wl:secrets:last_seen``).
 
 Statuses: ``in_use`` (a delivery within the retire window), ``safe_to_retire`` (none for
 that long, and another configured secret verified deliveries since), ``idle`` (none for
@@ -10,20 +9,32 @@ that long, but neither has any other secret: a quiet endpoint proves nothing),
 ``never_seen`` and ``not_configured`` (known to the ledger only).
 """
 
+from datetime import datetime
+from typing import Literal
+
 from redis import Redis
 
 from ledger import keys
 from ledger.clock import time_ms
+from ledger.read.base import View
 from ledger.stored import ms_time, text
-from ledger.views import SecretList, SecretStatus, SecretUsage
 
 DAY_MS = 86_400_000
-STATUSES = ("in_use", "safe_to_retire", "idle", "never_seen", "not_configured")
+
+SecretStatus = Literal["in_use", "safe_to_retire", "idle", "never_seen", "not_configured"]
 
 
-def display(label: str) -> str:
-    """A recorded label as people read it; a pre-label position becomes ``#n``."""
-    return f"#{label} (position, before labels)" if label.isdigit() else label
+class SecretUsage(View):
+    label: str
+    configured: bool
+    deliveries: int
+    last_seen_at: datetime | None
+    status: SecretStatus
+
+
+class SecretList(View):
+    retire_after_days: int
+    secrets: list[SecretUsage]
 
 
 def usage(redis: Redis, labels: list[str], retire_after_days: int) -> SecretList:
@@ -56,7 +67,6 @@ def rows(
     return [
         SecretUsage(
             label=label,
-            shown_as=display(label),
             configured=label in labels,
             deliveries=counts.get(label, 0),
             last_seen_at=ms_time(last_seen.get(label)),
@@ -69,7 +79,7 @@ def rows(
 def status(
     label: str, labels: list[str], last_seen: dict[str, int], now_ms: int, days: int
 ) -> SecretStatus:
-    """One of STATUSES for ``label`` at ``now_ms``."""
+    """One of the SecretStatus values for ``label`` at ``now_ms``."""
     if label not in labels:
         return "not_configured"
     last = last_seen.get(label)

@@ -6,8 +6,9 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ledger import keys, secret_usage
+from ledger import keys
 from ledger import settings as settings_module
+from ledger.read import secrets
 from ledger.settings import fingerprint
 from ledgerctl.cli import NO_SECRETS_HERE
 from tests.support.constants import BASIC, BEARER, OLD_SECRET, SECRET
@@ -43,7 +44,7 @@ def test_labels_must_be_unique_and_not_positions(secrets: str, labels: str, mess
 
 
 def statuses(last_seen: dict[str, int], counts: dict[str, int] | None = None) -> dict[str, str]:
-    rows = secret_usage.rows(["new", "old"], counts or {}, last_seen, NOW, 7)
+    rows = secrets.rows(["new", "old"], counts or {}, last_seen, NOW, 7)
     return {r.label: r.status for r in rows}
 
 
@@ -62,11 +63,10 @@ def test_retire_only_a_secret_whose_traffic_moved_to_another() -> None:
 
 
 def test_labels_only_the_ledger_knows_are_listed_after_the_configured_ones() -> None:
-    rows = secret_usage.rows(["new"], {"new": 3, "0": 5, "gone": 1}, {"gone": NOW}, NOW, 7)
-    assert [(r.label, r.shown_as, r.configured, r.status) for r in rows] == [
-        ("new", "new", True, "never_seen"),
-        ("0", "#0 (position, before labels)", False, "not_configured"),
-        ("gone", "gone", False, "not_configured"),
+    rows = secrets.rows(["new"], {"new": 3, "gone": 1}, {"gone": NOW}, NOW, 7)
+    assert [(r.label, r.configured, r.status) for r in rows] == [
+        ("new", True, "never_seen"),
+        ("gone", False, "not_configured"),
     ]
 
 
@@ -79,17 +79,17 @@ def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> N
         assert client.post("/webhooks/stripe", data=body, headers=headers).status_code == 200
     seconds, _ = redis.time()
     redis.hset(keys.SECRETS_LAST_SEEN, old, (seconds - 8 * 86400) * 1000)  # 8 days ago
-    redis.hset(keys.STATS, "secret:1", 4)  # counted by position before labels
+    redis.hset(keys.STATS, "secret:retired", 4)  # a label no longer configured
 
     api = client.get("/ops/api/secrets", headers=BEARER).get_json()
     assert api["retire_after_days"] == 7
     assert [(r["label"], r["deliveries"], r["status"]) for r in api["secrets"]] == [
         ("primary", 2, "in_use"),
         (old, 1, "safe_to_retire"),
-        ("1", 4, "not_configured"),
+        ("retired", 4, "not_configured"),
     ]
     summary = client.get("/ops/api/summary", headers=BEARER).get_json()
-    assert summary["deliveries_by_secret"] == {"primary": 2, old: 1, "1": 4}
+    assert summary["deliveries_by_secret"] == {"primary": 2, old: 1, "retired": 4}
     assert client.get(f"/ops/api/events/{event['id']}", headers=BEARER).get_json()[
         "secret_label"
     ] == ("primary")
@@ -102,13 +102,13 @@ def test_every_surface_shows_labels_and_the_retire_flag(config, redis, rng) -> N
         name: {s.labels["secret"]: s.value for s in families[name].samples}
         for name in ("webhook_secret_deliveries", "webhook_secret_safe_to_retire")
     }
-    assert by_label["webhook_secret_deliveries"] == {"primary": 2, old: 1, "1": 4}
+    assert by_label["webhook_secret_deliveries"] == {"primary": 2, old: 1, "retired": 4}
     assert by_label["webhook_secret_safe_to_retire"] == {"primary": 0, old: 1}
     seen = families["webhook_secret_last_seen_timestamp_seconds"].samples
     assert {s.labels["secret"] for s in seen} == {"primary", old}
 
     page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
-    assert "safe to retire" in page and old in page and "#1 (position, before labels)" in page
+    assert "safe to retire" in page and old in page and "<td>retired</td>" in page
     event_page = client.get(f"/ops/events/{event['id']}", headers=BASIC).get_data(as_text=True)
     assert '<td id="event-secret">primary</td>' in event_page
 

@@ -1,46 +1,92 @@
-"""The ledger's figures as typed views: counters, the summary (with fulfil latency over a
-recent window and the workers seen alive), deliveries per minute and recent rejections.
-One reader for the ops API, the CLI, the dashboard, /metrics and the replay report, so
-their counts agree."""
+"""The ledger's figures: counters, the summary (with fulfil latency over a recent window, the
+workers seen alive and the gate of fulfilment) and deliveries per minute. One reader for
+the ops API, the CLI, the dashboard, /metrics and the replay report, so their counts
+agree."""
 
 import math
 from datetime import datetime
 
-import msgspec
-import orjson
 from redis import Redis
 from redis.exceptions import ResponseError
 from rq import Queue, Worker
 from rq.defaults import DEFAULT_WORKER_TTL
 
-from ledger import defaults, gate, keys
+from ledger import defaults, keys
 from ledger.clock import now_ms
+from ledger.read.base import View
+from ledger.read.fulfilment import Fulfilment, status
+from ledger.read.payments import PAYMENT_STATES, PaymentState
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, text, whole
-from ledger.views import (
-    Counters,
-    Latency,
-    Minute,
-    PaymentStates,
-    Rejection,
-    Series,
-    Summary,
-    Workers,
-)
-
-COUNTERS = ("deliveries", "events", "duplicates", "conflicts", "rejected", "reconciled")
-"""``reconciled``: events recorded from Stripe's Events API, not delivered (no delivery)."""
 
 HEARTBEAT_WINDOW_S = DEFAULT_WORKER_TTL + 60
 """An RQ worker heartbeats at least this often, also while idle (blocked on its queue for
 worker_ttl - 15 s), and RQ lets its registration expire after this long without one."""
 
 
+class Counters(View):
+    deliveries: int
+    events: int
+    duplicates: int
+    conflicts: int
+    rejected: int
+    reconciled: int
+    """Events recorded from Stripe's Events API, not delivered (no delivery)."""
+    effects: int
+    attempts_started: int
+    attempts_finished: int
+    rejected_by_reason: dict[str, int]
+    deliveries_by_source: dict[str, int]
+    deliveries_by_secret: dict[str, int]
+    deliveries_by_type: dict[str, int]
+    payments_by_state: dict[PaymentState, int]
+    """Every state of PAYMENT_STATES, in that order."""
+
+
+class Latency(View):
+    window_s: int
+    payments: int
+    p50_ms: int | None
+    p90_ms: int | None
+    p99_ms: int | None
+
+
+class Workers(View):
+    queue_length: int
+    oldest_queued_age_s: float | None
+    alive: int
+    busy: int
+    registered: int
+    heartbeat_window_s: int
+    due_for_sweeper: int
+    sweeper_passes: int
+    sweeper_last_pass_at: datetime | None
+
+
+class Summary(Counters):
+    at: datetime
+    fulfil_latency: Latency
+    workers: Workers
+    fulfilment: Fulfilment
+
+
+class Minute(View):
+    minute: datetime
+    deliveries: int
+    rejected: int
+
+
+class Series(View):
+    minutes: int
+    peak_deliveries: int
+    series: list[Minute]
+
+
 def counters(redis: Redis) -> Counters:
     """Global counters, deliveries and rejections by kind, payments by state."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.STATS)
-    pipe.hgetall(keys.PAYMENT_STATES)
+    pipe.hgetall(keys.PAYMENT_STATE_COUNTS)
     stats_raw, states_raw = pipe.execute()
     return counters_from(decode_hash(stats_raw), decode_hash(states_raw))
 
@@ -52,16 +98,20 @@ def counters_from(stats: dict[str, str], states: dict[str, str]) -> Counters:
         if sep:
             grouped.setdefault(group, {})[sub] = count(value)
     return Counters(
-        **{name: count(stats.get(name)) for name in (*COUNTERS, "effects")},
+        deliveries=count(stats.get("deliveries")),
+        events=count(stats.get("events")),
+        duplicates=count(stats.get("duplicates")),
+        conflicts=count(stats.get("conflicts")),
+        rejected=count(stats.get("rejected")),
+        reconciled=count(stats.get("reconciled")),
+        effects=count(stats.get("effects")),
         attempts_started=count(stats.get("attempts_started")),
         attempts_finished=count(stats.get("attempts_finished")),
         rejected_by_reason=dict(sorted(grouped.get("rejected", {}).items())),
         deliveries_by_source=dict(sorted(grouped.get("source", {}).items())),
         deliveries_by_secret=dict(sorted(grouped.get("secret", {}).items())),
         deliveries_by_type=dict(sorted(grouped.get("type", {}).items())),
-        payments_by_state=PaymentStates(
-            **{s: count(states.get(s)) for s in PaymentStates.__struct_fields__}
-        ),
+        payments_by_state={s: count(states.get(s)) for s in PAYMENT_STATES},
     )
 
 
@@ -77,13 +127,26 @@ def summary(
 ) -> Summary:
     """Counters, fulfil latency over the last ``window_s`` seconds, queue and workers, and
     the shared gate of fulfilment (pause, breaker, rate, who waits)."""
-    at = now(redis)
+    at, c = now(redis), counters(redis)
     return Summary(
-        **msgspec.structs.asdict(counters(redis)),
+        deliveries=c.deliveries,
+        events=c.events,
+        duplicates=c.duplicates,
+        conflicts=c.conflicts,
+        rejected=c.rejected,
+        reconciled=c.reconciled,
+        effects=c.effects,
+        attempts_started=c.attempts_started,
+        attempts_finished=c.attempts_finished,
+        rejected_by_reason=c.rejected_by_reason,
+        deliveries_by_source=c.deliveries_by_source,
+        deliveries_by_secret=c.deliveries_by_secret,
+        deliveries_by_type=c.deliveries_by_type,
+        payments_by_state=c.payments_by_state,
         at=at,
         fulfil_latency=latency(redis, at, window_s),
         workers=workers(redis, settings.QUEUE_NAME, at),
-        fulfilment=gate.status(redis, settings),
+        fulfilment=status(redis, settings),
     )
 
 
@@ -188,31 +251,3 @@ def series(redis: Redis, minutes: int = 60) -> Series:
     ]
     peak = max((p.deliveries for p in points), default=0)
     return Series(minutes=minutes, peak_deliveries=peak, series=points)
-
-
-def rejections(redis: Redis, limit: int = 100) -> list[Rejection]:
-    """The latest rejections kept (newest first): never the body, only its hash and size."""
-    return [_rejection(r) for r in redis.lrange(keys.REJECTIONS, 0, limit - 1)]
-
-
-def _rejection(stored: bytes | str) -> Rejection:
-    try:
-        record = orjson.loads(stored)
-    except orjson.JSONDecodeError:
-        record = {}
-    if not isinstance(record, dict):
-        record = {}
-
-    def optional_text(name: str) -> str | None:
-        value = record.get(name)
-        return None if value is None else str(value)
-
-    return Rejection(
-        at=ms_time(record.get("at")),
-        reason=str(record.get("reason", "unreadable")),
-        status=whole(record.get("status")),
-        size=whole(record.get("size")),
-        body_sha256=optional_text("sha256"),
-        remote=optional_text("remote"),
-        method=optional_text("method"),
-    )

@@ -2,19 +2,52 @@
 its attempts (``attempt:{token}`` JSON records in the payment hash) as objects, its receipt
 and a person's decision."""
 
-import re
+from datetime import datetime
 from typing import Any
 
 import orjson
 
-from ledger.stored import count, ms_time, whole
-from ledger.views import Attempt, PaymentEvent, Resolution
+from ledger.read.base import View
+from ledger.stored import count, ms_time, optional, whole
 
 FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
 
-# What lua/operator.lua writes in resolved_by: '{who} at {ms} ({decision} from {state})'.
-_RESOLVED = re.compile(r"(?P<by>.*) at (?P<at>\d+) \((?P<decision>\S+) from (?P<from>\S*)\)")
+
+class PaymentEvent(View):
+    id: str
+    expired: bool
+    type: str | None
+    role: str | None
+    pays: bool
+    paid_the_payment: bool
+    deliveries: int | None
+    first_recorded_at: datetime | None
+    last_delivered_at: datetime | None
+
+
+class Attempt(View):
+    token: int
+    outcome: str
+    started_at: datetime | None
+    call_started_at: datetime | None
+    ended_at: datetime | None
+    duration_ms: int | None
+    call_ms: float | None
+    error: str | None
+    late: bool
+    phase_at_expiry: str | None
+    stale_outcome: str | None
+    stale_at: datetime | None
+    caller: str | None
+    """The worker process that was fenced to call (``host:pid:nonce``)."""
+
+
+class Resolution(View):
+    by: str
+    at: datetime | None
+    decision: str | None
+    from_state: str | None
 
 
 def timeline(
@@ -70,12 +103,12 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> At
         ended_at=ms_time(stopped),
         duration_ms=stopped - started if started is not None and stopped is not None else None,
         call_ms=float(call_ms) if isinstance(call_ms, int | float) else None,
-        error=_text_or_none(record.get("detail")) if outcome != "fulfilled" else None,
+        error=optional(record.get("detail")) if outcome != "fulfilled" else None,
         late=record.get("late") is True,
-        phase_at_expiry=_text_or_none(record.get("phase")),
-        stale_outcome=_text_or_none(record.get("stale_outcome")),
+        phase_at_expiry=optional(record.get("phase")),
+        stale_outcome=optional(record.get("stale_outcome")),
         stale_at=ms_time(record.get("stale_at")),
-        caller=_text_or_none(record.get("caller")),
+        caller=optional(record.get("caller")),
     )
 
 
@@ -92,18 +125,18 @@ def receipt_of(stored: str | None) -> dict[str, Any] | None:
     return parsed if parsed else {"unparsed": stored}
 
 
-def resolution_of(stored: str | None) -> Resolution | None:
-    """A person's decision, from the sentence lua/operator.lua stores."""
-    if not stored:
+def resolution_of(f: dict[str, str]) -> Resolution | None:
+    """A person's decision, from the fields lua/operator.lua stores in the payment hash:
+    ``resolved_by`` (who), ``resolved_at`` (ms), ``resolved_decision`` and ``resolved_from``
+    (the state it was decided from)."""
+    by = optional(f.get("resolved_by"))
+    if by is None:
         return None
-    found = _RESOLVED.fullmatch(stored)
-    if found is None:
-        return Resolution(by=stored, at=None, decision=None, from_state=None)
     return Resolution(
-        by=found["by"],
-        at=ms_time(found["at"]),
-        decision=found["decision"],
-        from_state=found["from"] or None,
+        by=by,
+        at=ms_time(f.get("resolved_at")),
+        decision=optional(f.get("resolved_decision")),
+        from_state=optional(f.get("resolved_from")),
     )
 
 
@@ -113,7 +146,3 @@ def _json_object(value: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
-
-
-def _text_or_none(value: object) -> str | None:
-    return None if value is None or value == "" else str(value)

@@ -1,0 +1,249 @@
+"""Payments as people and programs read them: one payment with its timeline, and the
+payments in a state (or all, or those that wait for a person), from the ``wl:pay:{key}``
+hashes and the per-state indexes. PaymentState is the one list of payment states."""
+
+from datetime import datetime
+from typing import Any, Literal, cast, get_args
+
+from redis import Redis
+
+from ledger import keys, money
+from ledger.clock import now_ms
+from ledger.read.base import View
+from ledger.read.downstream import DownstreamRecord, downstream_record
+from ledger.read.events import EVENT_FIELDS
+from ledger.read.timeline import (
+    Attempt,
+    PaymentEvent,
+    Resolution,
+    attempts_of,
+    finished,
+    receipt_of,
+    resolution_of,
+    timeline,
+)
+from ledger.settings import Settings
+from ledger.stored import count, decode_hash, ms_time, optional, text, whole
+
+PaymentState = Literal[
+    "pending", "queued", "in_progress", "retrying", "fulfilled", "failed", "interrupted", "held"
+]
+"""Every state a payment can be in (docs/LEDGER.md says what each means)."""
+PAYMENT_STATES: tuple[PaymentState, ...] = get_args(PaymentState)
+ATTENTION = "attention"
+"""The pseudo-state of ``payments``: everything that waits for a person."""
+ATTENTION_STATES: tuple[PaymentState, ...] = ("interrupted", "held", "failed")
+"""States that wait for a person; a payment queued too long joins them."""
+STATE_FILTERS = (*PAYMENT_STATES, ATTENTION)
+"""What ``payments`` may be filtered by."""
+
+PAYMENT_FIELDS = (
+    "state",
+    "deliveries",
+    "token",
+    "last_error",
+    "paid_at",
+    "fulfilled_at",
+    "amount",
+    "currency",
+    "hold_reason",
+    "waiting",
+    "account",
+)
+"""What a row of the list reads of each payment hash."""
+
+
+class Amount(View):
+    minor_units: int
+    currency: str
+    exponent: int
+    formatted: str
+
+
+class PaymentRow(View):
+    payment_key: str
+    state: PaymentState
+    state_since: datetime | None
+    amount: Amount | None
+    deliveries: int
+    attempts_started: int
+    paid_at: datetime | None
+    fulfilled_at: datetime | None
+    paid_to_fulfilled_ms: int | None
+    last_error: str | None
+    hold_reason: str | None
+    waiting: str | None
+    """Why a retrying payment waits without a call: paused, breaker or rate (no attempt spent)."""
+    account: str | None
+
+
+class Payment(PaymentRow):
+    livemode: bool | None
+    paid_by: str | None
+    events: list[PaymentEvent]
+    attempts_finished: int
+    attempts: list[Attempt]
+    receipt: dict[str, Any] | None
+    resolution: Resolution | None
+    same_purchase_as: str | None
+    last_failed_event_type: str | None
+    last_refund_event_type: str | None
+    lease_until: datetime | None
+    phase: str | None
+    next_attempt_at: datetime | None
+    job_id: str | None
+    leases_expired: int
+    stale_finishes: int
+    job_failures: int
+    jobs_skipped: dict[str, int]
+    last_skip: str | None
+    downstream: DownstreamRecord | None
+
+
+class PaymentList(View):
+    payments: list[PaymentRow]
+    state: str | None
+    offset: int
+    limit: int
+
+
+def payment(redis: Redis, payment_key: str, downstream: str | None = None) -> Payment | None:
+    """One payment with its timeline: events, attempts and (with the SQLite file of the
+    built-in downstream) the downstream's own record."""
+    raw: dict[bytes, bytes] = redis.hgetall(keys.payment(payment_key))  # type: ignore[assignment]
+    if not raw:
+        return None
+    f = decode_hash(raw)
+    pipe = redis.pipeline(transaction=False)
+    pipe.zscore(keys.state_index(f.get("state", "")), payment_key)
+    event_ids = f.get("events", "").split()
+    for event_id in event_ids:
+        pipe.hmget(keys.event(event_id), EVENT_FIELDS)
+    since, *event_fields = pipe.execute()
+    return payment_record(
+        payment_key, f, since, dict(zip(event_ids, event_fields, strict=True)), downstream
+    )
+
+
+def payment_record(
+    payment_key: str,
+    f: dict[str, str],
+    state_since: object = None,
+    event_fields: dict[str, list[object]] | None = None,
+    downstream: str | None = None,
+) -> Payment:
+    """A payment hash (decoded) as people read it."""
+    event_ids = f.get("events", "").split()
+    paid_by = optional(f.get("paid_by"))
+    fields = {e: dict(zip(EVENT_FIELDS, v, strict=True)) for e, v in (event_fields or {}).items()}
+    attempts = attempts_of(f)
+    row = payment_row(payment_key, f, state_since)
+    return Payment(
+        payment_key=row.payment_key,
+        state=row.state,
+        state_since=row.state_since,
+        amount=row.amount,
+        deliveries=row.deliveries,
+        attempts_started=row.attempts_started,
+        paid_at=row.paid_at,
+        fulfilled_at=row.fulfilled_at,
+        paid_to_fulfilled_ms=row.paid_to_fulfilled_ms,
+        last_error=row.last_error,
+        hold_reason=row.hold_reason,
+        waiting=row.waiting,
+        account=row.account,
+        livemode=None if "livemode" not in f else f["livemode"] == "1",
+        paid_by=paid_by,
+        events=timeline(event_ids, fields, paid_by),
+        attempts_finished=finished(attempts),
+        attempts=attempts,
+        receipt=receipt_of(f.get("receipt")),
+        resolution=resolution_of(f),
+        same_purchase_as=optional(f.get("same_purchase_as")),
+        last_failed_event_type=optional(f.get("last_failed")),
+        last_refund_event_type=optional(f.get("last_refund")),
+        lease_until=ms_time(f.get("lease_until")),
+        phase=optional(f.get("phase")),
+        next_attempt_at=ms_time(f.get("next_at")),
+        job_id=optional(f.get("job")),
+        leases_expired=count(f.get("leases_expired")),
+        stale_finishes=count(f.get("stale_finishes")),
+        job_failures=count(f.get("job_failures")),
+        jobs_skipped={k[8:]: count(v) for k, v in f.items() if k.startswith("skipped:")},
+        last_skip=optional(f.get("last_skip")),
+        downstream=downstream_record(downstream, payment_key) if downstream else None,
+    )
+
+
+def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> PaymentRow:
+    """A row of the list from the PAYMENT_FIELDS of one payment hash (decoded). The state is
+    passed on as stored: a hash written by hand may hold any text there."""
+    return PaymentRow(
+        payment_key=payment_key,
+        state=cast(PaymentState, f.get("state", "")),
+        state_since=ms_time(whole(state_since)),
+        amount=amount(f.get("amount"), f.get("currency")),
+        deliveries=count(f.get("deliveries")),
+        attempts_started=count(f.get("token")),
+        paid_at=ms_time(f.get("paid_at")),
+        fulfilled_at=ms_time(f.get("fulfilled_at")),
+        paid_to_fulfilled_ms=_ms_between(f.get("paid_at"), f.get("fulfilled_at")),
+        last_error=optional(f.get("last_error")),
+        hold_reason=optional(f.get("hold_reason")),
+        waiting=optional(f.get("waiting")),
+        account=optional(f.get("account")),
+    )
+
+
+def _ms_between(start: object, end: object) -> int | None:
+    a, b = whole(start), whole(end)
+    return b - a if a is not None and b is not None else None
+
+
+def payments(
+    redis: Redis,
+    state: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+    stuck_after_s: int = Settings.STUCK_QUEUED_SECONDS,
+) -> list[PaymentRow]:
+    """Payments, most recent state change first; all states merged when ``state`` is None;
+    ``attention``: the ones that need a person (ATTENTION_STATES, and queued too long)."""
+    states = [state] if state else list(PAYMENT_STATES)
+    if state == ATTENTION:
+        states = list(ATTENTION_STATES)
+    pipe = redis.pipeline(transaction=False)
+    for s in states:
+        pipe.zrevrange(keys.state_index(s), 0, offset + limit - 1, withscores=True)
+    if state == ATTENTION:
+        stuck_before = now_ms(redis) - stuck_after_s * 1000
+        pipe.zrevrangebyscore(
+            keys.state_index("queued"), stuck_before, "-inf", 0, offset + limit, withscores=True
+        )
+    merged = sorted(
+        ((text(pk), score) for batch in pipe.execute() for pk, score in batch),
+        key=lambda item: -item[1],
+    )[offset : offset + limit]
+    pipe = redis.pipeline(transaction=False)
+    for pk, _ in merged:
+        pipe.hmget(keys.payment(pk), PAYMENT_FIELDS)
+    rows = []
+    for (pk, since), values in zip(merged, pipe.execute(), strict=True):
+        f = {k: text(v) for k, v in zip(PAYMENT_FIELDS, values, strict=True) if v is not None}
+        rows.append(payment_row(pk, f, int(since)))
+    return rows
+
+
+def amount(minor_units: object, currency: object) -> Amount | None:
+    """The typed amount from the stored strings; None when either is missing or unreadable."""
+    digits_text, code = text(minor_units or ""), text(currency or "")
+    digits = digits_text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and code.isascii() and code.isalpha()):
+        return None
+    value = int(digits_text)
+    return Amount(
+        minor_units=value,
+        currency=code.lower(),
+        exponent=money.exponent(code),
+        formatted=money.format_minor(value, code),
+    )
