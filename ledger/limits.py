@@ -73,3 +73,10 @@ small however much is missing."""
 BUNDLE_MAX_FILE_BYTES = 1024 * 1024 * 1024
 """Largest file ``webhook-ledger verify`` reads from an evidence bundle (``--max-file-mb``);
 a larger one is a verification failure, not an out-of-memory error."""
+
+LATENCY_WINDOW_SECONDS = 3600
+"""Fulfil latency percentiles (summary, dashboard) are over the payments fulfilled this
+recently, so an old backlog stops dominating them once it is older."""
+
+LATENCY_SAMPLES = 10000
+"""Most payments (the latest) those percentiles read."""

@@ -297,10 +297,8 @@ def _secret_label(label: str, *_: int) -> str:
 
 
 def labels() -> Kind:
-    allowed = "one label per secret, comma-separated, not plain numbers (the ledger recorded "
-    return _listed(
-        allowed + "secrets by position before labels and shows those as numbers)", _secret_label
-    )
+    allowed = "one label per secret, comma-separated, not plain numbers (they read as positions)"
+    return _listed(allowed, _secret_label)
 
 
 def event_types(known: Collection[str]) -> Kind:

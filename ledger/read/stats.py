@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 from rq import Queue, Worker
 from rq.defaults import DEFAULT_WORKER_TTL
 
-from ledger import defaults, keys
+from ledger import keys, limits
 from ledger.clock import now_ms
 from ledger.read.base import View
 from ledger.read.fulfilment import Fulfilment, status
@@ -123,7 +123,7 @@ def now(redis: Redis) -> datetime:
 
 
 def summary(
-    redis: Redis, settings: Settings, window_s: int = defaults.LATENCY_WINDOW_SECONDS
+    redis: Redis, settings: Settings, window_s: int = limits.LATENCY_WINDOW_SECONDS
 ) -> Summary:
     """Counters, fulfil latency over the last ``window_s`` seconds, queue and workers, and
     the shared gate of fulfilment (pause, breaker, rate, who waits)."""
@@ -168,7 +168,7 @@ def latency(redis: Redis, at: datetime, window_s: int) -> Latency:
         until_ms,
         until_ms - window_s * 1000,
         start=0,
-        num=defaults.LATENCY_SAMPLES,
+        num=limits.LATENCY_SAMPLES,
     )
     pipe = redis.pipeline(transaction=False)
     for pk in recent:
