@@ -167,24 +167,11 @@ def refusals(env: Mapping[str, str], local: Local, topology: ha.Topology | None)
     return [held] if held else local_guard.taken_ports(ports)
 
 
-# A worker whose call outlives its hard deadline is ended by its watchdog (exit code 1,
-# workers/deadline.py) and a platform's process manager starts it again; honcho would stop
-# the whole stack instead, so the local stack restarts it (any other exit code ends it).
-WORKER = "exec fulfilment-worker"
-RESTARTED_WORKER = (
-    'while :; do fulfilment-worker; code=$?; [ "$code" = 1 ] || exit "$code"; '
-    'echo "fulfilment-worker exited 1 (a call past its deadline?): starting it again" >&2; '
-    "sleep 1; done"
-)
-
-
 def processes(replicated: bool) -> dict[str, str]:
-    """The Procfile's processes, the worker restarted when its watchdog ends it; ``--ha``:
-    Procfile.ha's Redis nodes and Sentinels instead of the Procfile's single redis."""
+    """The Procfile's processes (the worker and the sweeper start their work again when it
+    ends: workers/supervise.py); ``--ha``: Procfile.ha's Redis nodes and Sentinels instead of
+    the Procfile's single redis."""
     app = parse_procfile(Path("Procfile").read_text()).processes
-    if WORKER not in app["worker"]:
-        raise RuntimeError(f"the Procfile's worker line no longer ends with {WORKER!r}")
-    app["worker"] = app["worker"].replace(WORKER, RESTARTED_WORKER)
     if not replicated:
         return app
     nodes = parse_procfile(Path("Procfile.ha").read_text()).processes
