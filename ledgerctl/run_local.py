@@ -15,6 +15,7 @@ process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the sam
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import secrets
@@ -31,6 +32,7 @@ from pathlib import Path
 from honcho.environ import expand_processes, parse_procfile
 from honcho.manager import Manager
 from honcho.printer import Message, Printer
+from honcho.process import Popen, Process
 
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
@@ -178,6 +180,14 @@ def processes(replicated: bool) -> dict[str, str]:
     return {**nodes, **{name: cmd for name, cmd in app.items() if name != "redis"}}
 
 
+def holding(process: Process) -> None:
+    """The process keeps the stack's data folder held while it runs: it is started with the
+    lock's descriptor open (honcho's Popen closes every other), as its exec'd program is
+    (redis-server, gunicorn and its workers, the workers, the sweeper), so the folder stays
+    held as long as one of them lives, the launcher killed or not (ledgerctl/local_guard.py)."""
+    process._child_ctor = functools.partial(Popen, pass_fds=local_guard.held())
+
+
 def say(manager: Manager, text: str) -> None:
     """A line in the manager's own output, between the processes' lines."""
     now = datetime.datetime.now()
@@ -211,11 +221,11 @@ def main() -> None:
     manager = Manager(Printer(output))
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(processes(replicated), concurrency=concurrency, env=env):
-        manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
+        holding(manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env))
     if args.stripe_cli:
         forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
         for name, command in stripe_listen.processes(env, forward_to).items():
-            manager.add_process(name, command, env=env)
+            holding(manager.add_process(name, command, env=env))
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()
     manager.loop()
