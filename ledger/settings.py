@@ -79,6 +79,9 @@ class Settings:
     BODY_READ_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds a body may take to arrive after its headers; then 408 ``body_timeout`` and the
     connection closed (Stripe sends an event at once)."""
+    ANSWER_WRITE_TIMEOUT: float = setting(10.0, kinds.number(0, 300, SECONDS, above=True))
+    """Seconds an answer may take to be taken by its client; then its connection is reset
+    (a client that sends requests and never reads their answers keeps no slot)."""
     CONNECTIONS_PER_ADDRESS: int = setting(250, kinds.whole(0, 100_000, "", " (0: no cap)"))
     """Connections one web process holds from one address; another is answered 429
     ``too_many_connections``. Half of GUNICORN_WORKER_CONNECTIONS; TRUSTED_PROXIES exempt."""

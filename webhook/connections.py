@@ -2,10 +2,12 @@
 
 One registry per gunicorn worker (webhook/server.py), keyed by the connection's greenlet.
 Each connection is in one phase: ``IDLE`` (waiting for a request's line and headers: a new
-connection or a kept-alive one between requests), ``BODY`` (its body being read) or ``APP``
-(the app running or the answer being written). Near the cap the oldest IDLE or BODY
-connection is shed: its read side is shut, so its next read sees the end of the stream; a
-connection in APP is never touched. Standard library only: how the worker reacts to a shed
+connection or a kept-alive one between requests), ``BODY`` (its body being read), ``APP``
+(the app running) or ``WRITE`` (its answer being written, under a deadline). Near the cap
+the oldest IDLE, BODY or WRITE connection is shed: an IDLE or BODY one has its read side
+shut, so its next read sees the end of the stream; a WRITE one (a client that does not read
+its answers) is aborted, so its write fails at once and its close resets it. A connection
+in APP is never touched. Standard library only: how the worker reacts to a shed
 connection is its business. Why and the capacity: docs/WEB.md, "Slow and
 malformed HTTP".
 """
@@ -13,14 +15,15 @@ malformed HTTP".
 import _socket
 import ipaddress
 import socket
+import struct
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-IDLE, BODY, APP = "idle", "body", "app"
-SHEDDABLE = (IDLE, BODY)
+IDLE, BODY, APP, WRITE = "idle", "body", "app", "write"
+SHEDDABLE = (IDLE, BODY, WRITE)
 
 
 def headroom(cap: int) -> int:
@@ -126,7 +129,7 @@ class Connections:
             self.live.move_to_end(key)
         return conn
 
-    def start_request(self, key: Hashable, request: Any) -> None:
+    def start_request(self, key: Hashable, request: Any) -> Connection | None:
         """A request's headers are in: its body is read next. The last request a connection
         may carry (REQUESTS_PER_CONNECTION, CONNECTION_LIFETIME) closes it."""
         conn = self.enter(key, BODY)
@@ -135,6 +138,7 @@ class Connections:
             conn.request = request
             if not self.keep_alive(conn):
                 request.must_close = True
+        return conn
 
     def close_after(self, key: Hashable) -> None:
         """Close the connection once the current answer is sent (``Connection: close``)."""
@@ -152,23 +156,49 @@ class Connections:
         return conn.requests < self.limits.requests and fresh
 
     def shed_one(self) -> bool:
-        """Shed the connection that has been idle or slow the longest; False if none is."""
+        """Shed the connection that has been idle, slow or unread the longest; False if none
+        is."""
         for conn in self.live.values():
             if conn.phase in SHEDDABLE and not conn.shed:
-                conn.shed = True
-                self.shedding += 1
-                shut_reading(conn.sock)
+                self.shed(conn)
                 return True
         return False
+
+    def write_expired(self, key: Hashable) -> None:
+        """The connection's answer was not taken within its deadline: shed it."""
+        conn = self.live.get(key)
+        if conn is not None and conn.phase == WRITE and not conn.shed:
+            self.shed(conn)
+
+    def shed(self, conn: Connection) -> None:
+        conn.shed = True
+        self.shedding += 1
+        if conn.phase == WRITE:
+            abort(conn.sock)
+        else:
+            shut_reading(conn.sock)
 
 
 def shut_reading(sock: Any) -> None:
     """Shut the read side: a read blocked on it wakes up and sees the end of the stream.
     Through the C socket module: gevent's own ``shutdown`` would instead fail that read with
     EBADF ("closed in another greenlet")."""
+    _shutdown(sock, socket.SHUT_RD)
+
+
+def abort(sock: Any) -> None:
+    """Shut both sides, so a write blocked on a client that does not read fails at once
+    (EPIPE), and make its close a reset: the unread answer is dropped, not kept in the
+    kernel for a client that will never take it."""
+    _shutdown(sock, socket.SHUT_RDWR, linger=True)
+
+
+def _shutdown(sock: Any, how: int, linger: bool = False) -> None:
     raw = _socket.socket(fileno=sock.fileno())
     try:
-        raw.shutdown(socket.SHUT_RD)
+        if linger:
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        raw.shutdown(how)
     except OSError:
         pass  # already gone
     finally:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook.connections import APP, BODY, Connections, Limits, client_address
+from webhook.connections import APP, BODY, WRITE, Connections, Limits, client_address
 
 PROXY = (ipaddress.ip_network("10.0.0.0/8"),)
 
@@ -52,6 +52,37 @@ def test_at_the_cap_the_oldest_idle_or_slow_connection_gives_way(pairs) -> None:
     assert registry.serving() == 3
     registry.close("c")
     assert registry.serving() == 3 and len(registry.live) == 3
+
+
+def unread(sock: socket.socket) -> None:
+    """Fill the connection's send buffer: a client that never reads its answers."""
+    sock.setblocking(False)
+    try:
+        while sock.send(b"x" * 65536):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def test_a_connection_whose_answer_is_not_read_is_shed_at_the_cap_or_at_its_deadline(
+    pairs,
+) -> None:
+    registry = Connections(limits(cap=2))
+    a, _ = connect(pairs, registry, "a")
+    b, _ = connect(pairs, registry, "b")
+    registry.enter("a", WRITE)  # its client never reads: the write would block
+    registry.enter("b", APP)
+    unread(a.sock)
+    connect(pairs, registry, "c")
+    assert a.shed and not b.shed
+    with pytest.raises(BrokenPipeError):  # the blocked write fails at once
+        a.sock.send(b"answer")
+    registry.close("a")
+    registry.enter("b", WRITE)
+    registry.write_expired("b")  # its deadline passed before the cap was reached
+    assert b.shed and registry.serving() == 1
+    registry.write_expired("c")  # not writing: untouched
+    assert not registry.live["c"].shed
 
 
 def test_nothing_is_shed_while_every_connection_is_being_answered(pairs) -> None:

@@ -40,6 +40,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "SECRET_RETIRE_AFTER_DAYS": ("14", 14, "0", "days, 1 or more"),
     "MAX_BODY_BYTES": ("1024", 1024, "1e6", "bytes, from 1 to 67108864"),
     "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
+    "ANSWER_WRITE_TIMEOUT": ("2.5", 2.5, "301", "seconds, above 0 up to 300"),
     "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
     "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
     "OPS_TOKEN": (
