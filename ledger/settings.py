@@ -85,6 +85,9 @@ class Settings:
     CONNECTIONS_PER_ADDRESS: int = setting(250, kinds.whole(0, 100_000, "", " (0: no cap)"))
     """Connections one web process holds from one address; another is answered 429
     ``too_many_connections``. Half of GUNICORN_WORKER_CONNECTIONS; TRUSTED_PROXIES exempt."""
+    CONNECTIONS_PER_ADDRESS_IPV6_PREFIX: int = setting(64, kinds.whole(32, 128, "bits"))
+    """IPv6 clients count as one address for CONNECTIONS_PER_ADDRESS by this many leading
+    bits (a /64 is one site's network); IPv4-mapped addresses count as IPv4."""
     REQUESTS_PER_CONNECTION: int = setting(100, kinds.whole(1, 1_000_000))
     """Requests one kept-alive connection carries; the last answer says ``Connection:
     close``. Any 4xx closes its connection at once."""

@@ -44,6 +44,9 @@ class Limits:
     """Seconds a connection is kept; the first answer after it says Connection: close."""
     trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     """Proxies: exempt from the per-address cap (everyone behind one shares its address)."""
+    ipv6_prefix: int = 64
+    """IPv6 addresses count against the per-address cap by this many leading bits: one
+    host's network (a /64) holds more addresses than anyone could cap one by one."""
 
 
 @dataclass(eq=False)
@@ -60,30 +63,55 @@ class Connection:
     """Counted against its address's cap (not a trusted proxy)."""
 
 
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def parse_address(text: str | None) -> Address | None:
+    """The address in ``text``, an IPv4-mapped IPv6 one (``::ffff:10.0.0.7``, as a dual-stack
+    socket reports an IPv4 peer) as the IPv4 address it is; None for a non-address."""
+    try:
+        ip = ipaddress.ip_address((text or "").strip())
+    except ValueError:
+        return None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return mapped or ip
+
+
+def cap_key(address: str, ipv6_prefix: int) -> str:
+    """What the per-address cap counts ``address`` under: an IPv4 address itself, an IPv6
+    one by its first ``ipv6_prefix`` bits (``2001:db8::/64``)."""
+    ip = parse_address(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.ip_network((ip, ipv6_prefix), strict=False))
+    return str(ip) if ip is not None else address
+
+
 def is_trusted(address: str | None, trusted: Collection[Any]) -> bool:
-    """Whether ``address`` is one of the ``trusted`` networks (False for a non-address)."""
+    """Whether ``address`` is one of the ``trusted`` networks (False for a non-address); an
+    IPv4-mapped address as its IPv4 address, or as written (a network listed that way)."""
     if not trusted:
         return False
-    try:
-        ip = ipaddress.ip_address((address or "").strip())
-    except ValueError:
+    ip = parse_address(address)
+    if ip is None:
         return False
-    return any(ip in network for network in trusted)
+    written = ipaddress.ip_address((address or "").strip())
+    return any(ip in network or written in network for network in trusted)
 
 
 def client_address(remote: str | None, forwarded: str | None, trusted: Iterable[Any]) -> str | None:
     """The client's address: the peer's, unless the peer is a trusted proxy; then the last
     address of ``X-Forwarded-For`` that is not a trusted proxy (each proxy appends the
-    address it saw, so only what trusted proxies appended can be believed)."""
+    address it saw, so only what trusted proxies appended can be believed). IPv4-mapped
+    addresses as their IPv4 address."""
     trusted = tuple(trusted)
+    peer = parse_address(remote)
+    remote = str(peer) if peer is not None else remote
     if not forwarded or not is_trusted(remote, trusted):
         return remote
     for hop in reversed(forwarded.split(",")):
         if not is_trusted(hop, trusted):
-            try:
-                return str(ipaddress.ip_address(hop.strip()))
-            except ValueError:
-                return remote  # not an address: believe nothing further
+            ip = parse_address(hop)
+            return str(ip) if ip is not None else remote  # not an address: believe no more
     return remote
 
 
@@ -102,6 +130,7 @@ class Connections:
         """Register a new connection; None if its address is at its cap (refuse it)."""
         capped = not is_trusted(address, self.limits.trusted)
         cap = self.limits.per_address
+        address = cap_key(address, self.limits.ipv6_prefix)
         if capped and cap and self.per_address[address] >= cap:
             return None
         conn = Connection(sock, address, self.clock(), capped=capped)

@@ -185,6 +185,7 @@ class Worker(GeventWorker):
                 settings.REQUESTS_PER_CONNECTION,
                 settings.CONNECTION_LIFETIME,
                 settings.TRUSTED_PROXIES,
+                settings.CONNECTIONS_PER_ADDRESS_IPV6_PREFIX,
             )
         )
         self.wsgi = WholeBodies(self.flask, receiver.reject, self.connections)

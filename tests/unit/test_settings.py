@@ -81,6 +81,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
+    "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
     "CONNECTION_LIFETIME": ("2.5", 2.5, "0", "above 0 up to 86400"),
     "TRUSTED_PROXIES": (
