@@ -32,6 +32,8 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REDIS_SENTINEL_MASTER": ("ledger-eu", "ledger-eu", "my ledger", "letters, digits"),
     "REDIS_SENTINEL_PASSWORD": ("s3nt", "s3nt", "s3nt ", "without spaces around it"),
     "REDIS_PASSWORD": ("r3dis", "r3dis", "r3dis\n", "a token"),
+    "REDIS_SENTINEL_TLS": ("true", True, "maybe", "true or false"),
+    "REDIS_SENTINEL_DB": ("3", 3, "16", "from 0 to 15"),
     "LEDGER_MIN_REPLICAS": ("2", 2, "-1", "a whole number, from 0 to 100"),
     "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, above 0 up to 300"),
     "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", ("whsec_a", "whsec_b"), "sk_test_abc", "whsec_"),
@@ -224,6 +226,21 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice,alice"},
             "invalid setting OPS_TOKEN_LABELS=alice,alice: two tokens share the label alice",
+        ),
+        (
+            {"REDIS_SENTINELS": "a:26379", "REDIS_URL": "redis://:pw@h:6379/3"},
+            "invalid setting REDIS_URL='redis://***@h:6379/3': unused with REDIS_SENTINELS, yet"
+            " it names database 3: expected unset, with REDIS_SENTINEL_DB=3",
+        ),
+        (
+            {
+                "REDIS_SENTINELS": "a:26379",
+                "REDIS_URL": "rediss://h:6379",
+                "REDIS_SENTINEL_DB": "2",
+            },
+            "invalid setting REDIS_URL=rediss://h:6379: unused with REDIS_SENTINELS, yet it names"
+            " database 0 over TLS: expected unset, with REDIS_SENTINEL_DB=0 and"
+            " REDIS_SENTINEL_TLS=true",
         ),
         (
             {"OPS_TOKEN": "tok-a, tok-a"},
