@@ -32,6 +32,8 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REDIS_SENTINEL_MASTER": ("ledger-eu", "ledger-eu", "my ledger", "letters, digits"),
     "REDIS_SENTINEL_PASSWORD": ("s3nt", "s3nt", "s3nt ", "without spaces around it"),
     "REDIS_PASSWORD": ("r3dis", "r3dis", "r3dis\n", "a token"),
+    "REDIS_SENTINEL_TLS": ("true", True, "maybe", "true or false"),
+    "REDIS_SENTINEL_DB": ("3", 3, "16", "from 0 to 15"),
     "LEDGER_MIN_REPLICAS": ("2", 2, "-1", "a whole number, from 0 to 100"),
     "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, above 0 up to 300"),
     "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", ("whsec_a", "whsec_b"), "sk_test_abc", "whsec_"),
@@ -40,6 +42,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "SECRET_RETIRE_AFTER_DAYS": ("14", 14, "0", "days, 1 or more"),
     "MAX_BODY_BYTES": ("1024", 1024, "1e6", "bytes, from 1 to 67108864"),
     "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
+    "ANSWER_WRITE_TIMEOUT": ("2.5", 2.5, "301", "seconds, above 0 up to 300"),
     "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
     "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
     "OPS_TOKEN": (
@@ -80,6 +83,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
+    "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
     "CONNECTION_LIFETIME": ("2.5", 2.5, "0", "above 0 up to 86400"),
     "TRUSTED_PROXIES": (
@@ -222,6 +226,21 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice,alice"},
             "invalid setting OPS_TOKEN_LABELS=alice,alice: two tokens share the label alice",
+        ),
+        (
+            {"REDIS_SENTINELS": "a:26379", "REDIS_URL": "redis://:pw@h:6379/3"},
+            "invalid setting REDIS_URL='redis://***@h:6379/3': unused with REDIS_SENTINELS, yet"
+            " it names database 3: expected unset, with REDIS_SENTINEL_DB=3",
+        ),
+        (
+            {
+                "REDIS_SENTINELS": "a:26379",
+                "REDIS_URL": "rediss://h:6379",
+                "REDIS_SENTINEL_DB": "2",
+            },
+            "invalid setting REDIS_URL=rediss://h:6379: unused with REDIS_SENTINELS, yet it names"
+            " database 0 over TLS: expected unset, with REDIS_SENTINEL_DB=0 and"
+            " REDIS_SENTINEL_TLS=true",
         ),
         (
             {"OPS_TOKEN": "tok-a, tok-a"},
