@@ -4,9 +4,10 @@ Hypothesis drives the real Lua scripts on a real Redis (the shipped config: appe
 fsync always) through their Python API: deliveries of any event of a few payments (copies,
 any order, the same id with other bytes), workers that start, fence, call a downstream,
 finish with any outcome (the downstream down included, which the shared circuit breaker
-counts), die, or stall and come back with an old token, time moving past leases and
-cool-downs, the sweeper, a person's decisions, pausing and resuming fulfilment, and Redis
-restarted from its append-only file.
+counts), die, or stall and come back with an old token (a success among them, after a
+person's retry and the gate's deferral), time moving past leases and cool-downs, the
+sweeper, a person's decisions, pausing and resuming fulfilment, and Redis restarted from
+its append-only file.
 After every step the invariants of docs/LEDGER.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
