@@ -67,7 +67,7 @@ class Settings:
     LEDGER_MIN_REPLICAS: int = setting(0, kinds.whole(0, 100))
     """Replicas a ledger write must reach (Redis ``WAIT``) before a delivery is answered
     2xx or a fencing transition goes ahead; 0: single node, nothing waits."""
-    LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.number(0, 300, SECONDS, above=True))
+    LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.milliseconds(300))
     """Seconds a write waits for LEDGER_MIN_REPLICAS; then the delivery is answered 503
     (Stripe retries) and a worker does not call. Under REDIS_SOCKET_TIMEOUT."""
     STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), kinds.webhook_secrets(), mask_secret)
@@ -139,15 +139,15 @@ class Settings:
     """How long an attempt holds a payment: FULFILMENT_TIMEOUT + 2 s or more."""
     MAX_ATTEMPTS: int = setting(5, kinds.whole(1, 1000))
     """Attempts before a payment is failed (a dead letter)."""
-    RETRY_BASE_SECONDS: float = setting(1.0, kinds.number(0, None, SECONDS, above=True))
+    RETRY_BASE_SECONDS: float = setting(1.0, kinds.milliseconds())
     """Backoff of the first retry; doubles per attempt."""
-    RETRY_MAX_SECONDS: float = setting(300.0, kinds.number(0, None, SECONDS, above=True))
+    RETRY_MAX_SECONDS: float = setting(300.0, kinds.milliseconds())
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
     """Consecutive "down" failures of the downstream, across every worker, that open the
     circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once (0: no
     breaker, ``Retry-After`` ignored too)."""
-    BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.number(0, 3600, SECONDS, above=True))
+    BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.milliseconds(3600))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
     hammered, a backlog starts within half a minute of its return."""
     BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(600, kinds.whole(1, 86400, SECONDS))
@@ -177,7 +177,7 @@ class Settings:
     ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
     """Where reconcile finds Stripe's API (tests point it at a local server)."""
-    RECONCILE_INTERVAL: float = setting(0.0, kinds.number(0, None, SECONDS, note=" (0: never)"))
+    RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))
     """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
 
     @cached_property  # read on every delivery: made once

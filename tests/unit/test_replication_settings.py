@@ -19,7 +19,8 @@ from tests.support.processes import ROOT
         ({"REDIS_SENTINELS": "a:1", "REDIS_SENTINEL_MASTER": "two words"}, "SENTINEL_MASTER"),
         ({"LEDGER_MIN_REPLICAS": -1}, "from 0 to 100"),
         ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 2.0}, "REDIS_SOCKET_TIMEOUT"),
-        ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 0.0}, "above 0"),
+        ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 0.0}, "from 0.001 to 300"),
+        ({"LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 0.0004}, "from 0.001"),  # 0 ms: for ever
     ],
 )
 def test_settings_that_cannot_work_are_refused(overrides: dict, error: str) -> None:
