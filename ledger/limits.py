@@ -52,6 +52,11 @@ RATE_WAIT_SECONDS = 10.0
 defers the payment to the sweeper: a short wait smooths a burst, a long one would hold
 the worker from other payments."""
 
+MOVED_CHECK_SECONDS = 5.0
+"""Longest a worker's start waits for the answer to the HEAD that asks whether an HTTP
+FULFILMENT_ACTION moved for good (workers/actions.py ``moved``): a downstream that does
+not answer soon is left to the calls, not allowed to hold the start."""
+
 DUPLICATE_WINDOW_SECONDS = 7 * 86400
 """How long a paid payment's customer, amount and currency are remembered to catch a
 possible duplicate purchase (only with FULFIL_UNLINKED_INVOICES): longer than Stripe's
