@@ -221,11 +221,17 @@ class Settings:
         return self.EVENT_RETENTION_DAYS * 86400
 
     @property
+    def attempt_s(self) -> float:
+        """Seconds a job needs from its admission at the gate to its end: longer than any
+        lease, so the ledger's lease, not RQ, decides when an attempt is given up (a stale
+        one is fenced when it comes back)."""
+        return self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + limits.JOB_TIMEOUT_MARGIN_SECONDS
+
+    @property
     def job_timeout_s(self) -> int:
-        """RQ's timeout of a fulfilment job: longer than any lease, so the ledger's lease, not
-        RQ, decides when an attempt is given up (a stale one is fenced when it comes back)."""
-        margin = limits.JOB_TIMEOUT_MARGIN_SECONDS
-        return math.ceil(self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + margin)
+        """RQ's timeout of a fulfilment job: its wait for a rate slot at the gate (at most
+        RATE_WAIT_SECONDS, workers/gating.py) and then its attempt."""
+        return math.ceil(limits.RATE_WAIT_SECONDS + self.attempt_s)
 
     @property
     def sqlite_downstream(self) -> str | None:
