@@ -35,6 +35,7 @@ class CountingDownstream:
         self.lock = threading.Lock()
         self.down: tuple[int, dict[str, str]] | None = None  # while set: every call's answer
         self.refusing: set[str] = set()  # payment keys answered 400 whatever else
+        self.quota: dict[str, int] = {}  # payment keys answered 429 with this Retry-After
         self.answered: list[tuple[float, str, int]] = []  # (arrival time, payment, status)
         self.successes: Counter[str] = Counter()
         self.redirect: tuple[int, str] | None = None  # while set: every POST's status, Location
@@ -100,6 +101,9 @@ class CountingDownstream:
                         status, headers = outer.down
                     elif body["payment_key"] in outer.refusing:
                         status = 400
+                    elif body["payment_key"] in outer.quota:
+                        status = 429
+                        headers = {"Retry-After": str(outer.quota[body["payment_key"]])}
                     if outer.redirect is not None:
                         status, headers = outer.redirect[0], {"Location": outer.redirect[1]}
                     outer.answered.append((time.time(), body["payment_key"], status))
