@@ -128,6 +128,9 @@ class HttpAction:
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
         except requests.RequestException as exc:  # read timeout and the like: it may have applied
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
+        except ValueError as exc:  # requests parses a 3xx's Location even when not following it
+            said = f"http: a redirect whose Location is no URL ({type(exc).__name__}) from"
+            raise AmbiguousDownstreamError(f"{said} {self.origin}, not followed") from exc
         return self._answered(answer)
 
     def _answered(self, answer: requests.Response) -> Receipt:
@@ -156,7 +159,7 @@ def redirected(url: str, answer: requests.Response) -> str:
     """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
     (301, 308) is a misconfiguration a person fixes in FULFILMENT_ACTION."""
     status, location = answer.status_code, answer.headers.get("Location", "").strip()
-    to = origin(urljoin(url, location)) if location else "none"
+    to = origin(urljoin(url, location)) if location else "none"  # requests parsed it already
     said = f"http {status} from {origin(url)}"
     if status in (301, 308):
         fix = "FULFILMENT_ACTION should name the new URL"
@@ -266,7 +269,7 @@ def moved(url: str, timeout: float) -> str | None:
         answer = requests.head(
             url, timeout=min(timeout, limits.MOVED_CHECK_SECONDS), allow_redirects=False
         )
-    except requests.RequestException:
+    except (requests.RequestException, ValueError):  # ValueError: a Location that is no URL
         return None
     return redirected(url, answer) if answer.status_code in (301, 308) else None
 

@@ -126,3 +126,30 @@ def test_no_answer_at_start_is_left_to_the_calls() -> None:
     assert moved(f"http://127.0.0.1:{free_port()}/fulfil", 1.0) is None
     with CountingDownstream() as downstream:
         assert moved(downstream.url, 1.0) is None
+
+
+@pytest.mark.parametrize(
+    ("location", "named"),
+    [("javascript:alert(1)", "***"), ("//other.example/x?k=v", "http://other.example:80")],
+)
+def test_an_odd_location_is_named_by_origin_or_masked(location: str, named: str) -> None:
+    with CountingDownstream() as downstream:
+        downstream.redirect = (308, location)
+        why = moved(downstream.url, 1.0)
+    assert why is not None and f"(Location on {named})" in why
+
+
+def test_a_location_that_is_no_url_is_an_ambiguous_answer(fulfilment, redis, rng) -> None:
+    """requests parses a 3xx's Location to prepare the next request even when it follows
+    none, and raises ValueError on one it cannot parse: an answer all the same."""
+    with CountingDownstream() as downstream:
+        downstream.redirect = (308, "http://[::1/x")
+        assert moved(downstream.url, 1.0) is None  # no status to go by: left to the calls
+        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "interrupted")
+        assert downstream.calls[pk] == 1
+        assert last_error(f, pk) == (
+            "http: a redirect whose Location is no URL (ValueError) from "
+            f"{origin_of(downstream)}, not followed"
+        )
