@@ -160,7 +160,7 @@ def test_one_payment_refused_with_retry_after_spends_its_own_attempts(stack, red
         def over() -> bool:
             return all_fulfilled(redis, healthy) and state_of(redis, poison) == "failed"
 
-        wait_until(over, timeout=30, what="25 fulfilled and the refused payment failed")
+        wait_until(over, timeout=45, what="25 fulfilled and the refused payment failed")
         assert {pk: downstream.successes[pk] for pk in healthy} == {pk: 1 for pk in healthy}
         record = read_payments.payment(redis, poison)
         assert record is not None and record.attempts_started == downstream.calls[poison] == 5
