@@ -68,6 +68,7 @@ _.do_POST
 _.do_HEAD
 _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
+_.resolve_redirects  # requests.Session.send (workers/actions.py Unredirected)
 _.protocol_version
 
 # pytest: plugins, hooks and marks by name.

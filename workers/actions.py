@@ -11,7 +11,7 @@ import importlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
@@ -115,22 +115,20 @@ class HttpAction:
 
     def __call__(self, call: Call) -> Receipt:
         try:
-            answer = requests.post(
-                self.url,
-                json=asdict(call),
-                headers={"Idempotency-Key": call.idempotency_key},
-                timeout=self.timeout,
-                allow_redirects=False,
-            )
+            with Unredirected() as session:
+                answer = session.post(
+                    self.url,
+                    json=asdict(call),
+                    headers={"Idempotency-Key": call.idempotency_key},
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                )
         except (requests.ConnectionError, requests.ConnectTimeout) as exc:
             if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
                 raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
         except requests.RequestException as exc:  # read timeout and the like: it may have applied
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
-        except ValueError as exc:  # requests parses a 3xx's Location even when not following it
-            said = f"http: a redirect whose Location is no URL ({type(exc).__name__}) from"
-            raise AmbiguousDownstreamError(f"{said} {self.origin}, not followed") from exc
         return self._answered(answer)
 
     def _answered(self, answer: requests.Response) -> Receipt:
@@ -155,11 +153,25 @@ class HttpAction:
         return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
 
 
+class Unredirected(requests.Session):
+    """A session (one per call, as ``requests.post`` makes) that neither follows nor
+    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
+    Location to prepare the next request, and raises ValueError on one it cannot parse."""
+
+    def resolve_redirects(
+        self, *args: Any, **kwargs: Any
+    ) -> Generator[requests.Response, None, None]:
+        yield from ()
+
+
 def redirected(url: str, answer: requests.Response) -> str:
     """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
     (301, 308) is a misconfiguration a person fixes in FULFILMENT_ACTION."""
     status, location = answer.status_code, answer.headers.get("Location", "").strip()
-    to = origin(urljoin(url, location)) if location else "none"  # requests parsed it already
+    try:
+        to = origin(urljoin(url, location)) if location else "none"
+    except ValueError:  # urljoin refuses some (an unclosed IPv6 bracket): no origin to name
+        to = origin("")
     said = f"http {status} from {origin(url)}"
     if status in (301, 308):
         fix = "FULFILMENT_ACTION should name the new URL"
@@ -266,10 +278,10 @@ def moved(url: str, timeout: float) -> str | None:
     follows no redirect: a 301 or 308 names the misconfiguration, anything else, no answer
     included, is left to the calls (a downstream down at start-up is the breaker's)."""
     try:
-        answer = requests.head(
-            url, timeout=min(timeout, limits.MOVED_CHECK_SECONDS), allow_redirects=False
-        )
-    except (requests.RequestException, ValueError):  # ValueError: a Location that is no URL
+        with Unredirected() as session:
+            wait = min(timeout, limits.MOVED_CHECK_SECONDS)
+            answer = session.head(url, timeout=wait, allow_redirects=False)
+    except requests.RequestException:
         return None
     return redirected(url, answer) if answer.status_code in (301, 308) else None
 
