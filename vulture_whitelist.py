@@ -65,8 +65,10 @@ _.row_factory  # sqlite3.Connection
 _.max_age  # werkzeug's ResponseCacheControl
 _.do_GET  # http.server.BaseHTTPRequestHandler
 _.do_POST
+_.do_HEAD
 _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
+_.resolve_redirects  # requests.Session.send (workers/actions.py Unredirected)
 _.protocol_version
 _._child_ctor  # honcho's Process builds its Popen with it (ledgerctl/run_local.py)
 

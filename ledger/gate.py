@@ -59,6 +59,7 @@ class Gate:
             "threshold": s.BREAKER_THRESHOLD,
             "cooldown_ms": int(s.BREAKER_COOLDOWN_SECONDS * 1000),
             "retry_after_ms": int(retry_after * 1000),
+            "probe_ms": s.lease_ms,
             "detail": detail[:300],
         }
         return text(self.scripts["breaker"]({"payment": keys.payment(payment_key)}, args))

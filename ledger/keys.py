@@ -26,7 +26,8 @@ EVENT_INDEX = PREFIX + "events:index"
 
 STATE_INDEX_PREFIX = PREFIX + "payments:state:"
 """Sorted sets ``wl:payments:state:{state}``: payment keys in that state, scored by when they
-entered it (ms). Every state change moves the key (``move`` in lua/prelude.lua)."""
+entered it (ms; ``retrying``: when its retries began, its ``retrying_since``). Every state
+change moves the key (``move`` in lua/prelude.lua)."""
 
 DUE = PREFIX + "payments:due"
 """Sorted set: payments the sweeper must look at, scored by when (ms)."""
@@ -94,9 +95,18 @@ a person's retry is refused (operator.lua)."""
 
 BREAKER = PREFIX + "fulfilment:breaker"
 """Hash: the downstream circuit breaker every worker shares: ``state`` (closed|open),
-``failures`` (consecutive "down" failures), ``opened_at``, ``open_until``, ``probe_until``
-and ``probe_payment`` (the one probe call of a cool-down), ``last_error``, counters
-``opens``, ``probes``, ``closes``."""
+``failures`` (the witnesses counted since the last answer: ``BREAKER_WITNESSES``),
+``opened_at``, ``open_until``, ``probe_until`` and ``probe_payment`` (the one probe call of
+a cool-down), ``probe_failed_at``, ``last_error``, counters ``opens``, ``probes``,
+``closes``."""
+
+BREAKER_WITNESSES = PREFIX + "fulfilment:breaker:witnesses"
+"""Sorted set: the evidence of a downstream outage since its last up answer (ms of each
+one's latest failure): each payment refused (once, by its key) and each request that never
+left (``unsent:{payment_key}:{token}``); deleted by any up answer (lua/breaker.lua)."""
+
+BREAKER_WITNESSES_KEPT = 1000
+"""The most recent witnesses kept: as many as the largest BREAKER_THRESHOLD needs."""
 
 PAUSE = PREFIX + "fulfilment:pause"
 """Hash, present while fulfilment is paused: ``since`` (ms), ``by`` (ops token label),
@@ -193,6 +203,8 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "CALLER_PREFIX": CALLER_PREFIX,
     "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
     "BREAKER": BREAKER,
+    "BREAKER_WITNESSES": BREAKER_WITNESSES,
+    "BREAKER_WITNESSES_KEPT": BREAKER_WITNESSES_KEPT,
     "PAUSE": PAUSE,
     "RESUMED": RESUMED,
     "CALL_LOG": CALL_LOG,

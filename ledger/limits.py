@@ -15,8 +15,9 @@ Redis accepts (an expiry of at most 2**63 - 1 ms from the epoch) and exact as Lu
 
 MAX_DURATION_SECONDS = 3652 * 86400
 """Longest duration in seconds any setting may hold (ten years): besides Redis's limits,
-the process timers take it (a worker's RQ job timeout, LEASE_SECONDS + FULFILMENT_TIMEOUT +
-JOB_TIMEOUT_MARGIN_SECONDS, is a C int of seconds, at most 2**31 - 1, for SIGALRM)."""
+the process timers take it (a worker's RQ job timeout, RATE_WAIT_SECONDS + LEASE_SECONDS +
+FULFILMENT_TIMEOUT + JOB_TIMEOUT_MARGIN_SECONDS, is a C int of seconds, at most 2**31 - 1,
+for SIGALRM)."""
 
 REQUEST_ID_TTL = 300
 """Seconds a request id's answer is kept so a retried ledger write is not counted twice
@@ -35,8 +36,9 @@ RQ_FAILURE_TTL = 7 * 86400
 and a person to read them."""
 
 JOB_TIMEOUT_MARGIN_SECONDS = 5
-"""RQ's timeout of a fulfilment job is LEASE_SECONDS + FULFILMENT_TIMEOUT + this: longer than
-any lease, so the ledger's lease, not RQ, decides when an attempt is given up."""
+"""RQ's timeout of a fulfilment job is RATE_WAIT_SECONDS + LEASE_SECONDS + FULFILMENT_TIMEOUT
++ this: after its wait at the gate, longer than any lease, so the ledger's lease, not RQ,
+decides when an attempt is given up."""
 
 LEASE_MARGIN_SECONDS = 2
 """LEASE_SECONDS must exceed FULFILMENT_TIMEOUT by at least this: the call's hard deadline
@@ -50,7 +52,13 @@ that a paused backlog is not re-queued over and over (each time a job, a deferra
 RATE_WAIT_SECONDS = 10.0
 """Longest a worker waits in its job for a free slot under FULFILMENT_MAX_RATE before it
 defers the payment to the sweeper: a short wait smooths a burst, a long one would hold
-the worker from other payments."""
+the worker from other payments. Part of the job's RQ timeout, so the wait never gets the
+job killed (a job whose timeout leaves less defers sooner: workers/gating.py)."""
+
+MOVED_CHECK_SECONDS = 5.0
+"""Longest a worker's start waits for the answer to the HEAD that asks whether an HTTP
+FULFILMENT_ACTION moved for good (workers/actions.py ``moved``): a downstream that does
+not answer soon is left to the calls, not allowed to hold the start."""
 
 DUPLICATE_WINDOW_SECONDS = 7 * 86400
 """How long a paid payment's customer, amount and currency are remembered to catch a

@@ -144,14 +144,17 @@ class Settings:
     RETRY_MAX_SECONDS: float = setting(300.0, kinds.milliseconds())
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
-    """Consecutive "down" failures of the downstream, across every worker, that open the
-    circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once (0: no
-    breaker, ``Retry-After`` ignored too)."""
+    """Witnesses of a downstream outage, across every worker and with no answer between,
+    that open the circuit breaker: each payment refused (once, however often) and each
+    request that never left; never one payment's refusals alone, so one payment refused
+    again and again spends its own attempts (0: no breaker; a ``Retry-After`` still defers
+    the payment it answered)."""
     BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.milliseconds(3600))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
     hammered, a backlog starts within half a minute of its return."""
     BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(600, kinds.whole(1, 86400, SECONDS))
-    """Longest ``Retry-After`` honoured (longer ones are cut to it)."""
+    """Longest ``Retry-After`` honoured (longer ones are cut to it): it defers the payment it
+    answered and, when the breaker opens, holds the breaker open that long."""
     FULFILMENT_MAX_RATE: int = setting(
         0, kinds.whole(0, 10000, "calls per second", " (0: no limit)")
     )
@@ -235,11 +238,17 @@ class Settings:
         return self.EVENT_RETENTION_DAYS * 86400
 
     @property
+    def attempt_s(self) -> float:
+        """Seconds a job needs from its admission at the gate to its end: longer than any
+        lease, so the ledger's lease, not RQ, decides when an attempt is given up (a stale
+        one is fenced when it comes back)."""
+        return self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + limits.JOB_TIMEOUT_MARGIN_SECONDS
+
+    @property
     def job_timeout_s(self) -> int:
-        """RQ's timeout of a fulfilment job: longer than any lease, so the ledger's lease, not
-        RQ, decides when an attempt is given up (a stale one is fenced when it comes back)."""
-        margin = limits.JOB_TIMEOUT_MARGIN_SECONDS
-        return math.ceil(self.LEASE_SECONDS + self.FULFILMENT_TIMEOUT + margin)
+        """RQ's timeout of a fulfilment job: its wait for a rate slot at the gate (at most
+        RATE_WAIT_SECONDS, workers/gating.py) and then its attempt."""
+        return math.ceil(limits.RATE_WAIT_SECONDS + self.attempt_s)
 
     @property
     def sqlite_downstream(self) -> str | None:

@@ -21,9 +21,9 @@ def fulfilment(f: Fulfilment) -> Table:
     rows["downstream breaker"] = b.state.upper() if b.state != "closed" else "closed"
     if b.state != "closed":
         rows |= {"open since": iso(b.opened_at), "no call before": iso(b.open_until)}
-    threshold = f"{b.threshold} in a row" if b.threshold else "off"
+    threshold = f"{b.threshold} witnesses" if b.threshold else "off"
     rows |= {
-        "down failures (opens at)": f"{b.failures} ({threshold})",
+        "outage witnesses (opens at)": f"{b.failures} ({threshold})",
         "cool-down (s)": b.cooldown_s,
         "opened / probes so far": f"{b.opens} / {b.probes}",
         "last down failure": b.last_error or "-",

@@ -111,7 +111,8 @@ class LedgerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "webhook_downstream_breaker_failures",
-            "Consecutive down failures of the downstream counted by the breaker (any worker).",
+            "Witnesses of a downstream outage the breaker counts since its last answer: payments "
+            "refused (each once) and requests that never left (any worker).",
             value=b.failures,
         )
         yield CounterMetricFamily(

@@ -11,12 +11,14 @@ import importlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
+from urllib.parse import urljoin
 
 import requests
 
+from ledger import limits
 from ledger import settings as settings_module
 from ledger.downstream import open_downstream
 from ledger.redact import origin, redact
@@ -97,10 +99,13 @@ class SqliteAction:
 
 
 class HttpAction:
-    """POST the payment as JSON with a stable Idempotency-Key header. Its errors name the
-    downstream by its origin only (scheme, host, port), with the error's class, the OS's
-    reason and the status: never the URL's path, ``;params`` or query, where a capability
-    URL keeps its secret, nor the answer's body, which may quote them."""
+    """POST the payment as JSON with a stable Idempotency-Key header, to FULFILMENT_ACTION's
+    URL and nowhere else: a redirect is never followed (requests follows 3xx by default,
+    turning a POST into a GET of another page or re-POSTing the purchase to another host),
+    so only this URL's own answer can fulfil a payment. Its errors name the downstream by
+    its origin only (scheme, host, port), with the error's class, the OS's reason and the
+    status: never the URL's path, ``;params`` or query, where a capability URL keeps its
+    secret, nor the answer's body, which may quote them."""
 
     def __init__(self, url: str, timeout: float, replay_safe: bool) -> None:
         self.url = url
@@ -110,12 +115,14 @@ class HttpAction:
 
     def __call__(self, call: Call) -> Receipt:
         try:
-            answer = requests.post(
-                self.url,
-                json=asdict(call),
-                headers={"Idempotency-Key": call.idempotency_key},
-                timeout=self.timeout,
-            )
+            with Unredirected() as session:
+                answer = session.post(
+                    self.url,
+                    json=asdict(call),
+                    headers={"Idempotency-Key": call.idempotency_key},
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                )
         except (requests.ConnectionError, requests.ConnectTimeout) as exc:
             if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
                 raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
@@ -130,6 +137,8 @@ class HttpAction:
         if 200 <= status < 300 or status == 409:
             return {"status": status, "body": answer.text[:200]}
         refused = f"http {status} from {self.origin}"
+        if 300 <= status < 400:  # it reached a server that may have acted on it
+            raise AmbiguousDownstreamError(redirected(self.url, answer))
         if status in (502, 504):  # a gateway's answer: the origin may have applied it
             raise AmbiguousDownstreamError(refused, down=True)
         if status in (429, 503):  # the downstream as a whole refuses for now
@@ -142,6 +151,32 @@ class HttpAction:
     def _failed(self, exc: requests.RequestException) -> str:
         """``http: ConnectionError (Connection refused) calling http://host:port``."""
         return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
+
+
+class Unredirected(requests.Session):
+    """A session (one per call, as ``requests.post`` makes) that neither follows nor
+    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
+    Location to prepare the next request, and raises ValueError on one it cannot parse."""
+
+    def resolve_redirects(
+        self, *args: Any, **kwargs: Any
+    ) -> Generator[requests.Response, None, None]:
+        yield from ()
+
+
+def redirected(url: str, answer: requests.Response) -> str:
+    """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
+    (301, 308) is a misconfiguration a person fixes in FULFILMENT_ACTION."""
+    status, location = answer.status_code, answer.headers.get("Location", "").strip()
+    try:
+        to = origin(urljoin(url, location)) if location else "none"
+    except ValueError:  # urljoin refuses some (an unclosed IPv6 bracket): no origin to name
+        to = origin("")
+    said = f"http {status} from {origin(url)}"
+    if status in (301, 308):
+        fix = "FULFILMENT_ACTION should name the new URL"
+        return f"{said}: the endpoint moved (Location on {to}); {fix}"
+    return f"{said}: a redirect (Location on {to}), not followed"
 
 
 def retry_after(header: str) -> float:
@@ -214,8 +249,9 @@ def build_action(spec: ActionSpec, timeout: float, replay_safe: bool) -> Action:
 
 def unusable(spec: ActionSpec, timeout: float, replay_safe: bool) -> str | None:
     """Why the action FULFILMENT_ACTION names cannot run, or None: its module imported, its
-    URL prepared as requests would send it, its SQLite file created and writable. A worker
-    checks this when it starts (workers/rq_config.py), before its first job."""
+    URL prepared as requests would send it and not moved for good (``moved``), its SQLite
+    file created and writable. A worker checks this when it starts (workers/rq_config.py),
+    before its first job."""
     try:
         action = build_action(spec, timeout, replay_safe)
         if isinstance(action, SqliteAction):
@@ -230,9 +266,24 @@ def unusable(spec: ActionSpec, timeout: float, replay_safe: bool) -> str | None:
                 requests.Request("POST", action.url).prepare()
             except requests.RequestException as exc:  # its message quotes the whole URL
                 return f"{type(exc).__name__}: requests cannot send to {action.origin}"
+            return moved(action.url, timeout)
     except (ActionConfigError, sqlite3.Error, OSError, requests.RequestException) as exc:
         return redact(f"{type(exc).__name__}: {exc}")
     return None
+
+
+def moved(url: str, timeout: float) -> str | None:
+    """Whether ``url`` has moved for good, asked with one ``HEAD`` (RFC 9110: a safe
+    method, no body, no purchase, no Idempotency-Key; what uptime checks send) that
+    follows no redirect: a 301 or 308 names the misconfiguration, anything else, no answer
+    included, is left to the calls (a downstream down at start-up is the breaker's)."""
+    try:
+        with Unredirected() as session:
+            wait = min(timeout, limits.MOVED_CHECK_SECONDS)
+            answer = session.head(url, timeout=wait, allow_redirects=False)
+    except requests.RequestException:
+        return None
+    return redirected(url, answer) if answer.status_code in (301, 308) else None
 
 
 def settings_or_exit() -> Settings:

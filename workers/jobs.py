@@ -31,7 +31,7 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
-from workers.gating import admit, health_of, report
+from workers.gating import admit, health_of, rate_wait_until, report
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class Context:
     """Seconds past ``timeout`` at which a call that has not stopped ends with this process."""
     call_window: float
     """Seconds after its fence was sent that a call may still start (Settings.call_window)."""
+    attempt_s: float
+    """Seconds a job needs from its admission to its end (Settings.attempt_s)."""
 
 
 @cache
@@ -67,6 +69,7 @@ def _context(pid: int) -> Context:
         s.FULFILMENT_TIMEOUT,
         s.FULFILMENT_KILL_MARGIN_SECONDS,
         s.call_window,
+        s.attempt_s,
     )
 
 
@@ -120,12 +123,14 @@ def outcome_of(error: BaseException, replay_safe: bool) -> str:
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:
     """Fulfil one payment at most once per fencing token; returns what happened."""
+    entered = time.monotonic()  # RQ's timer for the job started just before
     ctx = context()
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
     if ctx.action is None:
         return unusable_action(ctx, payment_key, job_id)
-    admission = admit(ctx.gate, payment_key, job_id)  # a rate wait happens here, unleased
+    give_up = rate_wait_until(entered, job.timeout if job is not None else None, ctx.attempt_s)
+    admission = admit(ctx.gate, payment_key, job_id, give_up)  # a rate wait, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
     # The lease a call runs under starts in Redis after this moment: the call window is

@@ -25,9 +25,13 @@ local function backoff_args(args)
 end
 
 -- Retry the payment after its backoff: base_ms, doubled for each attempt used after the
--- first, at most cap_ms. Returns when (ms).
+-- first, at most cap_ms; not before the current attempt's retry_at (a Retry-After, or a
+-- failed probe's turn: breaker.lua). Returns when (ms).
 local function retry_later(pay, used, backoff, now)
   local next_at = now + math.floor(math.min(backoff.base_ms * 2 ^ (used - 1), backoff.cap_ms))
+  local raw = redis.call('HGET', pay, 'attempt:' .. (redis.call('HGET', pay, 'token') or '0'))
+  local asked = raw and tonumber(cjson.decode(raw)['retry_at'])
+  if asked and asked > next_at then next_at = asked end
   move(pay, 'retrying', now)
   redis.call('HSET', pay, 'next_at', next_at)
   redis.call('ZADD', DUE, next_at, id_of(pay, PAYMENT_PREFIX))

@@ -1,57 +1,110 @@
 -- How a downstream call went, for the circuit breaker every worker shares.
 -- kind: up (it answered: success or this payment's own refusal) | down (refused or reset
 -- before sending, DNS, connect timeout, 502/503/504, 429) | none (no call after all).
--- A down failure opens the breaker once BREAKER_THRESHOLD follow each other (threshold 0:
--- never), a failed probe re-opens it for a cool-down, a Retry-After opens it until then;
--- any answer closes it. The attempt is refunded (budget_base + 1: it does not count against
--- MAX_ATTEMPTS) when the request was never sent or the breaker is open: the downstream's
--- outage, not this payment's failure.
+-- The breaker opens on evidence that the downstream as a whole is down, never on one
+-- payment's word: since the last up answer, BREAKER_WITNESSES holds each payment refused
+-- (once, however often: the same payment refused again says nothing new) and each request
+-- that never left (each time: no payment can refuse a connection). `failures` counts them;
+-- the breaker opens once it reaches BREAKER_THRESHOLD (0: never) and a witness other than
+-- this payment's own answers corroborates it (another payment refused, or a request that
+-- never left) since the last failed probe. It stays open a cool-down or the Retry-After,
+-- whichever is longer; a corroborated failed probe re-opens it, a probe that nothing else
+-- corroborates closes it (the refusal is that payment's own); any up answer closes it and
+-- clears the witnesses. The attempt is refunded (budget_base + 1: it does not count
+-- against MAX_ATTEMPTS) when its request never left, or when the breaker is open on
+-- corroborated evidence: the downstream's outage, not this payment's failure; a refused
+-- payment's attempt otherwise counts, so one payment refused again and again while the
+-- others succeed spends its attempts and ends `failed`. Of the refunded attempts only the
+-- last keeps its record (`refunds` counts them), so refunds cannot grow the hash.
+-- A Retry-After defers this payment's next attempt until then (retry_at in its attempt
+-- record, read by retry_later); a failed prober also waits until after the next probe, so
+-- that probe is another payment's.
 -- Returns the breaker's state after it.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'token', 'kind', 'sent', 'threshold', 'cooldown_ms',
-  'retry_after_ms', 'detail')
+  'retry_after_ms', 'probe_ms', 'detail')
 local threshold, cooldown_ms = whole_arg(ARG, 'threshold', 0), whole_arg(ARG, 'cooldown_ms', 1)
-local retry_after_ms = whole_arg(ARG, 'retry_after_ms', 0)
+local retry_after_ms = whole_arg(ARG, 'retry_after_ms', 0, MAX_TTL_MS)
+local probe_ms = whole_arg(ARG, 'probe_ms', 1, MAX_TTL_MS)
 choice_arg(ARG, 'kind', {up = true, down = true, none = true})
 choice_arg(ARG, 'sent', BIT)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
-if redis.call('HGET', BREAKER, 'probe_payment') == pk then
+local probed = redis.call('HGET', BREAKER, 'probe_payment') == pk
+if probed then
   redis.call('HSET', BREAKER, 'probe_until', 0, 'probe_payment', '')
 end
 local state = redis.call('HGET', BREAKER, 'state') or 'closed'
 if ARG.kind == 'none' then return state end
-if ARG.kind == 'up' then
-  redis.call('HSET', BREAKER, 'failures', 0)
+
+local function close()
   if state == 'open' then
     redis.call('HSET', BREAKER, 'state', 'closed', 'closed_at', now)
     redis.call('HINCRBY', BREAKER, 'closes', 1)
   end
-  return 'closed'
+  redis.call('HSET', BREAKER, 'failures', 0, 'probe_failed_at', 0)
+  redis.call('DEL', BREAKER_WITNESSES)
+  state = 'closed'
+end
+if ARG.kind == 'up' then
+  close()
+  return state
 end
 
-local failures = redis.call('HINCRBY', BREAKER, 'failures', 1)
-local open_until = tonumber(redis.call('HGET', BREAKER, 'open_until') or '0')
+-- The attempt is still this payment's live one: its report may change the attempt.
+local live = redis.call('HGET', pay, 'token') == ARG.token
+  and redis.call('HGET', pay, 'state') == 'in_progress'
+local unsent = ARG.sent == '0'
+local witness = unsent and ('unsent:' .. pk .. ':' .. ARG.token) or pk
+local since = tonumber(redis.call('HGET', BREAKER, 'probe_failed_at') or '0')
+-- Another witness than this payment's answers, since the last failed probe.
+local function corroborated()
+  if unsent then return true end
+  local found = redis.call('ZRANGEBYSCORE', BREAKER_WITNESSES, since, '+inf', 'LIMIT', 0, 2)
+  for _, other in ipairs(found) do  -- this payment's answers are one witness at most
+    if other ~= pk then return true end
+  end
+  return false
+end
+local evidence = corroborated()
+local failures = tonumber(redis.call('HGET', BREAKER, 'failures') or '0')
+if redis.call('ZADD', BREAKER_WITNESSES, now, witness) == 1 then
+  failures = redis.call('HINCRBY', BREAKER, 'failures', 1)
+  redis.call('ZREMRANGEBYRANK', BREAKER_WITNESSES, 0, -BREAKER_WITNESSES_KEPT - 1)
+end
 redis.call('HSET', BREAKER, 'last_error', ARG.detail, 'last_failure_at', now)
-local function open(until_ms)
+
+local hold_until = now + math.max(cooldown_ms, retry_after_ms)
+if threshold > 0 and evidence and (state == 'open' or failures >= threshold) then
   if state ~= 'open' then
     redis.call('HSET', BREAKER, 'state', 'open', 'opened_at', now)
     redis.call('HINCRBY', BREAKER, 'opens', 1)
     state = 'open'
   end
-  open_until = math.max(open_until, until_ms)
-  redis.call('HSET', BREAKER, 'open_until', open_until)
+  local open_until = tonumber(redis.call('HGET', BREAKER, 'open_until') or '0')
+  redis.call('HSET', BREAKER, 'open_until', math.max(open_until, hold_until))
+elseif probed and state == 'open' then
+  close()  -- only this payment's own refusals: the downstream answers
+  redis.call('ZADD', BREAKER_WITNESSES, now, witness)
+  redis.call('HSET', BREAKER, 'failures', 1)
 end
-if threshold > 0 then
-  if state == 'open' or failures >= threshold then open(now + cooldown_ms) end
-  if retry_after_ms > 0 then open(now + retry_after_ms) end
+if probed and state == 'open' then
+  redis.call('HSET', BREAKER, 'probe_failed_at', now)
 end
-local used = attempts_used(pay)
-if (state == 'open' or ARG.sent == '0') and used >= 1
-  and redis.call('HGET', pay, 'token') == ARG.token
-  and redis.call('HGET', pay, 'state') == 'in_progress' then
+if not live then return state end
+
+local retry_at = retry_after_ms > 0 and now + retry_after_ms or nil
+if probed and state == 'open' then  -- the next probe is another payment's
+  retry_at = math.max(retry_at or 0, hold_until + probe_ms + cooldown_ms)
+end
+if retry_at then update_attempt(pay, ARG.token, {retry_at = retry_at}) end
+if (unsent or (state == 'open' and evidence)) and attempts_used(pay) >= 1 then
   redis.call('HINCRBY', pay, 'budget_base', 1)
-  update_attempt(pay, ARG.token, {refunded = state == 'open' and 'breaker' or 'not_sent'})
+  redis.call('HINCRBY', pay, 'refunds', 1)
+  update_attempt(pay, ARG.token, {refunded = unsent and 'not_sent' or 'breaker'})
+  local kept = redis.call('HGET', pay, 'refund_kept')
+  if kept and kept ~= ARG.token then redis.call('HDEL', pay, 'attempt:' .. kept) end
+  redis.call('HSET', pay, 'refund_kept', ARG.token)
   redis.call('HINCRBY', STATS, 'attempts_refunded', 1)
 end
 return state

@@ -132,7 +132,10 @@ local function id_of(key, prefix)
 end
 
 -- Change a payment's state (or give a new one its first): the hash, the count per state
--- and the per-state index.
+-- and the per-state index, scored by when it entered the state; for `retrying`, when it
+-- first did since it last left the retry loop (queued, in_progress, retrying), kept as
+-- `retrying_since`: each retry passes through queued and in_progress, and the age of the
+-- oldest retrying payment (an alert's) must grow for as long as it is not done.
 local function move(pay, to, now)
   local from = redis.call('HGET', pay, 'state')
   if from == to then return end
@@ -142,8 +145,15 @@ local function move(pay, to, now)
     redis.call('HINCRBY', PAYMENT_STATES, from, -1)
     redis.call('ZREM', STATE_INDEX_PREFIX .. from, pk)
   end
+  local since = now
+  if to == 'retrying' then
+    since = tonumber(redis.call('HGET', pay, 'retrying_since')) or now
+    redis.call('HSET', pay, 'retrying_since', since)
+  elseif to ~= 'queued' and to ~= 'in_progress' then
+    redis.call('HDEL', pay, 'retrying_since')
+  end
   redis.call('HINCRBY', PAYMENT_STATES, to, 1)
-  redis.call('ZADD', STATE_INDEX_PREFIX .. to, now, pk)
+  redis.call('ZADD', STATE_INDEX_PREFIX .. to, since, pk)
 end
 
 -- Count one delivery ('d') or rejection ('r') in this minute, for the dashboard's chart:

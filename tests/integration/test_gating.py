@@ -33,6 +33,8 @@ def health_of_call(url: str) -> Health:
         (429, 30, Health("down", retry_after_s=30.0)),
         (502, None, Health("down")),
         (504, None, Health("down")),
+        (301, None, Health("none")),  # not followed: it may have acted, says nothing more
+        (303, None, Health("none")),
     ],
 )
 def test_answers(status: int, retry_after: int | None, expected: Health) -> None:

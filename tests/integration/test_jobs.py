@@ -151,6 +151,10 @@ def test_downstream_refusing_connections_waits_without_spending_attempts(
     assert record is not None and record.state == "retrying"
     assert record.attempts_started == 3 and "ConnectionError" in (record.last_error or "")
     assert redis.hget(keys.BREAKER, "state") == b"open"
+    # every one refunded: only the latest keeps its record, so an outage cannot grow the hash
+    assert [a.token for a in record.attempts] == [3] and redis.hget(
+        keys.payment(pk), "refunds"
+    ) == b"3"
 
 
 def test_gateway_error_is_ambiguous_for_a_non_replay_safe_action(fulfilment, redis, rng) -> None:

@@ -68,8 +68,9 @@ KILL_MS = int(settings_module.Settings.FULFILMENT_KILL_MARGIN_SECONDS * 1000)
 WINDOW_MS = LEASE_MS - TIMEOUT_MS - 2 * KILL_MS  # a call starts this soon after its fence or not
 START_MS = 1_800_000_000_000
 WORKERS = 2
-OUTCOMES = ("ok", "transient", "ambiguous", "permanent", "down", "refused")
-"""down: a 503 (sent, refused); refused: the connection was refused (never sent)."""
+OUTCOMES = ("ok", "transient", "ambiguous", "permanent", "down", "refused", "quota")
+"""down: a 503 (sent, refused); refused: the connection was refused (never sent); quota: a
+429 with Retry-After (a refusal that may concern this payment alone)."""
 HEALTH = {
     "ok": Health("up"),
     "transient": Health("up"),
@@ -77,7 +78,10 @@ HEALTH = {
     "ambiguous": Health("none"),
     "down": Health("down"),
     "refused": Health("down", sent=False),
+    "quota": Health("down", retry_after_s=2.0),
 }
+LOOP = {"queued", "in_progress", "retrying"}
+"""The states a payment goes round while it is retried: its retrying age spans them."""
 SETTLED = {"fulfilled", "failed", "interrupted", "held"}
 
 
@@ -143,6 +147,8 @@ class Protocol(RuleBasedStateMachine):
         self.proved: set[str] = set()  # lifted by its own attempt's late receipt this step
         self.restarts = 0
         self.checks = 0
+        self.witnesses: set[tuple[str, int]] = set()  # down reports since an up one: (pk, token)
+        self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -227,6 +233,7 @@ class Protocol(RuleBasedStateMachine):
         TALLY[f"finished_{w.outcome}"] += 1
         health, detail = HEALTH[w.outcome], f"model {w.outcome}"
         report(self.gate, w.admission, w.payment, w.token, health, detail)  # workers/gating.py
+        self.witness(w, health)
         self.finish(slot, mapped.get(w.outcome, "retry"))
 
     @precondition(lambda self: None in self.workers)
@@ -257,6 +264,22 @@ class Protocol(RuleBasedStateMachine):
         self.worker_takes_a_job()
         self.worker_fences(slot)
         self.worker_calls(slot, "ok", True)
+        self.worker_finishes(slot)
+
+    @precondition(lambda self: None in self.workers)
+    @rule()
+    def downstream_refuses_one_payment_alone(self) -> None:
+        """A per-customer quota: the downstream answers one payment of the program (the first
+        it is asked for here) 429 with Retry-After every time, and the others as usual, so
+        the same payment is refused again while others succeed."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        w = self.workers[slot]
+        if w is None:
+            return
+        poison = self.__dict__.setdefault("poison", w.payment)
+        self.worker_fences(slot)
+        self.worker_calls(slot, "quota" if w.payment == poison else "ok", True)
         self.worker_finishes(slot)
 
     @rule(slot=st.integers(0, WORKERS - 1))
@@ -397,6 +420,43 @@ class Protocol(RuleBasedStateMachine):
             assert set(self.calls) <= self.paid, set(self.calls) - self.paid
 
     @invariant()
+    def the_breaker_opens_only_on_evidence_beyond_one_payment(self) -> None:
+        """Open only when the down failures reported since the last up answer are more than
+        one payment's refusals: another payment refused, or a request that never left."""
+        if not hasattr(self, "witnesses") or self.redis.hget(keys.BREAKER, "state") != b"open":
+            return
+        refused = {pk for pk, token in self.witnesses if token >= 0}
+        unsent = any(token < 0 for _, token in self.witnesses)
+        assert unsent or len(refused) >= 2, f"open on one payment's word: {self.witnesses}"
+
+    @invariant()
+    def refunds_keep_one_attempt_record(self) -> None:
+        """A refunded attempt keeps no record once a later one is refunded: however long an
+        outage lasts, a payment's hash holds its counted attempts and one refunded one."""
+        for pk in self.all_payments():
+            fields = self.redis.hgetall(keys.payment(pk))
+            records = [json.loads(v) for k, v in fields.items() if k.startswith(b"attempt:")]
+            assert sum(1 for r in records if "refunded" in r) <= 1, f"{pk}: {records}"
+
+    @invariant()
+    def retrying_age_only_grows(self) -> None:
+        """While a payment goes round queued, in_progress and retrying, the time it started
+        retrying stays put (the alert on the oldest retrying payment's age can fire), and
+        the retrying index is scored by it."""
+        if not hasattr(self, "retrying_since"):
+            return
+        for pk in self.all_payments():
+            state = self.state(pk)
+            if state not in LOOP:
+                self.retrying_since.pop(pk, None)
+                continue
+            score = self.redis.zscore(keys.state_index("retrying"), pk)
+            was = self.retrying_since.get(pk)
+            if state == "retrying":
+                assert was is None or score == was, f"{pk}: retrying since {was}, now {score}"
+                self.retrying_since[pk] = float(score or 0)
+
+    @invariant()
     def tokens_only_grow(self) -> None:
         if not hasattr(self, "tokens"):
             return
@@ -504,6 +564,14 @@ class Protocol(RuleBasedStateMachine):
                 self.redis.lrem(queue, 1, raw)
                 return raw.decode()
         return None
+
+    def witness(self, w: Worker, health: Health) -> None:
+        """What the breaker heard, as workers/gating.py report() tells it: a down failure
+        always (unsent: token -1), an up answer only while it counts or for a probe."""
+        if health.kind == "down":
+            self.witnesses.add((w.payment, w.token if health.sent else -1))
+        elif health.kind == "up" and (w.admission.dirty or w.admission.probe):
+            self.witnesses.clear()
 
     def possible_duplicate_of_its_purchase(self, pk: str) -> bool:
         """Held as a possible duplicate (no tie yet) of another record of its own purchase:
@@ -736,7 +804,7 @@ def test_an_outage_walked_by_hand_opens_probes_and_closes_the_breaker(
     m.worker_runs_a_whole_job("down", False)  # the cool-down is over: the probe, failed
     assert int(m.redis.hget(keys.BREAKER, "probes") or 0) == 1
     m.person_pauses_or_resumes(True)
-    m.time_passes(LEASE_MS + 1)
+    m.time_passes(2 * (LEASE_MS + 1))  # a failed prober lets one more probe go first
     m.sweeper_runs()
     m.worker_takes_a_job()  # paused: deferred, no attempt
     assert m.redis.hget(keys.payment(pk), "waiting") == b"paused"

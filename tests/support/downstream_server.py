@@ -1,5 +1,6 @@
 """A downstream HTTP service for tests: counts every call, never dedupes, scripted answers;
-the test switches it down (an answer for every call, or refused connections) and up again."""
+the test switches it down (an answer for every call, or refused connections) and up again,
+or has it redirect every call (its other pages answer GET and HEAD with scripted statuses)."""
 
 import json
 import threading
@@ -34,8 +35,12 @@ class CountingDownstream:
         self.lock = threading.Lock()
         self.down: tuple[int, dict[str, str]] | None = None  # while set: every call's answer
         self.refusing: set[str] = set()  # payment keys answered 400 whatever else
+        self.quota: dict[str, int] = {}  # payment keys answered 429 with this Retry-After
         self.answered: list[tuple[float, str, int]] = []  # (arrival time, payment, status)
         self.successes: Counter[str] = Counter()
+        self.redirect: tuple[int, str] | None = None  # while set: every POST's status, Location
+        self.pages: list[int] = []  # the statuses GET and HEAD answer in turn, then 200
+        self.visits: list[tuple[str, str]] = []  # every GET and HEAD: (method, path)
         self.server = self._serve(0)
         self.port = self.server.server_address[1]
         self.thread = serving_thread(self.server)
@@ -96,6 +101,11 @@ class CountingDownstream:
                         status, headers = outer.down
                     elif body["payment_key"] in outer.refusing:
                         status = 400
+                    elif body["payment_key"] in outer.quota:
+                        status = 429
+                        headers = {"Retry-After": str(outer.quota[body["payment_key"]])}
+                    if outer.redirect is not None:
+                        status, headers = outer.redirect[0], {"Location": outer.redirect[1]}
                     outer.answered.append((time.time(), body["payment_key"], status))
                     if 200 <= status < 300:
                         outer.successes[body["payment_key"]] += 1
@@ -115,6 +125,21 @@ class CountingDownstream:
                     with outer.lock:
                         outer.in_flight[pk] -= 1
 
+            def do_GET(self) -> None:
+                self.visited()
+
+            def do_HEAD(self) -> None:
+                self.visited()
+
+            def visited(self) -> None:
+                with outer.lock:
+                    outer.visits.append((self.command, self.path))
+                    status = outer.pages.pop(0) if outer.pages else 200
+                    headers = {}
+                    if self.command == "HEAD" and outer.redirect is not None:
+                        status, headers = outer.redirect[0], {"Location": outer.redirect[1]}
+                self.answer(status, 0.0, headers)
+
             def answer(self, status: int, trickle: float, headers: dict[str, str]) -> None:
                 payload = json.dumps({"order": f"ord_{len(outer.bodies)}"}).encode()
                 self.send_response(status)
@@ -123,6 +148,8 @@ class CountingDownstream:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
+                if self.command == "HEAD":
+                    return
                 if not trickle:
                     self.wfile.write(payload)
                     return

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import requests
 from redis import Redis
@@ -138,3 +139,33 @@ def test_one_payment_refused_fails_alone_breaker_stays_closed(stack, redis, rng)
         assert downstream.calls[bad] == 1
         assert breaker(redis).get("opens", "0") == "0"
         assert breaker(redis).get("state", "closed") == "closed"
+
+
+def test_one_payment_refused_with_retry_after_spends_its_own_attempts(stack, redis, rng) -> None:
+    """A per-customer quota: the downstream answers one payment 429 `Retry-After: 2` for
+    ever and fulfils the 25 others, with the shipped breaker settings. One payment's word is
+    no outage: the breaker never opens, the payment waits as asked between its attempts,
+    spends them and ends `failed` for a person. Before, its first 429 opened the breaker for
+    everyone, the open breaker refunded its attempt (so it never failed), and it probed and
+    re-opened the breaker again and again: in 30 s 7 of 25 healthy payments fulfilled."""
+    with CountingDownstream() as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)  # BREAKER_THRESHOLD 5, MAX_ATTEMPTS 5
+        s.start_service(WORKERS)
+        events = [paid_event(rng) for _ in range(26)]
+        poison, healthy = payment_key_of(events[0][0]), [payment_key_of(e) for e, _ in events[1:]]
+        downstream.quota[poison] = 2
+        for _, body in events:
+            assert s.send(body).status_code == 200
+
+        def over() -> bool:
+            return all_fulfilled(redis, healthy) and state_of(redis, poison) == "failed"
+
+        wait_until(over, timeout=45, what="25 fulfilled and the refused payment failed")
+        assert {pk: downstream.successes[pk] for pk in healthy} == {pk: 1 for pk in healthy}
+        record = read_payments.payment(redis, poison)
+        assert record is not None and record.attempts_started == downstream.calls[poison] == 5
+        assert (record.last_error or "").startswith("http 429 from ")
+        assert "refunds" not in decode_hash(redis.hgetall(keys.payment(poison)))
+        calls = sorted(at for at, pk, _ in downstream.answered if pk == poison)
+        assert all(b - a >= 1.9 for a, b in pairwise(calls)), calls  # Retry-After: 2
+        assert breaker(redis).get("opens", "0") == "0"

@@ -1,8 +1,10 @@
 """FULFILMENT_MAX_RATE with real gunicorn, several RQ workers and the sweeper: a backlog
 released at once (a resume after a pause) reaches the downstream at no more than the limit
-in any one-second window, and each payment is fulfilled once."""
+in any one-second window, and each payment is fulfilled once; a job's wait for a slot never
+gets it killed."""
 
 import requests
+from rq.registry import FailedJobRegistry
 
 from ledger import keys
 from tests.support.constants import BEARER
@@ -12,6 +14,7 @@ from tests.support.processes import wait_until
 
 LIMIT = 10
 WORKERS = 3
+CONTENDING_WORKERS = 6
 
 
 def busiest_second(arrivals: list[float]) -> int:
@@ -40,3 +43,35 @@ def test_a_released_backlog_never_exceeds_the_rate(stack, redis, config, rng) ->
         assert len(arrivals) == 80
         # admitted at most LIMIT per second in Redis; one call per worker may be in flight
         assert busiest_second(arrivals) <= LIMIT + WORKERS
+
+
+def test_a_long_wait_for_a_slot_never_gets_the_job_killed(stack, redis, rng) -> None:
+    """A job waits at the gate for a slot up to RATE_WAIT_SECONDS (10 s); RQ's timeout of the
+    job was LEASE_SECONDS + FULFILMENT_TIMEOUT + 5 = 9 s, so a job that lost the race for a
+    slot nine times was killed in its sleep (no call, no attempt) and counted against the
+    payment: with MAX_ATTEMPTS=2, failed with 0 calls. Now the wait is part of the timeout."""
+    with CountingDownstream() as downstream:
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_MAX_RATE="1",
+            LEASE_SECONDS="3",
+            FULFILMENT_TIMEOUT="1",
+            MAX_ATTEMPTS="2",
+        )
+        s.start_web()
+        for _ in range(CONTENDING_WORKERS):
+            s.start_worker()
+        s.start_sweeper()
+        events = [paid_event(rng) for _ in range(40)]
+        for _, body in events:
+            assert s.send(body).status_code == 200
+        payments = [payment_key_of(event) for event, _ in events]
+
+        def settled() -> bool:
+            return all(state_of(redis, pk) in ("fulfilled", "failed") for pk in payments)
+
+        wait_until(settled, timeout=150, what="every payment fulfilled or failed")
+        killed = FailedJobRegistry("fulfilment", connection=redis).get_job_ids()
+        states = {pk: state_of(redis, pk) for pk in payments}
+        assert killed == [] and set(states.values()) == {"fulfilled"}, (killed, states)
+        assert {pk: downstream.successes[pk] for pk in payments} == {pk: 1 for pk in payments}

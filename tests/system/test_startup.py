@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.constants import SECRET
+from tests.support.downstream_server import CountingDownstream
 from tests.support.processes import BIN, ROOT, RedisServer, free_port
 
 WEB = [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "webhook.wsgi:app"]
@@ -136,6 +137,18 @@ def test_the_worker_resolves_the_action_before_its_first_job(
     lines = refuses(worker, env_with(FULFILMENT_ACTION=spec))
     assert len(lines) == 1 and lines[0].startswith("invalid setting FULFILMENT_ACTION="), lines
     assert why in lines[0]
+
+
+@pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
+def test_the_worker_refuses_an_http_action_that_moved_for_good(worker: list[str]) -> None:
+    """Its one HEAD (no purchase is sent) is answered 308: FULFILMENT_ACTION is wrong."""
+    with CountingDownstream() as downstream:
+        downstream.redirect = (308, "https://shop.example/new/PATHSECRET")
+        lines = refuses(worker, env_with(FULFILMENT_ACTION=downstream.url))
+        assert [method for method, _ in downstream.visits] == ["HEAD"] and not downstream.bodies
+    assert len(lines) == 1 and lines[0].startswith("invalid setting FULFILMENT_ACTION="), lines
+    assert "the endpoint moved (Location on https://shop.example:443)" in lines[0]
+    assert "PATHSECRET" not in lines[0]
 
 
 def test_the_worker_starts_with_a_good_action_and_creates_the_sqlite_file(tmp_path) -> None:
