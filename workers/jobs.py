@@ -20,10 +20,11 @@ from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.gate import Gate, Health
+from ledger.purchase import Purchase, purchase_of, stored_fields
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
-from workers.actions import Action, Call, build_action
+from workers.actions import Action, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -75,25 +76,15 @@ def context() -> Context:
     return _context(os.getpid())
 
 
-def idempotency_key(payment_key: str) -> str:
-    """Stable across every attempt for a payment, so a replay-safe downstream dedupes."""
-    return f"fulfil:{payment_key}"
-
-
-def build_call(payment_key: str, start: Start) -> Call:
-    return Call(
-        payment_key=payment_key,
-        idempotency_key=idempotency_key(payment_key),
-        token=start.token,
-        amount=int(start.amount) if start.amount.isdigit() else None,
-        currency=start.currency,
-        livemode=start.livemode == "1",
-        event_ids=start.events.split(),
-    )
+def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purchase:
+    """The purchase this attempt passes to the action: the payment hash's purchase fields,
+    with the paid fields as the lease read them."""
+    paid = {"amount": start.amount, "currency": start.currency, "livemode": start.livemode}
+    return purchase_of(payment_key, start.token, {**stored, **paid, "events": start.events})
 
 
 def run_action(
-    action: Action, call: Call, timeout: float, kill_after: float
+    action: Action, call: Purchase, timeout: float, kill_after: float
 ) -> tuple[str, str, Health]:
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
     ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
@@ -128,6 +119,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     admission = admit(ctx.gate, payment_key, job_id)  # a rate wait happens here, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
+    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
@@ -149,7 +141,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
-    call = build_call(payment_key, start)
+    call = build_call(payment_key, start, stored)
     outcome, detail, health = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
