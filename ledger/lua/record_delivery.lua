@@ -26,7 +26,9 @@ end
 local function purchase_arg()
   if ARG.purchase == '' then return nil end
   local ok, fields = pcall(cjson.decode, ARG.purchase)
-  if not ok or type(fields) ~= 'table' then refuse('purchase must be a JSON object') end
+  if not ok or type(fields) ~= 'table' then
+    refuse('purchase must be a JSON object, got ' .. shown(ARG.purchase))
+  end
   for field, value in pairs(fields) do
     if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
       refuse('purchase must map p_* fields to strings, got ' .. shown(tostring(field)))
