@@ -7,10 +7,12 @@ from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, state_of
 from tests.support.processes import wait_until
-from tests.support.purchases import EMAIL, ORDER, checkout_purchase, purchase_validator
+from tests.support.purchases import EMAIL, NAME, ORDER, checkout_purchase, purchase_validator
 
 
-def test_the_body_a_worker_posts_is_the_published_purchase(stack, redis: Redis, rng) -> None:
+def test_the_body_a_worker_posts_is_the_published_purchase(
+    stack, redis: Redis, rng, tmp_path
+) -> None:
     events = checkout_purchase(rng)
     pk = payment_key_of(events[2])
     with CountingDownstream() as downstream:
@@ -29,3 +31,7 @@ def test_the_body_a_worker_posts_is_the_published_purchase(stack, redis: Redis, 
     assert body["checkout_session_id"] == events[3]["data"]["object"]["id"]
     assert body["metadata"]["checkout_session"] == {"order": ORDER, "source": "session"}
     assert "payment_method_details" not in str(body) and "last4" not in str(body)
+    for log in ("web.log", "worker.log"):  # logs carry ids, never emails or names
+        text = (tmp_path / log).read_text()
+        assert pk in text or log == "web.log"
+        assert EMAIL not in text and NAME not in text, log
