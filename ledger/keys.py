@@ -117,6 +117,17 @@ without a call, scored by when they began to wait; each is ``retrying`` in the l
 
 WAIT_REASONS = ("paused", "breaker", "rate")
 
+STRIPE_API_CALLS = PREFIX + "stripe_api:calls"
+"""Sorted set: requests to Stripe's API for purchases (line items) in the last second (ms
+scores), for STRIPE_API_MAX_RATE; members ``{ms}:{seq}`` with ``seq`` from
+``STRIPE_API_SEQ``."""
+
+STRIPE_API_SEQ = PREFIX + "stripe_api:seq"
+
+STRIPE_WAIT = "stripe_api"
+"""The ``waiting`` reason of a payment whose purchase waits for Stripe's API (its line
+items): ``retrying`` with ``next_at``, due for the sweeper, no attempt spent."""
+
 
 def waiting(reason: str) -> str:
     return WAITING_PREFIX + reason
@@ -196,6 +207,9 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "CALL_LOG": CALL_LOG,
     "CALL_SEQ": CALL_SEQ,
     "WAITING_PREFIX": WAITING_PREFIX,
+    "STRIPE_API_CALLS": STRIPE_API_CALLS,
+    "STRIPE_API_SEQ": STRIPE_API_SEQ,
+    "STRIPE_WAIT": STRIPE_WAIT,
 }
 """What every script knows by name (see lua/prelude.lua)."""
 

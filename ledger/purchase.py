@@ -119,8 +119,63 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
         return msgspec.to_builtins(self)
 
 
-PAID_FIELDS = ("amount", "currency", "livemode", "events", "paid_by", "paid_type")
-"""What the purchase reads of a payment hash besides its ``p_*`` fields."""
+PAID_FIELDS = (
+    "amount",
+    "currency",
+    "livemode",
+    "events",
+    "paid_by",
+    "paid_type",
+    "state",
+    "account",
+)
+"""What the purchase reads of a payment hash besides its ``p_*`` fields (``state`` and
+``account``: whether and for which account its line items are still to be fetched)."""
+
+LINE_ITEM_FIELDS = (
+    "price",
+    "product",
+    "quantity",
+    "unit_amount",
+    "amount_total",
+    "currency",
+    "description",
+)
+"""A line item as kept (``p_items``): one JSON array of these per item, in this order."""
+
+
+def pack_line_items(items: list[dict[str, Any]]) -> str:
+    """Line items as Stripe's API answers them, kept compactly: price, product, quantity,
+    unit and total amounts, currency and description, by position."""
+    rows = []
+    for item in items:
+        price = item.get("price")
+        price = price if isinstance(price, dict) else {}
+        product = price.get("product")
+        product = product.get("id") if isinstance(product, dict) else product
+        rows.append(
+            [
+                price.get("id"),
+                product,
+                item.get("quantity"),
+                price.get("unit_amount"),
+                item.get("amount_total"),
+                item.get("currency"),
+                item.get("description"),
+            ]
+        )
+    return orjson.dumps(rows).decode()
+
+
+def _line_items(packed: str | None) -> list[LineItem] | None:
+    rows = _json(packed, list[list[Any]])
+    if rows is None:
+        return None
+    try:
+        named = [dict(zip(LINE_ITEM_FIELDS, row, strict=False)) for row in rows]
+        return msgspec.convert(named, list[LineItem])
+    except msgspec.ValidationError:
+        return None
 
 
 def idempotency_key(payment_key: str) -> str:
@@ -194,7 +249,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         event_ids=f.get("events", "").split(),
         checkout_session=session,
         invoice=invoice,
-        line_items=_json(f.get("p_items"), list[LineItem]),
+        line_items=_line_items(f.get("p_items")),
         metadata=PurchaseMetadata(
             payment_intent=_metadata(f, "p_md_pi", pi is not None),
             checkout_session=_metadata(f, "p_md_cs", session is not None),

@@ -26,6 +26,7 @@ from ledger.redact import origin, redact
 from ledger.setting_fields import refuse
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
+from ledger.stripe_api import key_refused
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -240,4 +241,7 @@ def settings_or_exit() -> Settings:
     why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
     if why:
         refuse(s, "FULFILMENT_ACTION", why)
+    refused = key_refused(s) if s.CHECKOUT_LINE_ITEMS else None
+    if refused:
+        refuse(s, "STRIPE_API_KEY", refused)
     return s

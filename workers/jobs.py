@@ -20,10 +20,13 @@ from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.gate import Gate, Health
+from ledger.keys import STRIPE_WAIT
+from ledger.line_items import LineItems
 from ledger.purchase import Purchase, purchase_of, stored_fields
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
+from ledger.stripe_api import StripeRefused, StripeUnavailable
 from workers.actions import Action, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
@@ -47,6 +50,8 @@ class Context:
     """Seconds past ``timeout`` at which a call that has not stopped ends with this process."""
     call_window: float
     """Seconds after its fence was sent that a call may still start (Settings.call_window)."""
+    line_items: LineItems | None
+    """Reads a Checkout purchase's line items once (CHECKOUT_LINE_ITEMS), else None."""
 
 
 @cache
@@ -68,6 +73,7 @@ def _context(pid: int) -> Context:
         s.FULFILMENT_TIMEOUT,
         s.FULFILMENT_KILL_MARGIN_SECONDS,
         s.call_window,
+        LineItems(redis, s) if s.CHECKOUT_LINE_ITEMS else None,
     )
 
 
@@ -115,11 +121,21 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
     if ctx.action is None:
-        return unusable_action(ctx, payment_key, job_id)
+        detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
+        return failed_without_call(ctx, payment_key, job_id, detail)
+    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
+    if ctx.line_items is not None and ctx.line_items.needed(stored):
+        try:  # before the gate: Stripe's API, not the downstream, is asked
+            stored["p_items"] = ctx.line_items.fetch(payment_key, stored)
+        except StripeUnavailable as exc:
+            ctx.line_items.wait_for_stripe(payment_key, exc)
+            return {"payment": payment_key, "verdict": "wait", "reason": STRIPE_WAIT}
+        except StripeRefused as exc:
+            detail = f"line items not read (CHECKOUT_LINE_ITEMS): {exc}"
+            return failed_without_call(ctx, payment_key, job_id, detail)
     admission = admit(ctx.gate, payment_key, job_id)  # a rate wait happens here, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
-    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
@@ -166,12 +182,12 @@ def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) 
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
-def unusable_action(ctx: Context, payment_key: str, job_id: str) -> dict[str, Any]:
-    """FULFILMENT_ACTION cannot be built: fail the payment with that error, without a call,
-    so it waits for a person (retry once the setting is fixed) instead of sitting queued."""
+def failed_without_call(ctx: Context, payment_key: str, job_id: str, detail: str) -> dict[str, Any]:
+    """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
+    STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
+    person (retry once the setting is fixed) instead of sitting queued."""
     start = ctx.attempts.start(payment_key, job_id, replay_safe=False)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
-    detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
     verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

@@ -35,3 +35,32 @@ def purchase_validator() -> Any:
     spec = yaml.safe_load(SPEC.read_text())
     schema = {"$ref": "#/components/schemas/Purchase", "components": spec["components"]}
     return jsonschema_rs.validator_for(schema)
+
+
+def line_items(count: int, session_id: str) -> list[dict[str, Any]]:
+    """``count`` line items of a session as Stripe's API lists them (``item`` objects with
+    their price expanded, as the list endpoint answers them)."""
+    tail = session_id[-8:]
+    return [
+        {
+            "id": f"li_{tail}{i:06d}",
+            "object": "item",
+            "amount_discount": 0,
+            "amount_subtotal": 500 * (i % 3 + 1),
+            "amount_tax": 0,
+            "amount_total": 500 * (i % 3 + 1),
+            "currency": "usd",
+            "description": f"Sticker #{i}",
+            "price": {
+                "id": f"price_{i:010d}",
+                "object": "price",
+                "active": True,
+                "currency": "usd",
+                "product": f"prod_{i:010d}",
+                "type": "one_time",
+                "unit_amount": 500,
+            },
+            "quantity": i % 3 + 1,
+        }
+        for i in range(count)
+    ]

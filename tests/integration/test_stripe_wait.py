@@ -1,0 +1,66 @@
+"""The ledger's side of reading line items from Stripe's API: one request rate for every
+worker (lua/stripe_rate.lua), a payment that waits for the API without an attempt
+(lua/stripe_wait.lua), and line items kept once, never on a purged payment."""
+
+from redis import Redis
+
+from ledger import keys, settings
+from ledger.connection import connect
+from ledger.line_items import LineItems
+from ledger.scripts import Script
+from ledger.stripe_api import StripeUnavailable
+from tests.support.helpers import payment_key_of, state_of
+from tests.support.inprocess import Fulfilment
+from tests.support.purchases import checkout_purchase
+
+CLOCK = "wl:test:clock"
+
+
+def test_the_request_rate_is_shared_and_waits_for_the_oldest_to_age(redis: Redis) -> None:
+    rate = Script(redis, "stripe_rate", CLOCK)
+    redis.set(CLOCK, 1_000_000)
+    assert [int(rate({}, {"max_rate": 3})) for _ in range(4)] == [0, 0, 0, 1000]
+    redis.set(CLOCK, 1_000_400)
+    assert int(rate({}, {"max_rate": 3})) == 600
+    redis.set(CLOCK, 1_001_001)  # the first three are more than a second old
+    assert int(rate({}, {"max_rate": 3})) == 0
+
+
+def line_items_of(config: dict[str, object], redis_url: str) -> LineItems:
+    given = {k: str(v) for k, v in config.items()}
+    s = settings.load({**given, "STRIPE_API_KEY": "rk_test_x", "CHECKOUT_LINE_ITEMS": "true"})
+    return LineItems(connect(s), s, CLOCK)
+
+
+def test_a_queued_payment_waits_for_stripe_doubling_and_a_settled_one_does_not(
+    fulfilment, redis: Redis, rng, config
+) -> None:
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    items = line_items_of(config, str(config["REDIS_URL"]))
+    redis.set(CLOCK, 5_000_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("Stripe's API: 429 RateLimitError")) == (
+        5_001_000
+    )
+    assert state_of(redis, pk) == "retrying"
+    assert redis.hget(keys.payment(pk), "waiting") == keys.STRIPE_WAIT.encode()
+    assert redis.hget(keys.payment(pk), "token") == b"0"
+    assert items.wait_for_stripe(pk, StripeUnavailable("again")) == 0  # not due yet
+    redis.set(CLOCK, 5_001_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("again", retry_after=0.5)) == 5_003_000
+    redis.hset(keys.payment(pk), "state", "fulfilled")
+    redis.set(CLOCK, 9_000_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("late")) == 0
+
+
+def test_line_items_are_kept_once_and_never_on_a_purged_payment(redis: Redis) -> None:
+    keep = Script(redis, "keep_line_items")
+    pay = {"payment": keys.payment("pi_kept")}
+    assert keep(pay, {"items": "[]"}) == 0 and not redis.exists(keys.payment("pi_kept"))
+    redis.hset(keys.payment("pi_kept"), "state", "queued")
+    assert keep(pay, {"items": '[["price_1"]]'}) == 1
+    assert keep(pay, {"items": '[["price_2"]]'}) == 0
+    assert redis.hget(keys.payment("pi_kept"), "p_items") == b'[["price_1"]]'
