@@ -79,7 +79,8 @@ class PaymentRow(View):
     last_error: str | None
     hold_reason: str | None
     waiting: str | None
-    """Why a retrying payment waits without a call: paused, breaker or rate (no attempt spent)."""
+    """Why a retrying payment waits without a call: paused, breaker or rate (the gate),
+    stripe_api (its line items: ledger/line_items.py); no attempt spent."""
     account: str | None
     client_reference_id: str | None
     """The Checkout Session's: the merchant's own order id, if it gave one."""
