@@ -128,6 +128,10 @@ STRIPE_WAIT = "stripe_api"
 """The ``waiting`` reason of a payment whose purchase waits for Stripe's API (its line
 items): ``retrying`` with ``next_at``, due for the sweeper, no attempt spent."""
 
+CHECKOUT_WAIT = "checkout_session"
+"""The ``waiting`` reason of a payment paid before its Checkout Session's event came
+(CHECKOUT_WAIT_SECONDS): as STRIPE_WAIT."""
+
 
 def waiting(reason: str) -> str:
     return WAITING_PREFIX + reason
@@ -210,6 +214,7 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "STRIPE_API_CALLS": STRIPE_API_CALLS,
     "STRIPE_API_SEQ": STRIPE_API_SEQ,
     "STRIPE_WAIT": STRIPE_WAIT,
+    "CHECKOUT_WAIT": CHECKOUT_WAIT,
 }
 """What every script knows by name (see lua/prelude.lua)."""
 

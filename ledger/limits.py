@@ -88,3 +88,7 @@ as unanswered and the payment waits."""
 STRIPE_WAIT_SECONDS = (1.0, 60.0)
 """How long a payment waits when Stripe's API did not answer for its purchase: the first
 wait, doubled each time up to the second (or Stripe's Retry-After, when longer)."""
+
+CHECKOUT_RECHECK_MS = 1000
+"""While a payment waits for its Checkout Session's event (CHECKOUT_WAIT_SECONDS), how often
+it looks whether the event came: the wait is a second at a time."""

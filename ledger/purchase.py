@@ -126,11 +126,13 @@ PAID_FIELDS = (
     "events",
     "paid_by",
     "paid_type",
+    "paid_at",
     "state",
     "account",
 )
-"""What the purchase reads of a payment hash besides its ``p_*`` fields (``state`` and
-``account``: whether and for which account its line items are still to be fetched)."""
+"""What the purchase reads of a payment hash besides its ``p_*`` fields (``state``,
+``paid_at`` and ``account``: whether, since when and for which account Stripe is still to be
+asked: ledger/purchase_reads.py)."""
 
 LINE_ITEM_FIELDS = (
     "price",

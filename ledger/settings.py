@@ -171,6 +171,11 @@ class Settings:
     """Whether a Checkout purchase's line items are fetched from Stripe's API (with
     STRIPE_API_KEY) once, before its first attempt, kept in the ledger and given to every
     attempt (``line_items`` of the purchase)."""
+    CHECKOUT_WAIT_SECONDS: float = setting(0.0, kinds.number(0, 3600, SECONDS, note=" (0: none)"))
+    """The longest a payment paid before its Checkout Session's event came waits for it; then
+    the session is looked up by its PaymentIntent through Stripe's API (with STRIPE_API_KEY),
+    and the payment is fulfilled without a session if there is none. A deployment that sells
+    through Checkout sets it; at 0 no payment waits."""
     STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
     """Requests per second to Stripe's API for line items, shared by every worker on every
     host (Stripe allows about 100 read requests a second live, 25 in test mode)."""

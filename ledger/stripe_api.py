@@ -108,6 +108,16 @@ class StripeApi:
             if not page.has_more or not page.data:
                 return items
 
+    def session_for(self, payment_intent: str, account: str = "") -> dict[str, Any] | None:
+        """The Checkout Session that made a PaymentIntent, if any."""
+        sessions = self.client.v1.checkout.sessions
+        found = self._call(
+            lambda: sessions.list(
+                {"payment_intent": payment_intent, "limit": 1}, self._options(account)
+            )
+        )
+        return dict(found.data[0].to_dict()) if found.data else None
+
     def session(self, session_id: str, account: str = "") -> dict[str, Any]:
         """A Checkout Session as Stripe's API answers it now."""
         sessions = self.client.v1.checkout.sessions

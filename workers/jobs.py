@@ -20,13 +20,11 @@ from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.gate import Gate, Health
-from ledger.keys import STRIPE_WAIT
-from ledger.line_items import LineItems
 from ledger.purchase import Purchase, purchase_of, stored_fields
+from ledger.purchase_reads import PurchaseReads
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
-from ledger.stripe_api import StripeRefused, StripeUnavailable
 from workers.actions import Action, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
@@ -50,8 +48,9 @@ class Context:
     """Seconds past ``timeout`` at which a call that has not stopped ends with this process."""
     call_window: float
     """Seconds after its fence was sent that a call may still start (Settings.call_window)."""
-    line_items: LineItems | None
-    """Reads a Checkout purchase's line items once (CHECKOUT_LINE_ITEMS), else None."""
+    reads: PurchaseReads | None
+    """Reads what a purchase still needs from Stripe (CHECKOUT_LINE_ITEMS,
+    CHECKOUT_WAIT_SECONDS), else None."""
 
 
 @cache
@@ -73,7 +72,7 @@ def _context(pid: int) -> Context:
         s.FULFILMENT_TIMEOUT,
         s.FULFILMENT_KILL_MARGIN_SECONDS,
         s.call_window,
-        LineItems(redis, s) if s.CHECKOUT_LINE_ITEMS else None,
+        PurchaseReads(redis, s) if PurchaseReads.wanted(s) else None,
     )
 
 
@@ -124,15 +123,12 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
         return failed_without_call(ctx, payment_key, job_id, detail)
     stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
-    if ctx.line_items is not None and ctx.line_items.needed(stored):
-        try:  # before the gate: Stripe's API, not the downstream, is asked
-            stored["p_items"] = ctx.line_items.fetch(payment_key, stored)
-        except StripeUnavailable as exc:
-            ctx.line_items.wait_for_stripe(payment_key, exc)
-            return {"payment": payment_key, "verdict": "wait", "reason": STRIPE_WAIT}
-        except StripeRefused as exc:
-            detail = f"line items not read (CHECKOUT_LINE_ITEMS): {exc}"
-            return failed_without_call(ctx, payment_key, job_id, detail)
+    ready = ctx.reads.prepare(payment_key, stored) if ctx.reads else None  # before the gate
+    if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
+        return {"payment": payment_key, "verdict": "wait", "reason": ready.reason}
+    if ready and ready.verdict == "refused":
+        detail = f"purchase not read from Stripe's API: {ready.detail}"
+        return failed_without_call(ctx, payment_key, job_id, detail)
     admission = admit(ctx.gate, payment_key, job_id)  # a rate wait happens here, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}

@@ -184,18 +184,20 @@ class Protocol(RuleBasedStateMachine):
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
 
-    @rule()
-    def stripe_api_unanswered_for_a_job(self) -> None:
-        """A worker reading a Checkout purchase's line items before the gate finds Stripe's
-        API down: the payment waits without an attempt (workers/jobs.py, lua/stripe_wait.lua)."""
+    @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
+    def purchase_waits_for_stripe(self, reason: str) -> None:
+        """A worker, before the gate, finds Stripe's API down while reading a Checkout
+        purchase's line items, or the payment's session not come yet: the payment waits
+        without an attempt (ledger/purchase_reads.py, lua/stripe_wait.lua)."""
         job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
         if job_id is None:
             return
         pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
         token = self.current_token(pk)
-        args = {"base_ms": 200, "cap_ms": 1000, "retry_after_ms": 0, "detail": "model"}
+        args = {"reason": reason, "base_ms": 200, "cap_ms": 1000}
+        args |= {"retry_after_ms": 0, "detail": "model"}
         self.stripe_wait({"payment": keys.payment(pk)}, args)
-        assert self.current_token(pk) == token, "waiting for Stripe's API spent an attempt"
+        assert self.current_token(pk) == token, "waiting for Stripe spent an attempt"
 
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_fences(self, slot: int) -> None:
@@ -432,7 +434,7 @@ class Protocol(RuleBasedStateMachine):
         breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
         TALLY["breaker_opens"] += int(breaker.get(b"opens", 0))
         TALLY["probes"] += int(breaker.get(b"probes", 0))
-        for reason in ("paused", "breaker", keys.STRIPE_WAIT):
+        for reason in ("paused", "breaker", keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
             TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
         TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
 

@@ -2,11 +2,13 @@
 worker (lua/stripe_rate.lua), a payment that waits for the API without an attempt
 (lua/stripe_wait.lua), and line items kept once, never on a purged payment."""
 
+import pytest
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from ledger import keys, settings
 from ledger.connection import connect
-from ledger.line_items import LineItems
+from ledger.purchase_reads import PurchaseReads
 from ledger.scripts import Script
 from ledger.stripe_api import StripeUnavailable
 from tests.support.helpers import payment_key_of, state_of
@@ -26,10 +28,10 @@ def test_the_request_rate_is_shared_and_waits_for_the_oldest_to_age(redis: Redis
     assert int(rate({}, {"max_rate": 3})) == 0
 
 
-def line_items_of(config: dict[str, object], redis_url: str) -> LineItems:
+def reads_of(config: dict[str, object]) -> PurchaseReads:
     given = {k: str(v) for k, v in config.items()}
     s = settings.load({**given, "STRIPE_API_KEY": "rk_test_x", "CHECKOUT_LINE_ITEMS": "true"})
-    return LineItems(connect(s), s, CLOCK)
+    return PurchaseReads(connect(s), s, CLOCK)
 
 
 def test_a_queued_payment_waits_for_stripe_doubling_and_a_settled_one_does_not(
@@ -40,7 +42,7 @@ def test_a_queued_payment_waits_for_stripe_doubling_and_a_settled_one_does_not(
     for event in events:
         f.deliver(event)
     pk = payment_key_of(events[2])
-    items = line_items_of(config, str(config["REDIS_URL"]))
+    items = reads_of(config)
     redis.set(CLOCK, 5_000_000)
     assert items.wait_for_stripe(pk, StripeUnavailable("Stripe's API: 429 RateLimitError")) == (
         5_001_000
@@ -56,11 +58,14 @@ def test_a_queued_payment_waits_for_stripe_doubling_and_a_settled_one_does_not(
     assert items.wait_for_stripe(pk, StripeUnavailable("late")) == 0
 
 
-def test_line_items_are_kept_once_and_never_on_a_purged_payment(redis: Redis) -> None:
-    keep = Script(redis, "keep_line_items")
+def test_what_is_read_is_kept_once_and_never_on_a_purged_payment(redis: Redis) -> None:
+    keep = Script(redis, "keep_purchase")
     pay = {"payment": keys.payment("pi_kept")}
-    assert keep(pay, {"items": "[]"}) == 0 and not redis.exists(keys.payment("pi_kept"))
-    redis.hset(keys.payment("pi_kept"), "state", "queued")
-    assert keep(pay, {"items": '[["price_1"]]'}) == 1
-    assert keep(pay, {"items": '[["price_2"]]'}) == 0
-    assert redis.hget(keys.payment("pi_kept"), "p_items") == b'[["price_1"]]'
+    assert keep(pay, {"fields": '{"p_items": "[]"}'}) == 0
+    assert not redis.exists(keys.payment("pi_kept"))
+    redis.hset(keys.payment("pi_kept"), mapping={"state": "queued", "p_cs": "cs_from_webhook"})
+    assert keep(pay, {"fields": '{"p_items": "[[1]]", "p_cs": "cs_from_api"}'}) == 1
+    assert keep(pay, {"fields": '{"p_items": "[[2]]"}'}) == 0
+    assert redis.hmget(keys.payment("pi_kept"), "p_items", "p_cs") == [b"[[1]]", b"cs_from_webhook"]
+    with pytest.raises(ResponseError, match="fields must map p_"):
+        keep(pay, {"fields": '{"state": "fulfilled"}'})

@@ -80,6 +80,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
     "CHECKOUT_LINE_ITEMS": ("no", False, "some", "true or false"),
+    "CHECKOUT_WAIT_SECONDS": ("5", 5.0, "3601", "from 0 to 3600 (0: none)"),
     "STRIPE_API_MAX_RATE": ("25", 25, "0", "1 or more"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
