@@ -288,9 +288,16 @@ end
 -- event's only fill fields still missing (a late unpaid copy of a session must not undo it).
 local function keep_purchase(d, purchase)
   if d.known or not purchase then return end
-  for field, value in pairs(purchase) do
-    redis.call(d.paid and 'HSET' or 'HSETNX', d.pay, field, value)
+  if not d.paid then
+    for field, value in pairs(purchase) do redis.call('HSETNX', d.pay, field, value) end
+    return
   end
+  local pairs_ = {}
+  for field, value in pairs(purchase) do
+    pairs_[#pairs_ + 1] = field
+    pairs_[#pairs_ + 1] = value
+  end
+  if #pairs_ > 0 then redis.call('HSET', d.pay, unpack(pairs_)) end
 end
 
 -- The payment's side: ties, its events and counts, and for a paid event its paid fields and
