@@ -17,6 +17,7 @@ import orjson
 from redis import Redis
 
 from ledger import keys
+from ledger.purchase_fields import recorded_fields
 from ledger.stored import text, whole
 
 SCHEMA: Literal[1] = 1
@@ -262,13 +263,17 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
 
 def stored_fields(redis: Redis, payment_key: str) -> dict[str, str]:
     """The fields of a payment hash the purchase is built from (one HGETALL: the ``p_*``
-    fields are not known by name in advance)."""
+    fields are not known by name in advance); for a payment without any, recorded before the
+    ledger kept them, what its events' bodies say."""
     raw: dict[Any, Any] = redis.hgetall(keys.payment(payment_key))
-    return {
+    found = {
         name: text(v)
         for k, v in raw.items()
         if (name := text(k)).startswith("p_") or name in PAID_FIELDS
     }
+    if not any(name.startswith("p_") for name in found):  # recorded before p_* were kept
+        found = {**recorded_fields(redis, found.get("events", "").split()), **found}
+    return found
 
 
 def read_purchase(redis: Redis, payment_key: str, token: int) -> Purchase:

@@ -12,6 +12,11 @@ memory and say nothing). Card details (``payment_method_details``, ``billing_det
 from typing import Any
 
 import orjson
+from redis import Redis
+
+from ledger import keys
+from ledger.events import data_object
+from ledger.payloads import decompress_payload
 
 Obj = dict[str, Any]
 
@@ -161,3 +166,22 @@ def purchase_fields(obj: Obj) -> dict[str, str]:
 def encode_fields(fields: dict[str, str]) -> str:
     """As record_delivery.lua's ``purchase`` argument: a JSON object, '' when empty."""
     return orjson.dumps(fields).decode() if fields else ""
+
+
+def recorded_fields(redis: Redis, event_ids: list[str]) -> dict[str, str]:
+    """The purchase fields of a payment recorded before the ledger kept them, from its
+    events' stored bodies (those not expired yet), as record_delivery.lua would have kept
+    them: a paying event's replace, any other's fill what is missing."""
+    pipe = redis.pipeline(transaction=False)
+    for event_id in event_ids:
+        pipe.hmget(keys.event(event_id), "body", "paid")
+    found: dict[str, str] = {}
+    for body, paid in pipe.execute():
+        if body is None:
+            continue
+        try:
+            fields = purchase_fields(data_object(orjson.loads(decompress_payload(body))))
+        except (ValueError, orjson.JSONDecodeError):
+            continue
+        found = {**found, **fields} if paid == b"1" else {**fields, **found}
+    return found

@@ -142,3 +142,17 @@ def test_an_older_downstream_file_gains_the_purchase_columns(tmp_path) -> None:
     assert db.execute("SELECT payment_key, purchase FROM orders").fetchall() == [("pi_old", None)]
     db.close()
     open_downstream(path).close()  # a second opening finds nothing to add
+
+
+def test_a_payment_recorded_before_the_purchase_fields_gets_them_from_its_events(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """An upgrade: a payment queued before the ledger kept p_* fields."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    kept = read_purchase(redis, pk, 1)
+    redis.hdel(keys.payment(pk), *[k for k in redis.hkeys(keys.payment(pk)) if k[:2] == b"p_"])
+    assert read_purchase(redis, pk, 1) == kept
