@@ -1,4 +1,4 @@
--- Purchase fields read from Stripe's API for a payment (ledger/line_items.py): its Checkout
+-- Purchase fields read from Stripe's API for a payment (ledger/purchase_reads.py): its Checkout
 -- Session's line items (`p_items`), or the session itself found by its PaymentIntent. Each
 -- field's first reading stays (two workers may read at once; a webhook's copy may be there
 -- already), and a payment purged meanwhile is not written back as a stub. Answers how many

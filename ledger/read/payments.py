@@ -80,7 +80,8 @@ class PaymentRow(View):
     hold_reason: str | None
     waiting: str | None
     """Why a retrying payment waits without a call: paused, breaker or rate (the gate),
-    stripe_api (its line items: ledger/line_items.py); no attempt spent."""
+    stripe_api (its line items) or checkout_session (its session's event), both
+    ledger/purchase_reads.py; no attempt spent."""
     account: str | None
     client_reference_id: str | None
     """The Checkout Session's: the merchant's own order id, if it gave one."""
