@@ -118,8 +118,8 @@ without a call, scored by when they began to wait; each is ``retrying`` in the l
 WAIT_REASONS = ("paused", "breaker", "rate")
 
 STRIPE_API_CALLS = PREFIX + "stripe_api:calls"
-"""Sorted set: requests to Stripe's API for purchases (line items) in the last second (ms
-scores), for STRIPE_API_MAX_RATE; members ``{ms}:{seq}`` with ``seq`` from
+"""Sorted set: requests to Stripe's API for purchases (line items, late sessions) in the
+last second (ms scores), for STRIPE_API_MAX_RATE; members ``{ms}:{seq}`` with ``seq`` from
 ``STRIPE_API_SEQ``."""
 
 STRIPE_API_SEQ = PREFIX + "stripe_api:seq"
