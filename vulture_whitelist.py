@@ -77,3 +77,15 @@ _.pytest_plugins
 _.pytest_cmdline_main
 _.pytestmark
 _.dist  # config.option.dist, pytest-xdist's --dist
+
+# The purchase (ledger/purchase.py): struct fields only serialised, for the actions (the HTTP
+# body, a module:function's dict, orders.purchase) and the ops API.
+_.customer_details
+_.billing_reason
+_.unit_amount
+_.amount_total
+_.checkout_session_id
+_.customer_email
+_.customer_name
+_.line_items
+_.subscription

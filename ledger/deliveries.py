@@ -19,6 +19,7 @@ from ledger.enqueue import NO_JOB, Jobs
 from ledger.events import Classified, data_object, is_thin, related
 from ledger.money import paid_amount
 from ledger.payloads import compress_payload
+from ledger.purchase_fields import encode_fields, purchase_fields
 from ledger.replication import replicated
 from ledger.replies import Recorded
 from ledger.scripts import Script
@@ -108,6 +109,7 @@ class Ledger:
             "thin": "1" if is_thin(event) else "0",
             "related_type": related_type[:255],
             "related_id": related_id[:255],
+            "purchase": encode_fields(purchase_fields(obj)),
         }
 
     def record_rejection(self, reason: str, record: dict[str, Any]) -> bool:

@@ -25,10 +25,21 @@ CREATE TABLE IF NOT EXISTS orders (
     amount INTEGER,
     currency TEXT,
     token INTEGER NOT NULL,
-    at REAL NOT NULL
+    at REAL NOT NULL,
+    client_reference_id TEXT,
+    customer TEXT,
+    purchase TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
 """
+
+ADDED_ORDER_COLUMNS = {
+    "client_reference_id": "TEXT",
+    "customer": "TEXT",
+    "purchase": "TEXT",
+}
+"""Columns of ``orders`` a file made before them lacks: added when it is opened. ``purchase``
+is the whole purchase (ledger/purchase.py) as JSON."""
 
 
 def open_downstream(path: str | Path) -> sqlite3.Connection:
@@ -37,7 +48,27 @@ def open_downstream(path: str | Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
     _into_wal(db)
     db.executescript(SCHEMA)
+    _add_columns(db)
     return db
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """Bring an older file's ``orders`` up to SCHEMA, once, under the write lock (another
+    worker may be doing the same)."""
+    if _missing_columns(db):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for name in _missing_columns(db):
+                db.execute(f"ALTER TABLE orders ADD COLUMN {name} {ADDED_ORDER_COLUMNS[name]}")
+            db.execute("COMMIT")
+        finally:
+            if db.in_transaction:
+                db.rollback()
+
+
+def _missing_columns(db: sqlite3.Connection) -> list[str]:
+    have = {row[1] for row in db.execute("PRAGMA table_info(orders)")}
+    return [name for name in ADDED_ORDER_COLUMNS if name not in have]
 
 
 def _into_wal(db: sqlite3.Connection) -> None:

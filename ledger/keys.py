@@ -128,6 +128,21 @@ without a call, scored by when they began to wait; each is ``retrying`` in the l
 
 WAIT_REASONS = ("paused", "breaker", "rate")
 
+STRIPE_API_CALLS = PREFIX + "stripe_api:calls"
+"""Sorted set: requests to Stripe's API for purchases (line items, late sessions) in the
+last second (ms scores), for STRIPE_API_MAX_RATE; members ``{ms}:{seq}`` with ``seq`` from
+``STRIPE_API_SEQ``."""
+
+STRIPE_API_SEQ = PREFIX + "stripe_api:seq"
+
+STRIPE_WAIT = "stripe_api"
+"""The ``waiting`` reason of a payment whose purchase waits for Stripe's API (its line
+items): ``retrying`` with ``next_at``, due for the sweeper, no attempt spent."""
+
+CHECKOUT_WAIT = "checkout_session"
+"""The ``waiting`` reason of a payment paid before its Checkout Session's event came
+(CHECKOUT_WAIT_SECONDS): as STRIPE_WAIT."""
+
 
 def waiting(reason: str) -> str:
     return WAITING_PREFIX + reason
@@ -210,6 +225,10 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "CALL_LOG": CALL_LOG,
     "CALL_SEQ": CALL_SEQ,
     "WAITING_PREFIX": WAITING_PREFIX,
+    "STRIPE_API_CALLS": STRIPE_API_CALLS,
+    "STRIPE_API_SEQ": STRIPE_API_SEQ,
+    "STRIPE_WAIT": STRIPE_WAIT,
+    "CHECKOUT_WAIT": CHECKOUT_WAIT,
 }
 """What every script knows by name (see lua/prelude.lua)."""
 

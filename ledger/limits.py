@@ -88,3 +88,15 @@ recently, so an old backlog stops dominating them once it is older."""
 
 LATENCY_SAMPLES = 10000
 """Most payments (the latest) those percentiles read."""
+
+STRIPE_API_TIMEOUT_SECONDS = 10.0
+"""Longest a request to Stripe's API for a purchase (line items) may take before it counts
+as unanswered and the payment waits."""
+
+STRIPE_WAIT_SECONDS = (1.0, 60.0)
+"""How long a payment waits when Stripe's API did not answer for its purchase: the first
+wait, doubled each time up to the second (or Stripe's Retry-After, when longer)."""
+
+CHECKOUT_RECHECK_MS = 1000
+"""While a payment waits for its Checkout Session's event (CHECKOUT_WAIT_SECONDS), how often
+it looks whether the event came: the wait is a second at a time."""

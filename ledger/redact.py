@@ -89,3 +89,14 @@ def downstream(action: str) -> str:
     named = origin(action)
     more = action.strip().split("://", 1)[1].partition("/")[2] or "?" in action
     return named + ("/***" if more and named != MASK else "")
+
+
+def mask_email(email: str | None) -> str | None:
+    """An email as a list shows it: its first character and its domain (``j***@example.com``),
+    enough to tell two customers apart at a glance, not to contact or look one up."""
+    if not email:
+        return None
+    local, at, domain = email.rpartition("@")
+    if not at or not local:
+        return MASK
+    return f"{local[0]}{MASK}@{domain}"

@@ -176,12 +176,27 @@ class Settings:
     STUCK_QUEUED_SECONDS: int = setting(300, kinds.whole(1, None, SECONDS))
     """A payment queued longer than this is listed under "needs a person"."""
     STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
-    """The key reconcile reads Stripe's events with (a restricted read key will do);
-    ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
+    """The key reconcile reads Stripe's events with, and workers Checkout Sessions and their
+    line items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS; a restricted key that can read
+    events and Checkout Sessions will do); ``scripts/run.sh --stripe-cli`` gives it and
+    STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
-    """Where reconcile finds Stripe's API (tests point it at a local server)."""
+    """Where reconcile and the workers find Stripe's API (tests point it at a local server)."""
     RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))
     """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
+    CHECKOUT_LINE_ITEMS: bool = setting(False, kinds.boolean())
+    """Whether a Checkout purchase's line items are fetched from Stripe's API (with
+    STRIPE_API_KEY) once, before its first attempt, kept in the ledger and given to every
+    attempt (``line_items`` of the purchase)."""
+    CHECKOUT_WAIT_SECONDS: float = setting(0.0, kinds.milliseconds(3600, off="none"))
+    """The longest a payment paid before its Checkout Session's event came waits for it; then
+    the session is looked up by its PaymentIntent through Stripe's API (with STRIPE_API_KEY),
+    and the payment is fulfilled without a session if there is none. A deployment that sells
+    through Checkout sets it; at 0 no payment waits."""
+    STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
+    """Requests per second to Stripe's API for purchases (line items, late sessions), shared
+    by every worker on every host (Stripe allows about 100 read requests a second live, 25
+    in test mode)."""
 
     @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:
@@ -338,6 +353,13 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "RECONCILE_INTERVAL",
         "expected 0 (never) while STRIPE_API_KEY is not set: reconcile reads Stripe's "
         "Events API with it",
+    )
+    rule(
+        "CHECKOUT_LINE_ITEMS STRIPE_API_KEY",
+        s.CHECKOUT_LINE_ITEMS and not s.STRIPE_API_KEY,
+        "CHECKOUT_LINE_ITEMS",
+        "expected false while STRIPE_API_KEY is not set: line items are read from Stripe's "
+        "API with it",
     )
     secrets, labels = s.STRIPE_WEBHOOK_SECRET, s.STRIPE_WEBHOOK_SECRET_LABELS
     shared = sorted({label for label in s.secret_labels if s.secret_labels.count(label) > 1})

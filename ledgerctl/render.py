@@ -15,7 +15,7 @@ from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
 from ledger.read.timeline import Attempt
-from ledgerctl import render_gate
+from ledgerctl import render_gate, render_purchase
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
 
@@ -134,6 +134,7 @@ def payments(page: PaymentList) -> Table:
             "deliveries": p.deliveries,
             "attempts": p.attempts_started,
             "paid to fulfilled (ms)": p.paid_to_fulfilled_ms,
+            "customer": " ".join(filter(None, (p.client_reference_id, p.customer_email))),
             "why": _why(p),
         }
         for p in page.payments
@@ -218,6 +219,7 @@ def payment(p: Payment) -> list[Table]:
     ]
     return [
         kv_table(f"Payment {p.payment_key}", facts),
+        *render_purchase.purchase(p.purchase),
         rows_table(
             "Events, in the order first recorded",
             timeline,

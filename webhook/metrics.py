@@ -156,7 +156,7 @@ class LedgerCollector(Collector):
             "Times a job deferred its payment instead of calling, by reason.",
             labels=["reason"],
         )
-        for reason in keys.WAIT_REASONS:
+        for reason in (*keys.WAIT_REASONS, keys.STRIPE_WAIT):  # stripe_api: its line items
             deferred.add_metric([reason], stats.get(f"deferred:{reason}", 0))
         yield deferred
         yield CounterMetricFamily(

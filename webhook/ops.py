@@ -15,6 +15,7 @@ from werkzeug.exceptions import HTTPException
 
 from ledger import reconcile
 from ledger.decisions import BadFilter, decide
+from ledger.purchase import Purchase
 from ledger.read import events, fulfilment, payments, rejections, secrets, stats
 from ledger.read.base import Problem
 from ledger.read.decisions import BulkDecision, Decision
@@ -56,8 +57,10 @@ RESPONSES: tuple[type, ...] = (
     BulkDecision,
     Fulfilment,
     Problem,
+    Purchase,
 )
-"""What the ops API answers; webhook/openapi.yaml's schemas are these and what they hold."""
+"""What the ops API answers, and the HTTP action's body (Purchase); webhook/openapi.yaml's
+schemas are these and what they hold."""
 
 health_bp = Blueprint("health", __name__)
 api_bp = Blueprint("ops_api", __name__, url_prefix="/ops/api")

@@ -1,9 +1,11 @@
 """Downstream actions: what "fulfilling a payment" does, and whether it is replay-safe.
 
-An action is called with a :class:`Call` and returns a receipt (a small JSON-able
-dict). It raises TransientDownstreamError to be retried and PermanentDownstreamError
-to fail. ``replay_safe`` says whether calling it twice with the same idempotency key
-has one effect; only then is an interrupted attempt re-run automatically.
+An action is called with the payment's :class:`~ledger.purchase.Purchase` (a
+``module:function`` gets it as a dict, HTTP as the JSON body) and returns a receipt (a
+small JSON-able dict). It raises TransientDownstreamError to be retried and
+PermanentDownstreamError to fail. ``replay_safe`` says whether calling it twice with the
+same idempotency key has one effect; only then is an interrupted attempt re-run
+automatically.
 """
 
 import email.utils
@@ -12,19 +14,21 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Generator
-from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
+import msgspec
 import requests
 
 from ledger import limits
 from ledger import settings as settings_module
 from ledger.downstream import open_downstream
+from ledger.purchase import Purchase
 from ledger.redact import origin, redact
 from ledger.setting_fields import refuse
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
+from ledger.stripe_api import key_refused
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -35,21 +39,10 @@ from workers.exceptions import (
 Receipt = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Call:
-    payment_key: str
-    idempotency_key: str
-    token: int
-    amount: int | None
-    currency: str
-    livemode: bool
-    event_ids: list[str]
-
-
 class Action(Protocol):
     replay_safe: bool
 
-    def __call__(self, call: Call) -> Receipt: ...
+    def __call__(self, purchase: Purchase) -> Receipt: ...
 
 
 class SqliteAction:
@@ -67,27 +60,32 @@ class SqliteAction:
             self._db = (os.getpid(), open_downstream(self.path))
         return self._db[1]
 
-    def __call__(self, call: Call) -> Receipt:
+    def __call__(self, purchase: Purchase) -> Receipt:
         db = self.connection()
         try:
             now = time.time()
             db.execute("BEGIN IMMEDIATE")
             inserted = db.execute(
-                "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO orders (idempotency_key, payment_key, amount, currency,"
+                " token, at, client_reference_id, customer, purchase)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    call.idempotency_key,
-                    call.payment_key,
-                    call.amount,
-                    call.currency,
-                    call.token,
+                    purchase.idempotency_key,
+                    purchase.payment_key,
+                    purchase.amount,
+                    purchase.currency,
+                    purchase.token,
                     now,
+                    purchase.client_reference_id,
+                    purchase.customer,
+                    msgspec.json.encode(purchase).decode(),
                 ),
             ).rowcount
             outcome = "applied" if inserted else "already_applied"
             row = db.execute(
                 "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (call.payment_key, call.idempotency_key, call.token, now, outcome),
+                (purchase.payment_key, purchase.idempotency_key, purchase.token, now, outcome),
             )
             db.execute("COMMIT")
         except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
@@ -113,13 +111,13 @@ class HttpAction:
         self.timeout = timeout
         self.replay_safe = replay_safe
 
-    def __call__(self, call: Call) -> Receipt:
+    def __call__(self, purchase: Purchase) -> Receipt:
         try:
             with Unredirected() as session:
                 answer = session.post(
                     self.url,
-                    json=asdict(call),
-                    headers={"Idempotency-Key": call.idempotency_key},
+                    json=purchase.to_dict(),
+                    headers={"Idempotency-Key": purchase.idempotency_key},
                     timeout=self.timeout,
                     allow_redirects=False,
                 )
@@ -214,7 +212,8 @@ def _os_reason(exc: BaseException) -> str:
 
 
 class CallableAction:
-    """A user's ``module:function`` taking the call as a dict; same contract as the others."""
+    """A user's ``module:function`` taking the purchase as a dict (``Purchase.to_dict()``);
+    same contract as the others."""
 
     def __init__(self, target: str, replay_safe: bool) -> None:
         module, _, name = target.partition(":")
@@ -228,9 +227,9 @@ class CallableAction:
             raise ActionConfigError(f"{target} is not callable")
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
 
-    def __call__(self, call: Call) -> Receipt:
+    def __call__(self, purchase: Purchase) -> Receipt:
         try:
-            result = self.fn(asdict(call))
+            result = self.fn(purchase.to_dict())
         except (TransientDownstreamError, PermanentDownstreamError):
             raise
         except Exception as exc:  # unknown how far it got: retried only if replay-safe
@@ -293,4 +292,7 @@ def settings_or_exit() -> Settings:
     why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
     if why:
         refuse(s, "FULFILMENT_ACTION", why)
+    refused = key_refused(s) if s.CHECKOUT_LINE_ITEMS else None
+    if refused:
+        refuse(s, "STRIPE_API_KEY", refused)
     return s

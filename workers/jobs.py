@@ -20,10 +20,12 @@ from ledger.attempts import Attempts, encode_receipt
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.gate import Gate, Health
+from ledger.purchase import Purchase, purchase_of, stored_fields
+from ledger.purchase_reads import PurchaseReads
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
-from workers.actions import Action, Call, build_action
+from workers.actions import Action, build_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -48,6 +50,9 @@ class Context:
     """Seconds after its fence was sent that a call may still start (Settings.call_window)."""
     attempt_s: float
     """Seconds a job needs from its admission to its end (Settings.attempt_s)."""
+    reads: PurchaseReads | None
+    """Reads what a purchase still needs from Stripe (CHECKOUT_LINE_ITEMS,
+    CHECKOUT_WAIT_SECONDS), else None."""
 
 
 @cache
@@ -70,6 +75,7 @@ def _context(pid: int) -> Context:
         s.FULFILMENT_KILL_MARGIN_SECONDS,
         s.call_window,
         s.attempt_s,
+        PurchaseReads(redis, s) if PurchaseReads.wanted(s) else None,
     )
 
 
@@ -78,25 +84,15 @@ def context() -> Context:
     return _context(os.getpid())
 
 
-def idempotency_key(payment_key: str) -> str:
-    """Stable across every attempt for a payment, so a replay-safe downstream dedupes."""
-    return f"fulfil:{payment_key}"
-
-
-def build_call(payment_key: str, start: Start) -> Call:
-    return Call(
-        payment_key=payment_key,
-        idempotency_key=idempotency_key(payment_key),
-        token=start.token,
-        amount=int(start.amount) if start.amount.isdigit() else None,
-        currency=start.currency,
-        livemode=start.livemode == "1",
-        event_ids=start.events.split(),
-    )
+def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purchase:
+    """The purchase this attempt passes to the action: the payment hash's purchase fields,
+    with the paid fields as the lease read them."""
+    paid = {"amount": start.amount, "currency": start.currency, "livemode": start.livemode}
+    return purchase_of(payment_key, start.token, {**stored, **paid, "events": start.events})
 
 
 def run_action(
-    action: Action, call: Call, timeout: float, kill_after: float
+    action: Action, call: Purchase, timeout: float, kill_after: float
 ) -> tuple[str, str, Health]:
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
     ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
@@ -128,7 +124,15 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
     if ctx.action is None:
-        return unusable_action(ctx, payment_key, job_id)
+        detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
+        return failed_without_call(ctx, payment_key, job_id, detail)
+    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
+    ready = ctx.reads.prepare(payment_key, stored) if ctx.reads else None  # before the gate
+    if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
+        return {"payment": payment_key, "verdict": "wait", "reason": ready.reason}
+    if ready and ready.verdict == "refused":
+        detail = f"purchase not read from Stripe's API: {ready.detail}"
+        return failed_without_call(ctx, payment_key, job_id, detail)
     give_up = rate_wait_until(entered, job.timeout if job is not None else None, ctx.attempt_s)
     admission = admit(ctx.gate, payment_key, job_id, give_up)  # a rate wait, unleased
     if admission.verdict != "go":
@@ -154,7 +158,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
-    call = build_call(payment_key, start)
+    call = build_call(payment_key, start, stored)
     outcome, detail, health = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
@@ -179,12 +183,12 @@ def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) 
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
-def unusable_action(ctx: Context, payment_key: str, job_id: str) -> dict[str, Any]:
-    """FULFILMENT_ACTION cannot be built: fail the payment with that error, without a call,
-    so it waits for a person (retry once the setting is fixed) instead of sitting queued."""
+def failed_without_call(ctx: Context, payment_key: str, job_id: str, detail: str) -> dict[str, Any]:
+    """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
+    STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
+    person (retry once the setting is fixed) instead of sitting queued."""
     start = ctx.attempts.start(payment_key, job_id, replay_safe=False)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
-    detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
     verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

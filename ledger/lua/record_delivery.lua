@@ -12,7 +12,7 @@ local KEY = named(KEYS, 'event', 'request')
 local ARG, ARGC = named(ARGV, 'type', 'created', 'livemode', 'api_version', 'payment_key',
   'role', 'paid', 'secret', 'source', 'sha', 'body', 'event_ttl', 'grace_ms', 'amount',
   'currency', 'job_id', 'linked', 'hold', 'account', 'fingerprint', 'thin', 'related_type',
-  'related_id')
+  'related_id', 'purchase')
 local reply = replies('deliveries', 'duplicate', 'conflict', 'enqueued', 'payment_state',
   'payment_key')
 
@@ -21,8 +21,24 @@ local function fp_parts(fp)
   return string.match(fp, '^(%a+)|(%a+):([^:]*):(%a+):(%d+)$')
 end
 
--- The arguments checked before the first write; returns the event's TTL (s) and the new
--- job's grace (ms).
+-- The purchase's fields this event carries (ledger/purchase_fields.py): a JSON object of
+-- p_* fields to string values, or '' for none (nil).
+local function purchase_arg()
+  if ARG.purchase == '' then return nil end
+  local ok, fields = pcall(cjson.decode, ARG.purchase)
+  if not ok or type(fields) ~= 'table' then
+    refuse('purchase must be a JSON object, got ' .. shown(ARG.purchase))
+  end
+  for field, value in pairs(fields) do
+    if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
+      refuse('purchase must map p_* fields to strings, got ' .. shown(tostring(field)))
+    end
+  end
+  return fields
+end
+
+-- The arguments checked before the first write; returns the event's TTL (s), the new job's
+-- grace (ms) and the purchase's fields.
 local function checked()
   local event_ttl = whole_arg(ARG, 'event_ttl', 1, MAX_TTL_SECONDS)
   local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
@@ -36,7 +52,7 @@ local function checked()
       shown(ARG.fingerprint))
   end
   check_commands(ARGC + 1)
-  return event_ttl, grace_ms
+  return event_ttl, grace_ms, purchase_arg()
 end
 
 -- The first answer to this request if this call is a client retry of it (written again
@@ -229,8 +245,8 @@ end
 -- kind (FP_PREFIX) and, while nothing ties it to the rest of its purchase, listed untied.
 local function mark_paid(d)
   if redis.call('HSETNX', d.pay, 'paid_at', d.now) == 0 then return end
-  redis.call('HSET', d.pay, 'paid_by', d.id, 'amount', ARG.amount, 'currency', ARG.currency,
-    'livemode', ARG.livemode)
+  redis.call('HSET', d.pay, 'paid_by', d.id, 'paid_type', ARG.type, 'amount', ARG.amount,
+    'currency', ARG.currency, 'livemode', ARG.livemode)
   if d.fingerprint == '' then return end
   local kind, mode, who, currency, amount = fp_parts(d.fingerprint)
   if who ~= '' then
@@ -268,9 +284,25 @@ local function queue_or_hold(d, held_for, grace_ms)
   return 'queued', 0
 end
 
+-- A new event's purchase fields: a paying event's replace what is stored, any other
+-- event's only fill fields still missing (a late unpaid copy of a session must not undo it).
+local function keep_purchase(d, purchase)
+  if d.known or not purchase then return end
+  if not d.paid then
+    for field, value in pairs(purchase) do redis.call('HSETNX', d.pay, field, value) end
+    return
+  end
+  local pairs_ = {}
+  for field, value in pairs(purchase) do
+    pairs_[#pairs_ + 1] = field
+    pairs_[#pairs_ + 1] = value
+  end
+  if #pairs_ > 0 then redis.call('HSET', d.pay, unpack(pairs_)) end
+end
+
 -- The payment's side: ties, its events and counts, and for a paid event its paid fields and
 -- its move out of pending. Returns its state and whether a job was enqueued.
-local function join_payment(d, state, held_for, grace_ms)
+local function join_payment(d, state, held_for, grace_ms, purchase)
   for _, some_id in ipairs(d.ties) do redis.call('SET', ALIAS_PREFIX .. some_id, d.key) end
   if d.linked ~= '' then untie(d.pay) end  -- Stripe named the rest of its purchase
   if d.twin then state = tie_twin(d, state) end
@@ -284,6 +316,7 @@ local function join_payment(d, state, held_for, grace_ms)
     redis.call('HSET', d.pay, 'events', events == '' and d.id or (events .. ' ' .. d.id))
   end
   if ARG.account ~= '' then redis.call('HSET', d.pay, 'account', ARG.account) end
+  keep_purchase(d, purchase)
   redis.call('HINCRBY', d.pay, 'deliveries', d.from_api and 0 or 1)
   if d.role == 'failed' or d.role == 'refund' then
     redis.call('HSET', d.pay, 'last_' .. d.role, ARG.type)
@@ -296,7 +329,7 @@ end
 
 local replay = replayed()
 if replay then return replay end
-local event_ttl, grace_ms = checked()
+local event_ttl, grace_ms, purchase = checked()
 local now = now_ms()
 local first = redis.call('HMGET', KEY.event, 'n', 'sha', 'pk', 'role', 'paid', 'delivered_sha')
 if ARG.source == 'api' and first[1] then  -- found by reconcile, already recorded
@@ -310,7 +343,7 @@ local state = d.pay and redis.call('HGET', d.pay, 'state') or nil
 local held_for = (d.pay and d.paid) and hold_reason(d, state) or ''
 local n = write_event(d, event_ttl)
 local enqueued = 0
-if d.pay then state, enqueued = join_payment(d, state, held_for, grace_ms) end
+if d.pay then state, enqueued = join_payment(d, state, held_for, grace_ms, purchase) end
 if not d.from_api then bump_series('d', now) end
 return answer{deliveries = n, duplicate = d.dup, conflict = d.conflict, enqueued = enqueued,
   payment_state = state or '', payment_key = d.key}

@@ -9,6 +9,7 @@ from redis import Redis
 
 from ledger import keys, money
 from ledger.clock import now_ms
+from ledger.purchase import Purchase, purchase_of
 from ledger.read.base import View
 from ledger.read.downstream import DownstreamRecord, downstream_record
 from ledger.read.events import EVENT_FIELDS
@@ -22,6 +23,7 @@ from ledger.read.timeline import (
     resolution_of,
     timeline,
 )
+from ledger.redact import mask_email
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, optional, text, whole
 
@@ -49,6 +51,10 @@ PAYMENT_FIELDS = (
     "hold_reason",
     "waiting",
     "account",
+    "p_cs_ref",
+    "p_cs_email",
+    "p_in_email",
+    "p_pi_email",
 )
 """What a row of the list reads of each payment hash."""
 
@@ -73,8 +79,14 @@ class PaymentRow(View):
     last_error: str | None
     hold_reason: str | None
     waiting: str | None
-    """Why a retrying payment waits without a call: paused, breaker or rate (no attempt spent)."""
+    """Why a retrying payment waits without a call: paused, breaker or rate (the gate),
+    stripe_api (its line items) or checkout_session (its session's event), both
+    ledger/purchase_reads.py; no attempt spent."""
     account: str | None
+    client_reference_id: str | None
+    """The Checkout Session's: the merchant's own order id, if it gave one."""
+    customer_email: str | None
+    """Masked (``j***@example.com``): a list shows no whole email; the payment's purchase does."""
 
 
 class Payment(PaymentRow):
@@ -98,6 +110,8 @@ class Payment(PaymentRow):
     jobs_skipped: dict[str, int]
     last_skip: str | None
     downstream: DownstreamRecord | None
+    purchase: Purchase
+    """What was bought, as the action gets it (token: the last attempt's)."""
 
 
 class PaymentList(View):
@@ -152,6 +166,8 @@ def payment_record(
         hold_reason=row.hold_reason,
         waiting=row.waiting,
         account=row.account,
+        client_reference_id=row.client_reference_id,
+        customer_email=row.customer_email,
         livemode=None if "livemode" not in f else f["livemode"] == "1",
         paid_by=paid_by,
         events=timeline(event_ids, fields, paid_by),
@@ -172,6 +188,7 @@ def payment_record(
         jobs_skipped={k[8:]: count(v) for k, v in f.items() if k.startswith("skipped:")},
         last_skip=optional(f.get("last_skip")),
         downstream=downstream_record(downstream, payment_key) if downstream else None,
+        purchase=purchase_of(payment_key, count(f.get("token")), f),
     )
 
 
@@ -192,6 +209,10 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
         hold_reason=optional(f.get("hold_reason")),
         waiting=optional(f.get("waiting")),
         account=optional(f.get("account")),
+        client_reference_id=optional(f.get("p_cs_ref")),
+        customer_email=mask_email(
+            f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email")
+        ),
     )
 
 

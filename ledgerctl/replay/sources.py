@@ -82,8 +82,13 @@ def from_ledger(
 def generated(
     count: int, rng: random.Random, checkout: bool = False, only: tuple[str, ...] = ()
 ) -> Iterator[Item]:
-    """``count`` realistic card payments, each with the events Stripe sends for it."""
-    for _ in range(count):
+    """``count`` realistic card payments, each with the events Stripe sends for it; through
+    Checkout, the session names the merchant's order (``client_reference_id`` and
+    ``metadata``), as a shop's does, so the purchase each action gets can be checked."""
+    for n in range(count):
         for event in samples.payment_events(rng, checkout=checkout):
+            if event["type"] == "checkout.session.completed":
+                order = f"order_{n + 1:06d}"
+                event["data"]["object"].update(client_reference_id=order, metadata={"order": order})
             if not only or event["type"] in only:
                 yield event, samples.encode(event)

@@ -14,11 +14,12 @@ from click.testing import Result
 from redis import Redis
 
 from ledger import keys
+from ledger.purchase import purchase_of
 from ledgerctl import samples
 from ledgerctl.terminal import literal
 from tests.support.helpers import cli_ok, run_cli, signed_headers
 from tests.support.processes import service_env
-from workers.actions import Call, SqliteAction
+from workers.actions import SqliteAction
 
 # One per class tried; each is put in every field the CLI prints (docs/RELIABILITY.md).
 HOSTILE = {
@@ -72,7 +73,7 @@ def hostile_ledger(client, redis: Redis, config) -> dict[str, str]:
     redis.hset(keys.STATS, f"rejected:{H}", 1)
     action = str(config["FULFILMENT_ACTION"])
     SqliteAction(action.removeprefix("sqlite:///"))(
-        Call(PAYMENT_KEY, f"fulfil:{PAYMENT_KEY}", 1, 100, H, False, [EVENT_ID])
+        purchase_of(PAYMENT_KEY, 1, {"amount": "100", "currency": H, "events": EVENT_ID})
     )
     env = service_env(str(config["REDIS_URL"]), {k: str(v) for k, v in config.items()})
     return {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # as when piped

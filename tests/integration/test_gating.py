@@ -4,13 +4,14 @@ against a real local HTTP server: the circuit breaker counts only "down" answers
 import pytest
 
 from ledger.gate import Health
+from ledger.purchase import purchase_of
 from tests.support.downstream_server import CountingDownstream
 from tests.support.processes import free_port
-from workers.actions import Call, HttpAction
+from workers.actions import HttpAction
 from workers.exceptions import FulfilmentError
 from workers.gating import health_of
 
-CALL = Call("pi_1", "fulfil:pi_1", 1, 100, "usd", False, ["evt_1"])
+CALL = purchase_of("pi_1", 1, {"amount": "100", "currency": "usd", "events": "evt_1"})
 
 
 def health_of_call(url: str) -> Health:

@@ -53,6 +53,7 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
 from ledger.read import payments
+from ledger.scripts import Script
 from ledgerctl import samples
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
@@ -132,6 +133,7 @@ class Protocol(RuleBasedStateMachine):
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
         self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
         self.gate = Gate(self.redis, self.settings, clock_key=CLOCK)
+        self.stripe_wait = Script(self.redis, "stripe_wait", clock_key=CLOCK)
         self.events, self.purchases = event_pool(random.Random(seed))
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
@@ -190,6 +192,21 @@ class Protocol(RuleBasedStateMachine):
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
+
+    @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
+    def purchase_waits_for_stripe(self, reason: str) -> None:
+        """A worker, before the gate, finds Stripe's API down while reading a Checkout
+        purchase's line items, or the payment's session not come yet: the payment waits
+        without an attempt (ledger/purchase_reads.py, lua/stripe_wait.lua)."""
+        job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
+        if job_id is None:
+            return
+        pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        token = self.current_token(pk)
+        args = {"reason": reason, "base_ms": 200, "cap_ms": 1000}
+        args |= {"retry_after_ms": 0, "detail": "model"}
+        self.stripe_wait({"payment": keys.payment(pk)}, args)
+        assert self.current_token(pk) == token, "waiting for Stripe spent an attempt"
 
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_fences(self, slot: int) -> None:
@@ -534,7 +551,7 @@ class Protocol(RuleBasedStateMachine):
         breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
         TALLY["breaker_opens"] += int(breaker.get(b"opens", 0))
         TALLY["probes"] += int(breaker.get(b"probes", 0))
-        for reason in ("paused", "breaker"):
+        for reason in ("paused", "breaker", keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
             TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
         TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
 

@@ -20,7 +20,8 @@ def apply_twice(call: dict[str, Any]) -> dict[str, Any]:
         for copy in (1, 2):
             key = f"{call['idempotency_key']}#{copy}"
             db.execute(
-                "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO orders (idempotency_key, payment_key, amount, currency, token, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     call["payment_key"],

@@ -1,13 +1,18 @@
-"""A local stand-in for Stripe's ``GET /v1/events``, in Stripe's list format, so the real
-stripe-python client can be pointed at it with STRIPE_API_BASE (loopback only).
+"""A local stand-in for Stripe's API, in Stripe's list format, so the real stripe-python
+client can be pointed at it with STRIPE_API_BASE (loopback only).
 
-It keeps what the Events API needs for reconcile: newest first, ``limit`` (10 by default, at
-most 100), ``starting_after``, ``has_more``, ``created[gte]`` and ``delivery_success``, a
-bearer key, and Stripe's error shape for a wrong key.
+It keeps what the Events API needs for reconcile (``GET /v1/events``): newest first,
+``limit`` (10 by default, at most 100), ``starting_after``, ``has_more``, ``created[gte]``
+and ``delivery_success``, a bearer key, and Stripe's error shape for a wrong key. And what a
+purchase needs of Checkout: ``GET /v1/checkout/sessions/{id}``, its ``/line_items`` over as
+many pages as ``limit`` makes, and ``GET /v1/checkout/sessions?payment_intent=``. It can
+answer 429 or 500 to those for a while, and 403 (a key without that permission).
 """
 
 import json
 import threading
+import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,6 +33,13 @@ class EventsApi:
         self.gate = threading.Event()
         """Cleared: requests are counted, then answered once it is set (ordering tests)."""
         self.gate.set()
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.line_items: dict[str, list[dict[str, Any]]] = {}
+        self.checkout_requests: Counter[str] = Counter()
+        """Checkout requests by path, the failed ones included."""
+        self.failing: tuple[int, float] | None = None
+        self.fails_until = 0.0
+        self.forbidden = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = serving_thread(self.server)
 
@@ -39,6 +51,47 @@ class EventsApi:
         self.events.append(event)
         if delivered:
             self.delivered.add(event["id"])
+
+    def add_session(self, session: dict[str, Any], items: list[dict[str, Any]]) -> None:
+        """A Checkout Session and its line items (each needs an ``id``)."""
+        self.sessions[session["id"]] = session
+        self.line_items[session["id"]] = items
+
+    def fail_for(self, status: int, seconds: float) -> None:
+        """Answer every Checkout request with ``status`` for ``seconds`` from the first one
+        (so the window does not run out while the workers start)."""
+        self.failing = (status, seconds)
+
+    def checkout(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """A Checkout request's status and answer."""
+        self.checkout_requests[path] += 1
+        if self.forbidden:
+            return 403, {"error": {"type": "invalid_request_error", "message": "not permitted"}}
+        if self.failing and not self.fails_until:
+            self.fails_until = time.monotonic() + self.failing[1]
+        if self.failing and time.monotonic() < self.fails_until:
+            kind = "invalid_request_error" if self.failing[0] == 429 else "api_error"
+            return self.failing[0], {"error": {"type": kind, "message": "try again later"}}
+        parts = path.removeprefix("/v1/checkout/sessions").strip("/").split("/")
+        if parts == [""]:
+            pi = query.get("payment_intent", [""])[0]
+            found = [x for x in self.sessions.values() if x.get("payment_intent") == pi]
+            return 200, {"object": "list", "url": path, "has_more": False, "data": found}
+        if parts[0] not in self.sessions:
+            return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing"}}
+        if len(parts) == 1:
+            return 200, self.sessions[parts[0]]
+        items = self.line_items[parts[0]]
+        if "starting_after" in query:
+            ids = [i["id"] for i in items]
+            items = items[ids.index(query["starting_after"][0]) + 1 :]
+        limit = min(100, int(query.get("limit", ["10"])[0]))
+        return 200, {
+            "object": "list",
+            "url": path,
+            "has_more": len(items) > limit,
+            "data": items[:limit],
+        }
 
     def start(self) -> "EventsApi":
         self.thread.start()
@@ -79,6 +132,8 @@ class EventsApi:
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
                     error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
                     return self.answer(401, {"error": error})
+                if url.path.startswith("/v1/checkout/sessions"):
+                    return self.answer(*api.checkout(url.path, parse_qs(url.query)))
                 if url.path != "/v1/events":
                     return self.answer(404, {"error": {"type": "invalid_request_error"}})
                 page = api.page(parse_qs(url.query))

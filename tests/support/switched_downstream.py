@@ -6,7 +6,10 @@ which the workers' circuit breaker counts; remove the file and it is back."""
 import os
 from typing import Any
 
-from workers.actions import Call, SqliteAction
+import msgspec
+
+from ledger.purchase import Purchase
+from workers.actions import SqliteAction
 from workers.exceptions import TransientDownstreamError
 
 _orders: SqliteAction | None = None
@@ -18,7 +21,7 @@ def fulfil(call: dict[str, Any]) -> dict[str, Any]:
         raise TransientDownstreamError("http 503: the downstream is down (soak)", down=True)
     if _orders is None:
         _orders = SqliteAction(os.environ["SWITCHED_DOWNSTREAM_PATH"])
-    return _orders(Call(**call))
+    return _orders(msgspec.convert(call, Purchase))
 
 
 fulfil.replay_safe = True  # type: ignore[attr-defined]

@@ -1,6 +1,7 @@
 """scripts/replay_events.py against a real service: sources, probes, report, exit status."""
 
 import json
+import sqlite3
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler
@@ -215,3 +216,18 @@ def test_unacknowledged_deliveries_fail_expect_once(stack, redis, tmp_path) -> N
     assert report["layers"]["answered"] == {"0": 3}
     assert report["findings"]["lost"] == []  # nothing was acknowledged, so nothing is lost
     assert report["findings"]["unacknowledged"] == 3 and not report["findings"]["passed"]
+
+
+def test_generated_checkout_purchases_name_their_orders(stack, redis, tmp_path) -> None:
+    """``--checkout``: each session names its order, and each action gets it (the purchase,
+    stored by the built-in downstream)."""
+    s = stack(TMP_REPORT=str(tmp_path / "r.json"))
+    url = f"{s.start_web().url}/webhooks/stripe"
+    s.start_worker()
+    s.start_sweeper()
+    replay(s.env, url, "--generate", "3", "--checkout", "--expect-once")
+    db = sqlite3.connect(str(s.env["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+    rows = db.execute("SELECT client_reference_id, purchase FROM orders").fetchall()
+    assert sorted(r[0] for r in rows) == ["order_000001", "order_000002", "order_000003"]
+    for order, purchase in rows:
+        assert json.loads(purchase)["metadata"]["checkout_session"] == {"order": order}

@@ -86,6 +86,9 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_KEY": ("rk_live_abc", "rk_live_abc", "pk_live_abc", "sk_… or rk_…"),
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "0.0004", "0 (never) or 0.001 or more"),
+    "CHECKOUT_LINE_ITEMS": ("no", False, "some", "true or false"),
+    "CHECKOUT_WAIT_SECONDS": ("5", 5.0, "3601", "0 (none) or from 0.001 to 3600"),
+    "STRIPE_API_MAX_RATE": ("25", 25, "0", "1 or more"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
     "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
@@ -254,6 +257,10 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"RECONCILE_INTERVAL": "60"},
             "invalid setting RECONCILE_INTERVAL=60: expected 0 (never) while STRIPE_API_KEY",
+        ),
+        (
+            {"CHECKOUT_LINE_ITEMS": "true"},
+            "invalid setting CHECKOUT_LINE_ITEMS=true: expected false while STRIPE_API_KEY",
         ),
         (
             {"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local"},

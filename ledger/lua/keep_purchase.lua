@@ -1,0 +1,22 @@
+-- Purchase fields read from Stripe's API for a payment (ledger/purchase_reads.py): its Checkout
+-- Session's line items (`p_items`), or the session itself found by its PaymentIntent. Each
+-- field's first reading stays (two workers may read at once; a webhook's copy may be there
+-- already), and a payment purged meanwhile is not written back as a stub. Answers how many
+-- fields were kept.
+local KEY = named(KEYS, 'payment')
+local ARG = named(ARGV, 'fields')
+local ok, fields = pcall(cjson.decode, ARG.fields)
+if not ok or type(fields) ~= 'table' then
+  refuse('fields must be a JSON object, got ' .. shown(ARG.fields))
+end
+for field, value in pairs(fields) do
+  if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
+    refuse('fields must map p_* fields to strings, got ' .. shown(tostring(field)))
+  end
+end
+if redis.call('EXISTS', KEY.payment) == 0 then return 0 end
+local kept = 0
+for field, value in pairs(fields) do
+  kept = kept + redis.call('HSETNX', KEY.payment, field, value)
+end
+return kept

@@ -1,0 +1,281 @@
+"""The purchase: what a payment bought, the one object every kind of action receives (a
+``module:function`` as its argument, HTTP as its JSON body, the built-in downstream as
+stored columns), the ops API shows, and webhook/openapi.yaml describes (``Purchase``).
+
+Built here and only here, from what the payment hash keeps of its events (the ``p_*``
+fields: ledger/purchase_fields.py) and its paid fields, without calling Stripe, so it is the
+same for every attempt and still whole after its events expire. Versioned by ``schema``:
+fields are added, never renamed or removed; a reader ignores fields it does not know.
+Personal data: the customer's email and name (from the Checkout Session, the Invoice or
+the PaymentIntent's ``receipt_email``); never card details.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+import orjson
+from redis import Redis
+
+from ledger import keys
+from ledger.purchase_fields import recorded_fields
+from ledger.stored import text, whole
+
+SCHEMA: Literal[1] = 1
+
+
+class PaidBy(msgspec.Struct, kw_only=True, frozen=True):
+    event_id: str | None
+    """The event that made the payment due (the ledger's ``paid_by``)."""
+    type: str | None
+
+
+class CustomerDetails(msgspec.Struct, kw_only=True, frozen=True):
+    email: str | None
+    name: str | None
+
+
+class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    client_reference_id: str | None
+    mode: str | None
+    payment_status: str | None
+    customer_details: CustomerDetails
+    metadata: dict[str, str]
+
+
+class InvoiceLine(msgspec.Struct, kw_only=True, frozen=True):
+    """One line as the invoice's event carries it (Stripe sends the first lines only)."""
+
+    id: str | None
+    description: str | None
+    quantity: int | None
+    amount: int | None
+    currency: str | None
+    price: str | None
+    product: str | None
+
+
+class Invoice(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    subscription: str | None
+    billing_reason: str | None
+    lines: list[InvoiceLine]
+
+
+class LineItem(msgspec.Struct, kw_only=True, frozen=True):
+    """One of a Checkout Session's line items, fetched once from Stripe's API."""
+
+    price: str | None
+    product: str | None
+    quantity: int | None
+    unit_amount: int | None
+    amount_total: int | None
+    currency: str | None
+    description: str | None
+
+
+class PurchaseMetadata(msgspec.Struct, kw_only=True, frozen=True):
+    """Each object's own ``metadata``, never merged: null where the purchase has no such
+    object, ``{}`` where it has one without metadata."""
+
+    payment_intent: dict[str, str] | None
+    checkout_session: dict[str, str] | None
+    invoice: dict[str, str] | None
+
+
+class Purchase(msgspec.Struct, kw_only=True, frozen=True):
+    """What was bought (schema 1). Flat scalars at the top, so SQL named parameters such as
+    ``%(client_reference_id)s`` can take them; the nested parts say where each came from.
+    Neither it nor its parts are closed to new fields: schema 1 may gain some."""
+
+    schema: Literal[1]
+    payment_key: str
+    idempotency_key: str
+    """Stable for every attempt: a replay-safe downstream dedupes on it."""
+    token: int
+    """The fencing token of this attempt."""
+    payment_intent: str | None
+    checkout_session_id: str | None
+    client_reference_id: str | None
+    customer: str | None
+    customer_email: str | None
+    customer_name: str | None
+    charge: str | None
+    invoice_id: str | None
+    subscription: str | None
+    amount: int | None
+    """Amount paid, in the currency's smallest unit."""
+    currency: str | None
+    livemode: bool
+    paid_by: PaidBy
+    event_ids: list[str]
+    checkout_session: CheckoutSession | None
+    invoice: Invoice | None
+    line_items: list[LineItem] | None
+    """Null unless fetched (STRIPE_API_KEY, a Checkout payment)."""
+    metadata: PurchaseMetadata
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the actions receive it: plain dicts, lists, strings and numbers."""
+        return msgspec.to_builtins(self)
+
+
+PAID_FIELDS = (
+    "amount",
+    "currency",
+    "livemode",
+    "events",
+    "paid_by",
+    "paid_type",
+    "paid_at",
+    "state",
+    "account",
+)
+"""What the purchase reads of a payment hash besides its ``p_*`` fields (``state``,
+``paid_at`` and ``account``: whether, since when and for which account Stripe is still to be
+asked: ledger/purchase_reads.py)."""
+
+LINE_ITEM_FIELDS = (
+    "price",
+    "product",
+    "quantity",
+    "unit_amount",
+    "amount_total",
+    "currency",
+    "description",
+)
+"""A line item as kept (``p_items``): one JSON array of these per item, in this order."""
+
+
+def pack_line_items(items: list[dict[str, Any]]) -> str:
+    """Line items as Stripe's API answers them, kept compactly: price, product, quantity,
+    unit and total amounts, currency and description, by position."""
+    rows = []
+    for item in items:
+        price = item.get("price")
+        price = price if isinstance(price, dict) else {}
+        product = price.get("product")
+        product = product.get("id") if isinstance(product, dict) else product
+        rows.append(
+            [
+                price.get("id"),
+                product,
+                item.get("quantity"),
+                price.get("unit_amount"),
+                item.get("amount_total"),
+                item.get("currency"),
+                item.get("description"),
+            ]
+        )
+    return orjson.dumps(rows).decode()
+
+
+def _line_items(packed: str | None) -> list[LineItem] | None:
+    rows = _json(packed, list[list[Any]])
+    if rows is None:
+        return None
+    try:
+        named = [dict(zip(LINE_ITEM_FIELDS, row, strict=False)) for row in rows]
+        return msgspec.convert(named, list[LineItem])
+    except msgspec.ValidationError:
+        return None
+
+
+def idempotency_key(payment_key: str) -> str:
+    """Stable across every attempt for a payment, so a replay-safe downstream dedupes."""
+    return f"fulfil:{payment_key}"
+
+
+def _json(value: str | None, kind: type[Any]) -> Any:
+    if not value:
+        return None
+    try:
+        return msgspec.convert(orjson.loads(value), kind)
+    except (orjson.JSONDecodeError, msgspec.ValidationError):
+        return None
+
+
+def _metadata(f: dict[str, str], field: str, present: bool) -> dict[str, str] | None:
+    found = _json(f.get(field), dict[str, str])
+    return found if found is not None else ({} if present else None)
+
+
+def _session(f: dict[str, str]) -> CheckoutSession | None:
+    if not f.get("p_cs"):
+        return None
+    return CheckoutSession(
+        id=f["p_cs"],
+        client_reference_id=f.get("p_cs_ref") or None,
+        mode=f.get("p_cs_mode") or None,
+        payment_status=f.get("p_cs_status") or None,
+        customer_details=CustomerDetails(
+            email=f.get("p_cs_email") or None, name=f.get("p_cs_name") or None
+        ),
+        metadata=_metadata(f, "p_md_cs", True) or {},
+    )
+
+
+def _invoice(f: dict[str, str]) -> Invoice | None:
+    if not f.get("p_in"):
+        return None
+    return Invoice(
+        id=f["p_in"],
+        subscription=f.get("p_sub") or None,
+        billing_reason=f.get("p_in_reason") or None,
+        lines=_json(f.get("p_in_lines"), list[InvoiceLine]) or [],
+    )
+
+
+def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
+    """The purchase from a payment hash (decoded): its ``p_*`` and paid fields."""
+    session, invoice = _session(f), _invoice(f)
+    pi = payment_key if payment_key.startswith("pi_") else None
+    amount = whole(f.get("amount"))
+    return Purchase(
+        schema=SCHEMA,
+        payment_key=payment_key,
+        idempotency_key=idempotency_key(payment_key),
+        token=token,
+        payment_intent=pi,
+        checkout_session_id=session.id if session else None,
+        client_reference_id=session.client_reference_id if session else None,
+        customer=f.get("p_customer") or None,
+        customer_email=f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email") or None,
+        customer_name=f.get("p_cs_name") or f.get("p_in_name") or None,
+        charge=f.get("p_charge") or None,
+        invoice_id=invoice.id if invoice else None,
+        subscription=f.get("p_sub") or None,
+        amount=amount if amount is not None and amount >= 0 else None,
+        currency=f.get("currency") or None,
+        livemode=f.get("livemode") == "1",
+        paid_by=PaidBy(event_id=f.get("paid_by") or None, type=f.get("paid_type") or None),
+        event_ids=f.get("events", "").split(),
+        checkout_session=session,
+        invoice=invoice,
+        line_items=_line_items(f.get("p_items")),
+        metadata=PurchaseMetadata(
+            payment_intent=_metadata(f, "p_md_pi", pi is not None),
+            checkout_session=_metadata(f, "p_md_cs", session is not None),
+            invoice=_metadata(f, "p_md_in", invoice is not None),
+        ),
+    )
+
+
+def stored_fields(redis: Redis, payment_key: str) -> dict[str, str]:
+    """The fields of a payment hash the purchase is built from (one HGETALL: the ``p_*``
+    fields are not known by name in advance); for a payment without any, recorded before the
+    ledger kept them, what its events' bodies say."""
+    raw: dict[Any, Any] = redis.hgetall(keys.payment(payment_key))
+    found = {
+        name: text(v)
+        for k, v in raw.items()
+        if (name := text(k)).startswith("p_") or name in PAID_FIELDS
+    }
+    if not any(name.startswith("p_") for name in found):  # recorded before p_* were kept
+        found = {**recorded_fields(redis, found.get("events", "").split()), **found}
+    return found
+
+
+def read_purchase(redis: Redis, payment_key: str, token: int) -> Purchase:
+    """The purchase of a payment for the attempt holding ``token``."""
+    return purchase_of(payment_key, token, stored_fields(redis, payment_key))

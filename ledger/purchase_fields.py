@@ -1,0 +1,187 @@
+"""What a payment keeps of the objects its events carry, so that its purchase can be built
+without Stripe and after the events themselves expire (EVENT_RETENTION_DAYS).
+
+:func:`purchase_fields` reads one event's ``data.object`` (a PaymentIntent, Checkout
+Session, Invoice or Charge) and answers the payment-hash fields it says something about,
+all named ``p_*`` and stored by record_delivery.lua: a paying event's replace what is stored,
+any other event's only fill fields still missing. Empty values are left out (they cost
+memory and say nothing). Card details (``payment_method_details``, ``billing_details``,
+``charges.data[].payment_method_details``) are never read.
+"""
+
+from typing import Any
+
+import orjson
+from redis import Redis
+
+from ledger import keys
+from ledger.events import data_object
+from ledger.payloads import decompress_payload
+
+Obj = dict[str, Any]
+
+PREFIX = "p_"
+"""Every purchase field of a payment hash starts with this (record_delivery.lua refuses
+any other)."""
+
+MAX_VALUE = 4096
+"""Longest stored value: a metadata map (at most 50 keys of 40 and values of 500 characters
+at Stripe) or an invoice's lines beyond this are cut to nothing rather than bloat the
+ledger."""
+
+SESSION = {
+    "id": "p_cs",
+    "client_reference_id": "p_cs_ref",
+    "mode": "p_cs_mode",
+    "payment_status": "p_cs_status",
+}
+"""Checkout Session scalars -> payment hash fields."""
+
+INVOICE = {"id": "p_in", "billing_reason": "p_in_reason"}
+
+
+def _id(value: object) -> str:
+    """An id as Stripe sends it: a string, or an expanded object's ``id``."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) else ""
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _metadata(obj: Obj) -> str:
+    md = obj.get("metadata")
+    if not isinstance(md, dict) or not md:
+        return ""
+    pairs = {str(k): str(v) for k, v in md.items()}
+    return orjson.dumps(pairs, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _pi_charge(obj: Obj) -> str:
+    """The PaymentIntent's charge: ``latest_charge`` (API 2022-11-15 and later), else the
+    succeeded one of ``charges`` (earlier versions list them, newest first)."""
+    latest = _id(obj.get("latest_charge"))
+    if latest:
+        return latest
+    charges = obj.get("charges")
+    data = charges.get("data") if isinstance(charges, dict) else None
+    listed = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    paid = [c for c in listed if c.get("status") == "succeeded"] or listed
+    return _id(paid[0]) if paid else ""
+
+
+def _subscription(obj: Obj) -> str:
+    """An invoice's or session's subscription: top-level before API 2025-03-31.basil, else
+    ``parent.subscription_details.subscription``."""
+    found = _id(obj.get("subscription"))
+    parent = obj.get("parent")
+    details = parent.get("subscription_details") if isinstance(parent, dict) else None
+    return found or (_id(details.get("subscription")) if isinstance(details, dict) else "")
+
+
+def _line(line: Obj) -> dict[str, Any]:
+    """An invoice line as the purchase gives it: what was billed, never how it was paid."""
+    price = line.get("price")
+    pricing = line.get("pricing")
+    details = pricing.get("price_details") if isinstance(pricing, dict) else None
+    if isinstance(price, dict):
+        price_id, product = _id(price), _id(price.get("product"))
+    elif isinstance(details, dict):  # API 2025-03-31.basil and later
+        price_id, product = _id(details.get("price")), _id(details.get("product"))
+    else:
+        price_id, product = _id(price), ""
+    amount = line.get("amount")
+    quantity = line.get("quantity")
+    return {
+        "id": _text(line.get("id")) or None,
+        "description": _text(line.get("description")) or None,
+        "quantity": quantity if isinstance(quantity, int) else None,
+        "amount": amount if isinstance(amount, int) else None,
+        "currency": _text(line.get("currency")) or None,
+        "price": price_id or None,
+        "product": product or None,
+    }
+
+
+def _lines(obj: Obj) -> str:
+    lines = obj.get("lines")
+    data = lines.get("data") if isinstance(lines, dict) else None
+    if not isinstance(data, list) or not data:
+        return ""
+    return orjson.dumps([_line(x) for x in data if isinstance(x, dict)]).decode()
+
+
+def _session(obj: Obj) -> dict[str, str]:
+    found = {field: _text(obj.get(name)) for name, field in SESSION.items()}
+    details = obj.get("customer_details")
+    details = details if isinstance(details, dict) else {}
+    found["p_cs_email"] = _text(details.get("email")) or _text(obj.get("customer_email"))
+    found["p_cs_name"] = _text(details.get("name"))
+    found["p_md_cs"] = _metadata(obj)
+    found["p_sub"] = _subscription(obj)
+    found["p_in"] = _id(obj.get("invoice"))
+    return found
+
+
+def _invoice(obj: Obj) -> dict[str, str]:
+    found = {field: _text(obj.get(name)) for name, field in INVOICE.items()}
+    found["p_in_email"] = _text(obj.get("customer_email"))
+    found["p_in_name"] = _text(obj.get("customer_name"))
+    found["p_in_lines"] = _lines(obj)
+    found["p_md_in"] = _metadata(obj)
+    found["p_sub"] = _subscription(obj)
+    found["p_charge"] = _id(obj.get("charge"))
+    return found
+
+
+def _payment_intent(obj: Obj) -> dict[str, str]:
+    return {
+        "p_charge": _pi_charge(obj),
+        "p_md_pi": _metadata(obj),
+        "p_pi_email": _text(obj.get("receipt_email")),
+        "p_in": _id(obj.get("invoice")),
+    }
+
+
+def purchase_fields(obj: Obj) -> dict[str, str]:
+    """The payment-hash fields one event's ``data.object`` gives its purchase (none for an
+    object of another kind, or for a thin event, which carries none)."""
+    kind = obj.get("object")
+    if kind == "checkout.session":
+        found = _session(obj)
+    elif kind == "invoice":
+        found = _invoice(obj)
+    elif kind == "payment_intent":
+        found = _payment_intent(obj)
+    elif kind == "charge":
+        found = {"p_charge": _text(obj.get("id"))}
+    else:
+        return {}
+    found["p_customer"] = _id(obj.get("customer"))
+    return {k: v for k, v in found.items() if v and len(v) <= MAX_VALUE}
+
+
+def encode_fields(fields: dict[str, str]) -> str:
+    """As record_delivery.lua's ``purchase`` argument: a JSON object, '' when empty."""
+    return orjson.dumps(fields).decode() if fields else ""
+
+
+def recorded_fields(redis: Redis, event_ids: list[str]) -> dict[str, str]:
+    """The purchase fields of a payment recorded before the ledger kept them, from its
+    events' stored bodies (those not expired yet), as record_delivery.lua would have kept
+    them: a paying event's replace, any other's fill what is missing."""
+    pipe = redis.pipeline(transaction=False)
+    for event_id in event_ids:
+        pipe.hmget(keys.event(event_id), "body", "paid")
+    found: dict[str, str] = {}
+    for body, paid in pipe.execute():
+        if body is None:
+            continue
+        try:
+            fields = purchase_fields(data_object(orjson.loads(decompress_payload(body))))
+        except (ValueError, orjson.JSONDecodeError):
+            continue
+        found = {**found, **fields} if paid == b"1" else {**fields, **found}
+    return found

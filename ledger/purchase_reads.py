@@ -1,0 +1,147 @@
+"""What a payment's purchase may still need from Stripe before its first call, read once and
+kept on the payment (``p_*`` fields), so every attempt gets the same purchase and a retry
+never reads again:
+
+- its Checkout Session, when its paying event came before the session's
+  (CHECKOUT_WAIT_SECONDS): the payment waits for the session's event up to that long, then
+  looks the session up by its PaymentIntent through the API (with STRIPE_API_KEY), and is
+  fulfilled without a session if there is none;
+- the session's line items (CHECKOUT_LINE_ITEMS), every page.
+
+While Stripe's API does not answer (429, 5xx, nothing, no request slot in time) the payment
+waits in the ledger without a call and without spending an attempt (lua/stripe_wait.lua),
+never touching the downstream's circuit breaker. When it refuses the key (401, 403), that is
+a configuration error: the job fails the payment with it, without a call."""
+
+from dataclasses import dataclass
+
+import orjson
+from redis import Redis
+
+from ledger import keys, limits
+from ledger.clock import now_ms
+from ledger.purchase import pack_line_items
+from ledger.purchase_fields import purchase_fields
+from ledger.scripts import Script
+from ledger.settings import Settings
+from ledger.stored import whole
+from ledger.stripe_api import StripeApi, StripeRefused, StripeUnavailable
+
+WAITING_STATES = ("queued", "retrying")
+"""States in which a payment is still to be called: only then is Stripe asked."""
+
+NO_SESSION = "p_no_cs"
+"""Kept once the API was asked for a late session and had none: never asked again."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    verdict: str
+    """go (call now), wait (the payment waits in the ledger: ``reason``) or refused
+    (Stripe's API refused the key: ``detail``)."""
+    reason: str = ""
+    detail: str = ""
+
+
+GO = Ready("go")
+
+
+class PurchaseReads:
+    """One per process, when CHECKOUT_LINE_ITEMS or CHECKOUT_WAIT_SECONDS asks for it."""
+
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
+        self.redis, self.settings = redis, settings
+        self.api = StripeApi(redis, settings, clock_key) if settings.STRIPE_API_KEY else None
+        self.keep = Script(redis, "keep_purchase", clock_key)
+        self.wait = Script(redis, "stripe_wait", clock_key)
+
+    @staticmethod
+    def wanted(settings: Settings) -> bool:
+        return settings.CHECKOUT_LINE_ITEMS or settings.CHECKOUT_WAIT_SECONDS > 0
+
+    def prepare(self, payment_key: str, stored: dict[str, str]) -> Ready:
+        """Read what the purchase still needs, keep it, and add it to ``stored`` (the
+        payment's purchase fields: ledger/purchase.py ``stored_fields``)."""
+        if stored.get("state") not in WAITING_STATES:
+            return GO
+        try:
+            if self._session_late(payment_key, stored):
+                late = self._wait_for_session(payment_key, stored)
+                if late is not None:
+                    return late
+            if self.settings.CHECKOUT_LINE_ITEMS and stored.get("p_cs"):
+                if "p_items" not in stored:
+                    self._read_line_items(payment_key, stored)
+        except StripeUnavailable as exc:
+            self.wait_for_stripe(payment_key, exc)
+            return Ready("wait", keys.STRIPE_WAIT)
+        except StripeRefused as exc:
+            return Ready("refused", detail=str(exc))
+        return GO
+
+    def _session_late(self, payment_key: str, stored: dict[str, str]) -> bool:
+        """A PaymentIntent's payment that names neither a session nor an invoice (a renewal
+        has no session), not looked up yet, while CHECKOUT_WAIT_SECONDS is on."""
+        return (
+            self.settings.CHECKOUT_WAIT_SECONDS > 0
+            and payment_key.startswith("pi_")
+            and not ({"p_cs", "p_in", NO_SESSION} & stored.keys())
+        )
+
+    def _wait_for_session(self, payment_key: str, stored: dict[str, str]) -> Ready | None:
+        """Wait (a second at a time, so the session's event is taken soon after it comes)
+        until CHECKOUT_WAIT_SECONDS after the payment was paid; then look the session up."""
+        left_ms = (
+            (whole(stored.get("paid_at")) or 0)
+            + int(self.settings.CHECKOUT_WAIT_SECONDS * 1000)
+            - now_ms(self.redis)
+        )
+        if left_ms > 0:
+            step = min(left_ms, limits.CHECKOUT_RECHECK_MS)
+            self._wait(payment_key, keys.CHECKOUT_WAIT, step, step, 0, "no session yet")
+            return Ready("wait", keys.CHECKOUT_WAIT)
+        found = None
+        if self.api is not None:
+            found = self.api.session_for(payment_key, stored.get("account", ""))
+        fields = purchase_fields(found) if found else {NO_SESSION: "1"}
+        self._keep(payment_key, fields, stored)
+        return None
+
+    def _read_line_items(self, payment_key: str, stored: dict[str, str]) -> None:
+        if self.api is None:  # a settings rule makes CHECKOUT_LINE_ITEMS need the key
+            raise StripeRefused("STRIPE_API_KEY is not set")
+        items = self.api.line_items(stored["p_cs"], stored.get("account", ""))
+        self._keep(payment_key, {"p_items": pack_line_items(items)}, stored)
+
+    def _keep(self, payment_key: str, fields: dict[str, str], stored: dict[str, str]) -> None:
+        """Keep ``fields`` (a field already stored stays) and add them to ``stored``."""
+        self.keep({"payment": keys.payment(payment_key)}, {"fields": orjson.dumps(fields)})
+        for name, value in fields.items():
+            stored.setdefault(name, value)
+
+    def wait_for_stripe(self, payment_key: str, exc: StripeUnavailable) -> int:
+        """Make the payment wait for Stripe's API; when it is due again (ms), 0 if it was no
+        longer waiting for a call."""
+        base, cap = limits.STRIPE_WAIT_SECONDS
+        retry_after = int(min(exc.retry_after, cap) * 1000)
+        return self._wait(
+            payment_key, keys.STRIPE_WAIT, base * 1000, cap * 1000, retry_after, str(exc)
+        )
+
+    def _wait(
+        self,
+        payment_key: str,
+        reason: str,
+        base_ms: float,
+        cap_ms: float,
+        retry_after_ms: int,
+        detail: str,
+    ) -> int:
+        args = {
+            "reason": reason,
+            "base_ms": int(base_ms),
+            "cap_ms": int(cap_ms),
+            "retry_after_ms": retry_after_ms,
+            "detail": detail,
+        }
+        return int(self.wait({"payment": keys.payment(payment_key)}, args))

@@ -1,0 +1,138 @@
+"""Reading Stripe's API for a payment's purchase: a Checkout Session's line items (every
+page), and a session itself. One client per process, through stripe-python, without its
+own retries: a refused or unanswered request is the caller's to wait out (the payment waits
+in the ledger), and every request first takes a slot under STRIPE_API_MAX_RATE, a rate
+shared by every worker on every host (lua/stripe_rate.lua)."""
+
+import time
+from typing import Any
+
+import stripe
+from redis import Redis
+
+from ledger import limits
+from ledger.redact import redact
+from ledger.scripts import Script
+from ledger.settings import Settings
+
+PAGE = 100
+"""Line items per request: the most Stripe's list endpoints return."""
+
+
+class StripeUnavailable(Exception):
+    """Stripe's API did not answer, answered 429 or 5xx, or no request slot came free in
+    time: ask again later. ``retry_after`` (seconds, 0 if none) is Stripe's Retry-After."""
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StripeRefused(Exception):
+    """Stripe's API refused the key (401 or 403) or the request: a configuration error that
+    waiting will not mend."""
+
+
+def _retry_after(exc: stripe.StripeError) -> float:
+    value = (exc.headers or {}).get("Retry-After", "") if exc.headers else ""
+    return float(value) if value.isascii() and value.isdigit() else 0.0
+
+
+def client_of(settings: Settings) -> stripe.StripeClient:
+    """stripe-python's client for STRIPE_API_KEY at STRIPE_API_BASE, without retries of its
+    own and with a timeout."""
+    return stripe.StripeClient(
+        settings.STRIPE_API_KEY,
+        base_addresses={"api": settings.STRIPE_API_BASE},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=limits.STRIPE_API_TIMEOUT_SECONDS),
+    )
+
+
+class StripeApi:
+    """One per process."""
+
+    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
+        self.settings = settings
+        self.client = client_of(settings)
+        self.rate = Script(redis, "stripe_rate", clock_key)
+
+    def _slot(self) -> None:
+        """Wait for a free request slot, up to limits.RATE_WAIT_SECONDS."""
+        give_up = time.monotonic() + limits.RATE_WAIT_SECONDS
+        while True:
+            wait_ms = int(self.rate({}, {"max_rate": self.settings.STRIPE_API_MAX_RATE}))
+            if wait_ms == 0:
+                return
+            if time.monotonic() + wait_ms / 1000 > give_up:
+                raise StripeUnavailable("no request slot under STRIPE_API_MAX_RATE", wait_ms / 1000)
+            time.sleep(wait_ms / 1000)
+
+    def _call(self, request: Any) -> Any:
+        """One request, after its slot; Stripe's errors as the two kinds above."""
+        self._slot()
+        try:
+            return request()
+        except (stripe.AuthenticationError, stripe.PermissionError) as exc:
+            raise StripeRefused(
+                f"Stripe's API refused STRIPE_API_KEY ({exc.http_status}): "
+                f"{redact(exc.user_message or type(exc).__name__)}"
+            ) from exc
+        except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
+            raise StripeUnavailable(self._failed(exc), _retry_after(exc)) from exc
+        except stripe.StripeError as exc:
+            if exc.http_status is None or exc.http_status >= 500:
+                raise StripeUnavailable(self._failed(exc), _retry_after(exc)) from exc
+            raise StripeRefused(self._failed(exc)) from exc
+
+    @staticmethod
+    def _failed(exc: stripe.StripeError) -> str:
+        status = f" {exc.http_status}" if exc.http_status else ""
+        return f"Stripe's API:{status} {type(exc).__name__}"
+
+    def _options(self, account: str) -> Any:
+        return {"stripe_account": account} if account else {}
+
+    def line_items(self, session_id: str, account: str = "") -> list[dict[str, Any]]:
+        """Every line item of a Checkout Session, page after page, as Stripe sends them."""
+        sessions = self.client.v1.checkout.sessions
+        items: list[dict[str, Any]] = []
+        while True:
+            params: dict[str, Any] = {"limit": PAGE}
+            if items:
+                params["starting_after"] = items[-1]["id"]
+            page = self._call(
+                lambda p=params: sessions.line_items.list(session_id, p, self._options(account))
+            )
+            items += [item.to_dict() for item in page.data]
+            if not page.has_more or not page.data:
+                return items
+
+    def session_for(self, payment_intent: str, account: str = "") -> dict[str, Any] | None:
+        """The Checkout Session that made a PaymentIntent, if any."""
+        sessions = self.client.v1.checkout.sessions
+        found = self._call(
+            lambda: sessions.list(
+                {"payment_intent": payment_intent, "limit": 1}, self._options(account)
+            )
+        )
+        return dict(found.data[0].to_dict()) if found.data else None
+
+    def session(self, session_id: str, account: str = "") -> dict[str, Any]:
+        """A Checkout Session as Stripe's API answers it now."""
+        sessions = self.client.v1.checkout.sessions
+        found = self._call(lambda: sessions.retrieve(session_id, None, self._options(account)))
+        return dict(found.to_dict())
+
+
+def key_refused(settings: Settings) -> str | None:
+    """Why Stripe's API refuses STRIPE_API_KEY for reading Checkout Sessions (401, 403), or
+    None: checked when a worker starts with CHECKOUT_LINE_ITEMS on. No answer says nothing
+    about the key: the payments wait for the API then."""
+    try:
+        client_of(settings).v1.checkout.sessions.list({"limit": 1})
+    except (stripe.AuthenticationError, stripe.PermissionError) as exc:
+        return f"Stripe's API refused it ({exc.http_status}) for reading Checkout Sessions"
+    except stripe.StripeError:
+        return None
+    return None

@@ -1,0 +1,50 @@
+"""What a payment bought, for people (``webhook-ledger payment``): the purchase its action
+gets, with the line items when they were fetched. The email and name are shown whole here,
+on one payment's page, and masked in lists (ledger/redact.py ``mask_email``)."""
+
+from typing import Any
+
+from rich.table import Table
+
+from ledger.purchase import Purchase
+from ledgerctl.terminal import kv_table, rows_table
+
+
+def _metadata(found: dict[str, str] | None) -> str | None:
+    return ", ".join(f"{k}={v}" for k, v in sorted(found.items())) if found else None
+
+
+def purchase(p: Purchase) -> list[Table]:
+    session, invoice = p.checkout_session, p.invoice
+    facts: dict[str, Any] = {
+        "checkout session": session.id if session else None,
+        "client reference id": p.client_reference_id,
+        "session": f"{session.mode} mode, {session.payment_status}" if session else None,
+        "customer": p.customer,
+        "email": p.customer_email,
+        "name": p.customer_name,
+        "charge": p.charge,
+        "invoice": f"{invoice.id} ({invoice.billing_reason})" if invoice else None,
+        "subscription": p.subscription,
+        "paid by": f"{p.paid_by.event_id} ({p.paid_by.type})" if p.paid_by.event_id else None,
+        "metadata of the payment intent": _metadata(p.metadata.payment_intent),
+        "metadata of the session": _metadata(p.metadata.checkout_session),
+        "metadata of the invoice": _metadata(p.metadata.invoice),
+    }
+    tables = [kv_table("What was bought", {k: v for k, v in facts.items() if v})]
+    items = [
+        {
+            "price": i.price,
+            "product": i.product,
+            "quantity": i.quantity,
+            "unit amount": i.unit_amount,
+            "total": i.amount_total,
+            "description": i.description,
+        }
+        for i in p.line_items or []
+    ]
+    if items:
+        tables.append(
+            rows_table("Line items", items, tuple(items[0]), ("quantity", "unit amount", "total"))
+        )
+    return tables

@@ -1,0 +1,158 @@
+"""The purchase every action receives, built from what the ledger recorded of a payment's
+events (never from Stripe): the same whatever order Stripe sends them in, still whole once
+the events themselves expire, and stored by the built-in SQLite downstream."""
+
+import itertools
+import json
+import sqlite3
+
+import pytest
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from ledger import keys
+from ledger.downstream import open_downstream
+from ledger.purchase import read_purchase
+from tests.support.helpers import payment_key_of, settled_as
+from tests.support.inprocess import Fulfilment
+from tests.support.processes import wait_until
+from tests.support.purchases import EMAIL, NAME, ORDER, checkout_purchase, purchase_validator
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))), ids=str)
+def test_a_checkout_purchase_in_any_order(fulfilment, redis: Redis, rng, order) -> None:
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for i in order:
+        f.deliver(events[i])
+    pk = payment_key_of(events[2])
+    got = read_purchase(redis, pk, 1).to_dict()
+    session = events[3]["data"]["object"]
+    assert purchase_validator().is_valid(got)
+    assert got["checkout_session_id"] == session["id"]
+    assert (got["client_reference_id"], got["customer_email"], got["customer_name"]) == (
+        ORDER,
+        EMAIL,
+        NAME,
+    )
+    assert got["checkout_session"]["customer_details"] == {"email": EMAIL, "name": NAME}
+    assert (got["checkout_session"]["mode"], got["checkout_session"]["payment_status"]) == (
+        "payment",
+        "paid",
+    )
+    assert got["metadata"] == {
+        "payment_intent": {"source": "payment_intent"},
+        "checkout_session": {"order": ORDER, "source": "session"},
+        "invoice": None,
+    }
+    assert got["charge"] == events[1]["data"]["object"]["id"]
+    assert got["customer"] == session["customer"]
+    assert (got["payment_intent"], got["amount"], got["currency"]) == (
+        pk,
+        0 or got["amount"],
+        "usd",
+    )
+    assert got["amount"] == events[2]["data"]["object"]["amount_received"]
+    first_paid = next(events[i] for i in order if i in (1, 2, 3))
+    assert got["paid_by"] == {"event_id": first_paid["id"], "type": first_paid["type"]}
+    assert sorted(got["event_ids"]) == sorted(e["id"] for e in events)
+    assert got["line_items"] is None and got["invoice"] is None
+
+
+def test_the_purchase_outlives_its_events(fulfilment, redis: Redis, rng) -> None:
+    """EVENT_RETENTION_DAYS may expire the events while the payment is kept (a person's
+    retry weeks later): the purchase is the same without them."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    before = read_purchase(redis, pk, 1)
+    redis.delete(*(keys.event(e["id"]) for e in events))
+    assert read_purchase(redis, pk, 1) == before
+
+
+def test_a_late_unpaid_copy_of_the_session_does_not_undo_the_paid_one(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """An asynchronous payment: checkout.session.completed says ``unpaid``, then
+    async_payment_succeeded says ``paid``; Stripe may send them the other way round."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    paid = json.loads(json.dumps(events[3]))
+    paid["type"], paid["id"] = "checkout.session.async_payment_succeeded", "evt_async_paid_1"
+    unpaid = events[3]
+    unpaid["data"]["object"]["payment_status"] = "unpaid"
+    f.deliver(paid)
+    f.deliver(unpaid)
+    got = read_purchase(redis, payment_key_of(events[2]), 1)
+    assert got.checkout_session is not None
+    assert got.checkout_session.payment_status == "paid"
+
+
+def test_the_ledger_refuses_other_fields_than_the_purchase_s(fulfilment, redis, rng) -> None:
+    f: Fulfilment = fulfilment()
+    event = checkout_purchase(rng)[2]
+    from ledger.deliveries import Delivery, new_request_id
+    from ledger.events import classify
+    from ledgerctl import samples
+
+    d = Delivery(
+        event,
+        samples.encode(event),
+        classify(event, f.settings.policy),
+        "t",
+        "stripe",
+        new_request_id(),
+    )
+    named_keys, args = f.ledger.delivery_call(d, "")
+    with pytest.raises(ResponseError, match="purchase must map p_"):
+        f.ledger.record_script(named_keys, {**args, "purchase": '{"state": "fulfilled"}'})
+    assert not redis.exists(keys.payment(payment_key_of(event)))
+
+
+def test_the_built_in_downstream_stores_the_purchase(fulfilment, redis, rng, config) -> None:
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    wait_until(lambda: (f.work(), f.sweep(), settled_as(redis, pk, "fulfilled"))[2])
+    path = str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///")
+    db = open_downstream(path)
+    row = db.execute(
+        "SELECT client_reference_id, customer, purchase FROM orders WHERE payment_key = ?", (pk,)
+    ).fetchone()
+    assert row[:2] == (ORDER, events[3]["data"]["object"]["customer"])
+    assert json.loads(row[2]) == read_purchase(redis, pk, 1).to_dict()
+
+
+def test_an_older_downstream_file_gains_the_purchase_columns(tmp_path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE orders (idempotency_key TEXT PRIMARY KEY, payment_key TEXT NOT NULL,"
+        " amount INTEGER, currency TEXT, token INTEGER NOT NULL, at REAL NOT NULL);"
+        "INSERT INTO orders VALUES ('fulfil:pi_old', 'pi_old', 100, 'usd', 1, 0);"
+    )
+    old.close()
+    db = open_downstream(path)
+    columns = [r[1] for r in db.execute("PRAGMA table_info(orders)")]
+    assert columns[-3:] == ["client_reference_id", "customer", "purchase"]
+    assert db.execute("SELECT payment_key, purchase FROM orders").fetchall() == [("pi_old", None)]
+    db.close()
+    open_downstream(path).close()  # a second opening finds nothing to add
+
+
+def test_a_payment_recorded_before_the_purchase_fields_gets_them_from_its_events(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """An upgrade: a payment queued before the ledger kept p_* fields."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    kept = read_purchase(redis, pk, 1)
+    redis.hdel(keys.payment(pk), *[k for k in redis.hkeys(keys.payment(pk)) if k[:2] == b"p_"])
+    assert read_purchase(redis, pk, 1) == kept

@@ -1,0 +1,71 @@
+"""The ledger's side of reading line items from Stripe's API: one request rate for every
+worker (lua/stripe_rate.lua), a payment that waits for the API without an attempt
+(lua/stripe_wait.lua), and line items kept once, never on a purged payment."""
+
+import pytest
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from ledger import keys, settings
+from ledger.connection import connect
+from ledger.purchase_reads import PurchaseReads
+from ledger.scripts import Script
+from ledger.stripe_api import StripeUnavailable
+from tests.support.helpers import payment_key_of, state_of
+from tests.support.inprocess import Fulfilment
+from tests.support.purchases import checkout_purchase
+
+CLOCK = "wl:test:clock"
+
+
+def test_the_request_rate_is_shared_and_waits_for_the_oldest_to_age(redis: Redis) -> None:
+    rate = Script(redis, "stripe_rate", CLOCK)
+    redis.set(CLOCK, 1_000_000)
+    assert [int(rate({}, {"max_rate": 3})) for _ in range(4)] == [0, 0, 0, 1000]
+    redis.set(CLOCK, 1_000_400)
+    assert int(rate({}, {"max_rate": 3})) == 600
+    redis.set(CLOCK, 1_001_001)  # the first three are more than a second old
+    assert int(rate({}, {"max_rate": 3})) == 0
+
+
+def reads_of(config: dict[str, object]) -> PurchaseReads:
+    given = {k: str(v) for k, v in config.items()}
+    s = settings.load({**given, "STRIPE_API_KEY": "rk_test_x", "CHECKOUT_LINE_ITEMS": "true"})
+    return PurchaseReads(connect(s), s, CLOCK)
+
+
+def test_a_queued_payment_waits_for_stripe_doubling_and_a_settled_one_does_not(
+    fulfilment, redis: Redis, rng, config
+) -> None:
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    items = reads_of(config)
+    redis.set(CLOCK, 5_000_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("Stripe's API: 429 RateLimitError")) == (
+        5_001_000
+    )
+    assert state_of(redis, pk) == "retrying"
+    assert redis.hget(keys.payment(pk), "waiting") == keys.STRIPE_WAIT.encode()
+    assert redis.hget(keys.payment(pk), "token") == b"0"
+    assert items.wait_for_stripe(pk, StripeUnavailable("again")) == 0  # not due yet
+    redis.set(CLOCK, 5_001_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("again", retry_after=0.5)) == 5_003_000
+    redis.hset(keys.payment(pk), "state", "fulfilled")
+    redis.set(CLOCK, 9_000_000)
+    assert items.wait_for_stripe(pk, StripeUnavailable("late")) == 0
+
+
+def test_what_is_read_is_kept_once_and_never_on_a_purged_payment(redis: Redis) -> None:
+    keep = Script(redis, "keep_purchase")
+    pay = {"payment": keys.payment("pi_kept")}
+    assert keep(pay, {"fields": '{"p_items": "[]"}'}) == 0
+    assert not redis.exists(keys.payment("pi_kept"))
+    redis.hset(keys.payment("pi_kept"), mapping={"state": "queued", "p_cs": "cs_from_webhook"})
+    assert keep(pay, {"fields": '{"p_items": "[[1]]", "p_cs": "cs_from_api"}'}) == 1
+    assert keep(pay, {"fields": '{"p_items": "[[2]]"}'}) == 0
+    assert redis.hmget(keys.payment("pi_kept"), "p_items", "p_cs") == [b"[[1]]", b"cs_from_webhook"]
+    with pytest.raises(ResponseError, match="fields must map p_"):
+        keep(pay, {"fields": '{"state": "fulfilled"}'})
