@@ -69,6 +69,11 @@ _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
 _.protocol_version
 
+# Click runs a command its group names; FULFILMENT_EFFECT functions are imported by name.
+_.migrate_command  # webhook-ledger downstream migrate (ledgerctl/cli_downstream.py)
+_.record_effect  # tests/integration/test_database_actions.py
+_.raise_sqlstate
+
 # pytest: plugins, hooks and marks by name.
 _.pytest_plugins
 _.pytest_cmdline_main
