@@ -40,9 +40,14 @@ DATABASE_SHARE = 0.8
 PostgreSQL (statement_timeout, lock_timeout, idle_in_transaction_session_timeout): the
 database ends a blocked statement and answers before the worker's own deadline fires."""
 
+RECONNECT_SECONDS = 5.0
+"""How long the pool retries one lost connection (backing off 1, 2, 4 s) before it gives it
+up; the next call starts afresh. psycopg_pool's default (5 minutes) backs off to two
+minutes between attempts: a server back after a restart would wait that long."""
+
 _SET_DEADLINE = (
     "SELECT set_config('statement_timeout', %(ms)s, true),"
-    " set_config('lock_timeout', %(ms)s, true),"
+    " set_config('lock_timeout', %(lock_ms)s, true),"
     " set_config('idle_in_transaction_session_timeout', %(ms)s, true)"
 )
 _INSERT_KEY = (
@@ -92,6 +97,7 @@ class PostgresAction:
                 open=False,
                 check=ConnectionPool.check_connection,  # a server restarted since
                 kwargs={"connect_timeout": max(2, math.ceil(self.timeout))},
+                reconnect_timeout=RECONNECT_SECONDS,
                 name=f"fulfilment-{os.getpid()}",
                 timeout=self.timeout,
             )
@@ -128,7 +134,8 @@ class PostgresAction:
 
     def _apply(self, conn: psycopg.Connection, call: Any, deadline: float) -> Receipt:
         left_ms = max(1, int((deadline - time.monotonic()) * DATABASE_SHARE * 1000))
-        conn.execute(_SET_DEADLINE, {"ms": str(left_ms)})
+        # lock_timeout a little shorter: a statement waiting on a lock says so
+        conn.execute(_SET_DEADLINE, {"ms": str(left_ms), "lock_ms": str(max(1, left_ms * 9 // 10))})
         key = {"idempotency_key": call.idempotency_key}
         inserted = conn.execute(
             _INSERT_KEY, {**key, "payment_key": call.payment_key, "token": call.token}
