@@ -1,0 +1,115 @@
+"""What your own fulfilment code imports: the purchase it is given, the exceptions it raises,
+and how it says it is replay-safe. One module, typed (``mypy --strict`` clean; see
+``examples/actions.py``).
+
+Two kinds of code of yours can fulfil a payment:
+
+- **An action**, ``FULFILMENT_ACTION=module:function``: ``function(purchase) -> receipt``.
+  It does the effect wherever it likes (an API, a database, a file).
+- **An effect**, ``FULFILMENT_EFFECT=module:function`` with the built-in SQLite or
+  PostgreSQL downstream: ``function(conn, purchase) -> receipt``, run inside the
+  transaction that records the payment's key, on that transaction's connection (sqlite3's
+  or psycopg's). It must not commit or roll back.
+
+What each choice promises (README, "Guarantees"):
+
+=====================================  ===================================================
+the action                             a worker dies or stalls during the call
+=====================================  ===================================================
+an effect (SQLite or PostgreSQL)       exactly one effect, without a person: the key and
+                                       the effect commit together; a re-run finds the key
+an action marked :func:`replay_safe`   re-run with the same ``idempotency_key``: exactly
+(or ``FULFILMENT_REPLAY_SAFE=true``)   one effect *if* your code applies one per key
+an action, not replay-safe (default)   at most once: the payment waits as ``interrupted``
+                                       for a person (``webhook-ledger resolve``)
+=====================================  ===================================================
+
+The exceptions, whoever raises them (anything else an action raises means "unknown how far
+it got": retried only when replay-safe, else ``interrupted``; anything else an effect
+raises is rolled back, so it is retried):
+
+- :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
+  ``failed``.
+- :class:`GiveUp`: this payment cannot be fulfilled as it is: ``failed`` at once, for a
+  person (``webhook-ledger retry`` once fixed).
+- :class:`DownstreamDown`: the downstream as a whole is unavailable: counted by the circuit
+  breaker, which holds every worker back (``retry_after``: seconds it asked to wait);
+  ``sent=False`` when the request certainly never left (then no attempt is spent).
+"""
+
+from collections.abc import Callable
+from typing import Any, TypedDict, TypeVar
+
+from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
+
+__all__ = [
+    "Action",
+    "DownstreamDown",
+    "Effect",
+    "GiveUp",
+    "Purchase",
+    "Receipt",
+    "RetryLater",
+    "replay_safe",
+]
+
+
+class Purchase(TypedDict):
+    """What was bought, as your code receives it (the HTTP action's JSON body too). Every
+    field is also a SQL named parameter of FULFILMENT_SQL (``%(amount)s``)."""
+
+    payment_key: str
+    """The ledger's key of the payment (the PaymentIntent id, or the invoice's)."""
+    idempotency_key: str
+    """``fulfil:<payment_key>``: the same on every attempt; apply at most one effect per key."""
+    token: int
+    """The fencing token of this attempt (grows with each attempt)."""
+    amount: int | None
+    """The amount paid in the currency's smallest unit (cents)."""
+    currency: str
+    livemode: bool
+    event_ids: list[str]
+    """The Stripe events recorded for the payment, in the order they arrived."""
+
+
+Receipt = dict[str, Any]
+"""What your code returns: a small JSON-able dict, stored with the payment (and, for an
+effect, with its key: a re-run answers it)."""
+
+Action = Callable[[Purchase], Receipt | None]
+"""``FULFILMENT_ACTION=module:function``."""
+
+Effect = Callable[[Any, Purchase], Receipt | None]
+"""``FULFILMENT_EFFECT=module:function``: the connection is sqlite3's or psycopg's."""
+
+
+class RetryLater(TransientDownstreamError):
+    """Not now: retry this payment later (backoff, up to MAX_ATTEMPTS, then ``failed``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class GiveUp(PermanentDownstreamError):
+    """This payment cannot be fulfilled as it is: ``failed`` now, for a person."""
+
+
+class DownstreamDown(TransientDownstreamError):
+    """The downstream as a whole is unavailable: the circuit breaker counts it and holds
+    every worker back, ``retry_after`` seconds at least when given; ``sent=False`` when the
+    request certainly never left (no attempt spent)."""
+
+    def __init__(self, message: str, retry_after: float = 0.0, sent: bool = True) -> None:
+        super().__init__(message, down=True, sent=sent, retry_after=retry_after)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def replay_safe(fn: F) -> F:
+    """Declare an action replay-safe: calling it twice with the same ``idempotency_key`` has
+    one effect. An interrupted call is then re-run by itself instead of waiting for a
+    person; if your code is not in fact idempotent, that re-run is a second effect."""
+    marked: Any = fn
+    marked.replay_safe = True
+    return fn
