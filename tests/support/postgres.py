@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -45,7 +46,7 @@ def _version(path: str) -> int:
     return int(Path(path).parts[-3]) if Path(path).parts[-3].isdigit() else 0
 
 
-def _owner() -> dict[str, object]:
+def _owner() -> dict[str, Any]:
     """Popen's arguments to run as ``postgres`` when this process is root."""
     if os.getuid() != 0:
         return {}
@@ -70,11 +71,11 @@ class PostgresServer:
     def _initdb(self) -> None:
         owner = _owner()
         if owner:
-            os.chown(self.root, owner["user"], owner["group"])  # type: ignore[arg-type]
+            os.chown(self.root, owner["user"], owner["group"])
         pwfile = self.root / "pwfile"
         pwfile.write_text(SUPERUSER_PASSWORD + "\n")
         if owner:
-            os.chown(pwfile, owner["user"], owner["group"])  # type: ignore[arg-type]
+            os.chown(pwfile, owner["user"], owner["group"])
         subprocess.run(
             [
                 str(binaries() / "initdb"),
@@ -91,7 +92,7 @@ class PostgresServer:
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            **owner,  # type: ignore[arg-type]
+            **owner,
         )
 
     def url(self, user: str = "postgres", password: str = SUPERUSER_PASSWORD, db: str = "") -> str:
@@ -104,7 +105,7 @@ class PostgresServer:
         for name, value in self.settings.items():
             argv += ["-c", f"{name}={value}"]
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=out, **_owner())  # type: ignore[call-overload]
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=out, **_owner())
         wait_until(self.accepts, timeout=60, interval=0.1, what="postgres accepting connections")
         return self
 
@@ -149,7 +150,7 @@ class PostgresServer:
     def admin(self, sql: str, db: str = "") -> None:
         """Run ``sql`` as the superuser (autocommit: CREATE DATABASE and the like)."""
         with psycopg.connect(self.url(db=db), autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def database(self, name: str) -> str:
         """A new database ``name`` owned by a new user ``name``; its URL."""
