@@ -201,7 +201,7 @@ class Fulfilment:
             # The same ledger work with a downstream that does nothing: the SQLite effect's
             # own commit (an fsync) apart.
             free = {**env, "FULFILMENT_ACTION": NOOP_ACTION, "FULFILMENT_REPLAY_SAFE": "1"}
-            pg = {**env, "FULFILMENT_ACTION": url, "FULFILMENT_SQL": postgres.EFFECT_SQL}
+            pg = {**env, "FULFILMENT_ACTION": url, "FULFILMENT_SQL": postgres.ORDER_SQL}
             variants = {
                 "ours 2xSimpleWorker": self._drain(redis, env, "ours", SIMPLE, self.n_simple),
                 "ours, PostgreSQL action, 2xSimpleWorker": self._drain(
@@ -287,7 +287,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             "payments_simple": bench.n_simple,
             "payments_fork": bench.n_fork,
             "action": "built-in SQLite (sqlite:///...downstream.sqlite3); PostgreSQL action",
-            "postgres_effect": postgres.EFFECT_SQL,
+            "postgres_effect": postgres.ORDER_SQL,
             "redis": "config/redis.conf (appendfsync always)",
         },
         "drain": drain,

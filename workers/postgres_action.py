@@ -23,7 +23,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from workers.effects import Effect, Receipt
+from workers.effects import Effect, Receipt, sql_params
 from workers.exceptions import (
     AmbiguousDownstreamError,
     FulfilmentError,
@@ -136,9 +136,10 @@ class PostgresAction:
         left_ms = max(1, int((deadline - time.monotonic()) * DATABASE_SHARE * 1000))
         # lock_timeout a little shorter: a statement waiting on a lock says so
         conn.execute(_SET_DEADLINE, {"ms": str(left_ms), "lock_ms": str(max(1, left_ms * 9 // 10))})
-        key = {"idempotency_key": call.idempotency_key}
+        params = sql_params(call)
+        key = {"idempotency_key": params["idempotency_key"]}
         inserted = conn.execute(
-            _INSERT_KEY, {**key, "payment_key": call.payment_key, "token": call.token}
+            _INSERT_KEY, {**key, "payment_key": params["payment_key"], "token": params["token"]}
         ).fetchone()
         if inserted is None:
             first = conn.execute(_FIRST_RECEIPT, key).fetchone()

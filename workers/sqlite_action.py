@@ -37,26 +37,28 @@ class SqliteAction:
 
     def __call__(self, call: Any) -> Receipt:
         db = self.connection()
+        p = sql_params(call)
         try:
             now = time.time()
             db.execute("BEGIN IMMEDIATE")
             inserted = db.execute(
                 "INSERT OR IGNORE INTO orders VALUES (?, ?, ?, ?, ?, ?)",
                 (
-                    call.idempotency_key,
-                    call.payment_key,
-                    call.amount,
-                    call.currency,
-                    call.token,
+                    p["idempotency_key"],
+                    p["payment_key"],
+                    p["amount"],
+                    p["currency"],
+                    p["token"],
                     now,
                 ),
             ).rowcount
             outcome = "applied" if inserted else "already_applied"
-            receipt = self._effect(db, call) if inserted else self._first_receipt(db, call)
+            key = p["idempotency_key"]
+            receipt = self._effect(db, call, key) if inserted else self._first_receipt(db, key)
             row = db.execute(
                 "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (call.payment_key, call.idempotency_key, call.token, now, outcome),
+                (p["payment_key"], key, p["token"], now, outcome),
             )
             db.execute("COMMIT")
         except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
@@ -67,7 +69,7 @@ class SqliteAction:
         found = {"outcome": outcome, "call_id": row.lastrowid}
         return found if self.effect is None else {**found, "receipt": receipt}
 
-    def _effect(self, db: sqlite3.Connection, call: Any) -> Receipt | None:
+    def _effect(self, db: sqlite3.Connection, call: Any, key: str) -> Receipt | None:
         """The user's effect, its receipt kept with the key; its errors said as whose."""
         if self.effect is None:
             return None
@@ -83,16 +85,14 @@ class SqliteAction:
         except Exception as exc:  # the effect's bug: rolled back, nothing applied
             why = f"sqlite: the effect raised {type(exc).__name__}: {exc}"
             raise TransientDownstreamError(why) from exc
-        db.execute(
-            "INSERT INTO receipts VALUES (?, ?)", (call.idempotency_key, json.dumps(receipt))
-        )
+        db.execute("INSERT INTO receipts VALUES (?, ?)", (key, json.dumps(receipt)))
         return receipt
 
-    def _first_receipt(self, db: sqlite3.Connection, call: Any) -> Receipt | None:
+    def _first_receipt(self, db: sqlite3.Connection, key: str) -> Receipt | None:
         if self.effect is None:
             return None
         found = db.execute(
-            "SELECT receipt FROM receipts WHERE idempotency_key = ?", (call.idempotency_key,)
+            "SELECT receipt FROM receipts WHERE idempotency_key = ?", (key,)
         ).fetchone()
         return json.loads(found[0]) if found else None
 

@@ -25,10 +25,16 @@ import pytest
 
 from tests.support.processes import children, free_port, wait_until
 from tests.support.stopping import stop
+from workers.postgres_schema import migrate
 
 SUPERUSER_PASSWORD = "pg-super-pw"
 USER_PASSWORD = "shop-pw-9f3k"
 """The password of each test database's owner (the tests check it is never shown)."""
+ORDER_SQL = (
+    "INSERT INTO shop_orders (payment_key, amount, currency)"
+    " VALUES (%(payment_key)s, %(amount)s, %(currency)s) RETURNING id"
+)
+"""A shop's effect (FULFILMENT_SQL): one order row per payment, its id the receipt."""
 
 
 def binaries() -> Path:
@@ -157,6 +163,25 @@ class PostgresServer:
         self.admin(f"CREATE USER {name} PASSWORD '{USER_PASSWORD}'")
         self.admin(f"CREATE DATABASE {name} OWNER {name}")
         return self.url(name, USER_PASSWORD, name)
+
+
+def make_shop(url: str) -> str:
+    """The shop's orders table in the database at ``url`` (no unique key: a second effect
+    would be a second row) and the service's own table, migrated; ``url``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE shop_orders (id bigserial PRIMARY KEY, payment_key text NOT NULL,"
+            " amount bigint, currency text)"
+        )
+    migrate(url)
+    return url
+
+
+def orders_per_payment(url: str) -> dict[str, int]:
+    """Order rows per payment key: the effects, counted in the user's own table."""
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT payment_key, count(*) FROM shop_orders GROUP BY 1")
+        return {key: int(n) for key, n in found.fetchall()}
 
 
 @pytest.fixture(scope="session")

@@ -15,30 +15,27 @@ import pytest
 from ledger.read import payments as read_payments
 from ledgerctl import samples
 from tests.support.helpers import state_of
-from tests.support.postgres import USER_PASSWORD, PostgresServer
+from tests.support.postgres import (
+    ORDER_SQL,
+    USER_PASSWORD,
+    PostgresServer,
+    make_shop,
+    orders_per_payment,
+)
 from tests.support.processes import BIN, ROOT, free_port, wait_until
 from tests.support.storm import Storm, deliveries
 from workers import postgres_schema
 
-ORDER_SQL = "INSERT INTO shop_orders (payment_key, amount) VALUES (%(payment_key)s, %(amount)s)"
 WORKER = [str(BIN / "rq"), "worker", "-w", "rq.worker.SimpleWorker", "-c", "workers.rq_config"]
 
 
 def shop_database(url: str) -> str:
-    """The user's orders table (no unique key: a second effect would show as a second row)
-    and the service's own table, migrated."""
+    """The shop's orders table and a stock row to lock, and the service's table."""
+    make_shop(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE shop_orders (id serial, payment_key text, amount int)")
         conn.execute("CREATE TABLE stock (item text PRIMARY KEY, sold int NOT NULL)")
         conn.execute("INSERT INTO stock VALUES ('book', 0)")
-    postgres_schema.migrate(url)
     return url
-
-
-def orders_per_payment(url: str) -> dict[str, int]:
-    with psycopg.connect(url) as conn:
-        found = conn.execute("SELECT payment_key, count(*) FROM shop_orders GROUP BY 1")
-        return dict(found.fetchall())
 
 
 def pk_of(events: list[dict]) -> str:
