@@ -191,7 +191,7 @@ def unusable(s: Settings) -> tuple[str, str] | None:
                 why = f"{type(exc).__name__}: requests cannot send to {action.origin}"
                 return "FULFILMENT_ACTION", why
     except ActionConfigError as exc:
-        return exc.setting, redact(str(exc))
+        return exc.setting, redact(f"{type(exc).__name__}: {exc}")
     except (sqlite3.Error, OSError, requests.RequestException) as exc:
         return "FULFILMENT_ACTION", redact(f"{type(exc).__name__}: {exc}")
     return None
