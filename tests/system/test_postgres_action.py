@@ -3,8 +3,10 @@ PostgreSQL server (tests/support/postgres.py) as the user's database. Workers SI
 every second and the postmaster killed once, a call blocked on another session's row lock,
 and the worker's refusal to start on each wrong setting."""
 
+import json
 import random
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +184,18 @@ def test_the_worker_refuses_a_wrong_setting_in_one_line(
     (line,) = refusal(env)
     assert line.startswith(f"invalid setting {setting}=") and words in line, line
     assert USER_PASSWORD not in line and "Not-The-Pw-77" not in line
+
+
+@pytest.mark.timeout(400)
+def test_short_soak_with_the_postgresql_action(tmp_path) -> None:
+    """scripts/soak.py --postgres: 40 s of traffic with random faults and the postmaster
+    kill -9'd once, then the checker, effects counted in the user's own table."""
+    out = tmp_path / "soak.json"
+    argv = [sys.executable, str(ROOT / "scripts" / "soak.py"), "--postgres", "--duration", "40"]
+    argv += ["--fault-interval", "3", "--settle", "120", "--workdir", str(tmp_path / "soak")]
+    proc = subprocess.run([*argv, "--json", str(out)], capture_output=True, timeout=340)
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0, result["findings"]
+    assert result["faults"]["postmaster_kill"] == 1 and result["faults_total"] >= 8
+    assert (result["lost"], result["duplicated"], result["findings"]["unfulfilled"]) == (0, 0, [])
+    assert result["states"] == {"fulfilled": result["payments"]}
