@@ -68,6 +68,7 @@ _.do_POST
 _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
 _.protocol_version
+_._child_ctor  # honcho's Process builds its Popen with it (ledgerctl/run_local.py)
 
 # Click runs a command its group names; FULFILMENT_EFFECT functions are imported by name.
 _.migrate_command  # webhook-ledger downstream migrate (ledgerctl/cli_downstream.py)
