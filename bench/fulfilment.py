@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import postgres
 from bench.common import (
     SIMPLE,
     RedisServer,
@@ -94,6 +95,8 @@ class Fulfilment:
             if action.scheme == "sqlite":  # each round starts with an empty order table
                 for suffix in ("", "-wal", "-shm"):
                     Path(action.target + suffix).unlink(missing_ok=True)
+            if action.scheme == "postgresql":
+                postgres.reset(action.target)
             if kind == "ours":
                 record = recorder(env)
                 for payment in self.factory.payments(n):
@@ -189,15 +192,21 @@ class Fulfilment:
 
     def drain(self) -> dict[str, Any]:
         log("fulfilment: drain")
+        database, url = postgres.start()
         with Stack() as st:
+            st.callback(database.remove)
             redis = st.start(RedisServer(self.wd.sub("redis-drain")))
             # RQ keeps finished jobs (its start/end times time the drain), as for the no-op jobs.
             env = {**service_env(redis.url, self.wd.path), "RQ_RESULT_TTL": "3600"}
             # The same ledger work with a downstream that does nothing: the SQLite effect's
             # own commit (an fsync) apart.
             free = {**env, "FULFILMENT_ACTION": NOOP_ACTION, "FULFILMENT_REPLAY_SAFE": "1"}
+            pg = {**env, "FULFILMENT_ACTION": url, "FULFILMENT_SQL": postgres.ORDER_SQL}
             variants = {
                 "ours 2xSimpleWorker": self._drain(redis, env, "ours", SIMPLE, self.n_simple),
+                "ours, PostgreSQL action, 2xSimpleWorker": self._drain(
+                    redis, pg, "ours", SIMPLE, self.n_simple
+                ),
                 "ours, no-op downstream, 2xSimpleWorker": self._drain(
                     redis, free, "ours", SIMPLE, self.n_simple
                 ),
@@ -227,6 +236,9 @@ class Fulfilment:
             "ratios": {
                 "ours/trivial SimpleWorker": ratio_runs(
                     rate["ours 2xSimpleWorker"], rate["trivial 2xSimpleWorker"]
+                ),
+                "ours PostgreSQL/ours SQLite SimpleWorker": ratio_runs(
+                    rate["ours, PostgreSQL action, 2xSimpleWorker"], rate["ours 2xSimpleWorker"]
                 ),
                 "ours no-op downstream/trivial SimpleWorker": ratio_runs(
                     rate["ours, no-op downstream, 2xSimpleWorker"], rate["trivial 2xSimpleWorker"]
@@ -274,7 +286,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             "runs": bench.runs,
             "payments_simple": bench.n_simple,
             "payments_fork": bench.n_fork,
-            "action": "built-in SQLite (sqlite:///...downstream.sqlite3)",
+            "action": "built-in SQLite (sqlite:///...downstream.sqlite3); PostgreSQL action",
+            "postgres_effect": postgres.ORDER_SQL,
             "redis": "config/redis.conf (appendfsync always)",
         },
         "drain": drain,

@@ -217,6 +217,12 @@ def fulfilment_drain(ful: dict[str, Any]) -> Lines:
             if "ours no-op downstream/trivial SimpleWorker" in r
             else ""
         )
+        + (
+            "PostgreSQL action / SQLite action: "
+            f"{ratio(r['ours PostgreSQL/ours SQLite SimpleWorker'])}; "
+            if "ours PostgreSQL/ours SQLite SimpleWorker" in r
+            else ""
+        )
         + f"SimpleWorker / forking Worker (ours): {ratio(r['ours SimpleWorker/fork Worker'])} (target ≥ 4); "
         f"ours / trivial (forking Worker): {ratio(r['ours/trivial fork Worker'])}.",
         "",
@@ -246,8 +252,10 @@ def fulfilment_section(ful: dict[str, Any] | None) -> Lines:
         "### 3. Fulfilment",
         "",
         f"Drain of {cfg['payments_simple']} queued payments (SimpleWorker) / {cfg['payments_fork']} "
-        "(forking Worker) through the real job and the built-in SQLite action, vs the same number "
-        "of no-op RQ jobs; 2 worker processes each; jobs/s in steady state (jobs ending between "
+        "(forking Worker) through the real job and the built-in SQLite action (and the "
+        "PostgreSQL action into a local server, synchronous_commit on, its effect one order "
+        "row), vs the same number of no-op RQ jobs; 2 worker processes each; jobs/s in steady "
+        "state (jobs ending between "
         "the 10th and 90th percentile end times); worker CPU includes forked children.",
         "",
     ]

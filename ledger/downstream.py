@@ -1,6 +1,7 @@
 """The built-in SQLite downstream's own tables: the schema the action writes (workers) and
 what the dashboard, the CLI, bundles and the replay report read back, an independent record
-of effects."""
+of effects. ``receipts`` keeps what the user's effect (FULFILMENT_SQL, FULFILMENT_EFFECT)
+returned, per key, for a re-run to answer."""
 
 import sqlite3
 import time
@@ -29,6 +30,10 @@ CREATE TABLE IF NOT EXISTS orders (
     client_reference_id TEXT,
     customer TEXT,
     purchase TEXT
+);
+CREATE TABLE IF NOT EXISTS receipts (
+    idempotency_key TEXT PRIMARY KEY,
+    receipt TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
 """

@@ -73,12 +73,12 @@ class Kind:
 
 @dataclass(frozen=True)
 class ActionSpec:
-    """FULFILMENT_ACTION, parsed: the built-in SQLite downstream, an http(s) URL or a user's
-    ``module:function``."""
+    """FULFILMENT_ACTION, parsed: the built-in SQLite downstream, the built-in PostgreSQL one
+    (the user's own database), an http(s) URL or a user's ``module:function``."""
 
-    scheme: Literal["sqlite", "http", "callable"]
+    scheme: Literal["sqlite", "postgresql", "http", "callable"]
     target: str
-    """The SQLite file, the URL, or ``module:function``."""
+    """The SQLite file, the PostgreSQL or http(s) URL, or ``module:function``."""
 
     def __str__(self) -> str:
         return f"sqlite:///{self.target}" if self.scheme == "sqlite" else self.target
@@ -392,17 +392,46 @@ def parse_action(text: str) -> ActionSpec:
         if not text.removeprefix("sqlite:///"):
             raise Invalid("no file path after sqlite:///")
         return ActionSpec("sqlite", text.removeprefix("sqlite:///"))
+    if text.startswith(("postgresql://", "postgres://")):
+        return ActionSpec("postgresql", _postgresql_url(text))
     if text.startswith(("http://", "https://")):
         return ActionSpec("http", _http_url(text))
-    module, colon, function = text.partition(":")
-    parts = [*module.split("."), *function.split(".")]
-    if colon and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+    if _target(text):
         return ActionSpec("callable", text)
     raise Invalid()
 
 
+def _postgresql_url(text: str) -> str:
+    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``."""
+    parts = _split_url(text)
+    if not parts.path.strip("/"):
+        raise Invalid("no database after the host (postgresql://user@host:port/db)")
+    return text
+
+
+def _target(text: str) -> bool:
+    """Whether ``text`` reads as ``module:function`` (dotted names, no keywords)."""
+    module, colon, function = text.partition(":")
+    parts = [*module.split("."), *function.split(".")]
+    return bool(colon) and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+
+
 def fulfilment_action() -> Kind:
-    return Kind(parse_action, "sqlite:///PATH, http(s)://URL or module:function")
+    return Kind(
+        parse_action,
+        "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, http(s)://URL or module:function",
+    )
+
+
+def python_target() -> Kind:
+    """A user's ``module:function`` (imported by the process that calls it)."""
+
+    def parse(text: str) -> str:
+        if not _target(text.strip()):
+            raise Invalid()
+        return text.strip()
+
+    return Kind(parse, "module:function (dotted names)")
 
 
 def api_key() -> Kind:
@@ -413,6 +442,18 @@ def api_key() -> Kind:
         return text
 
     return Kind(parse, "a Stripe secret or restricted API key (sk_… or rk_…)")
+
+
+def sql_statement() -> Kind:
+    """One SQL statement, or ``@path`` of a file holding it (checked by the database itself
+    when a worker starts)."""
+
+    def parse(text: str) -> str:
+        if text.strip() in ("", "@"):
+            raise Invalid("no statement and no file after @")
+        return text
+
+    return Kind(parse, "one SQL statement, or @path of a file holding it")
 
 
 def text() -> Kind:

@@ -127,7 +127,15 @@ class Settings:
         kinds.fulfilment_action(),
         downstream,
     )
-    """The downstream action (a relative SQLite path is from the process's directory)."""
+    """The downstream action (a relative SQLite path is from the process's directory;
+    PostgreSQL: the user's own database, docs/DEPLOYMENT.md "Fulfil into your own database")."""
+    FULFILMENT_SQL: str = setting("", kinds.sql_statement())
+    """The built-in SQLite or PostgreSQL downstream's effect as one SQL statement (or
+    ``@path`` of a file holding it), run in the transaction that records the payment's key,
+    with the purchase's fields as named parameters: ``%(payment_key)s``, ``%(amount)s``."""
+    FULFILMENT_EFFECT: str = setting("", kinds.python_target())
+    """The same as a Python function, ``module:function``, called as ``effect(conn,
+    purchase)`` inside that transaction; what it returns (JSON-able) is the receipt."""
     FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
     FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
@@ -340,6 +348,20 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         f"unused with REDIS_SENTINELS, yet it names database {url_db}"
         f"{' over TLS' if url_tls else ''}: expected unset, with REDIS_SENTINEL_DB={url_db}"
         f"{' and REDIS_SENTINEL_TLS=true' if url_tls else ''} for the Sentinels' primary",
+    )
+    rule(
+        "FULFILMENT_SQL FULFILMENT_EFFECT",
+        bool(s.FULFILMENT_SQL and s.FULFILMENT_EFFECT),
+        "FULFILMENT_EFFECT",
+        "expected FULFILMENT_SQL or FULFILMENT_EFFECT, not both: one effect per payment",
+    )
+    rule(
+        "FULFILMENT_ACTION FULFILMENT_SQL FULFILMENT_EFFECT",
+        bool(s.FULFILMENT_SQL or s.FULFILMENT_EFFECT)
+        and s.FULFILMENT_ACTION.scheme not in ("sqlite", "postgresql"),
+        "FULFILMENT_SQL" if s.FULFILMENT_SQL else "FULFILMENT_EFFECT",
+        "expected unset while FULFILMENT_ACTION is not sqlite:/// or postgresql://: the effect "
+        "runs in the built-in downstreams' transaction",
     )
     rule(
         "RETRY_BASE_SECONDS RETRY_MAX_SECONDS",

@@ -18,7 +18,7 @@ from ledger.read import stats
 from ledger.read.events import EventList
 from ledger.read.payments import PaymentList
 from ledger.read.rejections import RejectionList
-from ledgerctl import cli_actions, cli_fulfilment, cli_reconcile, render
+from ledgerctl import cli_actions, cli_downstream, cli_fulfilment, cli_reconcile, render
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import say
 
@@ -145,7 +145,12 @@ def event_types(as_csv: bool) -> None:
     click.echo(",".join(names) if as_csv else "\n".join(names))
 
 
-for command in (*cli_actions.COMMANDS, *cli_reconcile.COMMANDS, *cli_fulfilment.COMMANDS):
+for command in (
+    *cli_actions.COMMANDS,
+    *cli_downstream.COMMANDS,
+    *cli_reconcile.COMMANDS,
+    *cli_fulfilment.COMMANDS,
+):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from ledger import limits
 from ledger.attempts import Attempts
 from ledger.connection import describe
 from ledger.decisions import decide
-from ledger.downstream import read_downstream
 from ledger.read.base import Problem
 from ledger.redact import redact
 from ledger.replication import online_replicas
@@ -22,7 +21,7 @@ from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.cli_bulk import bulk_options, run_bulk
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
-from ledgerctl.terminal import iso, rows_table, say
+from ledgerctl.terminal import iso, say
 from workers.supervise import supervise
 from workers.sweeper import run_forever, sweep_once
 
@@ -160,29 +159,6 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1), help="Most rows.")
-@json_option
-@click.pass_obj
-def downstream(ctx: Context, limit: int, as_json: bool) -> None:
-    """The built-in SQLite downstream's own record: calls and applied effects per payment
-    (totals over every payment; the table lists the first --limit by payment key)."""
-    path = ctx.settings.sqlite_downstream
-    if path is None:
-        say("FULFILMENT_ACTION is not the built-in SQLite downstream")
-        sys.exit(EXIT_NOT_FOUND)
-    data = read_downstream(path)
-    counts = ("calls", "applied", "already_applied", "effects")
-    rows = [{"payment": key, **row} for key, row in data["payments"].items()]
-    totals = data["totals"]
-    caption = (
-        f"{len(rows):,} payment(s), {totals['calls']:,} call(s), {totals['effects']:,} effect(s)"
-        + (f"; first {limit} shown (--limit)" if len(rows) > limit else "")
-    )
-    columns = ("payment", *counts)
-    emit(data, as_json, rows_table("Downstream (SQLite)", rows[:limit], columns, counts, caption))
-
-
-@click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 @click.pass_obj
@@ -220,4 +196,4 @@ def verify(directory: Path, max_file_mb: int, as_json: bool) -> None:
     sys.exit(1 if result.failures else 0)
 
 
-COMMANDS = (wait_redis, retry, resolve, sweep, downstream, export, verify)
+COMMANDS = (wait_redis, retry, resolve, sweep, export, verify)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what the service needs on this machine: redis-server and redis-sentinel (system
-# packages) and a virtual environment in .venv with the project (editable) and its dev
+# Install what the service needs on this machine: redis-server, redis-sentinel and PostgreSQL
+# (system packages) and a virtual environment in .venv with the project (editable) and its dev
 # tools, every version the one pinned in uv.lock (uv sync --frozen: the lock is never
 # re-resolved here). Installs uv itself (pinned, into .tools/uv) when it is not on PATH.
 # Extra arguments go to uv sync (scripts/bench.sh: --group bench). Safe to re-run.
@@ -19,6 +19,22 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+# PostgreSQL (Debian's postgresql: initdb and postgres under /usr/lib/postgresql/N/bin): the
+# tests start their own servers as the user's database of the PostgreSQL action
+# (tests/support/postgres.py). The package's own cluster is stopped and not started again.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  echo "bootstrap: installing postgresql" >&2
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  if [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
+  elif command -v service >/dev/null 2>&1; then
+    $SUDO service postgresql stop >/dev/null 2>&1 || true
+    $SUDO update-rc.d postgresql disable >/dev/null 2>&1 || true
+  fi
 fi
 
 PYTHON="${PYTHON:-python3}"

@@ -8,7 +8,10 @@ SIGKILL of a gunicorn worker, of an RQ worker, of the sweeper and of redis-serve
 (restarted from its append-only file); SIGSTOP of an RQ worker past its lease; the
 workers' own fault points (FAULTPOINT, at random); and one downstream outage (every call
 answered like a 503 for --outage-seconds from a quarter of the run, then back), which the
-shared circuit breaker rides out. The client behaves like Stripe: every
+shared circuit breaker rides out. ``--postgres``: the PostgreSQL action into a PostgreSQL
+server of its own (tests/support/postgres.py), whose postmaster is killed (kill -9) a
+quarter of the way in, instead of the outage, and started again; effects are then counted
+in the user's own table. The client behaves like Stripe: every
 delivery not answered 2xx is sent again later. Exit 0 when nothing acknowledged is lost,
 no payment has two effects and every paid payment is fulfilled or surfaced as interrupted.
 """
@@ -36,6 +39,7 @@ from ledger.downstream import read_downstream
 from ledger.stored import decode_hash
 from ledgerctl import samples
 from ledgerctl.checker import check
+from tests.support.postgres import ORDER_SQL, PostgresServer, make_shop, orders_per_payment
 from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
 
 WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
@@ -51,10 +55,19 @@ FAST = {
 class Service:
     """The processes under test, each restarted by ``heal`` when it has died."""
 
-    def __init__(self, workdir: Path, secret: str) -> None:
+    def __init__(self, workdir: Path, secret: str, postgres: bool = False) -> None:
         self.workdir = workdir
         self.down_switch = workdir / "downstream-is-down"
         self.redis = RedisServer(workdir / "redis").start()
+        self.database = PostgresServer().start() if postgres else None
+        self.shop_url = make_shop(self.database.database("shop")) if self.database else ""
+        action = {
+            "FULFILMENT_ACTION": "tests.support.switched_downstream:fulfil",
+            "SWITCHED_DOWNSTREAM_PATH": str(workdir / "downstream.sqlite3"),
+            "SWITCHED_DOWNSTREAM_DOWN": str(self.down_switch),
+        }
+        if self.shop_url:
+            action = {"FULFILMENT_ACTION": self.shop_url, "FULFILMENT_SQL": ORDER_SQL}
         self.env = service_env(
             self.redis.url,
             {
@@ -62,9 +75,7 @@ class Service:
                 "STRIPE_WEBHOOK_SECRET": secret,
                 "OPS_TOKEN": "soak",
                 "STRIPE_MODE": "test",  # the generated events are test-mode payloads
-                "FULFILMENT_ACTION": "tests.support.switched_downstream:fulfil",
-                "SWITCHED_DOWNSTREAM_PATH": str(workdir / "downstream.sqlite3"),
-                "SWITCHED_DOWNSTREAM_DOWN": str(self.down_switch),
+                **action,
             },
         )
         self.worker_env = {**self.env, "FAULTPOINT": WORKER_FAULTS, "FAULT_PROBABILITY": "0.01"}
@@ -80,6 +91,8 @@ class Service:
         with self.lock:
             if self.redis.proc is not None and self.redis.proc.poll() is not None:
                 self.redis = RedisServer(self.workdir / "redis", self.redis.port).start()
+            if self.database is not None and self.database.proc is None:  # killed
+                self.database.start()
             for i, worker in enumerate(self.workers):
                 if worker.proc is not None and worker.proc.poll() is not None:
                     if worker.proc.returncode == -signal.SIGKILL and not getattr(
@@ -92,10 +105,26 @@ class Service:
             if self.sweeper.proc is not None and self.sweeper.proc.poll() is not None:
                 self.sweeper = Sweeper(self.env, log=self.workdir / "sweeper.log").start()
 
-    def downstream_outage(self, seconds: float) -> None:
-        """The downstream is down for ``seconds`` (from now), then back."""
+    def downstream_outage(self, seconds: float) -> str:
+        """The downstream is down for ``seconds`` (from now), then back; with the PostgreSQL
+        action, its postmaster killed (heal starts it again)."""
+        if self.database is not None:
+            with self.lock:
+                self.database.kill()
+            return "postmaster_kill"
         self.down_switch.touch()
         threading.Timer(seconds, self.down_switch.unlink, kwargs={"missing_ok": True}).start()
+        return "downstream_outage"
+
+    def effects(self) -> tuple[dict[str, int], int | None]:
+        """Effects per payment, from the downstream's own record, and its calls if it
+        counts them (the PostgreSQL action's effects are the user's order rows)."""
+        if self.shop_url:
+            return orders_per_payment(self.shop_url), None
+        down = read_downstream(str(self.workdir / "downstream.sqlite3"))["payments"]
+        return {pk: row["effects"] for pk, row in down.items()}, sum(
+            row["calls"] for row in down.values()
+        )
 
     def stop(self) -> None:
         self.down_switch.unlink(missing_ok=True)
@@ -104,6 +133,8 @@ class Service:
             worker.stop()
         self.web.stop()
         self.redis.stop()
+        if self.database is not None:
+            self.database.remove()
 
 
 def inject(service: Service, rng: random.Random) -> str:
@@ -226,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     secret = f"whsec_soak_{rng.getrandbits(128):032x}"
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="webhook-soak-"))
-    service = Service(workdir, secret)
+    service = Service(workdir, secret, args.postgres)
     client = Client(f"{service.web.url}/webhooks/stripe", secret)
     faults: Counter[str] = Counter()
     began = time.monotonic()
@@ -240,8 +271,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.2)
             service.heal()
             if time.monotonic() >= outage_at:
-                service.downstream_outage(min(args.outage_seconds, until - time.monotonic()))
-                faults["downstream_outage"] += 1
+                outage = min(args.outage_seconds, until - time.monotonic())
+                faults[service.downstream_outage(outage)] += 1
                 outage_at = float("inf")
             if time.monotonic() >= next_fault and time.monotonic() < until:
                 faults[inject(service, rng)] += 1
@@ -260,8 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for event_id in event_ids:
             pipe.hget(keys.event(event_id), "n")
         recorded = {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
-        down = read_downstream(str(workdir / "downstream.sqlite3"))["payments"]
-        effects = {pk: row["effects"] for pk, row in down.items()}
+        effects, calls = service.effects()
         found = check(client.acked, recorded, client.paid, effects, states)
         breaker = decode_hash(redis.hgetall(keys.BREAKER))
         refunded = int(redis.hget(keys.STATS, "attempts_refunded") or 0)
@@ -278,7 +308,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "payments": len(client.paid),
         "faults": dict(faults),
         "faults_total": sum(faults.values()),
-        "downstream_calls": sum(row["calls"] for row in down.values()),
+        "downstream_calls": calls,
         "breaker": {
             "opens": int(breaker.get("opens", 0)),
             "probes": int(breaker.get("probes", 0)),
@@ -313,6 +343,12 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=30.0,
         help="the downstream is down this long from a quarter of the run (0: no outage)",
+    )
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the PostgreSQL action into a server of its own, its postmaster killed instead "
+        "of the outage",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(

@@ -17,24 +17,25 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
-import msgspec
 import requests
 
 from ledger import limits
 from ledger import settings as settings_module
-from ledger.downstream import open_downstream
 from ledger.purchase import Purchase
 from ledger.redact import origin, redact
 from ledger.setting_fields import refuse
-from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
+from workers import postgres_schema, sqlite_action
+from workers.effects import load_effect
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
     PermanentDownstreamError,
     TransientDownstreamError,
 )
+from workers.postgres_action import PostgresAction
+from workers.sqlite_action import SqliteAction
 
 Receipt = dict[str, Any]
 
@@ -43,57 +44,6 @@ class Action(Protocol):
     replay_safe: bool
 
     def __call__(self, purchase: Purchase) -> Receipt: ...
-
-
-class SqliteAction:
-    """A real order table: every call logged, the order row applied once per idempotency key."""
-
-    replay_safe = True
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._db: tuple[int, sqlite3.Connection] | None = None
-
-    def connection(self) -> sqlite3.Connection:
-        """One connection per process (opened again after a fork)."""
-        if self._db is None or self._db[0] != os.getpid():
-            self._db = (os.getpid(), open_downstream(self.path))
-        return self._db[1]
-
-    def __call__(self, purchase: Purchase) -> Receipt:
-        db = self.connection()
-        try:
-            now = time.time()
-            db.execute("BEGIN IMMEDIATE")
-            inserted = db.execute(
-                "INSERT OR IGNORE INTO orders (idempotency_key, payment_key, amount, currency,"
-                " token, at, client_reference_id, customer, purchase)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    purchase.idempotency_key,
-                    purchase.payment_key,
-                    purchase.amount,
-                    purchase.currency,
-                    purchase.token,
-                    now,
-                    purchase.client_reference_id,
-                    purchase.customer,
-                    msgspec.json.encode(purchase).decode(),
-                ),
-            ).rowcount
-            outcome = "applied" if inserted else "already_applied"
-            row = db.execute(
-                "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (purchase.payment_key, purchase.idempotency_key, purchase.token, now, outcome),
-            )
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
-            raise TransientDownstreamError(f"sqlite: {exc}") from exc
-        finally:  # also when the call's deadline interrupts it
-            if db.in_transaction:
-                db.rollback()
-        return {"outcome": outcome, "call_id": row.lastrowid}
 
 
 class HttpAction:
@@ -237,37 +187,43 @@ class CallableAction:
         return result if isinstance(result, dict) else {"result": result}
 
 
-def build_action(spec: ActionSpec, timeout: float, replay_safe: bool) -> Action:
-    """The action FULFILMENT_ACTION names (its kind parsed it: ledger/setting_kinds.py)."""
+def build_action(s: Settings) -> Action:
+    """The action FULFILMENT_ACTION names (its kind parsed it: ledger/setting_kinds.py), with
+    the effect FULFILMENT_SQL or FULFILMENT_EFFECT names for the built-in downstreams."""
+    spec, timeout, replay_safe = s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
-        return SqliteAction(spec.target)
+        return SqliteAction(spec.target, load_effect(s))
+    if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
+        return PostgresAction(spec.target, timeout, load_effect(s))
     if spec.scheme == "http":
         return HttpAction(spec.target, timeout, replay_safe)
     return CallableAction(spec.target, replay_safe)
 
 
-def unusable(spec: ActionSpec, timeout: float, replay_safe: bool) -> str | None:
-    """Why the action FULFILMENT_ACTION names cannot run, or None: its module imported, its
-    URL prepared as requests would send it and not moved for good (``moved``), its SQLite
-    file created and writable. A worker checks this when it starts (workers/rq_config.py),
-    before its first job."""
+def unusable(s: Settings) -> tuple[str, str] | None:
+    """Why the configured action cannot run (the setting to change, what is wrong), or None:
+    its module imported, its URL prepared as requests would send it and not moved for good
+    (``moved``), its SQLite file created and writable, its PostgreSQL database reached and
+    its table there, FULFILMENT_SQL accepted by the database. A worker checks this when it
+    starts (workers/rq_config.py), before its first job."""
     try:
-        action = build_action(spec, timeout, replay_safe)
+        action = build_action(s)
         if isinstance(action, SqliteAction):
-            db = open_downstream(action.path)
-            try:
-                db.execute("BEGIN IMMEDIATE")  # takes the write lock: refused if read-only
-                db.rollback()
-            finally:
-                db.close()
-        elif isinstance(action, HttpAction):
+            return sqlite_action.problem(action.path, action.effect)
+        if isinstance(action, PostgresAction):
+            return postgres_schema.problem(action.url, action.effect)
+        if isinstance(action, HttpAction):
             try:
                 requests.Request("POST", action.url).prepare()
             except requests.RequestException as exc:  # its message quotes the whole URL
-                return f"{type(exc).__name__}: requests cannot send to {action.origin}"
-            return moved(action.url, timeout)
-    except (ActionConfigError, sqlite3.Error, OSError, requests.RequestException) as exc:
-        return redact(f"{type(exc).__name__}: {exc}")
+                why = f"{type(exc).__name__}: requests cannot send to {action.origin}"
+                return "FULFILMENT_ACTION", why
+            gone = moved(action.url, s.FULFILMENT_TIMEOUT)
+            return ("FULFILMENT_ACTION", gone) if gone else None
+    except ActionConfigError as exc:
+        return exc.setting, redact(f"{type(exc).__name__}: {exc}")
+    except (sqlite3.Error, OSError, requests.RequestException) as exc:
+        return "FULFILMENT_ACTION", redact(f"{type(exc).__name__}: {exc}")
     return None
 
 
@@ -289,9 +245,9 @@ def settings_or_exit() -> Settings:
     """A worker's start: the settings checked, then the action resolved; else one line per
     problem and exit code 2 (``rq worker -c workers.rq_config`` and ``fulfilment-worker``)."""
     s = settings_module.load_or_exit()
-    why = unusable(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE)
-    if why:
-        refuse(s, "FULFILMENT_ACTION", why)
+    found = unusable(s)
+    if found:
+        refuse(s, *found)
     refused = key_refused(s) if s.CHECKOUT_LINE_ITEMS else None
     if refused:
         refuse(s, "STRIPE_API_KEY", refused)

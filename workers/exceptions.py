@@ -32,4 +32,8 @@ class PermanentDownstreamError(FulfilmentError):
 
 
 class ActionConfigError(FulfilmentError):
-    """FULFILMENT_ACTION cannot be understood."""
+    """The action cannot run as configured; ``setting`` names the setting to change."""
+
+    def __init__(self, message: str, setting: str = "FULFILMENT_ACTION") -> None:
+        super().__init__(message)
+        self.setting = setting

@@ -59,9 +59,7 @@ class Context:
 def _context(pid: int) -> Context:
     s = settings_module.load()
     try:
-        action: Action | None = build_action(
-            s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE
-        )
+        action: Action | None = build_action(s)
         error = ""
     except FulfilmentError as exc:
         action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION

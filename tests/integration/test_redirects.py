@@ -9,8 +9,8 @@ made three calls, a 301 or 302 to a page answering 200 fulfilled with no effect,
 
 import pytest
 
+from ledger import settings as settings_module
 from ledger.read import payments as read_payments
-from ledger.setting_kinds import ActionSpec
 from tests.support.downstream_server import CountingDownstream
 from tests.support.inprocess import Fulfilment
 from tests.support.processes import free_port
@@ -110,13 +110,15 @@ def test_a_workers_start_refuses_an_endpoint_that_moved_for_good(
     the calls, which end the payment `interrupted` with it."""
     with CountingDownstream() as downstream:
         downstream.redirect = (status, f"https://shop.example{SECRET_PATH}")
-        why = unusable(ActionSpec("http", downstream.url + "?token=SECRET123"), 1.0, False)
+        url = downstream.url + "?token=SECRET123"
+        why = unusable(settings_module.load({}, FULFILMENT_ACTION=url, FULFILMENT_TIMEOUT=1.0))
         assert downstream.visits == [("HEAD", "/fulfil?token=SECRET123")]
         assert not downstream.bodies
     if refused:
         assert why == (
+            "FULFILMENT_ACTION",
             f"http {status} from {origin_of(downstream)}: the endpoint moved (Location on "
-            "https://shop.example:443); FULFILMENT_ACTION should name the new URL"
+            "https://shop.example:443); FULFILMENT_ACTION should name the new URL",
         )
     else:
         assert why is None

@@ -5,7 +5,7 @@ import sqlite3
 import time
 from typing import Any
 
-from workers.actions import open_downstream
+from ledger.downstream import open_downstream
 
 
 def exit_worker(call: dict[str, Any]) -> dict[str, Any]:

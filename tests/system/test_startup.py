@@ -125,7 +125,7 @@ def test_the_web_process_refuses_a_port_in_use_at_once(tmp_path: Path) -> None:
         ("no_such_shop.actions:fulfil", "ActionConfigError: cannot import no_such_shop.actions"),
         ("tests.support.constants:SECRET", "ActionConfigError: tests.support.constants:SECRET is"),
         ("sqlite:///{file}/downstream.sqlite3", "Error"),  # its directory is a file
-        ("http://[::1/fulfil", "expected sqlite:///PATH, http(s)://URL or module:function"),
+        ("http://[::1/fulfil", "expected sqlite:///PATH, postgresql://USER@HOST:PORT/DB"),
     ],
 )
 @pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])

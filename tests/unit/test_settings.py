@@ -65,6 +65,8 @@ CASES: dict[str, tuple[str, object, str, str]] = {
         "foo://x",
         "module:function",
     ),
+    "FULFILMENT_SQL": ("@effect.sql", "@effect.sql", "@", "one SQL statement, or @path"),
+    "FULFILMENT_EFFECT": ("shop.effects:grant", "shop.effects:grant", "shop.effects", "module:"),
     "FULFILMENT_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
@@ -292,6 +294,18 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"OPS_TOKEN": "tok-a, tok-a"},
             "invalid setting OPS_TOKEN='***,***': the same token given twice",
+        ),
+        (
+            {"FULFILMENT_SQL": "SELECT 1", "FULFILMENT_EFFECT": "shop:grant"},
+            "invalid setting FULFILMENT_EFFECT=shop:grant: expected FULFILMENT_SQL or",
+        ),
+        (
+            {"FULFILMENT_ACTION": "http://127.0.0.1:9/f", "FULFILMENT_SQL": "SELECT 1"},
+            "invalid setting FULFILMENT_SQL='SELECT 1': expected unset while FULFILMENT_ACTION",
+        ),
+        (
+            {"FULFILMENT_ACTION": "postgresql://u:pw@db.example:5432", "FULFILMENT_SQL": "x"},
+            "invalid setting FULFILMENT_ACTION='postgresql://***@db.example:5432': no database",
         ),
     ],
 )

@@ -1,0 +1,231 @@
+"""The built-in database actions in this process against real databases: a PostgreSQL server
+(tests/support/postgres.py) and a SQLite file. The key and the user's effect commit
+together; a re-run answers the first receipt and runs nothing; each database error is
+said for what it is; the same FULFILMENT_SQL text runs on both."""
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from ledger import settings as settings_module
+from ledger.purchase import Purchase, purchase_of
+from tests.support.helpers import cli_ok, run_cli
+from tests.support.postgres import USER_PASSWORD
+from tests.support.processes import free_port
+from workers import postgres_schema
+from workers.actions import build_action, unusable
+from workers.effects import for_sqlite
+from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
+from workers.postgres_action import PostgresAction
+
+ORDER_SQL = (
+    "INSERT INTO shop_orders (payment_key, amount, currency)"
+    " VALUES (%(payment_key)s, %(amount)s, %(currency)s) RETURNING amount, currency"
+)
+SQL = "FULFILMENT_SQL"
+EFFECTS: list[str] = []
+"""Payment keys :func:`record_effect` was called with, in this process."""
+
+
+def record_effect(conn: Any, purchase: dict[str, Any]) -> dict[str, Any]:
+    """A FULFILMENT_EFFECT: an order row through the open transaction's connection."""
+    EFFECTS.append(purchase["payment_key"])
+    sql = for_sqlite(ORDER_SQL) if isinstance(conn, sqlite3.Connection) else ORDER_SQL
+    conn.execute(sql, {k: purchase[k] for k in ("payment_key", "amount", "currency")})
+    return {"granted": purchase["payment_key"], "events": purchase["event_ids"]}
+
+
+def raise_sqlstate(conn: Any, purchase: dict[str, Any]) -> None:
+    """A FULFILMENT_EFFECT whose database answers the SQLSTATE in ``purchase['currency']``."""
+    conn.execute("SELECT fail_with(%s)", (purchase["currency"],))
+
+
+def call(pk: str = "pi_1", token: int = 1, currency: str = "usd") -> Purchase:
+    paid = {"amount": "2000", "currency": currency, "livemode": "0", "events": f"evt_{pk}"}
+    return purchase_of(pk, token, {**paid, "p_cs": f"cs_{pk}", "p_cs_ref": f"order_{pk}"})
+
+
+def action_for(url: str, **settings: str) -> Any:
+    s = settings_module.load({}, FULFILMENT_ACTION=url, FULFILMENT_TIMEOUT="2", **settings)
+    return build_action(s), s
+
+
+@pytest.fixture
+def shop(postgres_url: str) -> str:
+    """The user's database: their orders table and the service's own (migrated)."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE shop_orders (id serial, payment_key text, amount int, currency text,"
+            " CHECK (currency <> 'xxx'))"
+        )
+        conn.execute(
+            "CREATE FUNCTION fail_with(state text) RETURNS void LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'failing' USING ERRCODE = state; END $$"
+        )
+    assert postgres_schema.migrate(postgres_url) is True
+    assert postgres_schema.migrate(postgres_url) is False  # idempotent
+    return postgres_url
+
+
+def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def test_key_and_effect_commit_together_and_a_rerun_answers_the_first_receipt(shop) -> None:
+    action, _ = action_for(shop, FULFILMENT_SQL=ORDER_SQL)
+    assert action.replay_safe is True
+    first = action(call(token=1))
+    assert first == {"outcome": "applied", "receipt": {"amount": 2000, "currency": "usd"}}
+    again = action(call(token=2))
+    assert again == {"outcome": "already_applied", "receipt": first["receipt"]}
+    assert rows(shop, "SELECT payment_key FROM shop_orders") == [("pi_1",)]
+    assert rows(shop, "SELECT payment_key, token FROM webhook_ledger_effects") == [("pi_1", 1)]
+
+
+def test_a_python_effect_runs_once_inside_the_transaction(shop) -> None:
+    EFFECTS.clear()
+    action, _ = action_for(shop, FULFILMENT_EFFECT=f"{__name__}:record_effect")
+    receipt = {"granted": "pi_2", "events": ["evt_pi_2"]}
+    assert action(call("pi_2")) == {"outcome": "applied", "receipt": receipt}
+    assert action(call("pi_2", 2)) == {"outcome": "already_applied", "receipt": receipt}
+    assert EFFECTS == ["pi_2"]
+    assert rows(shop, "SELECT count(*) FROM shop_orders") == [(1,)]
+
+
+def test_a_constraint_violation_is_the_effects_failure_and_nothing_commits(shop) -> None:
+    action, _ = action_for(shop, FULFILMENT_SQL=ORDER_SQL)
+    with pytest.raises(PermanentDownstreamError, match="CheckViolation 23514"):
+        action(call("pi_3", currency="xxx"))
+    assert rows(shop, "SELECT count(*) FROM webhook_ledger_effects") == [(0,)]
+    assert action(call("pi_3"))["outcome"] == "applied"  # a person's retry, once fixed
+
+
+@pytest.mark.parametrize(
+    ("state", "kind", "down"),
+    [
+        ("40001", TransientDownstreamError, False),  # serialization failure: same key again
+        ("40P01", TransientDownstreamError, False),  # deadlock
+        ("23505", PermanentDownstreamError, False),  # unique violation in the effect
+        ("P0001", PermanentDownstreamError, False),  # the user's own RAISE
+        ("57P01", TransientDownstreamError, True),  # admin shutdown: the downstream is down
+        ("53300", TransientDownstreamError, True),  # too many connections
+    ],
+)
+def test_each_sqlstate_is_said_for_what_it_is(shop, state, kind, down) -> None:
+    action, _ = action_for(shop, FULFILMENT_EFFECT=f"{__name__}:raise_sqlstate")
+    with pytest.raises(kind) as raised:
+        action(call(f"pi_{state}", currency=state))
+    assert type(raised.value) is kind and getattr(raised.value, "down", False) is down
+    assert rows(shop, "SELECT count(*) FROM webhook_ledger_effects") == [(0,)]
+
+
+def test_a_refused_connection_is_the_downstream_down_and_never_sent() -> None:
+    url = f"postgresql://shop:{USER_PASSWORD}@127.0.0.1:{free_port()}/shop"
+    action = PostgresAction(url, 1.0, None)
+    try:
+        with pytest.raises(TransientDownstreamError) as raised:
+            action(call())
+    finally:
+        action.close()
+    assert (raised.value.down, raised.value.sent) == (True, False)
+    assert USER_PASSWORD not in str(raised.value)
+
+
+def test_a_backend_terminated_between_calls_is_replaced(shop, postgres_server) -> None:
+    action, _ = action_for(shop)
+    action(call("pi_4"))
+    postgres_server.admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE usename = '{shop.split('//')[1].split(':')[0]}'"
+    )
+    assert action(call("pi_5"))["outcome"] == "applied"
+
+
+def test_a_forked_child_opens_its_own_pool_and_leaves_the_parents(shop) -> None:
+    action, _ = action_for(shop)
+    action(call("pi_parent"))
+    child = os.fork()
+    if child == 0:  # the child: its own connection; exit without closing anything
+        code = 0 if action(call("pi_child"))["outcome"] == "applied" else 1
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert action(call("pi_parent", 2))["outcome"] == "already_applied"  # its session lives
+
+
+def test_the_same_sql_text_runs_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "downstream.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE shop_orders (id INTEGER PRIMARY KEY, payment_key TEXT, amount INTEGER,"
+        " currency TEXT CHECK (currency <> 'xxx'))"
+    )
+    db.commit()
+    action, _ = action_for(f"sqlite:///{path}", FULFILMENT_SQL=ORDER_SQL)
+    first = action(call("pi_6"))
+    assert (first["outcome"], first["receipt"]) == ("applied", {"amount": 2000, "currency": "usd"})
+    again = action(call("pi_6", 2))
+    assert (again["outcome"], again["receipt"]) == ("already_applied", first["receipt"])
+    with pytest.raises(PermanentDownstreamError, match="CHECK constraint failed"):
+        action(call("pi_7", currency="xxx"))
+    assert db.execute("SELECT payment_key FROM shop_orders").fetchall() == [("pi_6",)]
+    assert db.execute("SELECT payment_key FROM orders").fetchall() == [("pi_6",)]
+
+
+def test_a_python_effect_on_sqlite(tmp_path: Path) -> None:
+    EFFECTS.clear()
+    path = tmp_path / "downstream.sqlite3"
+    sqlite3.connect(path).execute(
+        "CREATE TABLE shop_orders (payment_key TEXT, amount INTEGER, currency TEXT)"
+    )
+    action, _ = action_for(f"sqlite:///{path}", FULFILMENT_EFFECT=f"{__name__}:record_effect")
+    assert action(call("pi_8"))["receipt"] == {"granted": "pi_8", "events": ["evt_pi_8"]}
+    assert action(call("pi_8", 2))["outcome"] == "already_applied"
+    assert EFFECTS == ["pi_8"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "setting", "words"),
+    [
+        ({SQL: "INSERT INTO nowhere VALUES (%(amount)s)"}, SQL, "nowhere"),
+        ({SQL: "INSERT INTO shop_orders VALUES (%(nope)s)"}, SQL, "nope"),
+        ({SQL: "SELECT 1; INSERT INTO shop_orders DEFAULT VALUES"}, SQL, "multiple commands"),
+        ({SQL: "@/nonexistent/effect.sql"}, SQL, "cannot read"),
+        ({"FULFILMENT_EFFECT": "shop_missing.effects:grant"}, "FULFILMENT_EFFECT", "import"),
+    ],
+)
+def test_a_wrong_effect_is_refused_naming_its_setting(shop, settings, setting, words) -> None:
+    s = settings_module.load({}, FULFILMENT_ACTION=shop, **settings)
+    found = unusable(s)
+    assert found is not None and found[0] == setting and words in found[1]
+    assert USER_PASSWORD not in found[1]
+    assert rows(shop, "SELECT count(*) FROM shop_orders") == [(0,)]  # planned, never run
+
+
+def test_a_missing_table_or_a_wrong_password_is_refused(postgres_url) -> None:
+    found = unusable(settings_module.load({}, FULFILMENT_ACTION=postgres_url))
+    assert found == (
+        "FULFILMENT_ACTION",
+        "the table webhook_ledger_effects is missing: run 'webhook-ledger downstream migrate'",
+    )
+    wrong = postgres_url.replace(USER_PASSWORD, "not-the-password")
+    found = unusable(settings_module.load({}, FULFILMENT_ACTION=wrong))
+    assert found is not None and "password authentication failed" in found[1]
+    assert "not-the-password" not in found[1]
+
+
+def test_downstream_migrate_makes_the_table_once_and_masks_the_password(postgres_url) -> None:
+    env = {"FULFILMENT_ACTION": postgres_url}
+    first, again = run_cli(env, "downstream", "migrate"), run_cli(env, "downstream", "migrate")
+    assert cli_ok(first) and first.output.strip() == "webhook_ledger_effects: created"
+    assert cli_ok(again) and again.output.strip() == "webhook_ledger_effects: already there"
+    assert unusable(settings_module.load({}, FULFILMENT_ACTION=postgres_url)) is None
+    wrong = {"FULFILMENT_ACTION": postgres_url.replace(USER_PASSWORD, "wrong-pw-123")}
+    refused = run_cli(wrong, "downstream", "migrate")
+    assert cli_ok(refused, 3) and "password authentication failed" in refused.output
+    assert "wrong-pw-123" not in refused.output and len(refused.output.splitlines()) == 1

@@ -1,0 +1,89 @@
+"""The typed API for action authors (workers/api.py): the example actions are ``mypy
+--strict`` clean, and each exception and the replay-safe mark mean what the module says
+when the real job code maps them."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from examples.actions import grant_access
+from ledger import purchase as built
+from ledger import settings as settings_module
+from ledger.purchase import Purchase, purchase_of
+from tests.support.processes import ROOT
+from workers import api
+from workers.actions import CallableAction, build_action
+from workers.api import DownstreamDown, GiveUp, RetryLater
+from workers.gating import health_of
+from workers.jobs import run_action
+
+
+def test_the_api_and_its_example_are_mypy_strict_clean() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent"]
+        + ["--no-incremental", "workers/api.py", "examples/actions.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def call(amount: int | None = 2000) -> Purchase:
+    paid = {"amount": str(amount)} if amount is not None else {}
+    return purchase_of("pi_1", 1, {**paid, "currency": "usd", "events": "evt_1"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Purchase", "PaidBy", "CustomerDetails", "CheckoutSession", "Invoice", "InvoiceLine"]
+    + ["LineItem", "PurchaseMetadata"],
+)
+def test_the_typed_purchase_has_the_fields_the_actions_receive(name: str) -> None:
+    """workers/api.py's TypedDicts name exactly the fields ledger/purchase.py builds."""
+    typed = getattr(api, name).__annotations__
+    assert set(typed) == {f.name for f in msgspec.structs.fields(getattr(built, name))}
+
+
+def test_a_replay_safe_action_is_re_run_and_applies_once(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
+    s = settings_module.load({}, FULFILMENT_ACTION="examples.actions:grant_access")
+    action = build_action(s)
+    assert isinstance(action, CallableAction) and action.replay_safe is True
+    assert grant_access.replay_safe is True  # type: ignore[attr-defined]
+    first = run_action(action, call(), 5, 1)
+    again = run_action(action, call(), 5, 1)
+    assert first[0] == again[0] == "fulfilled"
+    assert '"granted":true' in first[1] and '"granted":false' in again[1]
+
+
+def test_give_up_fails_the_payment_at_once(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
+    action = CallableAction("examples.actions:grant_access", False)
+    outcome, detail, _ = run_action(action, call(amount=None), 5, 1)
+    assert (outcome, detail) == ("failed", "pi_1: no amount paid")
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome", "health"),
+    [
+        (RetryLater("busy"), "retry", ("up", True, 0.0)),
+        (GiveUp("no such product"), "failed", ("up", True, 0.0)),
+        (DownstreamDown("maintenance", retry_after=30), "retry", ("down", True, 30.0)),
+        (DownstreamDown("refused", sent=False), "retry", ("down", False, 0.0)),
+    ],
+)
+def test_each_exception_means_what_it_says(error, outcome, health) -> None:
+    def raising(purchase: object) -> None:
+        raise error
+
+    action = CallableAction("examples.actions:grant_access", False)
+    action.fn = raising
+    got, _, seen = run_action(action, call(), 5, 1)
+    assert got == outcome
+    assert (seen.kind, seen.sent, seen.retry_after_s) == health
+    assert health_of(error).kind == health[0]

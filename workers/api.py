@@ -1,0 +1,193 @@
+"""What your own fulfilment code imports: the purchase it is given, the exceptions it raises,
+and how it says it is replay-safe. One module, typed (``mypy --strict`` clean; see
+``examples/actions.py``).
+
+Two kinds of code of yours can fulfil a payment:
+
+- **An action**, ``FULFILMENT_ACTION=module:function``: ``function(purchase) -> receipt``.
+  It does the effect wherever it likes (an API, a database, a file).
+- **An effect**, ``FULFILMENT_EFFECT=module:function`` with the built-in SQLite or
+  PostgreSQL downstream: ``function(conn, purchase) -> receipt``, run inside the
+  transaction that records the payment's key, on that transaction's connection (sqlite3's
+  or psycopg's). It must not commit or roll back.
+
+What each choice promises (README, "Guarantees"):
+
+=====================================  ===================================================
+the action                             a worker dies or stalls during the call
+=====================================  ===================================================
+an effect (SQLite or PostgreSQL)       exactly one effect, without a person: the key and
+                                       the effect commit together; a re-run finds the key
+an action marked :func:`replay_safe`   re-run with the same ``idempotency_key``: exactly
+(or ``FULFILMENT_REPLAY_SAFE=true``)   one effect *if* your code applies one per key
+an action, not replay-safe (default)   at most once: the payment waits as ``interrupted``
+                                       for a person (``webhook-ledger resolve``)
+=====================================  ===================================================
+
+The exceptions, whoever raises them (anything else an action raises means "unknown how far
+it got": retried only when replay-safe, else ``interrupted``; anything else an effect
+raises is rolled back, so it is retried):
+
+- :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
+  ``failed``.
+- :class:`GiveUp`: this payment cannot be fulfilled as it is: ``failed`` at once, for a
+  person (``webhook-ledger retry`` once fixed).
+- :class:`DownstreamDown`: the downstream as a whole is unavailable: counted by the circuit
+  breaker, which holds every worker back (``retry_after``: seconds it asked to wait);
+  ``sent=False`` when the request certainly never left (then no attempt is spent).
+"""
+
+from collections.abc import Callable
+from typing import Any, TypedDict, TypeVar
+
+from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
+
+__all__ = [
+    "Action",
+    "DownstreamDown",
+    "Effect",
+    "GiveUp",
+    "CheckoutSession",
+    "Invoice",
+    "LineItem",
+    "Purchase",
+    "Receipt",
+    "RetryLater",
+    "replay_safe",
+]
+
+
+class PaidBy(TypedDict):
+    event_id: str | None
+    """The event that made the payment paid."""
+    type: str | None
+
+
+class CustomerDetails(TypedDict):
+    email: str | None
+    name: str | None
+
+
+class CheckoutSession(TypedDict):
+    id: str
+    client_reference_id: str | None
+    """Your order id, as you passed it to Checkout."""
+    mode: str | None
+    payment_status: str | None
+    customer_details: CustomerDetails
+    metadata: dict[str, str]
+
+
+class InvoiceLine(TypedDict):
+    id: str | None
+    description: str | None
+    quantity: int | None
+    amount: int | None
+    currency: str | None
+    price: str | None
+    product: str | None
+
+
+class Invoice(TypedDict):
+    id: str
+    subscription: str | None
+    billing_reason: str | None
+    lines: list[InvoiceLine]
+    """The lines the paying event carried (Stripe sends the first page only)."""
+
+
+class LineItem(TypedDict):
+    price: str | None
+    product: str | None
+    quantity: int | None
+    unit_amount: int | None
+    amount_total: int | None
+    currency: str | None
+    description: str | None
+
+
+class PurchaseMetadata(TypedDict):
+    """Each object's ``metadata`` where it came from, never merged (None: not seen)."""
+
+    payment_intent: dict[str, str] | None
+    checkout_session: dict[str, str] | None
+    invoice: dict[str, str] | None
+
+
+class Purchase(TypedDict):
+    """What was bought, as your code receives it (schema 1; the HTTP action's JSON body too:
+    webhook/openapi.yaml, ``Purchase``). Every top-level field is also a SQL named parameter
+    of FULFILMENT_SQL (``%(client_reference_id)s``; nested values as JSON text). The same
+    fields as ``ledger.purchase.Purchase``, which builds it (tests/unit/test_api.py)."""
+
+    schema: int
+    payment_key: str
+    """The ledger's key of the payment (the PaymentIntent id, or the invoice's)."""
+    idempotency_key: str
+    """``fulfil:<payment_key>``: the same on every attempt; apply at most one effect per key."""
+    token: int
+    """The fencing token of this attempt (grows with each attempt)."""
+    payment_intent: str | None
+    checkout_session_id: str | None
+    client_reference_id: str | None
+    customer: str | None
+    customer_email: str | None
+    customer_name: str | None
+    charge: str | None
+    invoice_id: str | None
+    subscription: str | None
+    amount: int | None
+    """The amount paid in the currency's smallest unit (cents)."""
+    currency: str | None
+    livemode: bool
+    paid_by: PaidBy
+    event_ids: list[str]
+    """The Stripe events recorded for the payment, in the order they arrived."""
+    checkout_session: CheckoutSession | None
+    invoice: Invoice | None
+    line_items: list[LineItem] | None
+    """Checkout's line items, read once from Stripe's API (CHECKOUT_LINE_ITEMS), else None."""
+    metadata: PurchaseMetadata
+
+
+Receipt = dict[str, Any]
+"""What your code returns: a small JSON-able dict, stored with the payment (and, for an
+effect, with its key: a re-run answers it)."""
+
+Action = Callable[[Purchase], Receipt | None]
+"""``FULFILMENT_ACTION=module:function``."""
+
+Effect = Callable[[Any, Purchase], Receipt | None]
+"""``FULFILMENT_EFFECT=module:function``: the connection is sqlite3's or psycopg's."""
+
+
+class RetryLater(TransientDownstreamError):
+    """Not now: retry this payment later (backoff, up to MAX_ATTEMPTS, then ``failed``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class GiveUp(PermanentDownstreamError):
+    """This payment cannot be fulfilled as it is: ``failed`` now, for a person."""
+
+
+class DownstreamDown(TransientDownstreamError):
+    """The downstream as a whole is unavailable: the circuit breaker counts it and holds
+    every worker back, ``retry_after`` seconds at least when given; ``sent=False`` when the
+    request certainly never left (no attempt spent)."""
+
+    def __init__(self, message: str, retry_after: float = 0.0, sent: bool = True) -> None:
+        super().__init__(message, down=True, sent=sent, retry_after=retry_after)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def replay_safe(fn: F) -> F:
+    """Declare an action replay-safe: calling it twice with the same ``idempotency_key`` has
+    one effect. An interrupted call is then re-run by itself instead of waiting for a
+    person; if your code is not in fact idempotent, that re-run is a second effect."""
+    marked: Any = fn
+    marked.replay_safe = True
+    return fn

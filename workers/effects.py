@@ -1,0 +1,159 @@
+"""The user's effect inside a built-in downstream's transaction (SQLite or PostgreSQL):
+FULFILMENT_SQL (one statement, or ``@path`` of a file holding it) or FULFILMENT_EFFECT
+(``module:function`` called as ``effect(conn, purchase)``). The same SQL text runs on both
+databases: psycopg's named parameters (``%(payment_key)s``, ``%%`` for a literal ``%``),
+turned into sqlite3's (``:payment_key``) for SQLite. Whatever the effect returns (a SQL
+statement: its first row, else its row count) is the receipt, stored with the key so a
+re-run answers the first call's receipt.
+"""
+
+import importlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ledger.purchase import Purchase
+from ledger.purchase import purchase_of as sample_purchase
+from ledger.settings import Settings
+from workers.exceptions import ActionConfigError
+
+Receipt = dict[str, Any]
+Params = dict[str, Any]
+
+_NAMED = re.compile(r"%\((\w+)\)s|%%")
+
+
+class Cursor(Protocol):
+    """What both drivers' cursors have: the columns of a row-returning statement."""
+
+    @property
+    def description(self) -> Any: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+
+class Connection(Protocol):
+    def execute(self, query: Any, params: Any = ...) -> Any: ...
+
+
+SAMPLE: dict[str, Any] = sample_purchase(
+    "pi_check",
+    1,
+    {
+        "amount": "2000",
+        "currency": "usd",
+        "livemode": "0",
+        "events": "evt_check",
+        "paid_by": "evt_check",
+        "paid_type": "payment_intent.succeeded",
+        "p_customer": "cus_check",
+        "p_charge": "ch_check",
+        "p_cs": "cs_check",
+        "p_cs_ref": "order_check",
+        "p_cs_email": "buyer@example.com",
+        "p_cs_name": "A Buyer",
+        "p_in": "in_check",
+        "p_sub": "sub_check",
+    },
+).to_dict()
+"""A purchase of the right types, with every field an action receives: FULFILMENT_SQL is
+checked with it at start-up (planned, never applied)."""
+
+
+def purchase_of(call: object) -> dict[str, Any]:
+    """What the action receives (ledger.purchase.Purchase, or a dict) as the purchase dict
+    a ``module:function`` effect is given."""
+    if isinstance(call, Purchase):
+        return call.to_dict()
+    if is_dataclass(call) and not isinstance(call, type):
+        return asdict(call)
+    return dict(call)  # type: ignore[call-overload]
+
+
+def sql_params(call: object) -> Params:
+    """The purchase as SQL named parameters: every top-level scalar as it is, a nested value
+    (a list, a dict) as its JSON text (PostgreSQL: ``%(line_items)s::jsonb``)."""
+    return {
+        name: json.dumps(value, sort_keys=True) if isinstance(value, list | dict) else value
+        for name, value in purchase_of(call).items()
+    }
+
+
+def for_sqlite(sql: str) -> str:
+    """psycopg's ``%(name)s`` as sqlite3's ``:name``, ``%%`` as ``%``."""
+    return _NAMED.sub(lambda m: f":{m[1]}" if m[1] else "%", sql)
+
+
+def receipt_of(cursor: Cursor) -> Receipt:
+    """A statement's receipt: its first row by column (JSON-able), else its row count."""
+    if cursor.description:
+        row = cursor.fetchone()
+        names = [column[0] for column in cursor.description]
+        return json.loads(json.dumps(dict(zip(names, row or (), strict=False)), default=str))
+    return {"rowcount": cursor.rowcount}
+
+
+def as_receipt(result: object) -> Receipt:
+    """What a function returned, as a JSON-able receipt (a dict, else ``{"result": …}``)."""
+    found = result if isinstance(result, dict) else {"result": result}
+    return json.loads(json.dumps(found, default=str))
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One user effect: SQL text or a function, and the setting it came from."""
+
+    setting: str
+    sql: str = ""
+    function: Callable[[Any, dict[str, Any]], Any] | None = None
+
+    def run(self, conn: Connection, call: object, sqlite: bool = False) -> Receipt:
+        """The effect on ``conn``, inside the caller's open transaction."""
+        if self.function is not None:
+            return as_receipt(self.function(conn, purchase_of(call)))
+        query = for_sqlite(self.sql) if sqlite else self.sql
+        return receipt_of(conn.execute(query, sql_params(call)))
+
+
+def load_effect(s: Settings) -> Effect | None:
+    """The effect FULFILMENT_SQL or FULFILMENT_EFFECT names (None: neither is set); raises
+    ActionConfigError naming the setting when the file cannot be read or the function
+    cannot be imported."""
+    if s.FULFILMENT_SQL:
+        return Effect("FULFILMENT_SQL", sql=sql_text(s.FULFILMENT_SQL))
+    if s.FULFILMENT_EFFECT:
+        return Effect("FULFILMENT_EFFECT", function=imported(s.FULFILMENT_EFFECT))
+    return None
+
+
+def sql_text(value: str) -> str:
+    """The statement itself, or the contents of the file ``@path`` names."""
+    if not value.startswith("@"):
+        return value
+    try:
+        text = Path(value[1:]).read_text()
+    except OSError as exc:
+        why = f"cannot read {value[1:]}: {exc.strerror}"
+        raise ActionConfigError(why, "FULFILMENT_SQL") from exc
+    if not text.strip():
+        raise ActionConfigError(f"{value[1:]} is empty", "FULFILMENT_SQL")
+    return text
+
+
+def imported(target: str, setting: str = "FULFILMENT_EFFECT") -> Callable[..., Any]:
+    """The function ``module:function`` names; raises ActionConfigError naming ``setting``."""
+    module, _, name = target.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ActionConfigError(f"cannot import {target}: {exc}", setting) from exc
+    if not callable(found):
+        raise ActionConfigError(f"{target} is not callable", setting)
+    fn: Callable[..., Any] = found
+    return fn

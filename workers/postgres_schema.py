@@ -1,0 +1,86 @@
+"""The PostgreSQL action's own table in the user's database, made by ``webhook-ledger
+downstream migrate`` (never at a worker's start), and the checks a worker makes before its
+first job: the database reachable with these credentials, the table there, FULFILMENT_SQL
+accepted by the server (planned with EXPLAIN in a transaction rolled back: never run).
+
+One row per payment whose effect committed; the row and the effect commit together::
+
+    idempotency_key text PRIMARY KEY   -- fulfil:<payment key>, the same for every attempt
+    payment_key     text NOT NULL
+    token           bigint NOT NULL    -- the fencing token of the attempt that applied it
+    receipt         jsonb              -- what the effect returned; a re-run answers it
+    applied_at      timestamptz NOT NULL DEFAULT now()
+"""
+
+from urllib.parse import urlsplit
+
+import psycopg
+
+from ledger.redact import MASK, redact
+from workers.effects import SAMPLE, Effect, sql_params
+
+TABLE = "webhook_ledger_effects"
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    idempotency_key text PRIMARY KEY,
+    payment_key text NOT NULL,
+    token bigint NOT NULL,
+    receipt jsonb,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+MIGRATE_LOCK = 0x7765626C  # 'webl': two migrations at once wait for each other
+CHECK_CONNECT_SECONDS = 5
+EXPLAINED = "planned with EXPLAIN: one SELECT, INSERT, UPDATE, DELETE, MERGE or VALUES"
+
+
+def masked(text: str, url: str) -> str:
+    """``text`` with URL credentials masked, and the URL's password wherever it appears."""
+    password = urlsplit(url).password or ""
+    text = redact(text)
+    return text.replace(password, MASK) if len(password) >= 3 else text
+
+
+def migrate(url: str) -> bool:
+    """Create the table when it is missing (idempotent); True when it was created."""
+    with psycopg.connect(url, connect_timeout=CHECK_CONNECT_SECONDS) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+        present = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
+        if present and present[0] is not None:
+            return False
+        conn.execute(SCHEMA)
+    return True
+
+
+def problem(url: str, effect: Effect | None) -> tuple[str, str] | None:
+    """Why the action cannot run (the setting to change, what is wrong), or None."""
+    try:
+        conn = psycopg.connect(url, connect_timeout=CHECK_CONNECT_SECONDS)
+    except psycopg.Error as exc:
+        return "FULFILMENT_ACTION", masked(f"cannot connect: {_first_line(exc)}", url)
+    try:
+        with conn:
+            found = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
+            if not found or found[0] is None:
+                why = f"the table {TABLE} is missing: run 'webhook-ledger downstream migrate'"
+                return "FULFILMENT_ACTION", why
+            conn.rollback()
+            if effect is not None and effect.sql:
+                try:
+                    # Binary results force the extended protocol, which refuses two
+                    # statements (the simple one would run the second: never here).
+                    explain = "EXPLAIN " + effect.sql
+                    conn.cursor().execute(explain, sql_params(SAMPLE), binary=True)
+                except psycopg.Error as exc:
+                    why = f"PostgreSQL refuses it ({EXPLAINED}): {_first_line(exc)}"
+                    return "FULFILMENT_SQL", masked(why, url)
+                finally:
+                    conn.rollback()
+    except psycopg.Error as exc:
+        return "FULFILMENT_ACTION", masked(_first_line(exc), url)
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

@@ -1,0 +1,119 @@
+"""The built-in SQLite downstream (``FULFILMENT_ACTION=sqlite:///PATH``): every call logged,
+the order row applied once per idempotency key, and the user's effect (FULFILMENT_SQL or
+FULFILMENT_EFFECT, workers/effects.py) in the same transaction, as the PostgreSQL action
+does in the user's own database: one setting moves a shop from one to the other."""
+
+import json
+import os
+import sqlite3
+import time
+from typing import Any
+
+from ledger.downstream import open_downstream
+from workers.effects import SAMPLE, Effect, Receipt, for_sqlite, purchase_of, sql_params
+from workers.exceptions import FulfilmentError, PermanentDownstreamError, TransientDownstreamError
+
+RETRY_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_NOMEM")
+"""sqlite3 error names (``sqlite_errorname``, their extended codes too) that may pass later:
+another writer, the disk. Any other error the effect raises (a constraint, a missing table,
+a type) is the effect's own failure."""
+
+
+class SqliteAction:
+    """A real order table (and the user's effect) in one SQLite transaction per call."""
+
+    replay_safe = True
+
+    def __init__(self, path: str, effect: Effect | None = None) -> None:
+        self.path = path
+        self.effect = effect
+        self._db: tuple[int, sqlite3.Connection] | None = None
+
+    def connection(self) -> sqlite3.Connection:
+        """One connection per process (opened again after a fork)."""
+        if self._db is None or self._db[0] != os.getpid():
+            self._db = (os.getpid(), open_downstream(self.path))
+        return self._db[1]
+
+    def __call__(self, purchase: Any) -> Receipt:
+        db = self.connection()
+        p = sql_params(purchase)
+        try:
+            now = time.time()
+            db.execute("BEGIN IMMEDIATE")
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO orders (idempotency_key, payment_key, amount, currency,"
+                " token, at, client_reference_id, customer, purchase)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    p["idempotency_key"],
+                    p["payment_key"],
+                    p["amount"],
+                    p["currency"],
+                    p["token"],
+                    now,
+                    p.get("client_reference_id"),
+                    p.get("customer"),
+                    json.dumps(purchase_of(purchase), sort_keys=True),
+                ),
+            ).rowcount
+            outcome = "applied" if inserted else "already_applied"
+            key = p["idempotency_key"]
+            receipt = self._effect(db, purchase, key) if inserted else self._first_receipt(db, key)
+            row = db.execute(
+                "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (p["payment_key"], key, p["token"], now, outcome),
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
+            raise TransientDownstreamError(f"sqlite: {exc}") from exc
+        finally:  # also when the call's deadline interrupts it
+            if db.in_transaction:
+                db.rollback()
+        found = {"outcome": outcome, "call_id": row.lastrowid}
+        return found if self.effect is None else {**found, "receipt": receipt}
+
+    def _effect(self, db: sqlite3.Connection, call: Any, key: str) -> Receipt | None:
+        """The user's effect, its receipt kept with the key; its errors said as whose."""
+        if self.effect is None:
+            return None
+        try:
+            receipt = self.effect.run(db, call, sqlite=True)
+        except sqlite3.Error as exc:
+            name = getattr(exc, "sqlite_errorname", "")
+            if name.startswith(RETRY_ERRORS):
+                raise
+            raise PermanentDownstreamError(f"sqlite: the effect failed: {exc}") from exc
+        except FulfilmentError:  # the effect's own word (workers/api.py)
+            raise
+        except Exception as exc:  # the effect's bug: rolled back, nothing applied
+            why = f"sqlite: the effect raised {type(exc).__name__}: {exc}"
+            raise TransientDownstreamError(why) from exc
+        db.execute("INSERT INTO receipts VALUES (?, ?)", (key, json.dumps(receipt)))
+        return receipt
+
+    def _first_receipt(self, db: sqlite3.Connection, key: str) -> Receipt | None:
+        if self.effect is None:
+            return None
+        found = db.execute(
+            "SELECT receipt FROM receipts WHERE idempotency_key = ?", (key,)
+        ).fetchone()
+        return json.loads(found[0]) if found else None
+
+
+def problem(path: str, effect: Effect | None) -> tuple[str, str] | None:
+    """Why the SQLite downstream cannot run (the setting to change, what is wrong), or None:
+    its file created and writable, FULFILMENT_SQL compiled by SQLite (EXPLAIN, never run)."""
+    db = open_downstream(path)
+    try:
+        db.execute("BEGIN IMMEDIATE")  # takes the write lock: refused if read-only
+        db.rollback()
+        if effect is not None and effect.sql:
+            try:
+                db.execute("EXPLAIN " + for_sqlite(effect.sql), sql_params(SAMPLE))
+            except sqlite3.Error as exc:
+                return "FULFILMENT_SQL", f"SQLite refuses it: {type(exc).__name__}: {exc}"
+    finally:
+        db.close()
+    return None
