@@ -70,7 +70,8 @@ REQUEST_TTL = limits.REQUEST_ID_TTL
 
 ALIAS_PREFIX = PREFIX + "alias:"
 """Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
-Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment."""
+Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment. The
+payment lists them (its ``aliases`` field), so purge deletes them with it."""
 
 FINGERPRINT_PREFIX = PREFIX + "fp:"
 """Strings ``wl:fp:{pi|invoice}:{mode}:{customer}:{currency}:{amount}`` -> payment key, to
@@ -83,7 +84,8 @@ UNTIED_PREFIX = PREFIX + "untied:"
 keys (scored by time) that no id from Stripe has tied to the rest of their purchase yet:
 ``any`` holds every such payment, ``guest`` those without a customer. A guest's payment
 is compared with ``any`` of the other kind, a customer's with ``guest`` (besides its
-fingerprint); a tie removes both records (only with FULFIL_UNLINKED_INVOICES)."""
+fingerprint); a tie removes both records, and each write and read drops members older than
+FINGERPRINT_TTL (only with FULFIL_UNLINKED_INVOICES)."""
 
 CALLER_PREFIX = PREFIX + "caller:"
 """Strings ``wl:caller:{host}:{pid}:{nonce}`` -> ``{payment_key} {token} {until_ms}``: the

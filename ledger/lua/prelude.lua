@@ -132,12 +132,21 @@ local function id_of(key, prefix)
 end
 
 -- Change a payment's state (or give a new one its first): the hash, the count per state
--- and the per-state index.
+-- and the per-state index. A payment that waited at the gate (gate.lua) and now leaves the
+-- way back to it (retrying, then queued) by any other path (held, failed, a person's
+-- decision) leaves its waiting set too, so no set keeps a payment that no longer waits.
 local function move(pay, to, now)
   local from = redis.call('HGET', pay, 'state')
   if from == to then return end
   local pk = id_of(pay, PAYMENT_PREFIX)
   redis.call('HSET', pay, 'state', to)
+  if to ~= 'queued' and to ~= 'retrying' then
+    local reason = redis.call('HGET', pay, 'waiting')
+    if reason then
+      redis.call('ZREM', WAITING_PREFIX .. reason, pk)
+      redis.call('HDEL', pay, 'waiting')
+    end
+  end
   if from then
     redis.call('HINCRBY', PAYMENT_STATES, from, -1)
     redis.call('ZREM', STATE_INDEX_PREFIX .. from, pk)

@@ -364,6 +364,21 @@ class Protocol(RuleBasedStateMachine):
             assert indexed == {pk for pk, s in states.items() if s == state}, state
 
     @invariant()
+    def waiting_sets_hold_the_payments_that_wait(self) -> None:
+        """A payment deferred at the gate is in the set of its reason while it is on its way
+        back to the gate (retrying, then queued), and in none once it leaves that way."""
+        if not hasattr(self, "tokens"):
+            return
+        for reason in keys.WAIT_REASONS:
+            members = {m.decode() for m in self.redis.zrange(keys.waiting(reason), 0, -1)}
+            marked = set()
+            for pk in self.all_payments():
+                if self.redis.hget(keys.payment(pk), "waiting") == reason.encode():
+                    assert self.state(pk) in ("retrying", "queued"), (pk, self.state(pk))
+                    marked.add(pk)
+            assert members == marked, (reason, members ^ marked)
+
+    @invariant()
     def terminal_stays_terminal_unless_a_person_acts(self) -> None:
         if not hasattr(self, "last_state"):
             return
