@@ -32,7 +32,9 @@ DUE = PREFIX + "payments:due"
 """Sorted set: payments the sweeper must look at, scored by when (ms)."""
 
 SWEEPER = PREFIX + "sweeper"
-"""Hash: ``sweeps`` (passes completed by any sweeper) and ``last_ms`` (when the last ended)."""
+"""Hash: ``sweeps`` (passes completed by any sweeper), ``last_ms`` (when the last ended),
+``reconcile_ms``, and ``clock_steps``, ``clock_step_at``, ``clock_step_ms`` (forward steps of
+Redis's clock a looping sweeper saw: workers/sweeper.py)."""
 
 FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
 """Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
