@@ -6,6 +6,7 @@ worker's monotonic clock (workers/deadline.py). Here Redis's clock is the script
 the real scripts, the real sweeper pass, the real decisions."""
 
 import random
+from datetime import UTC, datetime
 
 import pytest
 from redis import Redis
@@ -16,6 +17,7 @@ from ledger.clock import StepWatch
 from ledger.decisions import decide
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.health import health
 from ledger.read.base import Problem
 from ledgerctl import samples
 from tests.support.helpers import state_of
@@ -105,7 +107,7 @@ def test_a_forward_step_of_redis_clock_does_not_end_a_call_in_flight(
     done = sweep_once(attempts, clocks.watch)
     assert done["clock_stepped"] == 1 and done["clock"] == 1
     assert state_of(redis, pk) == "in_progress"
-    assert redis.hget("wl:sweeper", "clock_steps") == b"1"
+    assert health(redis, datetime.now(UTC)).clock_steps == 1  # /metrics: clock_steps_total
     refused = decide(attempts, pk, "resolve", "retry", "person")
     assert isinstance(refused, Problem) and refused.error == "refused"
     # Nor does another job of the payment (RQ's, or one the sweeper re-enqueued) take over.
