@@ -68,6 +68,7 @@ _.do_POST
 _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
 _.protocol_version
+_._child_ctor  # honcho's Process builds its Popen with it (ledgerctl/run_local.py)
 
 # pytest: plugins, hooks and marks by name.
 _.pytest_plugins

@@ -4,7 +4,8 @@ timeouts and retries, and for where the primary is.
 From ``REDIS_URL``, or from ``REDIS_SENTINELS`` through redis-py's Sentinel support, which
 asks the Sentinels for the primary on every new connection and drops a connection that finds
 the primary demoted (``READONLY``), so a failover is found without a restart
-(docs/DEPLOYMENT.md).
+(docs/DEPLOYMENT.md). Through Sentinel the database is REDIS_SENTINEL_DB, and
+REDIS_SENTINEL_TLS makes every connection TLS (to the Sentinels and to the data nodes).
 """
 
 from typing import Any
@@ -47,6 +48,9 @@ def connect(settings: Settings) -> Redis:
         pool = BlockingConnectionPool.from_url(settings.REDIS_URL, **options(settings))
         return Redis.from_pool(pool)
     timeout = settings.REDIS_SOCKET_TIMEOUT
+    # redis-py's Redis and its Sentinel pool take ssl=True as rediss:// does (ssl_* options
+    # at their defaults: the system's CAs, hostname checked).
+    tls = {"ssl": True} if settings.REDIS_SENTINEL_TLS else {}
     sentinels = Sentinel(
         settings.REDIS_SENTINELS,
         # One try per Sentinel: a dead one is skipped at once and the next one asked.
@@ -55,12 +59,15 @@ def connect(settings: Settings) -> Redis:
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
+            **tls,
         },
     )
     return sentinels.master_for(
         settings.REDIS_SENTINEL_MASTER,
         connection_pool_class=BlockingSentinelPool,
         password=settings.REDIS_PASSWORD or None,
+        db=settings.REDIS_SENTINEL_DB,
+        **tls,
         **options(settings),
     )
 
@@ -78,4 +85,6 @@ def describe(settings: Settings) -> str:
     if not settings.REDIS_SENTINELS:
         return redact(settings.REDIS_URL)
     where = spelled(settings, "REDIS_SENTINELS")
-    return f"primary {settings.REDIS_SENTINEL_MASTER!r} of the Sentinels at {where}"
+    db = f", db {settings.REDIS_SENTINEL_DB}" if settings.REDIS_SENTINEL_DB else ""
+    tls = ", TLS" if settings.REDIS_SENTINEL_TLS else ""
+    return f"primary {settings.REDIS_SENTINEL_MASTER!r} of the Sentinels at {where}{db}{tls}"

@@ -1,14 +1,16 @@
 """Whether the downstream may be called now, for every worker at once: pause, circuit
 breaker and rate limit, each one atomic script in Redis (lua/gate.lua, lua/breaker.lua,
-lua/release.lua). A payment held back waits in the ledger as ``retrying`` with a
-``waiting`` reason and its attempt budget untouched; the sweeper brings it back."""
+lua/release.lua, lua/pause.lua, lua/resume.lua). A payment held back waits in the ledger
+as ``retrying`` with a ``waiting`` reason and its attempt budget untouched; the sweeper
+brings it back."""
 
+import os
 from dataclasses import dataclass
 
 from redis import Redis
 
 from ledger import keys, limits
-from ledger.clock import now_ms
+from ledger.replication import NotReplicated, replicated
 from ledger.replies import Admission
 from ledger.scripts import Script
 from ledger.settings import Settings
@@ -31,7 +33,8 @@ class Gate:
     def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
         self.redis = redis
         self.settings = settings
-        self.scripts = {n: Script(redis, n, clock_key) for n in ("gate", "breaker", "release")}
+        names = ("gate", "breaker", "release", "pause", "resume")
+        self.scripts = {n: Script(redis, n, clock_key) for n in names}
 
     def admit(self, payment_key: str, job_id: str, park_rate: bool = False) -> Admission:
         s = self.settings
@@ -66,16 +69,21 @@ class Gate:
 
     def pause(self, by: str, reason: str) -> bool:
         """Pause fulfilment (False: it already was; the first pause's who and why stay)."""
-        if not self.redis.hsetnx(keys.PAUSE, "since", now_ms(self.redis)):
-            return False
-        self.redis.hset(keys.PAUSE, mapping={"by": by, "reason": reason})
-        return True
+        return self._changed("pause", {"by": by, "reason": reason})
 
     def resume(self, by: str) -> bool:
         """Resume fulfilment (False: it was not paused)."""
-        now = now_ms(self.redis)
-        with self.redis.pipeline() as pipe:
-            pipe.delete(keys.PAUSE)
-            pipe.hset(keys.RESUMED, mapping={"at": now, "by": by})
-            deleted, _ = pipe.execute()
-        return bool(deleted)
+        return self._changed("resume", {"by": by})
+
+    def _changed(self, action: str, args: dict[str, str]) -> bool:
+        """One atomic script, answered once LEDGER_MIN_REPLICAS replicas have it, like a
+        person's decision on a payment: a pause a person was told of survives a failover.
+        NotReplicated says the change is on the primary only."""
+        request = {**args, "request": os.urandom(8).hex()}
+        try:
+            return bool(replicated(self.scripts[action], {}, request, self.settings))
+        except NotReplicated as exc:
+            raise NotReplicated(
+                f"the {action} is {exc}: a failover now could undo it; {action} again to "
+                "have it confirmed"
+            ) from exc

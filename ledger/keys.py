@@ -104,7 +104,8 @@ and ``probe_payment`` (the one probe call of a cool-down), ``last_error``, count
 
 PAUSE = PREFIX + "fulfilment:pause"
 """Hash, present while fulfilment is paused: ``since`` (ms), ``by`` (ops token label),
-``reason``. ``wl:fulfilment:resumed`` keeps the last resume (``at``, ``by``)."""
+``reason``, ``request`` (the pause call's id). ``wl:fulfilment:resumed`` keeps the last
+resume (``at``, ``by``, ``request``, ``ended``: 1 if it ended a pause)."""
 
 RESUMED = PREFIX + "fulfilment:resumed"
 
@@ -197,6 +198,7 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
     "BREAKER": BREAKER,
     "PAUSE": PAUSE,
+    "RESUMED": RESUMED,
     "CALL_LOG": CALL_LOG,
     "CALL_SEQ": CALL_SEQ,
     "WAITING_PREFIX": WAITING_PREFIX,

@@ -23,10 +23,11 @@ from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from ledger import limits
 
+SECONDS = "seconds"
 REDIS_DATABASES = 16
 """Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
 CEILINGS = {
-    "seconds": (limits.MAX_DURATION_SECONDS, "ten years"),
+    SECONDS: (limits.MAX_DURATION_SECONDS, "ten years"),
     "days": (limits.MAX_DURATION_DAYS, "100 years"),
 }
 """The longest duration of each unit, and how it reads."""
@@ -145,6 +146,29 @@ def number(
         return value
 
     return Kind(parse, allowed + cap)
+
+
+MILLISECOND = 0.001
+
+
+def milliseconds(high: float | None = None, off: str = "") -> Kind:
+    """Seconds that reach Redis or a Lua script in whole milliseconds (``int(s * 1000)``):
+    at least one millisecond, since a shorter time arrives as 0 ms, which there means
+    something else or is refused mid-job (WAIT's 0 waits for ever, gate.lua refuses a 0 ms
+    cool-down). ``off``: 0 is allowed too, and means that."""
+    if not off:
+        return number(MILLISECOND, high, SECONDS)
+    any_length = number(0, high, SECONDS)
+
+    def parse(text: str) -> float:
+        value = any_length.parse(text)
+        if 0 < value < MILLISECOND:
+            raise Invalid("under a millisecond")
+        return value
+
+    cap = _ceiling(SECONDS, high)[1]
+    allowed = f"a number of seconds, 0 ({off}) or {_range(MILLISECOND, high, False)}{cap}"
+    return Kind(parse, allowed)
 
 
 def boolean() -> Kind:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import cast
+from urllib.parse import parse_qs, urlsplit
 
 from ledger import limits, setting_fields
 from ledger import setting_kinds as kinds
@@ -56,10 +57,17 @@ class Settings:
     REDIS_PASSWORD: str = setting("", kinds.token(), mask_secret)
     """Password of the primary and replicas found through Sentinel (with REDIS_URL, put it
     in the URL)."""
+    REDIS_SENTINEL_TLS: bool = setting(False, kinds.boolean())
+    """TLS to the Sentinels and to the primary and replicas they name, as ``rediss://`` is
+    for REDIS_URL (certificates checked against the system's CAs, or OpenSSL's
+    ``SSL_CERT_FILE``)."""
+    REDIS_SENTINEL_DB: int = setting(0, kinds.whole(0, kinds.REDIS_DATABASES - 1))
+    """The database number of the primary found through Sentinel (with REDIS_URL, put it
+    in the URL)."""
     LEDGER_MIN_REPLICAS: int = setting(0, kinds.whole(0, 100))
     """Replicas a ledger write must reach (Redis ``WAIT``) before a delivery is answered
     2xx or a fencing transition goes ahead; 0: single node, nothing waits."""
-    LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.number(0, 300, SECONDS, above=True))
+    LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.milliseconds(300))
     """Seconds a write waits for LEDGER_MIN_REPLICAS; then the delivery is answered 503
     (Stripe retries) and a worker does not call. Under REDIS_SOCKET_TIMEOUT."""
     STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), kinds.webhook_secrets(), mask_secret)
@@ -79,9 +87,15 @@ class Settings:
     BODY_READ_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds a body may take to arrive after its headers; then 408 ``body_timeout`` and the
     connection closed (Stripe sends an event at once)."""
+    ANSWER_WRITE_TIMEOUT: float = setting(10.0, kinds.number(0, 300, SECONDS, above=True))
+    """Seconds an answer may take to be taken by its client; then its connection is reset
+    (a client that sends requests and never reads their answers keeps no slot)."""
     CONNECTIONS_PER_ADDRESS: int = setting(250, kinds.whole(0, 100_000, "", " (0: no cap)"))
     """Connections one web process holds from one address; another is answered 429
     ``too_many_connections``. Half of GUNICORN_WORKER_CONNECTIONS; TRUSTED_PROXIES exempt."""
+    CONNECTIONS_PER_ADDRESS_IPV6_PREFIX: int = setting(64, kinds.whole(32, 128, "bits"))
+    """IPv6 clients count as one address for CONNECTIONS_PER_ADDRESS by this many leading
+    bits (a /64 is one site's network); IPv4-mapped addresses count as IPv4."""
     REQUESTS_PER_CONNECTION: int = setting(100, kinds.whole(1, 1_000_000))
     """Requests one kept-alive connection carries; the last answer says ``Connection:
     close``. Any 4xx closes its connection at once."""
@@ -125,15 +139,15 @@ class Settings:
     """How long an attempt holds a payment: FULFILMENT_TIMEOUT + 2 s or more."""
     MAX_ATTEMPTS: int = setting(5, kinds.whole(1, 1000))
     """Attempts before a payment is failed (a dead letter)."""
-    RETRY_BASE_SECONDS: float = setting(1.0, kinds.number(0, None, SECONDS, above=True))
+    RETRY_BASE_SECONDS: float = setting(1.0, kinds.milliseconds())
     """Backoff of the first retry; doubles per attempt."""
-    RETRY_MAX_SECONDS: float = setting(300.0, kinds.number(0, None, SECONDS, above=True))
+    RETRY_MAX_SECONDS: float = setting(300.0, kinds.milliseconds())
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
     """Consecutive "down" failures of the downstream, across every worker, that open the
     circuit breaker: one worker's unlucky streak rarely reaches it, an outage at once (0: no
     breaker, ``Retry-After`` ignored too)."""
-    BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.number(0, 3600, SECONDS, above=True))
+    BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.milliseconds(3600))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
     hammered, a backlog starts within half a minute of its return."""
     BREAKER_MAX_RETRY_AFTER_SECONDS: int = setting(600, kinds.whole(1, 86400, SECONDS))
@@ -163,7 +177,7 @@ class Settings:
     ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
     """Where reconcile finds Stripe's API (tests point it at a local server)."""
-    RECONCILE_INTERVAL: float = setting(0.0, kinds.number(0, None, SECONDS, note=" (0: never)"))
+    RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))
     """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
 
     @cached_property  # read on every delivery: made once
@@ -239,6 +253,17 @@ def fingerprint(secret: str) -> str:
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
+DEFAULT_REDIS_URL = field_named(Settings, "REDIS_URL").default
+
+
+def url_database(url: str) -> tuple[str, int]:
+    """A Redis URL's scheme and database number (``/N`` or ``?db=N``; 0 when neither)."""
+    parts = urlsplit(url.strip())
+    path = parts.path.strip("/") if parts.scheme != "unix" else ""
+    db = parse_qs(parts.query).get("db", [path])[0]
+    return parts.scheme, int(db) if db.isdigit() else 0
+
+
 def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
     """The rules between settings, in order: (the setting to change, what is expected of
     it). A rule is skipped when one of the settings it reads is itself wrong (``failed``)."""
@@ -279,6 +304,18 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         f"expected under REDIS_SOCKET_TIMEOUT ({s.REDIS_SOCKET_TIMEOUT:g}) while "
         "LEDGER_MIN_REPLICAS is set: a client that gives up on the WAIT first would retry "
         "the write",
+    )
+    url_scheme, url_db = url_database(s.REDIS_URL)
+    url_tls = url_scheme == "rediss"
+    rule(
+        "REDIS_URL REDIS_SENTINELS REDIS_SENTINEL_DB REDIS_SENTINEL_TLS",
+        bool(s.REDIS_SENTINELS)
+        and s.REDIS_URL != DEFAULT_REDIS_URL
+        and (url_db != s.REDIS_SENTINEL_DB or (url_tls and not s.REDIS_SENTINEL_TLS)),
+        "REDIS_URL",
+        f"unused with REDIS_SENTINELS, yet it names database {url_db}"
+        f"{' over TLS' if url_tls else ''}: expected unset, with REDIS_SENTINEL_DB={url_db}"
+        f"{' and REDIS_SENTINEL_TLS=true' if url_tls else ''} for the Sentinels' primary",
     )
     rule(
         "RETRY_BASE_SECONDS RETRY_MAX_SECONDS",

@@ -23,6 +23,7 @@ from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.cli_bulk import bulk_options, run_bulk
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_REDIS, Context, emit, json_option, run
 from ledgerctl.terminal import iso, rows_table, say
+from workers.supervise import supervise
 from workers.sweeper import run_forever, sweep_once
 
 
@@ -142,9 +143,12 @@ def resolve(
 @click.pass_obj
 def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
     """Re-enqueue lost jobs, due retries and expired leases; surface interrupted payments."""
+    if loop:  # in a child process, started again if it ends (workers/supervise.py)
+        s = ctx.settings  # checked once, here: a wrong setting is not worth a restart
+        sys.exit(
+            supervise("sweeper", lambda: run_forever(Attempts(ctx.redis, s), s.SWEEP_INTERVAL))
+        )
     attempts = Attempts(ctx.redis, ctx.settings)
-    if loop:
-        run_forever(attempts, ctx.settings.SWEEP_INTERVAL)
     done = dict(run(lambda: sweep_once(attempts)))
     if as_json:
         emit(done, True)

@@ -1,7 +1,7 @@
 """What every ``webhook-ledger`` command shares: settings and Redis, ``--json``, output and
 exit codes (0 ok, 1 not there or not in that state, or for ``reconcile`` events missing and
-not recorded, 2 usage or a wrong setting, 3 Redis unreachable, 4 Stripe's API refused or
-could not be reached)."""
+not recorded, 2 usage or a wrong setting, 3 Redis unreachable or a write not confirmed by
+LEDGER_MIN_REPLICAS replicas, 4 Stripe's API refused or could not be reached)."""
 
 import sys
 from collections.abc import Callable
@@ -18,6 +18,7 @@ from ledger.connection import connect
 from ledger.deliveries import LedgerUnavailable
 from ledger.read.base import to_json
 from ledger.redact import redact
+from ledger.replication import NotReplicated
 from ledgerctl.terminal import say, show
 
 EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
@@ -60,9 +61,13 @@ def emit(data: object, as_json: bool, *text: RenderableType) -> None:
 
 
 def run(fn: Callable[[], T]) -> T:
-    """``fn()``; an unreachable Redis ends the command with exit code 3."""
+    """``fn()``; an unreachable Redis, or a write fewer than LEDGER_MIN_REPLICAS replicas
+    confirmed, ends the command with exit code 3."""
     try:
         return fn()
+    except NotReplicated as exc:
+        say(Text("Not confirmed by the replicas:", "red"), redact(str(exc)))
+        sys.exit(EXIT_REDIS)
     except (RedisError, LedgerUnavailable) as exc:
         say(Text("Redis unreachable:", "red"), redact(str(exc)))
         sys.exit(EXIT_REDIS)

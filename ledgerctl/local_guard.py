@@ -2,8 +2,11 @@
 ports free, its Redis data folder its own; and whether the server answering /readyz is its
 own, not another stack's on the same port.
 
-A data folder is held with ``flock`` on the folder itself by the launcher's process (the
-descriptor is not inherited by its children), for as long as the launcher runs: a second
+A data folder is held with ``flock`` on the folder itself. The lock belongs to the open
+descriptor, which the launcher passes on to every process of its stack (``held()``):
+redis-server, gunicorn, the workers and the sweeper each keep it open, so the folder stays
+held for as long as any of them lives, also when the launcher itself was killed (a closed
+terminal, ``kill -9`` of its process group) and they run on in their own sessions. A second
 stack pointed at the same folder, on any port, is refused before its Redis could open the
 first one's append-only file.
 """
@@ -41,12 +44,43 @@ def hold(folder: Path) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        owner = _read_owner(folder)
-        by = f"scripts/run.sh pid {owner}" if owner else "another scripts/run.sh"
-        return f"{folder}: data folder held by {by}; stop that stack or use another checkout"
+        return refusal(folder)
     _held.append(fd)
     (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")
     return None
+
+
+def held() -> tuple[int, ...]:
+    """The descriptors of the folders this process holds, for its children to keep open."""
+    return tuple(_held)
+
+
+def refusal(folder: Path) -> str:
+    """Why ``folder`` cannot be used, in one line: the stack holding it, or, when its
+    launcher is gone, the processes of it still running."""
+    owner = _read_owner(folder)
+    if owner is None or Path(f"/proc/{owner}").exists():
+        by = f"scripts/run.sh pid {owner}" if owner else "another scripts/run.sh"
+        return f"{folder}: data folder held by {by}; stop that stack or use another checkout"
+    pids = ", ".join(f"{pid} ({name})" for pid, name in holders(folder)) or "unknown"
+    return (
+        f"{folder}: data folder held by the processes of scripts/run.sh pid {owner}, which"
+        f" is gone: {pids}; stop them or use another checkout"
+    )
+
+
+def holders(folder: Path) -> list[tuple[int, str]]:
+    """Processes (of this user: /proc tells no more) with ``folder`` itself open."""
+    target = str(folder.resolve())
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == target for fd in fd_dir.iterdir()):
+                name = (fd_dir.parent / "comm").read_text().strip()
+                found.append((int(fd_dir.parent.name), name))
+        except OSError:
+            continue  # gone, or another user's
+    return sorted(found)
 
 
 def _read_owner(folder: Path) -> str | None:

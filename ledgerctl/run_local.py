@@ -15,6 +15,7 @@ process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the sam
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import secrets
@@ -31,6 +32,7 @@ from pathlib import Path
 from honcho.environ import expand_processes, parse_procfile
 from honcho.manager import Manager
 from honcho.printer import Message, Printer
+from honcho.process import Popen, Process
 
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
@@ -167,28 +169,23 @@ def refusals(env: Mapping[str, str], local: Local, topology: ha.Topology | None)
     return [held] if held else local_guard.taken_ports(ports)
 
 
-# A worker whose call outlives its hard deadline is ended by its watchdog (exit code 1,
-# workers/deadline.py) and a platform's process manager starts it again; honcho would stop
-# the whole stack instead, so the local stack restarts it (any other exit code ends it).
-WORKER = "exec fulfilment-worker"
-RESTARTED_WORKER = (
-    'while :; do fulfilment-worker; code=$?; [ "$code" = 1 ] || exit "$code"; '
-    'echo "fulfilment-worker exited 1 (a call past its deadline?): starting it again" >&2; '
-    "sleep 1; done"
-)
-
-
 def processes(replicated: bool) -> dict[str, str]:
-    """The Procfile's processes, the worker restarted when its watchdog ends it; ``--ha``:
-    Procfile.ha's Redis nodes and Sentinels instead of the Procfile's single redis."""
+    """The Procfile's processes (the worker and the sweeper start their work again when it
+    ends: workers/supervise.py); ``--ha``: Procfile.ha's Redis nodes and Sentinels instead of
+    the Procfile's single redis."""
     app = parse_procfile(Path("Procfile").read_text()).processes
-    if WORKER not in app["worker"]:
-        raise RuntimeError(f"the Procfile's worker line no longer ends with {WORKER!r}")
-    app["worker"] = app["worker"].replace(WORKER, RESTARTED_WORKER)
     if not replicated:
         return app
     nodes = parse_procfile(Path("Procfile.ha").read_text()).processes
     return {**nodes, **{name: cmd for name, cmd in app.items() if name != "redis"}}
+
+
+def holding(process: Process) -> None:
+    """The process keeps the stack's data folder held while it runs: it is started with the
+    lock's descriptor open (honcho's Popen closes every other), as its exec'd program is
+    (redis-server, gunicorn and its workers, the workers, the sweeper), so the folder stays
+    held as long as one of them lives, the launcher killed or not (ledgerctl/local_guard.py)."""
+    process._child_ctor = functools.partial(Popen, pass_fds=local_guard.held())
 
 
 def say(manager: Manager, text: str) -> None:
@@ -224,11 +221,11 @@ def main() -> None:
     manager = Manager(Printer(output))
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(processes(replicated), concurrency=concurrency, env=env):
-        manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env)
+        holding(manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env))
     if args.stripe_cli:
         forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
         for name, command in stripe_listen.processes(env, forward_to).items():
-            manager.add_process(name, command, env=env)
+            holding(manager.add_process(name, command, env=env))
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()
     manager.loop()

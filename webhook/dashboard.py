@@ -22,6 +22,7 @@ from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
 from ledger.read.stats import Minute
+from ledger.replication import NotReplicated
 from webhook.http import (
     PROBLEM_STATUS,
     BadArgument,
@@ -197,7 +198,11 @@ def gate_page() -> str:
 def pause_or_resume(action: str) -> WerkzeugResponse:
     if not csrf_ok():
         abort(403)
-    change_pause(action, operator("dashboard"))
+    try:
+        change_pause(action, operator("dashboard"))
+    except NotReplicated as exc:
+        f = fulfilment.status(get_redis(), current_settings())
+        return Response(render_template("ops/fulfilment.html", f=f, unconfirmed=exc), 503)
     return redirect(url_for("dashboard.gate_page"), code=303)
 
 

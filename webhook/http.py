@@ -31,6 +31,7 @@ PROBLEM_STATUS = {
     "not_found": 404,
     "refused": 409,
     "attempt_may_still_be_running": 409,
+    "not_replicated": 503,
 }
 
 

@@ -25,6 +25,7 @@ from ledger.read.reconcile import ReconcileList
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Series, Summary
+from ledger.replication import NotReplicated
 from webhook.http import (
     BadArgument,
     change_pause,
@@ -198,7 +199,10 @@ def api_fulfilment() -> Response:
 def api_pause(action: str) -> Response:
     if not csrf_ok():
         return csrf_refused()
-    return view_response(change_pause(action, operator("ops")))
+    try:
+        return view_response(change_pause(action, operator("ops")))
+    except NotReplicated as exc:
+        return problem_response(Problem(error="not_replicated", message=str(exc)))
 
 
 @api_bp.post("/bulk/<any(retry, resolve):action>")

@@ -6,9 +6,11 @@ already bounds a request's line and headers by its keep-alive timeout; here the 
 whole within BODY_READ_TIMEOUT before the app runs, and HTTP that gunicorn's parser refuses
 is answered with the app's own counted JSON rejection instead of an HTML page. No client
 keeps its slots for long (webhook/connections.py): any 4xx closes its connection, a
-connection carries a bounded number of requests for a bounded time, one address holds at
-most CONNECTIONS_PER_ADDRESS, and at the cap the oldest idle or slow connection gives way to
-a new one. Why gevent, and the capacity: docs/WEB.md, "Slow and malformed HTTP".
+connection carries a bounded number of requests for a bounded time, an answer must be taken
+within ANSWER_WRITE_TIMEOUT, one address holds at most CONNECTIONS_PER_ADDRESS, and at the
+cap the oldest idle, slow or unread connection gives way to a new one. A connection whose
+client pipelines requests waits its turn between them, as a new one does. Why gevent, and
+the capacity: docs/WEB.md, "Slow and malformed HTTP".
 """
 
 import io
@@ -22,7 +24,7 @@ from gunicorn import util
 from gunicorn.http import errors
 from gunicorn.workers.ggevent import GeventWorker
 
-from webhook.connections import APP, IDLE, Connections, Limits, headroom
+from webhook.connections import APP, IDLE, WRITE, Connections, Limits, headroom
 from webhook.exceptions import Rejected
 
 if TYPE_CHECKING:
@@ -107,6 +109,9 @@ class WholeBodies:
         self.app, self.reject, self.connections = app, reject, connections
         settings = app.extensions["settings"]  # as webhook/store.py keeps them
         self.limit, self.seconds = settings.MAX_BODY_BYTES, settings.BODY_READ_TIMEOUT
+        self.write_seconds: float = settings.ANSWER_WRITE_TIMEOUT
+        self.deadlines: dict[Any, Any] = {}
+        """The write deadline of each connection whose answer is being written."""
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         key = gevent.getcurrent()
@@ -116,7 +121,20 @@ class WholeBodies:
                 self.connections.close_after(key)
             return start_response(status, headers, exc_info)
 
-        return self.whole(environ, start)
+        answer = self.whole(environ, start)
+        # gunicorn writes the answer once this returns: from here the connection may be
+        # shed, and is at its deadline (a client that never reads would block it for ever).
+        self.connections.enter(key, WRITE)
+        deadline = gevent.get_hub().loop.timer(self.write_seconds)
+        deadline.start(self.connections.write_expired, key)
+        self.deadlines[key] = deadline
+        return answer
+
+    def written(self, key: Any) -> None:
+        """The answer is written (or the request ended another way): no deadline."""
+        deadline = self.deadlines.pop(key, None)
+        if deadline is not None:
+            deadline.close()
 
     def whole(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         stream = environ["wsgi.input"]
@@ -167,6 +185,7 @@ class Worker(GeventWorker):
                 settings.REQUESTS_PER_CONNECTION,
                 settings.CONNECTION_LIFETIME,
                 settings.TRUSTED_PROXIES,
+                settings.CONNECTIONS_PER_ADDRESS_IPV6_PREFIX,
             )
         )
         self.wsgi = WholeBodies(self.flask, receiver.reject, self.connections)
@@ -192,13 +211,19 @@ class Worker(GeventWorker):
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
         key = gevent.getcurrent()
-        self.connections.start_request(key, req)
+        conn = self.connections.start_request(key, req)
+        if conn is not None and conn.requests > 1:
+            # Pipelined requests are parsed from a buffer and their answers written without
+            # blocking, so without this a client pipelining hundreds of requests would hold
+            # the process for all of them while every other connection waits.
+            gevent.sleep(0)
         try:
             super().handle_request(listener_name, req, sock, addr)
         except StopIteration:  # how gunicorn's async worker closes a connection
             close_unread(req, sock)
             raise
         finally:
+            self.wsgi.written(key)
             self.connections.enter(key, IDLE)
         if close_unread(req, sock):
             raise StopIteration()

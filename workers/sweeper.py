@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from typing import NoReturn
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -98,7 +99,7 @@ def mark_schedule(attempts: Attempts) -> None:
     attempts.redis.hset(keys.SWEEPER, "reconcile_ms", interval_ms)
 
 
-def run_forever(attempts: Attempts, interval: float) -> None:
+def run_forever(attempts: Attempts, interval: float) -> NoReturn:
     """Sweep every ``interval`` seconds until killed; Redis outages are waited out."""
     scheduled = Reconciling(attempts) if attempts.settings.RECONCILE_INTERVAL > 0 else None
     watch = clock_watch(attempts)

@@ -5,13 +5,16 @@ RQ's work loop waits out a lost connection while it waits for a job, but quits o
 anywhere else: a job's bookkeeping sent to a primary that just died, a demoted primary
 releasing a blocked pop (``UNBLOCKED``), a write refused for want of replicas
 (``NOREPLICAS``). This process then starts a fresh worker on the same client, whose next
-connection asks the Sentinels again. ``rq worker -c workers.rq_config`` (the single-node
-Procfile) is the same worker without that loop; both check the settings and resolve the
-fulfilment action before they start (workers/actions.py ``settings_or_exit``).
+connection asks the Sentinels again. The worker runs in a child process, started again
+when it ends unasked (its watchdog ends it when a call will not stop): workers/supervise.py.
+``rq worker -c workers.rq_config`` is the same worker without either loop; both check the
+settings and resolve the fulfilment action before they start (workers/actions.py
+``settings_or_exit``).
 """
 
 import logging
 import signal
+import sys
 import time
 from types import FrameType
 
@@ -24,7 +27,9 @@ from rq.worker import SimpleWorker
 
 from ledger.connection import connect
 from ledger.redact import redact
+from ledger.settings import Settings
 from workers.actions import settings_or_exit
+from workers.supervise import supervise
 
 log = logging.getLogger("workers.worker")
 
@@ -77,10 +82,16 @@ def pause() -> None:
 def main(queues: tuple[str, ...], burst: bool) -> None:
     """Work the fulfilment queue (QUEUE_NAME, or QUEUES) until stopped."""
     logging.basicConfig(level=logging.INFO)
-    s = settings_or_exit()
+    s = settings_or_exit()  # once, here: a wrong setting is not worth a restart
+    sys.exit(supervise("fulfilment-worker", lambda: work(s, queues or (s.QUEUE_NAME,), burst)))
+
+
+def work(s: Settings, queue_names: tuple[str, ...], burst: bool) -> int:
+    """The supervised process: workers one after another until stopped (or burst done)."""
     redis = connect(s)  # RQ's own; the jobs build theirs (workers.jobs.context)
-    while not work_once(redis, queues or (s.QUEUE_NAME,), burst):
+    while not work_once(redis, queue_names, burst):
         pause()
+    return 0
 
 
 if __name__ == "__main__":

@@ -21,10 +21,12 @@ if record and FINISHED[cjson.decode(record)['outcome']] then
   redis.call('HSET', pay, 'attempt:' .. token, record)  -- written again for WAIT (prelude)
   return reply{verdict = 'already', state = state}  -- a client retry of this same call
 end
--- A late receipt for the same token after its lease expired still proves the effect (also
--- after a person re-queued it, as long as no newer attempt has started).
-local late = (state == 'interrupted' or state == 'queued') and current == token
-  and outcome == 'fulfilled'
+-- A late receipt for the same token after its lease expired still proves the effect,
+-- whatever happened to the payment since, as long as no newer attempt has started (the
+-- token would have moved on): interrupted; re-queued (by a person or the sweeper), then
+-- deferred by the gate (retrying), held for its purchase or failed by lost jobs.
+local late = current == token and outcome == 'fulfilled'
+  and state ~= 'in_progress' and state ~= 'fulfilled'
 -- Likewise the worker's word that it never called (it stalled past the call's window after
 -- its fence): the interruption its own lease expiry caused is lifted, nothing was applied.
 local idle = state == 'interrupted' and current == token and outcome == 'not_called'
@@ -51,7 +53,10 @@ if fulfilled then
   local latency = now - tonumber(redis.call('HGET', pay, 'paid_at') or now)
   redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
   -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
-  redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen')
+  local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
+  if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
+  redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
+    'next_at', 'waiting')
   redis.call('HINCRBY', STATS, 'effects', 1)
   local bucket = 'le:inf'
   for _, bound in ipairs(LATENCY_BUCKETS_MS) do

@@ -172,6 +172,30 @@ def test_reordering_the_secrets_keeps_their_labels(config, redis, rng, labels) -
     }
 
 
+@pytest.mark.parametrize(
+    ("peer", "recorded"),
+    [
+        ("::ffff:10.0.0.7", "203.0.113.9"),  # the proxy through a dual-stack socket
+        ("10.0.0.7", "203.0.113.9"),
+        ("::ffff:192.0.2.4", "192.0.2.4"),  # not a proxy: its header ignored, IPv4 kept
+    ],
+)
+def test_a_rejection_records_the_client_a_trusted_proxy_names(
+    config, redis, peer: str, recorded: str
+) -> None:
+    """TRUSTED_PROXIES lists IPv4 networks; a dual-stack listener reports an IPv4 peer as
+    ``::ffff:a.b.c.d``: the same proxy, so its X-Forwarded-For names the client."""
+    from webhook import create_app
+
+    app = create_app({**config, "TRUSTED_PROXIES": "10.0.0.0/8"})
+    app.test_client().post(
+        "/webhooks/stripe", data=b"{}",
+        headers={"Content-Type": "application/json", "X-Forwarded-For": "203.0.113.9"},
+        environ_base={"REMOTE_ADDR": peer},
+    )  # fmt: skip
+    assert json.loads(redis.lindex(keys.REJECTIONS, 0))["remote"] == recorded
+
+
 def test_accepted_delivery_answer(client, redis, rng) -> None:
     event, body = paid_event(rng)
     first = post(client, body, signed_headers(body))

@@ -65,6 +65,8 @@ def drive(ledger: Ledger, attempts: Attempts, gate: Gate, rng: random.Random) ->
     attempts.mark_calling(pk, start.token)
     gate.report(pk, start.token, Health("down", sent=False), "refused")
     attempts.finish(pk, start.token, "interrupted", "reset", 12.0)
+    gate.pause("test", "hostile")
+    gate.resume("test")
     gate.release()
     attempts.recover(pk)
     attempts.record_decision(pk, "fulfilled", ("interrupted",), "test")
@@ -113,6 +115,8 @@ SCRIPTS = (
     "gate",
     "breaker",
     "release",
+    "pause",
+    "resume",
 )
 
 

@@ -4,9 +4,10 @@ Hypothesis drives the real Lua scripts on a real Redis (the shipped config: appe
 fsync always) through their Python API: deliveries of any event of a few payments (copies,
 any order, the same id with other bytes), workers that start, fence, call a downstream,
 finish with any outcome (the downstream down included, which the shared circuit breaker
-counts), die, or stall and come back with an old token, time moving past leases and
-cool-downs, the sweeper, a person's decisions, pausing and resuming fulfilment, and Redis
-restarted from its append-only file.
+counts), die, or stall and come back with an old token (a success among them, after a
+person's retry and the gate's deferral), time moving past leases and cool-downs, the
+sweeper, a person's decisions, pausing and resuming fulfilment, and Redis restarted from
+its append-only file.
 After every step the invariants of docs/LEDGER.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
@@ -144,6 +145,8 @@ class Protocol(RuleBasedStateMachine):
         self.tokens: dict[str, int] = {}
         self.last_state: dict[str, str] = {}
         self.person_acted: set[str] = set()
+        self.calls_at_success: dict[str, int] = {}  # a current attempt's success: calls then
+        self.proved: set[str] = set()  # lifted by its own attempt's late receipt this step
         self.restarts = 0
         self.steps = 0
         self.checks = 0
@@ -319,6 +322,49 @@ class Protocol(RuleBasedStateMachine):
         else:
             self.gate.resume("person")
 
+    @rule(slot=st.integers(0, WORKERS - 1), deferred=st.booleans())
+    def late_success_after_a_person_retried(self, slot: int, deferred: bool) -> None:
+        """A worker (this one, or one that takes the next job) calls, it applies, and stalls
+        before it finishes, past its lease: the sweeper finds the payment interrupted
+        (replay-safe: retrying, the same token). A person who does not see the effect yet (a
+        downstream that shows it later) resolves it --retry, the gate defers the re-queued job
+        (a pause, resumed after); then the stalled worker's success arrives. It proves the
+        effect: kept, and the payment is never called again."""
+        if self.workers[slot] is None and None in self.workers:
+            slot = self.workers.index(None)
+            self.worker_takes_a_job()
+        taken = self.workers[slot]
+        if taken is not None and taken.fenced_at is None:
+            self.worker_fences(slot)
+        w = self.workers[slot]
+        if w is None or w.fenced_at is None:
+            return
+        if not w.outcome:
+            self.worker_calls(slot, "ok", True)
+        if self.workers[slot] is None or w.outcome != "ok":
+            return  # past its call window it did not call; or it had called otherwise
+        self.time_passes(LEASE_MS + 1)
+        self.sweeper_runs()
+        pk = w.payment
+        if self.current_token(pk) != w.token:
+            return
+        if self.state(pk) == "interrupted":
+            verdict, _ = self.attempts.record_decision(pk, "retry", ("interrupted",), "person")
+            if verdict != "ok":
+                return  # its process may still be in the call: the person waits
+            self.person_acted.add(pk)
+        paused = deferred and self.state(pk) == "queued" and not self.redis.exists(keys.PAUSE)
+        if paused:
+            self.gate.pause("person", "model")
+            job_id = self.take_the_job_of(pk)
+            assert job_id and self.gate.admit(pk, job_id, park_rate=True).verdict == "wait"
+            TALLY["late_success_deferred"] += 1
+        before = self.state(pk)
+        self.worker_finishes(slot)
+        assert self.state(pk) == "fulfilled", f"{pk}: a late success was lost in {before}"
+        if paused:
+            self.gate.resume("person")
+
     @precondition(lambda self: self.restarts < 2)
     @rule()
     def redis_restarts_from_its_aof(self) -> None:
@@ -354,6 +400,15 @@ class Protocol(RuleBasedStateMachine):
         for ids in self.purchases:
             with_effect = sorted(pk for pk in ids if self.applied[pk])
             assert len(with_effect) <= 1, f"one purchase, effects under {with_effect}"
+
+    @invariant()
+    def a_success_is_never_followed_by_another_call(self) -> None:
+        """The success of a payment's current attempt is kept, however late it arrives (after
+        its lease expired, a person's retry, the gate's deferral): no call follows it."""
+        if not hasattr(self, "calls_at_success"):
+            return
+        for pk, n in self.calls_at_success.items():
+            assert self.calls[pk] == n, f"{pk}: called again after its current attempt succeeded"
 
     @invariant()
     def only_paid_payments_are_called(self) -> None:
@@ -405,13 +460,14 @@ class Protocol(RuleBasedStateMachine):
             now, was = self.state(pk), self.last_state.get(pk)
             if was == "fulfilled":
                 assert now == "fulfilled", f"{pk}: fulfilled became {now}"
-            if was in ("failed", "held") and pk not in self.person_acted:
+            if was in ("failed", "held") and pk not in self.person_acted | self.proved:
                 assert now == was, f"{pk}: {was} became {now} without a person"
             if was == "interrupted" and pk not in self.person_acted:
                 # Only its own attempt may lift it: a late receipt, or its word it never called.
                 assert now in ("interrupted", "fulfilled", "retrying"), f"{pk}: became {now}"
             self.last_state[pk] = now
         self.person_acted.clear()
+        self.proved.clear()
 
     # --- liveness ------------------------------------------------------------------------
 
@@ -446,6 +502,7 @@ class Protocol(RuleBasedStateMachine):
         waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
         assert waiting <= attention, waiting - attention
         self.one_effect_per_payment()
+        self.a_success_is_never_followed_by_another_call()
         self.tally_the_gate()
 
     def tally_the_gate(self) -> None:
@@ -463,10 +520,25 @@ class Protocol(RuleBasedStateMachine):
         assert w is not None
         stale = self.current_token(w.payment) != w.token
         before = self.payment_core(w.payment)
-        self.attempts.finish(w.payment, w.token, outcome, f"model {outcome}", 1.0)
+        was = self.state(w.payment)
+        verdict, _ = self.attempts.finish(w.payment, w.token, outcome, f"model {outcome}", 1.0)
         if stale:
             assert self.payment_core(w.payment) == before, "a stale token changed state"
+        elif outcome == "fulfilled":
+            self.calls_at_success.setdefault(w.payment, self.calls[w.payment])
+            if verdict == "fulfilled" and was != "in_progress":
+                self.proved.add(w.payment)
+                TALLY["late_receipts"] += 1
         self.workers[slot] = None
+
+    def take_the_job_of(self, pk: str) -> str | None:
+        """A worker takes the queued job of payment ``pk`` (another job may come first)."""
+        queue = keys.rq_queue(self.settings.QUEUE_NAME)
+        for raw in self.redis.lrange(queue, 0, -1):
+            if Job.fetch(raw.decode(), connection=self.redis).args[0] == pk:
+                self.redis.lrem(queue, 1, raw)
+                return raw.decode()
+        return None
 
     def possible_duplicate_of_its_purchase(self, pk: str) -> bool:
         """Held as a possible duplicate (no tie yet) of another record of its own purchase:
@@ -739,3 +811,43 @@ def test_an_outage_walked_by_hand_opens_probes_and_closes_the_breaker(
     assert record is not None and record.attempts_started == 4  # 1 counted, 3 refunded
     m.one_effect_per_payment()
     m.teardown()
+
+
+@pytest.mark.parametrize("deferred", [True, False])
+def test_a_late_success_after_a_person_retried_is_kept(
+    protocol_redis: RedisServer, deferred: bool
+) -> None:
+    """Regression: finish_attempt took a late receipt only in interrupted or queued. A
+    person's resolve --retry re-queued the payment, the gate deferred its job while paused
+    (retrying, no new token), the stalled worker's success then arrived and was refused as
+    stale, and after the resume the payment was called again: two effects."""
+    m, pk = taken_by_a_worker(protocol_redis, seed=5)
+    m.late_success_after_a_person_retried(0, deferred)
+    assert (
+        m.person_acted == {pk} and m.redis.hget(keys.payment(pk), "resolved_from") == b"interrupted"
+    )
+    assert m.state(pk) == "fulfilled" and m.calls[pk] == 1
+    assert m.redis.hget(keys.payment(pk), "waiting") is None
+    assert m.redis.zscore(keys.waiting("paused"), pk) is None  # no longer shown as waiting
+    m.person_pauses_or_resumes(False)
+    m.teardown()  # time, sweeps and workers until every payment ends
+    assert m.calls[pk] == 1 and m.applied[pk] == 1
+
+
+def test_a_late_success_after_its_lease_expired_is_kept(protocol_redis: RedisServer) -> None:
+    """The same receipt with no person involved: a replay-safe attempt's lease expires while
+    its worker is stalled after its call (retrying, the same token); its success is kept
+    rather than refused and the payment called again."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=6, replay_safe=True)
+    paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
+    m.deliver(paid)
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None
+    m.late_success_after_a_person_retried(0, deferred=False)  # no person: retrying
+    assert m.state(worker.payment) == "fulfilled" and not m.person_acted
+    m.teardown()
+    assert m.calls[worker.payment] == 1

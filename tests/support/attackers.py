@@ -143,3 +143,59 @@ class Attack:
                 sock.close()
             self.connections.clear()
             self.selector.close()
+
+
+PIPELINED = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+class Pipelining:
+    """``count`` connections to ``port`` from ``source`` that pipeline requests as fast as
+    the server takes them and never read an answer, each reconnecting at once when the
+    server closes it: a client that keeps its connections busy in the answer's write."""
+
+    def __init__(self, port: int, count: int, source: str) -> None:
+        self.port, self.count, self.source = port, count, source
+        self.selector = selectors.DefaultSelector()
+        self.connections: set[socket.socket] = set()
+        self.opened = self.sent = 0
+        self.stop = threading.Event()
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.bind((self.source, 0))
+        if sock.connect_ex(("127.0.0.1", self.port)) not in (0, errno.EINPROGRESS):
+            sock.close()
+            return
+        self.connections.add(sock)
+        self.selector.register(sock, selectors.EVENT_WRITE)
+        self.opened += 1
+
+    def drop(self, sock: socket.socket) -> None:
+        self.selector.unregister(sock)
+        self.connections.discard(sock)
+        sock.close()
+
+    def run(self) -> None:
+        burst = PIPELINED * 64
+        while not self.stop.is_set():
+            while len(self.connections) < self.count:
+                self.connect()
+            for key, _ in self.selector.select(timeout=0.05):
+                sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                try:
+                    self.sent += sock.send(burst) // len(PIPELINED)
+                except BlockingIOError:
+                    continue
+                except OSError:  # closed by the server (after its last request, or shed)
+                    self.drop(sock)
+
+    @contextmanager
+    def running(self) -> Iterator["Pipelining"]:
+        try:
+            with in_background(self.run, self.stop):
+                yield self
+        finally:
+            for sock in list(self.connections):
+                self.drop(sock)
+            self.selector.close()

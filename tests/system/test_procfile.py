@@ -8,6 +8,7 @@ import random
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,3 +128,96 @@ def test_the_redis_line_runs_with_its_defaults_in_the_app_directory(tmp_path: Pa
         assert (app / "var" / "redis").is_dir()  # made by the line itself
     finally:
         started.stop()
+
+
+HOLD_THE_LOCK = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("CREATE TABLE IF NOT EXISTS orders (payment_key TEXT PRIMARY KEY, token INTEGER)")
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()  # until the test says so
+db.execute("COMMIT")
+"""
+
+
+def test_the_readmes_honcho_command_keeps_web_up_when_a_worker_is_ended(
+    tmp_path: Path, redis: Redis, redis_server: RedisServer
+) -> None:
+    """``honcho start web worker sweeper`` (the README's command): a call stuck in C code
+    (SQLite waiting for a lock another process holds) past its deadline ends its worker
+    process (workers/deadline.py). honcho stops every process when one ends; the worker line
+    starts its work again instead (workers/supervise.py), so web keeps answering Stripe and
+    the next payment is fulfilled."""
+    shop = tmp_path / "shop.sqlite3"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(shop)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    app = app_dir(tmp_path)
+    port = free_port()
+    env = {
+        "PATH": f"{BIN}{os.pathsep}/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),  # the stubborn action is in tests/support
+        "REDIS_URL": redis_server.url,
+        "STRIPE_WEBHOOK_SECRET": SECRET,
+        "OPS_TOKEN": OPS_TOKEN,
+        "HOST": "127.0.0.1",
+        "WEB_CONCURRENCY": "1",
+        "FULFILMENT_ACTION": "tests.support.broken_actions:insert_order",
+        "SHOP_DB": str(shop),
+        "FULFILMENT_TIMEOUT": "1",
+        "FULFILMENT_KILL_MARGIN_SECONDS": "0.5",
+        "LEASE_SECONDS": "4",
+    }
+    log = app / "honcho.log"
+    with open(log, "wb") as out:
+        honcho = subprocess.Popen(
+            [str(BIN / "honcho"), "start", "-p", str(port), "web", "worker", "sweeper"],
+            cwd=app, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert honcho.poll() is None, log.read_text(errors="replace")
+        try:
+            return requests.get(f"{base}/readyz", timeout=5).ok
+        except requests.ConnectionError:
+            return False
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        wait_until(up, 60, 0.2, what="/readyz")
+        stuck = deliver_live_payment(base, random.Random(21))
+        wait_until(lambda: "Timeout" in log.read_text(errors="replace"), 60, what="the watchdog")
+
+        def interrupted() -> bool:
+            assert honcho.poll() is None, log.read_text(errors="replace")  # web went too
+            record = payments.payment(redis, stuck)
+            return record is not None and record.state == "interrupted"
+
+        wait_until(interrupted, 60, 0.2, what=f"{stuck} interrupted")
+        holder.communicate(b"go\n", timeout=10)
+        assert up()
+        key = deliver_live_payment(base, random.Random(22))  # web still answers Stripe
+
+        def fulfilled() -> bool:
+            assert honcho.poll() is None, log.read_text(errors="replace")
+            record = payments.payment(redis, key)
+            return record is not None and record.state == "fulfilled"
+
+        wait_until(fulfilled, 60, 0.2, what=f"{key} fulfilled by a new worker")
+        with sqlite3.connect(shop) as db:
+            assert db.execute("SELECT payment_key FROM orders").fetchall() == [(key,)]
+        assert "its process ended with exit code 1; starting another" in log.read_text()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if honcho.poll() is None:
+            honcho.send_signal(signal.SIGTERM)  # honcho stops every process it started
+        try:
+            honcho.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(honcho.pid, signal.SIGKILL)
+            honcho.wait(30)

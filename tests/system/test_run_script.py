@@ -244,3 +244,46 @@ def test_a_second_stack_sharing_var_is_refused_and_the_first_keeps_its_data(
         assert port_in_use(f"127.0.0.1:{port}") is None  # nothing of the second listened
     assert ready(web)
     first.ctrl_c_stops_everything()
+
+
+def name_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_the_data_folder_stays_held_while_a_process_of_the_stack_lives(
+    run_sh, checkout: Path
+) -> None:
+    """``kill -9`` of the launcher's process group (a terminal closed hard): redis-server,
+    gunicorn, the workers and the sweeper run on in their own sessions. They keep the data
+    folder held, so a second copy on other ports is refused, naming the folder and the
+    processes still holding it, instead of running a second Redis on the first one's
+    append-only file."""
+    first, _ = run_sh()
+    wait_until(lambda: "ready:" in first.log.read_text(), 30, what="the ready line")
+    pids = descendants(first.proc.pid)  # once orphaned they are no longer found below it
+    second: Running | None = None
+    try:
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(30)
+        (redis_pid,) = [pid for pid in alive(pids) if name_of(pid) == "redis-server"]
+        aof = checkout / "var" / "redis" / "appendonlydir"
+        files = sorted(path.name for path in aof.iterdir())
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "OPS_"))}
+        env |= {"WEB_PORT": str(free_port()), "REDIS_PORT": str(free_port())}
+        (checkout / "out.log").rename(checkout / "first.log")
+        second = Running(checkout, "scripts/run.sh", env)
+        wait_until(lambda: second.proc.poll() is not None, 60, what="the second stack refused")
+        lines = second.log.read_text().splitlines()
+        assert second.proc.returncode == 2, lines
+        assert len(lines) == 1 and lines[0].startswith("var/redis: data folder held by"), lines
+        assert f"{redis_pid} (redis-server)" in lines[0]
+        assert sorted(path.name for path in aof.iterdir()) == files
+        assert alive([redis_pid]) == [redis_pid]
+    finally:
+        if second is not None:
+            second.kill_leftovers()
+        for pid in alive(pids):
+            os.kill(pid, signal.SIGKILL)

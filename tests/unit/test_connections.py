@@ -4,10 +4,20 @@ way near the cap, the per-address cap, trusted proxies, and how long a connectio
 import ipaddress
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
-from webhook.connections import APP, BODY, Connections, Limits, client_address
+from webhook.connections import (
+    APP,
+    BODY,
+    WRITE,
+    Connections,
+    Limits,
+    cap_key,
+    client_address,
+    is_trusted,
+)
 
 PROXY = (ipaddress.ip_network("10.0.0.0/8"),)
 
@@ -54,6 +64,37 @@ def test_at_the_cap_the_oldest_idle_or_slow_connection_gives_way(pairs) -> None:
     assert registry.serving() == 3 and len(registry.live) == 3
 
 
+def unread(sock: socket.socket) -> None:
+    """Fill the connection's send buffer: a client that never reads its answers."""
+    sock.setblocking(False)
+    try:
+        while sock.send(b"x" * 65536):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def test_a_connection_whose_answer_is_not_read_is_shed_at_the_cap_or_at_its_deadline(
+    pairs,
+) -> None:
+    registry = Connections(limits(cap=2))
+    a, _ = connect(pairs, registry, "a")
+    b, _ = connect(pairs, registry, "b")
+    registry.enter("a", WRITE)  # its client never reads: the write would block
+    registry.enter("b", APP)
+    unread(a.sock)
+    connect(pairs, registry, "c")
+    assert a.shed and not b.shed
+    with pytest.raises(BrokenPipeError):  # the blocked write fails at once
+        a.sock.send(b"answer")
+    registry.close("a")
+    registry.enter("b", WRITE)
+    registry.write_expired("b")  # its deadline passed before the cap was reached
+    assert b.shed and registry.serving() == 1
+    registry.write_expired("c")  # not writing: untouched
+    assert not registry.live["c"].shed
+
+
 def test_nothing_is_shed_while_every_connection_is_being_answered(pairs) -> None:
     registry = Connections(limits(cap=2))
     for key in "ab":
@@ -73,6 +114,41 @@ def test_one_address_holds_at_most_its_cap_and_trusted_proxies_are_exempt(pairs)
         assert connect(pairs, registry, key, "10.1.2.3")[0] is not None
     registry.close("a")
     assert connect(pairs, registry, "h")[0] is not None
+
+
+@pytest.mark.parametrize("prefix", [64, 48, 128])
+def test_ipv6_addresses_are_capped_by_their_prefix(pairs, prefix: int) -> None:
+    """Addresses of one /64 (by default) share the cap: a host given a /64 has more addresses
+    than anyone could cap one by one."""
+    registry = Connections(replace(limits(cap=10, per_address=2), ipv6_prefix=prefix))
+    assert connect(pairs, registry, "a", "2001:db8:1:2::1")[0] is not None
+    assert connect(pairs, registry, "b", "2001:db8:1:2::ffff")[0] is not None
+    same_64 = connect(pairs, registry, "c", "2001:db8:1:2:abcd::9")[0]
+    other_64 = connect(pairs, registry, "d", "2001:db8:1:3::1")[0]
+    other_48 = connect(pairs, registry, "e", "2001:db8:2::1")[0]
+    assert (same_64 is None, other_64 is None, other_48 is None) == {
+        64: (True, False, False),
+        48: (True, True, False),
+        128: (False, False, False),
+    }[prefix]
+
+
+def test_an_ipv4_mapped_address_is_its_ipv4_address(pairs) -> None:
+    """A dual-stack socket reports an IPv4 peer as ``::ffff:a.b.c.d``: it shares the IPv4
+    address's cap, and a trusted proxy is recognised either way."""
+    registry = Connections(limits(cap=10, per_address=2))
+    assert connect(pairs, registry, "a", "192.0.2.7")[0] is not None
+    assert connect(pairs, registry, "b", "::ffff:192.0.2.7")[0] is not None
+    assert connect(pairs, registry, "c", "::ffff:c000:207")[0] is None  # the same, refused
+    for key in "defg":  # a trusted proxy (10.0.0.0/8) through a dual-stack socket: exempt
+        conn = connect(pairs, registry, key, "::ffff:10.0.0.7")[0]
+        assert conn is not None and not conn.capped
+    listed_mapped = (ipaddress.ip_network("::ffff:10.9.0.0/120"),)
+    assert is_trusted("::ffff:10.9.0.1", listed_mapped) and is_trusted("10.0.0.1", PROXY)
+    assert not is_trusted("::ffff:10.9.1.1", listed_mapped)
+    assert cap_key("::ffff:192.0.2.7", 64) == "192.0.2.7"
+    assert cap_key("2001:db8::1", 64) == "2001:db8::/64"
+    assert cap_key("not-an-address", 64) == "not-an-address"
 
 
 class Request:
@@ -117,6 +193,11 @@ def test_a_rejection_closes_the_connection_after_its_answer(pairs) -> None:
         ("10.0.0.1", "not-an-address", "10.0.0.1"),
         ("10.0.0.1", None, "10.0.0.1"),
         ("10.0.0.1", " \u00e9, ", "10.0.0.1"),
+        # IPv4-mapped (a dual-stack socket's peer, or a hop written that way): IPv4
+        ("::ffff:10.0.0.1", "203.0.113.5", "203.0.113.5"),
+        ("10.0.0.1", "203.0.113.5, ::ffff:10.0.0.2", "203.0.113.5"),
+        ("10.0.0.1", "::ffff:203.0.113.5", "203.0.113.5"),
+        ("::ffff:192.0.2.9", "203.0.113.5", "192.0.2.9"),
     ],
 )
 def test_x_forwarded_for_is_believed_only_from_trusted_proxies(

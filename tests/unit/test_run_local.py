@@ -3,8 +3,6 @@ topology, their downstream files, a data folder held by one stack at a time, and
 server answers /readyz."""
 
 import os
-import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,32 +25,6 @@ def test_ha_runs_the_procfile_service_lines_beside_procfile_ha_nodes(
     assert set(replicated) == nodes | set(SERVICE)
     assert {name: replicated[name] for name in SERVICE} == {n: single[n] for n in SERVICE}
     assert "fulfilment-worker" in single["worker"]  # Sentinel-aware on either topology
-
-
-def test_the_local_worker_is_started_again_only_after_its_watchdog_ended_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Exit code 1 (the deadline's watchdog) starts the worker again; 0 (stopped) and 2
-    (refused settings) end the line, as honcho would see them."""
-    monkeypatch.chdir(ROOT)
-    runs = tmp_path / "runs"
-    codes = tmp_path / "codes"
-    codes.write_text("1\n1\n2\n")
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    for name, body in {
-        "webhook-ledger": "exit 0",
-        "fulfilment-worker": f"echo run >> {runs}; code=$(head -1 {codes}); "
-        f'sed -i 1d {codes}; exit "$code"',
-    }.items():
-        (stub / name).write_text(f"#!/bin/sh\n{body}\n")
-        (stub / name).chmod(stat.S_IRWXU)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}"}
-    line = processes(False)["worker"]
-    done = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2
-    assert runs.read_text().splitlines() == ["run"] * 3
-    assert done.stderr.count("starting it again") == 2
 
 
 def test_single_node_and_ha_keep_separate_downstream_files(tmp_path: Path) -> None:

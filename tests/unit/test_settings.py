@@ -2,6 +2,7 @@
 the value it got (secrets masked) and what is allowed. One case per setting; a setting
 added without a case fails test_every_setting_has_a_case."""
 
+import re
 import socket
 from dataclasses import fields
 from ipaddress import ip_network
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+import ledger
+import workers
 from ledger import setting_fields
 from ledger.ports import port_in_use
+from ledger.setting_fields import field_named
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
@@ -32,14 +36,17 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REDIS_SENTINEL_MASTER": ("ledger-eu", "ledger-eu", "my ledger", "letters, digits"),
     "REDIS_SENTINEL_PASSWORD": ("s3nt", "s3nt", "s3nt ", "without spaces around it"),
     "REDIS_PASSWORD": ("r3dis", "r3dis", "r3dis\n", "a token"),
+    "REDIS_SENTINEL_TLS": ("true", True, "maybe", "true or false"),
+    "REDIS_SENTINEL_DB": ("3", 3, "16", "from 0 to 15"),
     "LEDGER_MIN_REPLICAS": ("2", 2, "-1", "a whole number, from 0 to 100"),
-    "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, above 0 up to 300"),
+    "LEDGER_WAIT_TIMEOUT": ("0.5", 0.5, "0", "seconds, from 0.001 to 300"),
     "STRIPE_WEBHOOK_SECRET": ("whsec_a, whsec_b", ("whsec_a", "whsec_b"), "sk_test_abc", "whsec_"),
     "STRIPE_WEBHOOK_SECRET_LABELS": ("cli", ("cli",), "cli,,local", "one label per secret"),
     "STRIPE_WEBHOOK_TOLERANCE": ("0", 0, "abc", "a whole number of seconds, 0 or more"),
     "SECRET_RETIRE_AFTER_DAYS": ("14", 14, "0", "days, 1 or more"),
     "MAX_BODY_BYTES": ("1024", 1024, "1e6", "bytes, from 1 to 67108864"),
     "BODY_READ_TIMEOUT": ("2.5", 2.5, "-1", "seconds, above 0"),
+    "ANSWER_WRITE_TIMEOUT": ("2.5", 2.5, "301", "seconds, above 0 up to 300"),
     "EVENT_RETENTION_DAYS": ("7", 7, "0", "days, 1 or more"),
     "PAYMENT_RETENTION_DAYS": ("0", 0, "-30", "0 or more (0: keep)"),
     "OPS_TOKEN": (
@@ -63,10 +70,10 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
     "FULFILMENT_KILL_MARGIN_SECONDS": ("1", 1.0, "0", "above 0"),
     "MAX_ATTEMPTS": ("3", 3, "-1", "from 1 to 1000"),
-    "RETRY_BASE_SECONDS": ("0.1", 0.1, "nan", "above 0"),
-    "RETRY_MAX_SECONDS": ("60", 60.0, "0", "above 0"),
+    "RETRY_BASE_SECONDS": ("0.1", 0.1, "nan", "0.001 or more"),
+    "RETRY_MAX_SECONDS": ("60", 60.0, "0", "0.001 or more"),
     "BREAKER_THRESHOLD": ("0", 0, "1001", "from 0 to 1000 (0: off)"),
-    "BREAKER_COOLDOWN_SECONDS": ("0.5", 0.5, "0", "above 0 up to 3600"),
+    "BREAKER_COOLDOWN_SECONDS": ("0.5", 0.5, "0.0009", "from 0.001 to 3600"),
     "BREAKER_MAX_RETRY_AFTER_SECONDS": ("60", 60, "0", "from 1 to 86400"),
     "FULFILMENT_MAX_RATE": ("10", 10, "-1", "from 0 to 10000 (0: no limit)"),
     "QUEUED_GRACE_SECONDS": ("5", 5, "0", "1 or more"),
@@ -78,8 +85,9 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STUCK_QUEUED_SECONDS": ("60", 60, "soon", "1 or more"),
     "STRIPE_API_KEY": ("rk_live_abc", "rk_live_abc", "pk_live_abc", "sk_… or rk_…"),
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
-    "RECONCILE_INTERVAL": ("0", 0.0, "-5", "0 or more (0: never)"),
+    "RECONCILE_INTERVAL": ("0", 0.0, "0.0004", "0 (never) or 0.001 or more"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
+    "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
     "CONNECTION_LIFETIME": ("2.5", 2.5, "0", "above 0 up to 86400"),
     "TRUSTED_PROXIES": (
@@ -167,6 +175,42 @@ def test_an_empty_value_means_the_default() -> None:
     assert load({"MAX_ATTEMPTS": "", "REDIS_URL": "", "FULFIL_CONNECT": ""}) == Settings()
 
 
+def in_milliseconds() -> set[str]:
+    """The settings the code turns into whole milliseconds (``NAME * 1000``) for Redis or a
+    Lua script, found in the source of ledger/ and workers/."""
+    names = {f.name for f in fields(Settings)}
+    found: set[str] = set()
+    for package in (ledger, workers):
+        for path in Path(package.__file__).parent.rglob("*.py"):
+            found.update(re.findall(r"\b([A-Z][A-Z0-9_]+)\s*\*\s*1000\b", path.read_text()))
+    return found & names
+
+
+IN_MILLISECONDS = sorted(in_milliseconds())
+
+
+def test_the_settings_taken_in_milliseconds_are_found() -> None:
+    known = {"BREAKER_COOLDOWN_SECONDS", "LEDGER_WAIT_TIMEOUT", "RETRY_BASE_SECONDS"}
+    assert known <= set(IN_MILLISECONDS), IN_MILLISECONDS
+
+
+@pytest.mark.parametrize("name", IN_MILLISECONDS)
+@pytest.mark.parametrize("text", ["0.0009", "0.0001", "1e-7", "0.000999999"])
+def test_no_setting_taken_in_milliseconds_becomes_0_ms(name: str, text: str) -> None:
+    """Regression: BREAKER_COOLDOWN_SECONDS=0.0009 was accepted, became a 0 ms cool-down
+    that gate.lua refuses, and every job failed. Every duration the code passes in whole
+    milliseconds is refused at start-up, naming it, when it would arrive as 0 ms."""
+    lines = problems(Settings, {name: text, "STRIPE_API_KEY": "rk_test_1"})  # reconcile may run
+    assert len(lines) == 1 and lines[0].startswith(f"invalid setting {name}={text}:"), lines
+
+
+@pytest.mark.parametrize("name", IN_MILLISECONDS)
+def test_a_millisecond_is_taken_wherever_a_fraction_is(name: str) -> None:
+    kind = field_named(Settings, name).metadata["kind"]
+    if "whole number" not in kind.allowed:
+        assert int(kind.parse("0.001") * 1000) == 1
+
+
 def test_every_problem_is_a_line_of_its_own() -> None:
     env = {"STRIPE_WEBHOOK_TOLERANCE": "abc", "MAX_ATTEMPTS": "-1", "STRIPE_MODE": "prod"}
     with pytest.raises(SettingsError) as refused:
@@ -222,6 +266,21 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"OPS_TOKEN": "tok-a,tok-b", "OPS_TOKEN_LABELS": "alice,alice"},
             "invalid setting OPS_TOKEN_LABELS=alice,alice: two tokens share the label alice",
+        ),
+        (
+            {"REDIS_SENTINELS": "a:26379", "REDIS_URL": "redis://:pw@h:6379/3"},
+            "invalid setting REDIS_URL='redis://***@h:6379/3': unused with REDIS_SENTINELS, yet"
+            " it names database 3: expected unset, with REDIS_SENTINEL_DB=3",
+        ),
+        (
+            {
+                "REDIS_SENTINELS": "a:26379",
+                "REDIS_URL": "rediss://h:6379",
+                "REDIS_SENTINEL_DB": "2",
+            },
+            "invalid setting REDIS_URL=rediss://h:6379: unused with REDIS_SENTINELS, yet it names"
+            " database 0 over TLS: expected unset, with REDIS_SENTINEL_DB=0 and"
+            " REDIS_SENTINEL_TLS=true",
         ),
         (
             {"OPS_TOKEN": "tok-a, tok-a"},
