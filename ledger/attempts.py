@@ -21,6 +21,10 @@ from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import text
 
+UNWATCHED = 2**53
+"""``trusted_until_ms`` of a sweep that does not watch Redis's clock: any time (exact as a
+Lua number)."""
+
 
 class Attempts:
     """One per process; every method is one atomic script call."""
@@ -54,7 +58,6 @@ class Attempts:
                 "execution": execution or f"{job_id}:{os.urandom(6).hex()}",
                 "lease_ms": self.settings.lease_ms,
                 "replay_safe": int(replay_safe),
-                "max_attempts": self.settings.MAX_ATTEMPTS,
                 "caller": self.caller,
             },
         )
@@ -91,9 +94,13 @@ class Attempts:
         connection.send_command("EVALSHA", sha, len(script_keys), *script_keys, *args)
         faults.act("during_record")
 
-    def recover(self, payment_key: str, job: PreparedJob | None = None) -> str:
+    def recover(
+        self, payment_key: str, job: PreparedJob | None = None, trusted_until_ms: int = UNWATCHED
+    ) -> str:
         """The sweeper's step for one due payment; returns what it did. ``job`` is the job it
-        enqueues if it re-queues the payment (a new one when not given)."""
+        enqueues if it re-queues the payment (a new one when not given). An expired lease is
+        ended only while Redis's clock reads at most ``trusted_until_ms`` (``clock``
+        otherwise; ledger/clock.py StepWatch); by default Redis's clock is taken as it is."""
         job = job or self.jobs.prepare(payment_key)
         s = self.settings
         args = {
@@ -102,6 +109,7 @@ class Attempts:
             "max_attempts": s.MAX_ATTEMPTS,
             "backoff_base_ms": s.retry_base_ms,
             "backoff_cap_ms": s.retry_cap_ms,
+            "trusted_until_ms": trusted_until_ms,
         }
         named_keys = {"payment": keys.payment(payment_key), "queue": self.jobs.queue.key}
         return text(self.scripts["recover"](named_keys, args, job.commands))

@@ -34,6 +34,8 @@ class Health:
     sweeper_last_pass_at: datetime | None
     reconcile_interval_s: float | None
     """What the last sweeper pass ran reconcile every (0: off); None: no pass recorded."""
+    clock_steps: int
+    """Forward steps of Redis's clock the looping sweepers saw (docs/DEPLOYMENT.md, Clocks)."""
 
 
 def health(redis: Redis, at: datetime) -> Health:
@@ -60,6 +62,7 @@ def health(redis: Redis, at: datetime) -> Health:
         reconcile_interval_s=(
             count(sweeper["reconcile_ms"]) / 1000 if "reconcile_ms" in sweeper else None
         ),
+        clock_steps=count(sweeper.get("clock_steps")),
     )
 
 

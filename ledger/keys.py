@@ -33,7 +33,9 @@ DUE = PREFIX + "payments:due"
 """Sorted set: payments the sweeper must look at, scored by when (ms)."""
 
 SWEEPER = PREFIX + "sweeper"
-"""Hash: ``sweeps`` (passes completed by any sweeper) and ``last_ms`` (when the last ended)."""
+"""Hash: ``sweeps`` (passes completed by any sweeper), ``last_ms`` (when the last ended),
+``reconcile_ms``, and ``clock_steps``, ``clock_step_at``, ``clock_step_ms`` (forward steps of
+Redis's clock a looping sweeper saw: workers/sweeper.py)."""
 
 FULFIL_HISTOGRAM = PREFIX + "fulfil:histogram"
 """Hash: fulfil latency counts per bucket (``le:{ms}``, ``le:inf``) and ``sum_ms``."""
@@ -71,7 +73,8 @@ REQUEST_TTL = limits.REQUEST_ID_TTL
 
 ALIAS_PREFIX = PREFIX + "alias:"
 """Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
-Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment."""
+Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment. The
+payment lists them (its ``aliases`` field), so purge deletes them with it."""
 
 FINGERPRINT_PREFIX = PREFIX + "fp:"
 """Strings ``wl:fp:{pi|invoice}:{mode}:{customer}:{currency}:{amount}`` -> payment key, to
@@ -84,7 +87,8 @@ UNTIED_PREFIX = PREFIX + "untied:"
 keys (scored by time) that no id from Stripe has tied to the rest of their purchase yet:
 ``any`` holds every such payment, ``guest`` those without a customer. A guest's payment
 is compared with ``any`` of the other kind, a customer's with ``guest`` (besides its
-fingerprint); a tie removes both records (only with FULFIL_UNLINKED_INVOICES)."""
+fingerprint); a tie removes both records, and each write and read drops members older than
+FINGERPRINT_TTL (only with FULFIL_UNLINKED_INVOICES)."""
 
 CALLER_PREFIX = PREFIX + "caller:"
 """Strings ``wl:caller:{host}:{pid}:{nonce}`` -> ``{payment_key} {token} {until_ms}``: the

@@ -34,7 +34,7 @@ class Recorded(Reply, frozen=True):
 
 class Start(Reply, frozen=True):
     """start_attempt: ``go`` with a token and what the downstream call needs, ``skip`` with
-    its reason, or ``interrupted``, ``spent``, ``missing``."""
+    its reason, or ``missing``."""
 
     verdict: str
     token: int = 0

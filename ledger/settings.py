@@ -128,7 +128,7 @@ class Settings:
         downstream,
     )
     """The downstream action (a relative SQLite path is from the process's directory;
-    PostgreSQL: the user's own database, docs/DEPLOYMENT.md "Fulfil into your own database")."""
+    PostgreSQL: the user's own database, docs/ACTIONS.md "Fulfil into your own database")."""
     FULFILMENT_SQL: str = setting("", kinds.sql_statement())
     """The built-in SQLite or PostgreSQL downstream's effect as one SQL statement (or
     ``@path`` of a file holding it), run in the transaction that records the payment's key,

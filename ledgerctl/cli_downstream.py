@@ -46,7 +46,7 @@ def downstream(click_ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.pass_obj
 def migrate_command(ctx: Context) -> None:
     """Create the built-in downstream's tables when missing (idempotent): for
-    postgresql://, webhook_ledger_effects in that database (docs/DEPLOYMENT.md)."""
+    postgresql://, webhook_ledger_effects in that database (docs/ACTIONS.md)."""
     action = ctx.settings.FULFILMENT_ACTION
     if action.scheme == "sqlite":
         open_downstream(action.target).close()  # creates its tables when missing

@@ -85,6 +85,11 @@ def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
             "When a sweeper last completed a pass.",
             h.sweeper_last_pass_at.timestamp(),
         )
+    yield CounterMetricFamily(
+        "webhook_sweeper_clock_steps",
+        "Forward steps of Redis's clock a looping sweeper saw (it then ended no lease for one).",
+        value=h.clock_steps,
+    )
     if h.reconcile_interval_s is not None:
         yield gauge(
             "webhook_reconcile_interval_seconds",

@@ -14,8 +14,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from ledger import keys, reconcile
-from ledger.attempts import Attempts
-from ledger.clock import now_ms
+from ledger.attempts import UNWATCHED, Attempts
+from ledger.clock import StepWatch, now_ms
 from ledger.deliveries import Ledger, LedgerUnavailable
 from ledger.faults import fault
 from ledger.gate import Gate
@@ -26,27 +26,61 @@ log = logging.getLogger("webhook.sweeper")
 BATCH = 500
 
 
-def due_payments(redis: Redis, limit: int = BATCH) -> list[str]:
-    due = redis.zrangebyscore(keys.DUE, "-inf", now_ms(redis), start=0, num=limit)
+def due_payments(redis: Redis, now: int, limit: int = BATCH) -> list[str]:
+    due = redis.zrangebyscore(keys.DUE, "-inf", now, start=0, num=limit)
     return [text(k) for k in due]
 
 
-def sweep_once(attempts: Attempts) -> Counter[str]:
+def clock_watch(attempts: Attempts) -> StepWatch:
+    """The looping sweeper's watch on Redis's clock: it ends no lease for a lease after it
+    starts, or after Redis's clock ran half a kill margin ahead of its own."""
+    s = attempts.settings
+    margin = s.FULFILMENT_KILL_MARGIN_SECONDS
+    return StepWatch(s.LEASE_SECONDS, margin / 2, lambda: now_ms(attempts.redis))
+
+
+def sweep_once(attempts: Attempts, watch: StepWatch | None = None) -> Counter[str]:
     """One pass over the payments that are due; returns what was done, by verdict. First
-    the payments that waited for a resume or for the breaker to close become due."""
+    the payments that waited for a resume or for the breaker to close become due. With a
+    ``watch`` (the looping sweeper) an expired lease is ended only while Redis's clock has
+    run no faster than this process's (ledger/clock.py); without one (a single pass, as
+    ``webhook-ledger sweep`` runs) Redis's clock is taken as it is."""
     done: Counter[str] = Counter()
     released = Gate(attempts.redis, attempts.settings).release()
     if released:
         done["released"] = released
-    for index, payment_key in enumerate(due_payments(attempts.redis)):
+    if watch is None:
+        now = now_ms(attempts.redis)
+    else:
+        seen = watch.steps
+        now = watch.read()
+        if watch.steps > seen:
+            note_step(attempts.redis, watch, now)
+            done["clock_stepped"] = 1
+    for index, payment_key in enumerate(due_payments(attempts.redis, now)):
         if index == 1:
             fault("sweeper_mid_scan")
-        done[attempts.recover(payment_key)] += 1
+        trusted = watch.trusted_until_ms() if watch else UNWATCHED
+        done[attempts.recover(payment_key, trusted_until_ms=trusted)] += 1
     purged = attempts.purge()
     if purged:
         done["purged"] = purged
     mark_sweep(attempts.redis)
     return done
+
+
+def note_step(redis: Redis, watch: StepWatch, now: int) -> None:
+    """Say that Redis's clock stepped forward: in the log and in ``wl:sweeper``."""
+    log.warning(
+        "Redis's clock ran %d ms ahead of this sweeper's: no lease is ended for %g s "
+        '(docs/DEPLOYMENT.md, "Clocks")',
+        watch.last_step_ms,
+        watch.hold_s,
+    )
+    with redis.pipeline() as pipe:
+        pipe.hincrby(keys.SWEEPER, "clock_steps", 1)
+        pipe.hset(keys.SWEEPER, mapping={"clock_step_at": now, "clock_step_ms": watch.last_step_ms})
+        pipe.execute()
 
 
 def mark_sweep(redis: Redis) -> None:
@@ -68,9 +102,10 @@ def mark_schedule(attempts: Attempts) -> None:
 def run_forever(attempts: Attempts, interval: float) -> NoReturn:
     """Sweep every ``interval`` seconds until killed; Redis outages are waited out."""
     scheduled = Reconciling(attempts) if attempts.settings.RECONCILE_INTERVAL > 0 else None
+    watch = clock_watch(attempts)
     while True:
         try:
-            done = sweep_once(attempts)
+            done = sweep_once(attempts, watch)
             mark_schedule(attempts)
             if done:
                 log.info("sweep %s", dict(done))

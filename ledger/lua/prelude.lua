@@ -135,12 +135,22 @@ end
 -- and the per-state index, scored by when it entered the state; for `retrying`, when it
 -- first did since it last left the retry loop (queued, in_progress, retrying), kept as
 -- `retrying_since`: each retry passes through queued and in_progress, and the age of the
--- oldest retrying payment (an alert's) must grow for as long as it is not done.
+-- oldest retrying payment (an alert's) must grow for as long as it is not done. A payment
+-- that waited at the gate (gate.lua) and now leaves the way back to it (retrying, then
+-- queued) by any other path (held, failed, a person's decision) leaves its waiting set
+-- too, so no set keeps a payment that no longer waits.
 local function move(pay, to, now)
   local from = redis.call('HGET', pay, 'state')
   if from == to then return end
   local pk = id_of(pay, PAYMENT_PREFIX)
   redis.call('HSET', pay, 'state', to)
+  if to ~= 'queued' and to ~= 'retrying' then
+    local reason = redis.call('HGET', pay, 'waiting')
+    if reason then
+      redis.call('ZREM', WAITING_PREFIX .. reason, pk)
+      redis.call('HDEL', pay, 'waiting')
+    end
+  end
   if from then
     redis.call('HINCRBY', PAYMENT_STATES, from, -1)
     redis.call('ZREM', STATE_INDEX_PREFIX .. from, pk)

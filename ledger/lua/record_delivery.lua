@@ -257,6 +257,7 @@ local function mark_paid(d)
     for _, set in ipairs(who == '' and {'any', 'guest'} or {'any'}) do
       local zkey = untied_key(kind, mode, set, currency, amount)
       redis.call('ZADD', zkey, d.now, d.key)
+      redis.call('ZREMRANGEBYSCORE', zkey, '-inf', d.now - FP_TTL * 1000)
       redis.call('EXPIRE', zkey, FP_TTL)
     end
     redis.call('HSET', d.pay, 'untied', d.fingerprint)
@@ -304,6 +305,11 @@ end
 -- its move out of pending. Returns its state and whether a job was enqueued.
 local function join_payment(d, state, held_for, grace_ms, purchase)
   for _, some_id in ipairs(d.ties) do redis.call('SET', ALIAS_PREFIX .. some_id, d.key) end
+  if #d.ties > 0 then  -- kept on the payment, so purge.lua deletes its aliases with it
+    local aliases = redis.call('HGET', d.pay, 'aliases')
+    redis.call('HSET', d.pay, 'aliases', (aliases and (aliases .. ' ') or '') ..
+      table.concat(d.ties, ' '))
+  end
   if d.linked ~= '' then untie(d.pay) end  -- Stripe named the rest of its purchase
   if d.twin then state = tie_twin(d, state) end
   if not state then

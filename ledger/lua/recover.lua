@@ -1,12 +1,16 @@
 -- The sweeper's look at one due payment: re-enqueue a lost job, a due retry or an attempt
 -- whose lease expired (when that is safe), or mark it interrupted, or push it back.
+-- trusted_until_ms: the latest time of Redis's clock the sweeper vouches for (ledger/clock.py
+-- StepWatch); a lease is ended only while now is at most that.
 -- ARGV after the named ones: the captured RQ enqueue of job_id (run only to re-enqueue).
--- Returns what it did: requeued|waiting|watching|spent|leased|interrupted|backoff|not_due|settled
+-- Returns what it did:
+-- requeued|waiting|watching|spent|leased|clock|interrupted|backoff|not_due|settled
 local KEY = named(KEYS, 'payment', 'queue')
 local ARG, ARGC = named(ARGV, 'job_id', 'grace_ms', 'max_attempts', 'backoff_base_ms',
-  'backoff_cap_ms')
+  'backoff_cap_ms', 'trusted_until_ms')
 local grace_ms, max_attempts = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS),
   whole_arg(ARG, 'max_attempts', 1)
+local trusted_until = whole_arg(ARG, 'trusted_until_ms', 0)
 local backoff = backoff_args(ARG)
 check_commands(ARGC + 1)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
@@ -48,6 +52,9 @@ if state == 'queued' then
 elseif state == 'in_progress' then
   local lease = tonumber(redis.call('HGET', pay, 'lease_until') or '0')
   if lease > now then return again(lease, 'leased') end
+  -- The lease ended by Redis's clock, its call ends by its worker's: after a forward step
+  -- of Redis's clock the call may still run, so the lease waits for the sweeper to vouch.
+  if now > trusted_until then return again(now, 'clock') end
   local expired = expire_lease(pay, now, max_attempts)
   if expired ~= 'again' then
     redis.call('ZREM', DUE, pk)

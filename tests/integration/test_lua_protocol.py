@@ -49,6 +49,7 @@ from rq.job import Job
 from ledger import keys
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
+from ledger.clock import StepWatch
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
@@ -93,7 +94,7 @@ GO = Admission("go")
 class Worker:
     payment: str
     token: int
-    fenced_at: int | None = None  # model ms; None until it may call
+    fenced_at: int | None = None  # on the worker's own clock (real ms); None until it may call
     outcome: str = ""  # set once it has called
     admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
 
@@ -112,8 +113,13 @@ class Protocol(RuleBasedStateMachine):
         self, seed: int, replay_safe: bool, unlinked: bool = False, threshold: int = 2
     ) -> None:
         self.redis.flushdb()
-        self.now = START_MS
+        self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
+        self.real = START_MS  # what really passed: every process's monotonic clock
         self.redis.set(CLOCK, self.now)
+        self.watch = StepWatch(  # the looping sweeper's (workers/sweeper.py clock_watch)
+            LEASE_MS / 1000, KILL_MS / 2000, lambda: self.now, lambda: self.real / 1000
+        )
+        self.watch.read()  # the sweeper runs from the start
         self.replay_safe = replay_safe
         self.settings = settings_module.load(
             {},
@@ -148,6 +154,7 @@ class Protocol(RuleBasedStateMachine):
         self.calls_at_success: dict[str, int] = {}  # a current attempt's success: calls then
         self.proved: set[str] = set()  # lifted by its own attempt's late receipt this step
         self.restarts = 0
+        self.steps = 0
         self.checks = 0
         self.witnesses: set[tuple[str, int]] = set()  # down reports since an up one: (pk, token)
         self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
@@ -187,7 +194,7 @@ class Protocol(RuleBasedStateMachine):
         start = self.attempts.start(pk, job_id.decode(), self.replay_safe)
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
-            fenced = self.now if self.replay_safe else None
+            fenced = self.real if self.replay_safe else None
             worker = Worker(pk, start.token, fenced, admission=admission)
             self.workers[self.workers.index(None)] = worker
         else:
@@ -216,7 +223,7 @@ class Protocol(RuleBasedStateMachine):
         stale = self.current_token(w.payment) != w.token
         before = self.payment_core(w.payment)
         if self.attempts.mark_calling(w.payment, w.token):
-            w.fenced_at = self.now
+            w.fenced_at = self.real
         else:
             report(self.gate, w.admission, w.payment, w.token, Health("none"), "")
             self.workers[slot] = None
@@ -228,7 +235,7 @@ class Protocol(RuleBasedStateMachine):
         w = self.workers[slot]
         if w is None or w.fenced_at is None or w.outcome:
             return
-        if self.now - w.fenced_at > WINDOW_MS:  # jobs.py: too late to call, say so
+        if self.real - w.fenced_at > WINDOW_MS:  # jobs.py: too late to call, say so
             self.finish(slot, "not_called")
             return
         self.calls[w.payment] += 1
@@ -307,13 +314,25 @@ class Protocol(RuleBasedStateMachine):
     def time_passes(self, ms: int) -> None:
         """Also how a worker pauses: it keeps its old token while time moves on."""
         self.now += ms
+        self.real += ms
+        self.redis.set(CLOCK, self.now)
+
+    @precondition(lambda self: self.steps < 2)
+    @rule(ms=st.sampled_from((KILL_MS + 1, LEASE_MS + 1, 4 * LEASE_MS)))
+    def redis_clock_steps(self, ms: int) -> None:
+        """Redis's clock steps forward (an NTP step, a VM restored, a failover to a replica
+        ahead); no time passes for the workers and the sweeper (docs/DEPLOYMENT.md, Clocks)."""
+        self.steps += 1
+        self.now += ms
         self.redis.set(CLOCK, self.now)
 
     @rule()
     def sweeper_runs(self) -> None:
-        self.gate.release()  # workers/sweeper.py: waiting payments whose reason is gone
+        """A pass of the looping sweeper (workers/sweeper.py sweep_once with its watch)."""
+        self.gate.release()  # waiting payments whose reason is gone
+        self.watch.read()
         for pk in self.redis.zrangebyscore(keys.DUE, "-inf", self.now):
-            self.attempts.recover(pk.decode())
+            self.attempts.recover(pk.decode(), trusted_until_ms=self.watch.trusted_until_ms())
 
     @rule(index=st.integers(0, 100), decision=st.sampled_from(("retry", "fulfilled", "requeue")))
     def person_decides(self, index: int, decision: str) -> None:
@@ -496,6 +515,21 @@ class Protocol(RuleBasedStateMachine):
             assert indexed == {pk for pk, s in states.items() if s == state}, state
 
     @invariant()
+    def waiting_sets_hold_the_payments_that_wait(self) -> None:
+        """A payment deferred at the gate is in the set of its reason while it is on its way
+        back to the gate (retrying, then queued), and in none once it leaves that way."""
+        if not hasattr(self, "tokens"):
+            return
+        for reason in keys.WAIT_REASONS:
+            members = {m.decode() for m in self.redis.zrange(keys.waiting(reason), 0, -1)}
+            marked = set()
+            for pk in self.all_payments():
+                if self.redis.hget(keys.payment(pk), "waiting") == reason.encode():
+                    assert self.state(pk) in ("retrying", "queued"), (pk, self.state(pk))
+                    marked.add(pk)
+            assert members == marked, (reason, members ^ marked)
+
+    @invariant()
     def terminal_stays_terminal_unless_a_person_acts(self) -> None:
         if not hasattr(self, "last_state"):
             return
@@ -523,6 +557,7 @@ class Protocol(RuleBasedStateMachine):
             return
         TALLY["steps"] += self.checks - 1
         TALLY["restarts"] += self.restarts
+        TALLY["clock_steps"] += self.steps
         self.workers = [None] * WORKERS  # faults stop: every stalled worker is gone
         self.gate.resume("person")  # and the downstream is up again
         for _ in range(12):
@@ -709,12 +744,18 @@ def test_the_protocol_keeps_its_invariants(protocol_redis: RedisServer) -> None:
     assert TALLY["programs"] >= PROGRAMS and TALLY["steps"] > TALLY["programs"]
 
 
-def taken_by_a_worker(server: RedisServer, seed: int) -> tuple[Protocol, str]:
-    """A program driven by hand: one paid payment (not replay-safe), its job taken by worker 0."""
+def taken_by_a_worker(
+    server: RedisServer, seed: int, watched: bool = False
+) -> tuple[Protocol, str]:
+    """A program driven by hand: one paid payment (not replay-safe), its job taken by worker 0
+    (``watched``: after the sweeper has watched Redis's clock for a lease)."""
     Protocol.server = server
     Protocol.redis = Redis.from_url(server.url)
     m = Protocol()
     m.setup(seed=seed, replay_safe=False)
+    if watched:
+        m.time_passes(LEASE_MS + 1)
+        m.sweeper_runs()
     paid = next(i for i, (e, _) in enumerate(m.events) if e["type"] == "payment_intent.succeeded")
     m.deliver(paid)
     m.worker_takes_a_job()
@@ -744,6 +785,27 @@ def test_a_worker_stalled_after_its_fence_never_calls_after_a_person_retried(
     assert m.calls[pk] == 1
     m.worker_finishes(1)
     assert m.state(pk) == "fulfilled"
+    m.teardown()
+
+
+def test_a_forward_step_of_redis_clock_never_lets_a_call_run_twice(
+    protocol_redis: RedisServer,
+) -> None:
+    """A fences; Redis's clock steps a lease ahead while A is within its call's window (its
+    own clock). Were the lease ended, a person would run the payment again (A's liveness
+    key ends with the lease) and B and A would both call a downstream that does not dedupe.
+    The sweeper holds the lease for a lease of its own clock; A calls and finishes."""
+    m, pk = taken_by_a_worker(protocol_redis, seed=1, watched=True)
+    m.worker_fences(0)
+    m.redis_clock_steps(LEASE_MS + 1)
+    m.sweeper_runs()
+    assert m.state(pk) == "in_progress"
+    m.person_decides(0, "retry")  # nothing to decide: the payment is not interrupted
+    m.worker_takes_a_job()  # no job to take: none was enqueued again
+    assert m.workers[1] is None
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    assert (m.state(pk), m.calls[pk]) == ("fulfilled", 1)
     m.teardown()
 
 

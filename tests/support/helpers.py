@@ -2,6 +2,7 @@
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -115,6 +116,20 @@ def after_sweeps(redis: Redis, passes: int = 2) -> None:
 
     target = sweeps(redis) + passes
     wait_until(lambda: sweeps(redis) >= target, what=f"{passes} more sweeps")
+
+
+def watching_sweeper(stack: Any, redis: Redis) -> None:
+    """Start a looping sweeper on ``stack`` and wait until it has watched Redis's clock for
+    a lease: until then it ends no lease (docs/DEPLOYMENT.md, "Clocks"), and a test that
+    times a lease's end against a stalled worker needs it ending them."""
+    from tests.support.processes import wait_until
+
+    before = sweeps(redis)
+    stack.start_sweeper()
+    wait_until(lambda: sweeps(redis) > before, what="the sweeper's first pass")
+    watched = time.monotonic()
+    lease_s = float(stack.env["LEASE_SECONDS"])
+    wait_until(lambda: time.monotonic() - watched > lease_s, what="a lease watched")
 
 
 def fail_payment(redis: Redis, config: dict, payment_key: str, state: str = "failed") -> None:

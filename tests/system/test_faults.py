@@ -21,6 +21,7 @@ from tests.support.helpers import (
     post_webhook,
     settled_as,
     state_of,
+    watching_sweeper,
 )
 from tests.support.processes import (
     children,
@@ -127,12 +128,12 @@ def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) 
     with CountingDownstream() as downstream:
         s = stack(**action_env(action, downstream))
         s.start_web()
+        watching_sweeper(s, redis)
         event = samples.payment_events(rng)[2]
         pk = payment_key_of(event)
         s.send(samples.encode(event))
         s.start_worker(FAULTPOINT="before_action:sleep:5")
         wait_until(lambda: state_of(redis, pk) == "in_progress")
-        s.start_sweeper()
         s.start_worker()
         if action == "sqlite":  # replay-safe: a second worker re-runs it with the same key
             wait_until(

@@ -10,7 +10,7 @@ from ledger.downstream import read_downstream
 from ledger.read import payments, stats
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
-from tests.support.helpers import state_of
+from tests.support.helpers import state_of, watching_sweeper
 from tests.support.processes import wait_until
 
 
@@ -99,13 +99,13 @@ def test_stale_worker_cannot_overwrite_a_newer_attempt(stack, redis, rng, tmp_pa
     with CountingDownstream() as downstream:
         s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true")
         s.start_web()
+        watching_sweeper(s, redis)
         events = samples.payment_events(rng)
         pk = pk_of(events)
         s.send(samples.encode(events[2]))
         s.start_worker(FAULTPOINT="after_action:sleep:6")
         log = tmp_path / "worker.log"
         wait_until(lambda: log.exists() and "after_action" in log.read_text(), what="stalled")
-        s.start_sweeper()
         s.start_worker()
         wait_until(lambda: settled(redis, [pk]), what="newer attempt fulfils")
         newer = payments.payment(redis, pk)
