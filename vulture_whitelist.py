@@ -94,3 +94,7 @@ _.customer_email
 _.customer_name
 _.line_items
 _.subscription
+# ledger/reversals.py Reversal: fields of the reversal call, read by actions
+_.refund_ids
+_.refunded_amount
+_.dispute_status
