@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS orders (
     at REAL NOT NULL,
     client_reference_id TEXT,
     customer TEXT,
-    purchase TEXT
+    purchase TEXT,
+    reversed_at REAL
 );
 CREATE TABLE IF NOT EXISTS receipts (
     idempotency_key TEXT PRIMARY KEY,
