@@ -47,11 +47,12 @@ def taken_of(event_type: str, obj: Obj) -> str:
     object, or '' when it says nothing about what was taken back."""
     kind = obj.get("object")
     taken: dict[str, Any] = {}
-    if kind == "refund" and isinstance(obj.get("id"), str):
+    refund_type = event_type.startswith(("refund.", "charge.refund."))
+    if kind == "refund" and refund_type and isinstance(obj.get("id"), str):
         amount = _refund_amount(obj)
         if amount is not None:
             taken["refunds"] = {obj["id"]: amount}
-    elif kind == "charge":
+    elif kind == "charge" and event_type == "charge.refunded":
         refunds = _refunds(obj.get("refunds"))
         if refunds:
             taken["refunds"] = refunds
