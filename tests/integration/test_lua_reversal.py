@@ -11,7 +11,7 @@ from redis import Redis
 
 from ledger import keys, settings
 from ledger.attempts import Attempts
-from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.settings import Settings
 from ledger.stored import text
@@ -37,10 +37,10 @@ class Shop:
         self.pk = str(self.paid["data"]["object"]["id"])
         self.amount = int(self.paid["data"]["object"]["amount_received"])
 
-    def deliver(self, event: dict) -> str:
+    def deliver(self, event: dict, source: str = "stripe") -> str:
         body = samples.encode(event)
         c = classify(event, self.s.policy)
-        self.ledger.record_delivery(Delivery(event, body, c, "x", "stripe", new_request_id()))
+        self.ledger.record_delivery(Delivery(event, body, c, "x", source, new_request_id()))
         return self.state()
 
     def state(self) -> str:
@@ -215,3 +215,13 @@ def test_an_interrupted_payment_refunded_waits_for_a_person_and_is_reversed_if_i
     assert shop.field("taken_back") == "refund"
     verdict = shop.attempts.record_decision(shop.pk, "fulfilled", ("interrupted",), "ops:alice")
     assert verdict == ("ok", "queued") and shop.field("leg") == "reverse"
+
+
+def test_a_refund_found_only_through_the_events_api_is_reversed(redis, redis_server, rng) -> None:
+    """Reconcile records what Stripe gave up delivering as source api: the same rules."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    charged = refund_events(rng, shop.pk, shop.amount, shop.amount)[1]
+    assert shop.deliver(charged, source=API_SOURCE) == "queued"
+    assert shop.field("leg") == "reverse"

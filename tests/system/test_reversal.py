@@ -3,7 +3,10 @@ once per payment after its effect, never a fulfilment after a refund (docs/REVER
 
 import itertools
 import random
+import signal
 import sqlite3
+
+import pytest
 
 from ledger import keys
 from ledger.gate import Gate
@@ -114,3 +117,34 @@ def test_a_lost_dispute_marks_the_sqlite_order_reversed_once(stack, redis, confi
     assert '"why": "dispute"' in reversals[0][1]
     calls = db.execute("SELECT outcome FROM reversal_calls").fetchall()
     assert calls == [("applied",)]
+
+
+@pytest.mark.parametrize("replay_safe", [True, False])
+def test_a_worker_killed_during_its_reversal_call(stack, redis, config, rng, replay_safe) -> None:
+    """Replay-safe (the built-in SQLite downstream): run again, one reversal. Not (an HTTP
+    downstream that never dedupes): interrupted, for a person, never called again."""
+    with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+        target = str(config["FULFILMENT_ACTION"]) if replay_safe else reverse.url
+        s = stack(FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=target)
+        s.start_web()
+        first = s.start_worker()
+        s.start_sweeper()
+        pk, amount = paid(s, rng)
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+        first.stop()
+        doomed = s.start_worker(FAULTPOINT="after_action")
+        send_all(s, refund_events(rng, pk, amount, amount))
+        assert doomed.proc is not None and doomed.proc.wait(20) == -signal.SIGKILL
+        s.start_worker()
+        if replay_safe:
+            wait_until(lambda: settled_as(redis, pk, "reversed"))
+            db = sqlite3.connect(target.removeprefix("sqlite:///"))
+            calls = db.execute("SELECT outcome FROM reversal_calls").fetchall()
+            assert calls == [("applied",), ("already_applied",)]
+            assert db.execute("SELECT COUNT(*) FROM reversals").fetchone() == (1,)
+        else:
+            wait_until(lambda: settled_as(redis, pk, "interrupted"))
+            after_sweeps(redis)
+            assert redis.hget(keys.payment(pk), "leg") == b"reverse"
+            assert reverse.calls[pk] == 1
+        assert fulfil.calls[pk] == 1
