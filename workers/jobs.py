@@ -171,6 +171,8 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if leg == "reverse":
         call = reversal_of(call, stored)
     outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after)
+    if leg == "reverse" and outcome != "fulfilled":
+        detail = f"reversal: {detail}"  # which action failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish

@@ -146,5 +146,6 @@ def test_a_worker_killed_during_its_reversal_call(stack, redis, config, rng, rep
             wait_until(lambda: settled_as(redis, pk, "interrupted"))
             after_sweeps(redis)
             assert redis.hget(keys.payment(pk), "leg") == b"reverse"
+            assert (redis.hget(keys.payment(pk), "last_error") or b"").startswith(b"reversal: ")
             assert reverse.calls[pk] == 1
         assert fulfil.calls[pk] == 1
