@@ -310,7 +310,8 @@ local function take_back(pay, now, reverse_on, first, job_id, grace_ms)
       move(pay, 'held', now)
       redis.call('HSET', pay, 'hold_reason', (why == 'refund' and 'refunded in full' or
         'dispute lost') .. ' after an attempt of a replay-safe action that may have applied ' ..
-        'it: check the downstream (resolve as fulfilled to reverse it, retry runs nothing)')
+        'it: check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION ' ..
+        'it is then reversed)')
       redis.call('HDEL', pay, 'next_at', 'sweep_seen')
       redis.call('ZREM', DUE, pk)
       return 'held'
