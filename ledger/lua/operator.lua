@@ -21,6 +21,11 @@ end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
   return reply{verdict = 'refused', state = state or ''}
 end
+local reinstated = redis.call('HGET', pay, 'reinstated_at')
+if reinstated and ARG.decision == 'retry' then
+  -- reversed, then its dispute won: nothing of the ledger's may run again
+  return reply{verdict = 'refused', state = state}
+end
 if ARG.decision == 'retry' then
   -- Refused while the worker process that made the last call may still be in it: its
   -- liveness key lasts until that process has returned from the call or been ended by its
@@ -31,6 +36,13 @@ end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state)
+if ARG.decision == 'fulfilled' and reinstated then
+  -- a person granted it again by hand after the dispute was won
+  move(pay, 'fulfilled', now)
+  redis.call('HSET', pay, 'fulfilled_at', now)
+  redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
+  return reply{verdict = 'ok', state = 'fulfilled'}
+end
 if ARG.decision == 'fulfilled' and redis.call('HGET', pay, 'leg') == 'reverse' then
   -- A reversal's call a person found applied: the payment is reversed.
   move(pay, 'reversed', now)

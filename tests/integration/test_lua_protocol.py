@@ -517,7 +517,8 @@ class Protocol(RuleBasedStateMachine):
         before = self.state(pk)
         self.worker_finishes(slot)
         reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"  # taken back since
-        kept = self.state(pk) == "fulfilled" or (self.state(pk) == "queued" and reversing)
+        done = "reversed" if w.leg == "reverse" else "fulfilled"  # a reversal's late success
+        kept = self.state(pk) == done or (self.state(pk) == "queued" and reversing)
         assert kept, f"{pk}: a late success was lost in {before}"
         if paused:
             self.gate.resume("person")
@@ -685,8 +686,11 @@ class Protocol(RuleBasedStateMachine):
         for pk in self.all_payments():
             now, was = self.state(pk), self.last_state.get(pk)
             reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"
-            if was in ("reversed", "refunded_unfulfilled"):
+            reinstated = self.redis.hget(keys.payment(pk), "reinstated_at") is not None
+            if was == "refunded_unfulfilled" or (was == "reversed" and not reinstated):
                 assert now == was, f"{pk}: {was} became {now}"
+            if was == "reversed" and reinstated:  # its dispute won: held for a person
+                assert now in ("reversed", "held"), f"{pk}: reversed became {now}"
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
                 assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
@@ -737,7 +741,9 @@ class Protocol(RuleBasedStateMachine):
             forgotten = {
                 pk
                 for pk in self.paid
-                if self.state(pk) == "fulfilled" and self.redis.hget(keys.payment(pk), "taken_back")
+                if self.state(pk) == "fulfilled"
+                and self.redis.hget(keys.payment(pk), "taken_back")
+                and not self.redis.hget(keys.payment(pk), "reinstated_at")  # granted again
             }
             assert not forgotten, f"fulfilled and taken back, never reversed: {forgotten}"
         self.one_effect_per_payment()

@@ -225,3 +225,17 @@ def test_a_refund_found_only_through_the_events_api_is_reversed(redis, redis_ser
     charged = refund_events(rng, shop.pk, shop.amount, shop.amount)[1]
     assert shop.deliver(charged, source=API_SOURCE) == "queued"
     assert shop.field("leg") == "reverse"
+
+
+def test_a_dispute_won_after_its_reversal_waits_for_a_person(redis, redis_server, rng) -> None:
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "held"
+    assert "dispute won after its reversal" in shop.field("hold_reason")
+    decide = shop.attempts.record_decision
+    assert decide(shop.pk, "retry", ("held",), "ops:alice") == ("refused", "held")
+    assert decide(shop.pk, "fulfilled", ("held",), "ops:alice") == ("ok", "fulfilled")
+    assert shop.attempts.start(shop.pk, "job", True, leg="reverse").reason == "fulfilled"
