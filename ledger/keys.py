@@ -167,6 +167,10 @@ def payment(payment_key: str) -> str:
     return PAYMENT_PREFIX + payment_key
 
 
+def alias(some_id: str) -> str:
+    return ALIAS_PREFIX + some_id
+
+
 def request(request_id: str) -> str:
     return REQUEST_PREFIX + request_id
 

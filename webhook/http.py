@@ -124,7 +124,13 @@ def csrf_token(ops_token: str) -> str:
 
 
 def csrf_ok() -> bool:
-    """Whether the request carries the CSRF token of its ops token (header or form field)."""
+    """Whether the request needs no CSRF token or carries its ops token's (header or form
+    field). A request authenticated with ``Authorization: Bearer`` needs none: a browser
+    never sends a bearer token by itself, so a page from another site cannot make one.
+    Basic auth, which a browser repeats on its own, and the dashboard's forms need it."""
+    scheme = request.headers.get("Authorization", "").partition(" ")[0]
+    if scheme.lower() == "bearer":
+        return True
     given = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token", "")
     return token_ok(request_csrf(), given)
 
