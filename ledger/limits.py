@@ -108,3 +108,7 @@ request is not held as long as a worker's job."""
 
 LANDING_RETRY_AFTER_SECONDS = 2
 """The Retry-After of a landing page's 503 when Stripe's API named none."""
+
+PURCHASE_WAITS_READ = 10_000
+"""Most retrying payments (the oldest) read to count those waiting for Stripe's API or for
+their Checkout Session (ledger/read/fulfilment.py), so a scrape stays cheap in an outage."""

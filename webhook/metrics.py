@@ -144,7 +144,8 @@ class LedgerCollector(Collector):
         )
         waiting = GaugeMetricFamily(
             "webhook_fulfilment_waiting",
-            "Payments waiting without a call (retrying, attempts not spent), by reason.",
+            "Payments waiting without a call (retrying, attempts not spent), by reason: "
+            "paused, breaker, rate (the gate), stripe_api, checkout_session (their purchase).",
             labels=["reason"],
         )
         for reason, n in f.waiting.items():
