@@ -6,7 +6,9 @@ It keeps what the Events API needs for reconcile (``GET /v1/events``): newest fi
 and ``delivery_success``, a bearer key, and Stripe's error shape for a wrong key. And what a
 purchase needs of Checkout: ``GET /v1/checkout/sessions/{id}``, its ``/line_items`` over as
 many pages as ``limit`` makes, and ``GET /v1/checkout/sessions?payment_intent=``. It can
-answer 429 or 500 to those for a while, and 403 (a key without that permission).
+answer 429 or 500 to those for a while, and 403 (a key without that permission). Sessions are
+added in the test's process (``add_session``) or over HTTP (``PUT
+/standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``).
 """
 
 import json
@@ -139,6 +141,15 @@ class EventsApi:
                 page = api.page(parse_qs(url.query))
                 api.gate.wait(timeout=60)
                 return self.answer(200, page)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                """A session and its line items, as the replay's --serve-sessions gives them."""
+                path = urlsplit(self.path).path
+                if not path.startswith("/standin/checkout/sessions/"):
+                    return self.answer(404, {"error": {"type": "invalid_request_error"}})
+                given = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                api.add_session(given["session"], given["line_items"])
+                return self.answer(200, {"id": given["session"]["id"]})
 
             def answer(self, status: int, payload: dict[str, Any]) -> None:
                 body = json.dumps(payload).encode()
