@@ -1,8 +1,9 @@
 """What the blueprints share: JSON answers (the typed objects of ledger/read/), the
 OPS_TOKEN tokens as a bearer token or HTTP basic password (compared in constant time; the
 matching token's label names who acts), the CSRF token of the few routes that change
-anything, query arguments (a bad one is a 400 that says why), a bulk decision's filters
-from the request, pausing and resuming fulfilment."""
+anything (asked of basic auth and forms, never of a bearer token), query arguments (a bad
+one is a 400 that says why), a bulk decision's filters from the request, pausing and
+resuming fulfilment."""
 
 import base64
 import hashlib
