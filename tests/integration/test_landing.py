@@ -38,12 +38,16 @@ def ops(landing_config, redis: Redis) -> FlaskClient:
     return create_app(landing_config).test_client()
 
 
-def purchase(stripe_api: EventsApi, rng, **session: Any) -> tuple[list[dict], str, str]:
-    """A Checkout purchase whose session Stripe's API serves (with ``session``'s fields)."""
+def purchase(
+    stripe_api: EventsApi, rng, items: int = 3, **session: Any
+) -> tuple[list[dict], str, str]:
+    """A Checkout purchase whose session (with ``session``'s fields), PaymentIntent and
+    ``items`` line items Stripe's API serves."""
     events = checkout_purchase(rng)
     obj = events[3]["data"]["object"]
     obj.update(session)
-    stripe_api.add_session(obj, line_items(3, obj["id"]))
+    stripe_api.add_session(obj, line_items(items, obj["id"]))
+    stripe_api.intents[payment_key_of(events[2])] = events[2]["data"]["object"]
     return events, obj["id"], payment_key_of(events[2])
 
 
@@ -172,3 +176,25 @@ def test_the_cli_fulfils_a_session(landing_config, redis: Redis, rng, stripe_api
     assert cli_ok(run_cli(landing_config, "fulfil-session", "cs_test_none"), 1)
     check = run_cli(landing_config, "fulfil-session", cs, "--check", "--json")
     assert cli_ok(check) and json.loads(check.output)["payment_key"] == pk
+
+
+@pytest.mark.parametrize(("items", "pages_read"), [(3, 0), (25, 1)])
+def test_the_landing_page_alone_gives_the_whole_purchase(
+    redis: Redis, rng, stripe_api, fulfilment, landing_config, items: int, pages_read: int
+) -> None:
+    """The session read with its PaymentIntent and line items expanded: the one call has the
+    PaymentIntent's metadata and every line item, read once (the expanded first page when
+    it is all of them, else every page by the worker)."""
+    config = {**landing_config, "CHECKOUT_LINE_ITEMS": "true"}
+    ops = create_app(config).test_client()
+    _, cs, pk = purchase(stripe_api, rng, items)
+    assert ops.post(url(cs), headers=BEARER).json["state"] == "queued"
+    f: Fulfilment = fulfilment(
+        **{k: str(v) for k, v in config.items() if k.startswith(("STRIPE", "CHECKOUT"))}
+    )
+    f.work()
+    assert state_of(redis, pk) == "fulfilled"
+    assert stripe_api.checkout_requests[f"/v1/checkout/sessions/{cs}/line_items"] == pages_read
+    shown = ops.get(f"/ops/api/payments/{pk}", headers=BEARER).json["purchase"]
+    assert shown["metadata"]["payment_intent"] == {"source": "payment_intent"}
+    assert shown["checkout_session"]["id"] == cs and len(shown["line_items"]) == items
