@@ -29,6 +29,7 @@ from ledger.events import classify
 from ledger.purchase import pack_line_items
 from ledger.purchase_fields import purchase_fields
 from ledger.read.sessions import SessionFulfilment, session_fulfilment
+from ledger.settings import Settings
 from ledger.stripe_api import StripeApi, StripeNotFound
 
 RECORD_PREFIX = "evt_api_"
@@ -81,20 +82,24 @@ def fulfil(ledger: Ledger, api: StripeApi, session_id: str, by: str) -> SessionF
         session = api.session(session_id, expand=expand or ("payment_intent",))
     except StripeNotFound as exc:
         raise SessionUnknown(f"Stripe's API has no Checkout Session {session_id}") from exc
+    recorded = ledger.record_delivery(delivery_of(session, by, ledger.settings))
     status = str(session.get("payment_status") or "")
-    event = {**session_record(session), "triggered_by": by}
-    classified = classify({**event, "type": SESSION_EVENT}, ledger.settings.policy)
-    if not classified.paid:
-        raise SessionNotPaying(_why_not(session, ledger.settings.PAID_EVENT_TYPES), status)
-    body = orjson.dumps(event)
-    delivery = Delivery(
-        event, body, classified, "", API_SOURCE, new_request_id(), purchase_of(session)
-    )
-    recorded = ledger.record_delivery(delivery)
     found = session_fulfilment(ledger.redis, session_id, status, not recorded.duplicate)
     if found is None:  # purged the moment after: what Stripe said is all there is
         raise SessionUnknown(f"the payment of Checkout Session {session_id} was just purged")
     return found
+
+
+def delivery_of(session: dict[str, Any], by: str, settings: Settings) -> Delivery:
+    """What the ledger records of a session read from Stripe's API, classified by
+    ``checkout.session.completed``'s rule; SessionNotPaying unless that says paid."""
+    event = {**session_record(session), "triggered_by": by}
+    classified = classify({**event, "type": SESSION_EVENT}, settings.policy)
+    if not classified.paid:
+        status = str(session.get("payment_status") or "")
+        raise SessionNotPaying(_why_not(session, settings.PAID_EVENT_TYPES), status)
+    body = orjson.dumps(event)
+    return Delivery(event, body, classified, "", API_SOURCE, new_request_id(), purchase_of(session))
 
 
 def session_record(session: dict[str, Any]) -> dict[str, Any]:
