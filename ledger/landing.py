@@ -7,10 +7,11 @@ the shared STRIPE_API_MAX_RATE. A retrieved session is not an event, but it says
 ``checkout.session.completed`` says, so it enters the ledger as one synthetic record through
 the same script as every delivery (record_delivery.lua): id ``evt_api_{session id}``, type
 ``checkout.session.retrieved``, the session as its ``data.object`` and who asked as its
-``triggered_by``, source ``api`` (counted
-as no delivery, as reconcile's events are), classified by the session's own rule (paid only
-in ``payment`` mode with ``payment_status`` paid or no_payment_required, and only while
-PAID_EVENT_TYPES lists ``checkout.session.completed``). The script makes the first paid
+``triggered_by``, source ``api`` (counted as no delivery, as reconcile's events are),
+classified by the session's own rule (paid only in ``payment`` mode with
+``payment_status`` paid or no_payment_required, and only while PAID_EVENT_TYPES lists
+``checkout.session.completed``). Its purchase fields are the session's over its
+PaymentIntent's, with the line items when they came whole. The script makes the first paid
 record of a payment enqueue its one job, whichever of the webhook's events and this record
 comes first, and a second record of the same session is a duplicate that changes nothing.
 A payment the ledger already knows is paid is answered from the ledger, without Stripe.
@@ -46,7 +47,7 @@ class SessionUnknown(Exception):
 
 class SessionNotPaying(Exception):
     """Stripe says the session is not paid (``payment_status``), or it is not one this
-    deployment fulfils (``reason``)."""
+    deployment fulfils (the message says why)."""
 
     def __init__(self, message: str, payment_status: str) -> None:
         super().__init__(message)
