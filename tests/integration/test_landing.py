@@ -198,3 +198,14 @@ def test_the_landing_page_alone_gives_the_whole_purchase(
     shown = ops.get(f"/ops/api/payments/{pk}", headers=BEARER).json["purchase"]
     assert shown["metadata"]["payment_intent"] == {"source": "payment_intent"}
     assert shown["checkout_session"]["id"] == cs and len(shown["line_items"]) == items
+
+
+def test_a_session_paid_later_is_fulfilled_when_asked_again(ops, redis: Redis, rng, stripe_api):
+    """An unpaid session records nothing, so the same session asked again once Stripe says
+    it is paid (a delayed payment method) is recorded then."""
+    _, cs, pk = purchase(stripe_api, rng, payment_status="unpaid")
+    assert ops.post(url(cs), headers=BEARER).status_code == 409
+    stripe_api.sessions[cs]["payment_status"] = "paid"
+    answer = ops.post(url(cs), headers=BEARER)
+    assert answer.status_code == 200 and answer.json["recorded"] is True
+    assert state_of(redis, pk) == "queued"
