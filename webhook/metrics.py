@@ -93,7 +93,8 @@ class LedgerCollector(Collector):
         yield from self._secrets()
         yield CounterMetricFamily(
             "webhook_reconciled_events",
-            "Events recorded from Stripe's Events API by reconcile (not deliveries).",
+            "Records from Stripe's API, not deliveries: events reconcile found, and Checkout "
+            "Sessions the landing page's trigger read.",
             value=s.reconciled,
         )
         yield from self._reconcile()
