@@ -30,6 +30,7 @@ from redis import Redis
 from ledger import limits
 from ledger import settings as settings_module
 from ledger.deliveries import Ledger
+from ledger.redact import redact
 from ledger.setting_fields import SettingsError, exit_with
 from ledger.settings import Settings
 from ledgerctl.prove import Prover
@@ -39,7 +40,6 @@ from ledgerctl.terminal import rows_table, show
 from workers.actions import build_action, unusable
 
 EXIT_MORE_THAN_ONCE = 1
-EXIT_UNUSABLE = 2
 SCRATCH = {
     "REDIS_SENTINELS": "",
     "LEDGER_MIN_REPLICAS": "0",
@@ -109,6 +109,10 @@ def prove_action(
         probe = probe_for(s, effects, effects_sql, effects_db)
     except NoProbe as exc:
         exit_with([str(exc)])
+    try:
+        probe("pi_prove_action_check")  # asked once before anything starts
+    except Exception as exc:  # the user's probe: whatever it raises, said in one line
+        exit_with([redact(f"effects probe: {type(exc).__name__}: {exc}".splitlines()[0])])
     replay_safe = build_action(s).replay_safe
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     folder = Path(tempfile.mkdtemp(prefix="prove-action-"))

@@ -69,7 +69,7 @@ def sqlite_probe(path: str, statement: str) -> Probe:
 def postgres_probe(url: str, statement: str) -> Probe:
     def count(key: str) -> int:
         with psycopg.connect(url, connect_timeout=5) as conn:
-            row = conn.execute(statement, {"payment_key": key}).fetchone()  # type: ignore[call-overload]
+            row = conn.execute(statement, {"payment_key": key}).fetchone()
         return int(row[0]) if row else 0
 
     return count
