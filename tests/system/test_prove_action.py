@@ -4,6 +4,7 @@ which fault applied a payment more than once."""
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,29 @@ def passed(code: int, report: dict[str, Any], stderr: str) -> None:
     assert after["calls"] == 2 and after["effects"] == 1  # re-run, and applied once
 
 
+def using(folder: str) -> list[int]:
+    """Processes whose command line or environment names ``folder``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if folder.encode() in seen:
+            found.append(int(proc.name))
+    return found
+
+
 @pytest.mark.timeout(300)
-def test_the_sqlite_action_passes(tmp_path: Path) -> None:
-    passed(*prove({"FULFILMENT_ACTION": f"sqlite:///{tmp_path / 'd.sqlite3'}"}))
+def test_the_sqlite_action_passes_and_nothing_is_left_running(tmp_path: Path) -> None:
+    code, report, stderr = prove(
+        {"FULFILMENT_ACTION": f"sqlite:///{tmp_path / 'd.sqlite3'}"}, "--keep"
+    )
+    passed(code, report, stderr)
+    folder = stderr.rsplit("scratch folder kept: ", 1)[1].split()[0]
+    assert (Path(folder) / "redis.log").exists()
+    assert using(folder) == []
+    shutil.rmtree(folder)
 
 
 @pytest.mark.timeout(300)
