@@ -96,6 +96,8 @@ def faulty_builder(env: dict[str, str]) -> Any:
 
 def main() -> None:
     s = settings_module.load_or_exit()
+    if not hasattr(jobs, "build_action"):  # a fault placed nowhere would prove nothing
+        sys.exit("prove_worker: workers.jobs builds its action another way; wrap that one")
     jobs.build_action = faulty_builder(dict(os.environ))  # what workers.jobs.context builds
     redis = connect(s)
     while not work_once(redis, (s.QUEUE_NAME,), burst=False):
