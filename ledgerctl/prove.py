@@ -60,6 +60,8 @@ class Prover:
     replay_safe: bool
     row_seconds: float
     rng: random.Random
+    deadline: float
+    """time.monotonic() after which no fault starts (--max-seconds)."""
 
     @property
     def redis(self) -> Redis:
@@ -92,6 +94,8 @@ class Prover:
             yield self.faulted(name, {"PROVE_RESEND": "1"}, rescue=False)
 
     def delivered(self, name: str, paid_type: str, copies: int, at_once: bool) -> Row:
+        if time.monotonic() > self.deadline:
+            return late(name)
         event = self.event(paid_type)
         if event is None:
             return Row(name, "", 0, 0, "", "skipped", "no sample event of this type")
@@ -110,6 +114,8 @@ class Prover:
     def faulted(self, name: str, fault: dict[str, str], rescue: bool = True) -> Row:
         """One worker with ``fault`` takes the payment; once it has died (``rescue``),
         another worker runs whatever the ledger hands out next."""
+        if time.monotonic() > self.deadline:
+            return late(name)
         event = self.event("payment_intent.succeeded")
         assert event is not None
         doomed = self.procs.worker({**self.env, **fault})
@@ -126,6 +132,8 @@ class Prover:
 
     def paused(self, name: str, at: int) -> Row:
         """SIGSTOP inside the call; SIGCONT once the payment has left that attempt."""
+        if time.monotonic() > self.deadline:
+            return late(name)
         event = self.event("payment_intent.succeeded")
         assert event is not None
         doomed = self.procs.worker({**self.env, "PROVE_STOP_AT": str(at), "PROVE_STOP": "pause"})
@@ -212,6 +220,10 @@ class Prover:
             if time.monotonic() > deadline:
                 raise RowTimeout(f"gave up after {self.row_seconds:g} s waiting for {what}")
             time.sleep(0.05)
+
+
+def late(name: str) -> Row:
+    return Row(name, "", 0, 0, "", "not run", "--max-seconds reached before it")
 
 
 def lines(path: Path) -> list[str]:
