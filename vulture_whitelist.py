@@ -95,3 +95,6 @@ _.customer_email
 _.customer_name
 _.line_items
 _.subscription
+
+# Effects probes prove-action imports by name (--effects module:function) in its tests.
+_.orders_of

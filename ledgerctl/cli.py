@@ -23,6 +23,7 @@ from ledgerctl import (
     cli_downstream,
     cli_fulfilment,
     cli_landing,
+    cli_prove,
     cli_reconcile,
     render,
 )
@@ -158,6 +159,7 @@ for command in (
     *cli_reconcile.COMMANDS,
     *cli_fulfilment.COMMANDS,
     *cli_landing.COMMANDS,
+    *cli_prove.COMMANDS,
 ):
     main.add_command(command)
 
