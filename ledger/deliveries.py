@@ -51,6 +51,9 @@ class Delivery:
     secret_label: str
     source: str
     request_id: str
+    purchase: dict[str, str] | None = None
+    """The purchase fields it gives its payment, when not those of ``data.object`` alone
+    (a retrieved Checkout Session with its PaymentIntent expanded: ledger/landing.py)."""
 
 
 class Ledger:
@@ -109,7 +112,9 @@ class Ledger:
             "thin": "1" if is_thin(event) else "0",
             "related_type": related_type[:255],
             "related_id": related_id[:255],
-            "purchase": encode_fields(purchase_fields(obj)),
+            "purchase": encode_fields(
+                purchase_fields(obj) if delivery.purchase is None else delivery.purchase
+            ),
         }
 
     def record_rejection(self, reason: str, record: dict[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from ledgerctl import (
     cli_actions,
     cli_downstream,
     cli_fulfilment,
+    cli_landing,
     cli_prove,
     cli_reconcile,
     render,
@@ -157,6 +158,7 @@ for command in (
     *cli_downstream.COMMANDS,
     *cli_reconcile.COMMANDS,
     *cli_fulfilment.COMMANDS,
+    *cli_landing.COMMANDS,
     *cli_prove.COMMANDS,
 ):
     main.add_command(command)

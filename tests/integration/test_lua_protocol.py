@@ -46,7 +46,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from rq.job import Job
 
-from ledger import keys
+from ledger import keys, landing
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.clock import StepWatch
@@ -171,6 +171,23 @@ class Protocol(RuleBasedStateMachine):
         first = event["id"] not in self.seen
         self.seen.setdefault(event["id"], body)
         if first and c.paid and not c.hold:
+            self.paid.add(answer.payment_key)
+
+    @rule(index=st.integers(0, 10))
+    def landing_page_records_its_session(self, index: int) -> None:
+        """A success page's POST (ledger/landing.py): the paid session as Stripe's API has
+        it, recorded as source ``api`` under ``evt_api_{cs}``, racing the session's own
+        event and the rest of the purchase's."""
+        sessions = [e for e, _ in self.events if e["type"] == landing.SESSION_EVENT]
+        session = sessions[index % len(sessions)]["data"]["object"]
+        try:
+            delivery = landing.delivery_of(session, "ops:explorer", self.settings)
+        except landing.SessionNotPaying:
+            return
+        answer = self.ledger.record_delivery(delivery)
+        first = delivery.event["id"] not in self.seen
+        self.seen.setdefault(delivery.event["id"], delivery.body)
+        if first and not delivery.classified.hold:
             self.paid.add(answer.payment_key)
 
     @rule(part=st.integers(0, 5))
