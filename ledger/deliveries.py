@@ -52,6 +52,9 @@ class Delivery:
     secret_label: str
     source: str
     request_id: str
+    purchase: dict[str, str] | None = None
+    """The purchase fields it gives its payment, when not those of ``data.object`` alone
+    (a retrieved Checkout Session with its PaymentIntent expanded: ledger/landing.py)."""
 
 
 class Ledger:
@@ -112,7 +115,9 @@ class Ledger:
             "thin": "1" if is_thin(event) else "0",
             "related_type": related_type[:255],
             "related_id": related_id[:255],
-            "purchase": encode_fields(purchase_fields(obj)),
+            "purchase": encode_fields(
+                purchase_fields(obj) if delivery.purchase is None else delivery.purchase
+            ),
             "taken": taken_of(event["type"], obj) if c.role == "refund" else "",
             "reverse_on": "1" if self.settings.reversal_on else "0",
         }

@@ -268,9 +268,10 @@ def _classify_thin(event: Obj, policy: Policy) -> Classified:
 
 
 def _linked(obj: Obj, key: str | None) -> tuple[str, ...]:
-    """Ids this object ties together besides its key: its PaymentIntent, invoice, own id."""
+    """Ids this object ties together besides its key: its PaymentIntent, invoice, own id
+    (an invoice's, or a Checkout Session's: the landing page asks by the session's id)."""
     found = [obj.get("payment_intent"), obj.get("invoice"), _invoice_pi(obj)]
-    if str(obj.get("id", "")).startswith("in_"):
+    if str(obj.get("id", "")).startswith(("in_", "cs_")):
         found.append(obj.get("id"))
     ids = [i for i in found if isinstance(i, str) and i and i != key and len(i) <= 255]
     return tuple(dict.fromkeys(ids))

@@ -73,7 +73,8 @@ REQUEST_TTL = limits.REQUEST_ID_TTL
 
 ALIAS_PREFIX = PREFIX + "alias:"
 """Strings ``wl:alias:{id}`` -> payment key: another id Stripe tied to that payment (a
-Checkout session's invoice, an invoice's PaymentIntent), so its events join the payment. The
+Checkout session's invoice or own id, an invoice's PaymentIntent), so its events join the
+payment and the landing page finds it by the session (ledger/landing.py). The
 payment lists them (its ``aliases`` field), so purge deletes them with it."""
 
 FINGERPRINT_PREFIX = PREFIX + "fp:"
@@ -165,6 +166,10 @@ def event(event_id: str) -> str:
 
 def payment(payment_key: str) -> str:
     return PAYMENT_PREFIX + payment_key
+
+
+def alias(some_id: str) -> str:
+    return ALIAS_PREFIX + some_id
 
 
 def request(request_id: str) -> str:

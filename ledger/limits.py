@@ -100,3 +100,15 @@ wait, doubled each time up to the second (or Stripe's Retry-After, when longer).
 CHECKOUT_RECHECK_MS = 1000
 """While a payment waits for its Checkout Session's event (CHECKOUT_WAIT_SECONDS), how often
 it looks whether the event came: the wait is a second at a time."""
+
+LANDING_RATE_WAIT_SECONDS = 2.0
+"""Longest a landing page's request (POST /ops/api/checkout-sessions/{id}/fulfil) waits for
+a free slot under STRIPE_API_MAX_RATE before it is answered 503 with a Retry-After: a web
+request is not held as long as a worker's job."""
+
+LANDING_RETRY_AFTER_SECONDS = 2
+"""The Retry-After of a landing page's 503 when Stripe's API named none."""
+
+PURCHASE_WAITS_READ = 10_000
+"""Most retrying payments (the oldest) read to count those waiting for Stripe's API or for
+their Checkout Session (ledger/read/fulfilment.py), so a scrape stays cheap in an outage."""

@@ -190,12 +190,14 @@ class Settings:
     STUCK_QUEUED_SECONDS: int = setting(300, kinds.whole(1, None, SECONDS))
     """A payment queued longer than this is listed under "needs a person"."""
     STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
-    """The key reconcile reads Stripe's events with, and workers Checkout Sessions and their
-    line items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS; a restricted key that can read
-    events and Checkout Sessions will do); ``scripts/run.sh --stripe-cli`` gives it and
+    """The key reconcile reads Stripe's events with, and workers and the landing page's
+    trigger (``/ops/api/checkout-sessions/{id}/fulfil``) Checkout Sessions and their line
+    items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS; a restricted key that can read events
+    and Checkout Sessions will do); ``scripts/run.sh --stripe-cli`` gives it and
     STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
-    """Where reconcile and the workers find Stripe's API (tests point it at a local server)."""
+    """Where reconcile, the workers and the landing page's trigger find Stripe's API (tests
+    point it at a local server)."""
     RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))
     """Seconds between the sweeper's reconcile runs over EVENT_RETENTION_DAYS."""
     CHECKOUT_LINE_ITEMS: bool = setting(False, kinds.boolean())
@@ -208,9 +210,9 @@ class Settings:
     and the payment is fulfilled without a session if there is none. A deployment that sells
     through Checkout sets it; at 0 no payment waits."""
     STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
-    """Requests per second to Stripe's API for purchases (line items, late sessions), shared
-    by every worker on every host (Stripe allows about 100 read requests a second live, 25
-    in test mode)."""
+    """Requests per second to Stripe's API for purchases (line items, late sessions, the
+    landing page's sessions), shared by every worker and web process on every host (Stripe
+    allows about 100 read requests a second live, 25 in test mode)."""
 
     @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:

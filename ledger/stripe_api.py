@@ -33,6 +33,10 @@ class StripeRefused(Exception):
     waiting will not mend."""
 
 
+class StripeNotFound(StripeRefused):
+    """Stripe's API has no such object (404)."""
+
+
 def _retry_after(exc: stripe.StripeError) -> float:
     value = (exc.headers or {}).get("Retry-After", "") if exc.headers else ""
     return float(value) if value.isascii() and value.isdigit() else 0.0
@@ -52,14 +56,21 @@ def client_of(settings: Settings) -> stripe.StripeClient:
 class StripeApi:
     """One per process."""
 
-    def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        clock_key: str = "",
+        slot_wait_s: float = limits.RATE_WAIT_SECONDS,
+    ) -> None:
         self.settings = settings
         self.client = client_of(settings)
         self.rate = Script(redis, "stripe_rate", clock_key)
+        self.slot_wait_s = slot_wait_s
 
     def _slot(self) -> None:
-        """Wait for a free request slot, up to limits.RATE_WAIT_SECONDS."""
-        give_up = time.monotonic() + limits.RATE_WAIT_SECONDS
+        """Wait for a free request slot, up to ``slot_wait_s``."""
+        give_up = time.monotonic() + self.slot_wait_s
         while True:
             wait_ms = int(self.rate({}, {"max_rate": self.settings.STRIPE_API_MAX_RATE}))
             if wait_ms == 0:
@@ -83,6 +94,8 @@ class StripeApi:
         except stripe.StripeError as exc:
             if exc.http_status is None or exc.http_status >= 500:
                 raise StripeUnavailable(self._failed(exc), _retry_after(exc)) from exc
+            if exc.http_status == 404:
+                raise StripeNotFound(self._failed(exc)) from exc
             raise StripeRefused(self._failed(exc)) from exc
 
     @staticmethod
@@ -118,10 +131,14 @@ class StripeApi:
         )
         return dict(found.data[0].to_dict()) if found.data else None
 
-    def session(self, session_id: str, account: str = "") -> dict[str, Any]:
-        """A Checkout Session as Stripe's API answers it now."""
+    def session(
+        self, session_id: str, account: str = "", expand: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """A Checkout Session as Stripe's API answers it now, with ``expand``'s fields
+        expanded."""
         sessions = self.client.v1.checkout.sessions
-        found = self._call(lambda: sessions.retrieve(session_id, None, self._options(account)))
+        params: Any = {"expand": list(expand)} if expand else None
+        found = self._call(lambda: sessions.retrieve(session_id, params, self._options(account)))
         return dict(found.to_dict())
 
 

@@ -18,7 +18,15 @@ from ledger.read import stats
 from ledger.read.events import EventList
 from ledger.read.payments import PaymentList
 from ledger.read.rejections import RejectionList
-from ledgerctl import cli_actions, cli_downstream, cli_fulfilment, cli_reconcile, render
+from ledgerctl import (
+    cli_actions,
+    cli_downstream,
+    cli_fulfilment,
+    cli_landing,
+    cli_prove,
+    cli_reconcile,
+    render,
+)
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import say
 
@@ -150,6 +158,8 @@ for command in (
     *cli_downstream.COMMANDS,
     *cli_reconcile.COMMANDS,
     *cli_fulfilment.COMMANDS,
+    *cli_landing.COMMANDS,
+    *cli_prove.COMMANDS,
 ):
     main.add_command(command)
 

@@ -33,7 +33,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     from flask import Flask
 
     from ledger import settings as settings_module
-    from webhook import dashboard, metrics, ops, receiver, serving, store, unavailable
+    from webhook import dashboard, landing, metrics, ops, receiver, serving, store, unavailable
 
     app = Flask(__name__)
     # Raises SettingsError, one line per problem (gunicorn.conf.py checked them already).
@@ -44,6 +44,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     app.register_blueprint(receiver.bp)
     app.register_blueprint(ops.health_bp)
     app.register_blueprint(ops.api_bp)
+    app.register_blueprint(landing.bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(metrics.bp)
     unavailable.init_app(app)

@@ -1,8 +1,9 @@
 """What the blueprints share: JSON answers (the typed objects of ledger/read/), the
 OPS_TOKEN tokens as a bearer token or HTTP basic password (compared in constant time; the
 matching token's label names who acts), the CSRF token of the few routes that change
-anything, query arguments (a bad one is a 400 that says why), a bulk decision's filters
-from the request, pausing and resuming fulfilment."""
+anything (asked of basic auth and forms, never of a bearer token), query arguments (a bad
+one is a 400 that says why), a bulk decision's filters from the request, pausing and
+resuming fulfilment."""
 
 import base64
 import hashlib
@@ -124,7 +125,13 @@ def csrf_token(ops_token: str) -> str:
 
 
 def csrf_ok() -> bool:
-    """Whether the request carries the CSRF token of its ops token (header or form field)."""
+    """Whether the request needs no CSRF token or carries its ops token's (header or form
+    field). A request authenticated with ``Authorization: Bearer`` needs none: a browser
+    never sends a bearer token by itself, so a page from another site cannot make one.
+    Basic auth, which a browser repeats on its own, and the dashboard's forms need it."""
+    scheme = request.headers.get("Authorization", "").partition(" ")[0]
+    if scheme.lower() == "bearer":
+        return True
     given = request.headers.get("X-CSRF-Token") or request.form.get("csrf_token", "")
     return token_ok(request_csrf(), given)
 

@@ -93,7 +93,8 @@ class LedgerCollector(Collector):
         yield from self._secrets()
         yield CounterMetricFamily(
             "webhook_reconciled_events",
-            "Events recorded from Stripe's Events API by reconcile (not deliveries).",
+            "Records from Stripe's API, not deliveries: events reconcile found, and Checkout "
+            "Sessions the landing page's trigger read.",
             value=s.reconciled,
         )
         yield from self._reconcile()
@@ -144,7 +145,8 @@ class LedgerCollector(Collector):
         )
         waiting = GaugeMetricFamily(
             "webhook_fulfilment_waiting",
-            "Payments waiting without a call (retrying, attempts not spent), by reason.",
+            "Payments waiting without a call (retrying, attempts not spent), by reason: "
+            "paused, breaker, rate (the gate), stripe_api, checkout_session (their purchase).",
             labels=["reason"],
         )
         for reason, n in f.waiting.items():

@@ -2,8 +2,8 @@
 
 Every answer is one of the typed objects of the read model (ledger/read/, RESPONSES), the
 same objects that ``webhook-ledger ... --json`` prints; webhook/openapi.yaml documents them.
-Read-only, except retry/resolve and pausing/resuming fulfilment, which need POST and the
-CSRF token.
+Read-only, except retry/resolve, pausing/resuming fulfilment and a Checkout Session's
+fulfilment (webhook/landing.py), which need POST (and with basic auth the CSRF token).
 """
 
 import os
@@ -25,6 +25,7 @@ from ledger.read.payments import Payment, PaymentList
 from ledger.read.reconcile import ReconcileList
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
+from ledger.read.sessions import SessionFulfilment
 from ledger.read.stats import Series, Summary
 from ledger.replication import NotReplicated
 from webhook.http import (
@@ -58,6 +59,7 @@ RESPONSES: tuple[type, ...] = (
     Fulfilment,
     Problem,
     Purchase,
+    SessionFulfilment,
 )
 """What the ops API answers, and the HTTP action's body (Purchase); webhook/openapi.yaml's
 schemas are these and what they hold."""

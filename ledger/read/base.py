@@ -19,6 +19,8 @@ class Problem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_def
     allowed: list[str] | None = None
     state: str | None = None
     retry_after: datetime | None = None
+    payment_status: str | None = None
+    """A Checkout Session's, as Stripe's API answered (a session not paid)."""
 
 
 def to_json(view: object, indent: bool = False) -> bytes:

@@ -6,11 +6,11 @@ from typing import Literal
 
 from redis import Redis
 
-from ledger import keys
+from ledger import keys, limits
 from ledger.clock import now_ms
 from ledger.read.base import View
 from ledger.settings import Settings
-from ledger.stored import decode_hash, ms_time
+from ledger.stored import decode_hash, ms_time, text
 
 
 class Pause(View):
@@ -39,6 +39,24 @@ class Fulfilment(View):
     max_rate: int
     calls_last_second: int
     waiting: dict[str, int]
+    """Payments waiting without a call, by reason: at the gate (paused, breaker, rate) and
+    for their purchase (stripe_api: Stripe's API did not answer; checkout_session: the
+    session's event has not come, CHECKOUT_WAIT_SECONDS)."""
+
+
+PURCHASE_WAITS = (keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)
+
+
+def purchase_waits(redis: Redis) -> dict[str, int]:
+    """How many payments wait for Stripe's API or for their Checkout Session. They have no
+    set of their own (lua/stripe_wait.lua keeps only the payment's ``waiting``): read from
+    the retrying payments, the oldest limits.PURCHASE_WAITS_READ of them."""
+    retrying = redis.zrange(keys.state_index("retrying"), 0, limits.PURCHASE_WAITS_READ - 1)
+    with redis.pipeline(transaction=False) as pipe:
+        for payment_key in retrying:
+            pipe.hget(keys.payment(text(payment_key)), "waiting")
+        reasons = [text(r) for r in pipe.execute() if r is not None]
+    return {reason: reasons.count(reason) for reason in PURCHASE_WAITS}
 
 
 def status(redis: Redis, settings: Settings) -> Fulfilment:
@@ -63,7 +81,8 @@ def status(redis: Redis, settings: Settings) -> Fulfilment:
         breaker=breaker_view(decode_hash(breaker), now, settings),
         max_rate=settings.FULFILMENT_MAX_RATE,
         calls_last_second=int(calls),
-        waiting=dict(zip(keys.WAIT_REASONS, map(int, waiting), strict=True)),
+        waiting=dict(zip(keys.WAIT_REASONS, map(int, waiting), strict=True))
+        | purchase_waits(redis),
     )
 
 

@@ -31,7 +31,7 @@ from ledger.events import classify
 from ledger.redact import redact
 from ledger.settings import fingerprint
 from ledgerctl.checker import Findings
-from ledgerctl.replay import options, report, sources
+from ledgerctl.replay import options, report, sessions, sources
 from ledgerctl.replay.options import compression, millis, signing_secret
 from ledgerctl.replay.sending import PROBES, Plan, send_all
 from ledgerctl.terminal import line, safe_console
@@ -73,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if not items:
         console.print("no events to send")
         return 2
+    if args.serve_sessions:
+        served = sessions.serve(args.serve_sessions, items, args.request_timeout)
+        console.print(f"{served} Checkout Session(s) given to {args.serve_sessions}")
     plan = plan_for(args, items, rng)
     event_ids = sorted({e["id"] for e, _ in items})
     before, counts_before = (

@@ -53,6 +53,12 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         help="generated payments also send checkout.session.completed",
     )
     src.add_argument(
+        "--serve-sessions",
+        metavar="URL",
+        help="a stand-in of Stripe's API (the service's STRIPE_API_BASE) to give each Checkout "
+        "Session sent, with its line items, before its events (never a real Stripe)",
+    )
+    src.add_argument(
         "--only", nargs="+", default=[], metavar="TYPE", help="keep only these event types"
     )
     src.add_argument("--from-ledger", action="store_true", help="events stored in the ledger")

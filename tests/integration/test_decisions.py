@@ -59,13 +59,15 @@ def test_resolve_retry_interrupted_with_a_dry_run_first(client, redis, rng, conf
     assert cli_ok(again, 1) and "0 interrupted payment(s) match" in again.output
 
 
-def test_the_api_bulk_retry_needs_csrf_and_applies_its_filters(client, redis, rng, config) -> None:
+def test_the_api_bulk_retry_needs_csrf_with_basic_auth_and_applies_its_filters(
+    client, redis, rng, config
+) -> None:
     pks = [deliver(client, rng)["data"]["object"]["id"] for _ in range(2)]
     for pk in pks:
         fail_payment(redis, config, pk)
     url = "/ops/api/bulk/retry?state=failed"
-    assert client.post(url, headers=BEARER).status_code == 403
-    assert client.post(url + "&error=timeout", headers=CSRF).json["matched"] == 0
+    assert client.post(url, headers=BASIC).status_code == 403
+    assert client.post(url + "&error=timeout", headers=BEARER).json["matched"] == 0
     dry = client.post(url + "&dry_run=1&since=1h", headers=CSRF).json
     assert dry["matched"] == 2 and dry["requeued"] == 0 and dry["dry_run"] is True
     done = client.post(url + "&error=HTTP%20400", headers=CSRF).json

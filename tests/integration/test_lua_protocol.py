@@ -47,7 +47,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from rq.job import Job
 
-from ledger import keys
+from ledger import keys, landing
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.clock import StepWatch
@@ -224,6 +224,23 @@ class Protocol(RuleBasedStateMachine):
         charged = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
         counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
         return pk in self.lost or (amount > 0 and max(counted, charged) >= amount)
+
+    @rule(index=st.integers(0, 10))
+    def landing_page_records_its_session(self, index: int) -> None:
+        """A success page's POST (ledger/landing.py): the paid session as Stripe's API has
+        it, recorded as source ``api`` under ``evt_api_{cs}``, racing the session's own
+        event and the rest of the purchase's."""
+        sessions = [e for e, _ in self.events if e["type"] == landing.SESSION_EVENT]
+        session = sessions[index % len(sessions)]["data"]["object"]
+        try:
+            delivery = landing.delivery_of(session, "ops:explorer", self.settings)
+        except landing.SessionNotPaying:
+            return
+        answer = self.ledger.record_delivery(delivery)
+        first = delivery.event["id"] not in self.seen
+        self.seen.setdefault(delivery.event["id"], delivery.body)
+        if first and not delivery.classified.hold:
+            self.paid.add(answer.payment_key)
 
     @rule(part=st.integers(0, 5))
     def deliver_part_of_a_purchase(self, part: int) -> None:

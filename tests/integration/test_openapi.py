@@ -19,8 +19,10 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation.modes import GenerationMode
 
 import webhook
-from tests.support.constants import BEARER, OPS_TOKEN
+from tests.support.constants import BASIC, BEARER, OPS_TOKEN
 from tests.support.inprocess import Seeded, app_without_redis
+from tests.support.purchases import checkout_purchase
+from tests.support.stripe_api import API_KEY, EventsApi
 from webhook.http import csrf_token
 from webhook.ops import RESPONSES
 
@@ -63,7 +65,39 @@ def test_the_documented_schemas_are_exactly_the_code_s() -> None:
 
 
 @pytest.fixture
-def api_schema(app, one_of_everything: Seeded) -> Any:
+def stripe_api() -> Any:
+    api = EventsApi().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def config(config: dict[str, object], stripe_api: EventsApi) -> dict[str, object]:
+    """The suite's, reading Checkout Sessions from the stand-in of Stripe's API."""
+    return {**config, "STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": stripe_api.url}
+
+
+class Sessions(msgspec.Struct):
+    paid: str
+    """Recorded by a POST already: its payment is queued."""
+    unpaid: str
+
+
+@pytest.fixture
+def sessions(client: Any, stripe_api: EventsApi, rng: Any) -> Sessions:
+    ids = []
+    for status in ("paid", "unpaid"):
+        session = checkout_purchase(rng)[3]["data"]["object"]
+        session["payment_status"] = status
+        stripe_api.add_session(session, [])
+        ids.append(session["id"])
+    fulfil = f"/ops/api/checkout-sessions/{ids[0]}/fulfil"
+    assert client.post(fulfil, headers=BEARER).status_code == 200
+    return Sessions(*ids)
+
+
+@pytest.fixture
+def api_schema(app, one_of_everything: Seeded, sessions: Sessions) -> Any:
     return schemathesis.openapi.from_wsgi("/ops/api/openapi.yaml", app, headers=BEARER)
 
 
@@ -72,8 +106,10 @@ def operations() -> list[tuple[str, str]]:
     return [(m.upper(), path) for path, methods in spec["paths"].items() for m in methods]
 
 
-def known_ids(ids: Seeded, path: str) -> dict[str, Any]:
+def known_ids(ids: Seeded, path: str, sessions: Sessions) -> dict[str, Any]:
     """Path parameters that name records of the seeded ledger, when the path has one."""
+    if "{session_id}" in path:
+        return {"session_id": sessions.paid}
     if "{event_id}" in path:
         return {"event_id": ids.event}
     if "{payment_key}" in path:
@@ -84,7 +120,12 @@ def known_ids(ids: Seeded, path: str) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", list(GenerationMode), ids=str)
 @pytest.mark.parametrize(("method", "path"), operations(), ids=[" ".join(o) for o in operations()])
 def test_every_operation_answers_as_documented(
-    api_schema: Any, one_of_everything: Seeded, method: str, path: str, mode: GenerationMode
+    api_schema: Any,
+    one_of_everything: Seeded,
+    sessions: Sessions,
+    method: str,
+    path: str,
+    mode: GenerationMode,
 ) -> None:
     """Generated requests (valid ones, and invalid ones), with the token; for routes with an
     id, also for a record that exists (and for decisions, with the CSRF token, on a
@@ -92,7 +133,7 @@ def test_every_operation_answers_as_documented(
     that conforms to its schema, never a 5xx; invalid ones refused (Schemathesis's checks)."""
     operation = api_schema[path][method]
     strategy = operation.as_strategy(generation_mode=mode)
-    known = known_ids(one_of_everything, path)
+    known = known_ids(one_of_everything, path, sessions)
     if known:
         headers = CSRF if method == "POST" else None
         strategy = st.one_of(
@@ -116,15 +157,32 @@ def test_every_operation_answers_as_documented(
     assert seen and not any(status >= 500 for status in seen)
 
 
-def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+def recipes(ids: Seeded, sessions: Sessions) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
     """A request for every documented status of every operation: Case arguments, plus
-    ``auth`` False for the one without the token and ``down`` for the app whose Redis is
-    not there (the 503s)."""
+    ``auth`` False for the one without the token (``basic`` for basic auth, which alone
+    needs the CSRF token) and ``down`` for the app whose Redis is not there (the 503s)."""
     no_token: dict[str, Any] = {"auth": False}
     with_csrf = {"headers": CSRF}
     down: dict[str, Any] = {"down": True}
+    basic: dict[str, Any] = {"auth": "basic"}
+    forged = {**basic, "headers": {"X-CSRF-Token": "forged"}}
     pk = lambda key: {"path_parameters": {"payment_key": key}}  # noqa: E731
+    cs = lambda key: {"path_parameters": {"session_id": key}}  # noqa: E731
     return {
+        ("GET", "/checkout-sessions/{session_id}/fulfil"): {
+            200: cs(sessions.paid),
+            401: {**cs(sessions.paid), "auth": False},
+            404: cs(sessions.unpaid),
+            503: {**cs(sessions.paid), **down},
+        },
+        ("POST", "/checkout-sessions/{session_id}/fulfil"): {
+            200: cs(sessions.paid),
+            401: {**cs(sessions.paid), "auth": False},
+            403: {**cs(sessions.paid), **basic},
+            404: cs("cs_test_not_at_stripe"),
+            409: cs(sessions.unpaid),
+            503: {**cs(sessions.paid), **down},
+        },
         ("GET", "/summary"): {200: {}, 401: no_token, 503: down},
         ("GET", "/events"): {
             200: {"query": {"since": "2000-01-01T00:00:00Z", "limit": 5}},
@@ -154,7 +212,7 @@ def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
         ("POST", "/payments/{payment_key}/retry"): {
             200: {**pk(ids.failed), **with_csrf},
             401: {**pk(ids.failed), **with_csrf, "auth": False},
-            403: {**pk(ids.failed), "headers": {"X-CSRF-Token": "forged"}},
+            403: {**pk(ids.failed), **forged},
             404: {**pk("pi_missing"), **with_csrf},
             409: {**pk(ids.fulfilled), **with_csrf},
             503: {**pk(ids.failed), **with_csrf, **down},
@@ -163,7 +221,7 @@ def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
             200: {**pk(ids.interrupted), **with_csrf, "query": {"as": "fulfilled"}},
             400: {**pk(ids.interrupted), **with_csrf, "query": {"as": "maybe"}},
             401: {**pk(ids.interrupted), **with_csrf, "query": {"as": "retry"}, "auth": False},
-            403: {**pk(ids.interrupted), "query": {"as": "retry"}},
+            403: {**pk(ids.interrupted), **basic, "query": {"as": "retry"}},
             404: {**pk("pi_missing"), **with_csrf, "query": {"as": "retry"}},
             409: {**pk(ids.fulfilled), **with_csrf, "query": {"as": "retry"}},
             503: {**pk(ids.interrupted), **with_csrf, "query": {"as": "retry"}, **down},
@@ -188,26 +246,26 @@ def recipes(ids: Seeded) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
             200: {**with_csrf, "query": {"state": "failed", "since": "1h", "dry_run": "1"}},
             400: {**with_csrf, "query": {"since": "yesterday"}},
             401: {**with_csrf, "auth": False},
-            403: {"headers": {"X-CSRF-Token": "forged"}},
+            403: forged,
             503: {**with_csrf, **down},
         },
         ("POST", "/bulk/resolve"): {
             200: {**with_csrf, "query": {"state": "interrupted", "dry_run": "1"}},
             400: {**with_csrf, "query": {"state": "failed"}},
             401: {**with_csrf, "auth": False},
-            403: {"headers": {"X-CSRF-Token": "forged"}},
+            403: forged,
             503: {**with_csrf, **down},
         },
         ("POST", "/fulfilment/pause"): {
             200: {**with_csrf, "query": {"reason": "ERP deploy"}},
             401: {**with_csrf, "auth": False},
-            403: {"headers": {"X-CSRF-Token": "forged"}},
+            403: forged,
             503: {**with_csrf, **down},
         },
         ("POST", "/fulfilment/resume"): {
             200: with_csrf,
             401: {**with_csrf, "auth": False},
-            403: {"headers": {"X-CSRF-Token": "forged"}},
+            403: forged,
             503: {**with_csrf, **down},
         },
     }
@@ -222,7 +280,7 @@ def down_schema() -> Any:
 
 
 def test_every_documented_status_of_every_operation(
-    api_schema: Any, down_schema: Any, one_of_everything: Seeded
+    api_schema: Any, down_schema: Any, one_of_everything: Seeded, sessions: Sessions
 ) -> None:
     spec = yaml.safe_load(SPEC.read_text())
     documented = {
@@ -230,7 +288,7 @@ def test_every_documented_status_of_every_operation(
         for path, methods in spec["paths"].items()
         for method, op in methods.items()
     }
-    planned = recipes(one_of_everything)
+    planned = recipes(one_of_everything, sessions)
     assert {op: set(by_status) for op, by_status in planned.items()} == documented
     for (method, path), by_status in planned.items():
         for status, recipe in by_status.items():
@@ -240,7 +298,6 @@ def test_every_documented_status_of_every_operation(
             case = (down_schema if down else api_schema)[path][method].Case(**arguments)
             # a documented 503 is the point there, not a server error
             excluded = [not_a_server_error] if down else []
-            response = case.call_and_validate(
-                headers=BEARER if auth else {}, excluded_checks=excluded
-            )
+            headers = BASIC if auth == "basic" else BEARER if auth else {}
+            response = case.call_and_validate(headers=headers, excluded_checks=excluded)
             assert response.status_code == status, (method, path, status, response.text)

@@ -28,8 +28,9 @@ def basic(user: str, token: str) -> dict[str, str]:
 
 
 def acting(token: str) -> dict[str, str]:
-    """The API headers of a change made with ``token``: its bearer and its CSRF token."""
-    return {**bearer(token), "X-CSRF-Token": csrf_token(token)}
+    """The API headers of a change made with ``token``: its bearer token and nothing else (a
+    browser never sends a bearer token by itself, so no CSRF token is asked for)."""
+    return bearer(token)
 
 
 @pytest.fixture
@@ -76,8 +77,12 @@ def test_the_dashboard_records_the_token_label_not_the_basic_auth_user(ops) -> N
 
 def test_each_token_has_its_own_csrf_token(ops) -> None:
     url = "/ops/api/fulfilment/pause"
-    forged = {**bearer(BOB), "X-CSRF-Token": csrf_token(ALICE)}
+    forged = {**basic("bob", BOB), "X-CSRF-Token": csrf_token(ALICE)}
     assert ops.post(url, headers=forged).status_code == 403
+    assert ops.post(url, headers=basic("bob", BOB)).status_code == 403
+    assert ops.post(url, headers={**basic("bob", BOB), "X-CSRF-Token": csrf_token(BOB)}).json[
+        "paused"
+    ]["by"] == ("ops:bob")
     page = ops.get("/ops/fulfilment", headers=basic("x", BOB)).get_data(as_text=True)
     assert csrf_token(BOB) in page and csrf_token(ALICE) not in page
 
@@ -100,6 +105,15 @@ def test_a_wrong_token_is_401_on_the_api_and_the_dashboard(ops, header: str) -> 
     assert ops.post("/ops/api/fulfilment/pause", headers={"Authorization": header}).status_code == (
         401
     )
+
+
+def test_a_bearer_token_needs_no_csrf_token_basic_auth_does(ops) -> None:
+    """A browser repeats basic auth on its own (so a page from another site could make it
+    post), never a bearer token."""
+    assert ops.post("/ops/api/fulfilment/pause", headers=bearer(ALICE)).status_code == 200
+    assert ops.post("/ops/api/fulfilment/resume", headers=basic("a", ALICE)).status_code == 403
+    assert ops.post("/ops/fulfilment/resume", headers=basic("a", ALICE)).status_code == 403
+    assert ops.post("/ops/api/fulfilment/resume", headers=bearer(ALICE)).status_code == 200
 
 
 def test_retries_and_resolutions_record_the_token_label(ops, redis, config, rng) -> None:

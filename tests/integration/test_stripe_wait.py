@@ -9,9 +9,11 @@ from redis.exceptions import ResponseError
 from ledger import keys, settings
 from ledger.connection import connect
 from ledger.purchase_reads import PurchaseReads
+from ledger.read import fulfilment as read_fulfilment
 from ledger.scripts import Script
 from ledger.stripe_api import StripeUnavailable
-from tests.support.helpers import payment_key_of, state_of
+from tests.support.constants import BASIC, BEARER
+from tests.support.helpers import cli_ok, payment_key_of, run_cli, state_of
 from tests.support.inprocess import Fulfilment
 from tests.support.purchases import checkout_purchase
 
@@ -69,6 +71,34 @@ def test_what_is_read_is_kept_once_and_never_on_a_purged_payment(redis: Redis) -
     assert redis.hmget(keys.payment("pi_kept"), "p_items", "p_cs") == [b"[[1]]", b"cs_from_webhook"]
     with pytest.raises(ResponseError, match="fields must map p_"):
         keep(pay, {"fields": '{"state": "fulfilled"}'})
+
+
+def test_payments_waiting_for_their_purchase_are_shown_beside_the_gate_s(
+    fulfilment, redis: Redis, rng, config, client
+) -> None:
+    """webhook_fulfilment_waiting, the dashboard's gate card, ``fulfilment status`` and the
+    API count the payments waiting for Stripe's API and for their Checkout Session too."""
+    f: Fulfilment = fulfilment()
+    first, second = checkout_purchase(rng), checkout_purchase(rng)
+    for event in (*first[:3], *second[:3]):
+        f.deliver(event)
+    items = reads_of(config)
+    redis.set(CLOCK, 5_000_000)
+    assert items.wait_for_stripe(payment_key_of(first[2]), StripeUnavailable("429"))
+    args = {"reason": keys.CHECKOUT_WAIT, "base_ms": 1000, "cap_ms": 1000}
+    waited = {**args, "retry_after_ms": 0, "detail": "no session yet"}
+    assert items.wait({"payment": keys.payment(payment_key_of(second[2]))}, waited)
+    expected = {"paused": 0, "breaker": 0, "rate": 0, "stripe_api": 1, "checkout_session": 1}
+    assert read_fulfilment.status(redis, f.settings).waiting == expected
+    assert client.get("/ops/api/fulfilment", headers=BEARER).json["waiting"] == expected
+    scraped = client.get("/metrics", headers=BEARER).get_data(as_text=True)
+    assert 'webhook_fulfilment_waiting{reason="stripe_api"} 1.0' in scraped
+    assert 'webhook_fulfilment_waiting{reason="checkout_session"} 1.0' in scraped
+    page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="waiting-stripe_api">1<' in page and 'id="waiting-checkout_session">1<' in page
+    shown = run_cli(config, "fulfilment", "status")
+    assert cli_ok(shown) and "payments waiting: stripe_api" in shown.output
+    assert "payments waiting: checkout_session" in shown.output
 
 
 def test_a_payment_back_from_the_breaker_that_waits_for_stripe_leaves_the_breaker_set(

@@ -54,3 +54,39 @@ def insert_order(call: dict[str, Any]) -> dict[str, Any]:
     finally:
         db.close()
     return {"inserted": call["payment_key"]}
+
+
+def insert_every_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A new order row in ``SHOP_DB`` on every call, whatever its idempotency key: not
+    idempotent, so fit to be run at most once (not replay-safe)."""
+    db = sqlite3.connect(os.environ["SHOP_DB"], timeout=30, isolation_level=None)
+    try:
+        db.execute(
+            "INSERT INTO orders (payment_key, token) VALUES (?, ?)",
+            (call["payment_key"], call["token"]),
+        )
+    finally:
+        db.close()
+    return {"inserted": call["payment_key"]}
+
+
+def insert_every_call_declared_safe(call: dict[str, Any]) -> dict[str, Any]:
+    """The same non-idempotent insert, wrongly declared replay-safe: the prover must catch it."""
+    return insert_every_call(call)
+
+
+insert_every_call_declared_safe.replay_safe = True  # type: ignore[attr-defined]
+
+
+def make_every_call_shop(path: str) -> str:
+    """``SHOP_DB`` for insert_every_call: an orders table with no unique key."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE orders (payment_key TEXT NOT NULL, token INTEGER)")
+    return path
+
+
+def orders_of(payment_key: str) -> int:
+    """The effects probe (``--effects``) for insert_every_call: its rows for one payment."""
+    with sqlite3.connect(os.environ["SHOP_DB"], timeout=30) as db:
+        row = db.execute("SELECT count(*) FROM orders WHERE payment_key = ?", (payment_key,))
+        return int(row.fetchone()[0])

@@ -5,8 +5,11 @@ It keeps what the Events API needs for reconcile (``GET /v1/events``): newest fi
 ``limit`` (10 by default, at most 100), ``starting_after``, ``has_more``, ``created[gte]``
 and ``delivery_success``, a bearer key, and Stripe's error shape for a wrong key. And what a
 purchase needs of Checkout: ``GET /v1/checkout/sessions/{id}``, its ``/line_items`` over as
-many pages as ``limit`` makes, and ``GET /v1/checkout/sessions?payment_intent=``. It can
-answer 429 or 500 to those for a while, and 403 (a key without that permission).
+many pages as ``limit`` makes (a retrieved session expands its PaymentIntent and its
+first 10 line items when asked), and ``GET /v1/checkout/sessions?payment_intent=``. It can
+answer 429 or 500 to those for a while, and 403 (a key without that permission). Sessions are
+added in the test's process (``add_session``) or over HTTP (``PUT
+/standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``).
 """
 
 import json
@@ -34,6 +37,8 @@ class EventsApi:
         """Cleared: requests are counted, then answered once it is set (ordering tests)."""
         self.gate.set()
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.intents: dict[str, dict[str, Any]] = {}
+        """PaymentIntents a session's ``expand[]=payment_intent`` gives (else its id stays)."""
         self.line_items: dict[str, list[dict[str, Any]]] = {}
         self.checkout_requests: Counter[str] = Counter()
         """Checkout requests by path, the failed ones included."""
@@ -80,7 +85,7 @@ class EventsApi:
         if parts[0] not in self.sessions:
             return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing"}}
         if len(parts) == 1:
-            return 200, self.sessions[parts[0]]
+            return 200, self._expanded(self.sessions[parts[0]], query)
         items = self.line_items[parts[0]]
         if "starting_after" in query:
             ids = [i["id"] for i in items]
@@ -92,6 +97,24 @@ class EventsApi:
             "has_more": len(items) > limit,
             "data": items[:limit],
         }
+
+    def _expanded(self, session: dict[str, Any], query: dict[str, list[str]]) -> dict[str, Any]:
+        """A retrieved session with what ``expand[]`` asks: its PaymentIntent (when known)
+        and its line items' first page of 10, as Stripe expands a list."""
+        expand = {v for k, vs in query.items() if k.startswith("expand[") for v in vs}
+        found = dict(session)
+        if "payment_intent" in expand and session.get("payment_intent") in self.intents:
+            found["payment_intent"] = self.intents[session["payment_intent"]]
+        if "line_items" in expand:
+            items = self.line_items[session["id"]]
+            path = f"/v1/checkout/sessions/{session['id']}/line_items"
+            found["line_items"] = {
+                "object": "list",
+                "url": path,
+                "has_more": len(items) > 10,
+                "data": items[:10],
+            }
+        return found
 
     def start(self) -> "EventsApi":
         self.thread.start()
@@ -139,6 +162,15 @@ class EventsApi:
                 page = api.page(parse_qs(url.query))
                 api.gate.wait(timeout=60)
                 return self.answer(200, page)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                """A session and its line items, as the replay's --serve-sessions gives them."""
+                path = urlsplit(self.path).path
+                if not path.startswith("/standin/checkout/sessions/"):
+                    return self.answer(404, {"error": {"type": "invalid_request_error"}})
+                given = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                api.add_session(given["session"], given["line_items"])
+                return self.answer(200, {"id": given["session"]["id"]})
 
             def answer(self, status: int, payload: dict[str, Any]) -> None:
                 body = json.dumps(payload).encode()

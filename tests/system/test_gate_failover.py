@@ -54,14 +54,16 @@ def test_an_acknowledged_pause_is_still_paused_on_the_promoted_replica(cluster: 
 
 
 def breaker_opened_by_an_attempt(redis: Redis, s: Settings) -> None:
-    """A job's path (workers/jobs.py): its down answer reported to the breaker, then its
-    attempt finished; the finish waits for LEDGER_MIN_REPLICAS, which covers the breaker's
-    write before it (replication is one ordered stream)."""
+    """A job's path (workers/jobs.py): its refused connection reported to the breaker (a
+    witness beyond one payment's own answer, so threshold 1 opens it), then its attempt
+    finished; the finish waits for LEDGER_MIN_REPLICAS, which covers the breaker's write
+    before it (replication is one ordered stream)."""
     attempts, gate = Attempts(redis, s), Gate(redis, s)
     event, body = paid_event(random.Random(7))
     pk = payment_key_of(event)
     Ledger(redis, s).record_delivery(delivery(event, body))
     start = attempts.start(pk, "job-1", replay_safe=False)
     assert attempts.mark_calling(pk, start.token)
-    assert gate.report(pk, start.token, Health("down"), "503") == "open"
-    assert attempts.finish(pk, start.token, "retry", "503", 1.0) == ("retry", "retrying")
+    refused = "http: ConnectionError (Connection refused)"
+    assert gate.report(pk, start.token, Health("down", sent=False), refused) == "open"
+    assert attempts.finish(pk, start.token, "retry", refused, 1.0) == ("retry", "retrying")

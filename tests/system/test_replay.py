@@ -11,6 +11,7 @@ import pytest
 from ledgerctl import samples
 from tests.support.processes import Gunicorn
 from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay
+from tests.support.stripe_api import API_KEY, EventsApi
 
 
 @pytest.fixture
@@ -231,3 +232,36 @@ def test_generated_checkout_purchases_name_their_orders(stack, redis, tmp_path) 
     assert sorted(r[0] for r in rows) == ["order_000001", "order_000002", "order_000003"]
     for order, purchase in rows:
         assert json.loads(purchase)["metadata"]["checkout_session"] == {"order": order}
+
+
+def test_generated_checkout_purchases_get_line_items_from_a_stand_in(
+    stack, redis, tmp_path
+) -> None:
+    """``--serve-sessions``: each generated session, with its line items, is given to the
+    stand-in of Stripe's API the service reads (CHECKOUT_LINE_ITEMS), so each action gets
+    the line items, adding up to what was paid."""
+    api = EventsApi().start()
+    try:
+        s = stack(
+            TMP_REPORT=str(tmp_path / "r.json"),
+            CHECKOUT_LINE_ITEMS="true",
+            STRIPE_API_KEY=API_KEY,
+            STRIPE_API_BASE=api.url,
+        )
+        url = f"{s.start_web().url}/webhooks/stripe"
+        s.start_worker()
+        s.start_sweeper()
+        replay(
+            s.env, url, "--scenario", "multi-event", "--generate", "3", "--serve-sessions", api.url
+        )
+    finally:
+        api.stop()
+    assert len(api.sessions) == 3
+    db = sqlite3.connect(str(s.env["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+    rows = db.execute("SELECT client_reference_id, purchase FROM orders").fetchall()
+    assert sorted(r[0] for r in rows) == ["order_000001", "order_000002", "order_000003"]
+    for _, stored in rows:
+        purchase = json.loads(stored)
+        items = purchase["line_items"]
+        assert items and sum(i["amount_total"] for i in items) == purchase["amount"]
+        assert purchase["metadata"]["checkout_session"]["order"]

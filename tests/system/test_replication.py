@@ -187,7 +187,15 @@ def test_a_fence_no_replica_confirms_is_not_called(
     Ledger(redis, s).record_delivery(delivery(event, body))
     action = CountingAction()
     context = jobs.Context(
-        attempts, Gate(redis, s), action, "", timeout=1.0, kill_after=0.5, call_window=1.0
+        attempts,
+        Gate(redis, s),
+        action,
+        "",
+        timeout=1.0,
+        kill_after=0.5,
+        call_window=1.0,
+        attempt_s=s.attempt_s,
+        reads=None,
     )
     frozen: list[int] = []
 

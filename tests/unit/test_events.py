@@ -87,10 +87,11 @@ def test_unlinked_invoices_only_when_configured() -> None:
     assert c.fingerprint.startswith("invoice|test:cus_"), "kept to catch a duplicate purchase"
 
 
-def test_a_checkout_session_ties_its_payment_intent_and_invoice() -> None:
+def test_a_checkout_session_ties_its_payment_intent_invoice_and_own_id() -> None:
+    """The session's own id too: the landing page asks by it (ledger/landing.py)."""
     session = sample("checkout.session.completed", invoice=IN)
     c = classify(session, UNLINKED)
-    assert c.payment_key == PI and c.linked == (IN,)
+    assert c.payment_key == PI and c.linked == (IN, session["data"]["object"]["id"])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,15 @@
+-- The shop's own table: what each customer may use. The service's PostgreSQL action adds one
+-- row per paid payment (grant.sql), in the transaction that records the payment's key in
+-- webhook_ledger_effects, so a payment grants once however often it is delivered or retried.
+CREATE TABLE IF NOT EXISTS entitlements (
+    id bigserial PRIMARY KEY,
+    payment_key text NOT NULL,
+    client_reference_id text,
+    customer_email text,
+    product text NOT NULL,
+    amount bigint,
+    currency text,
+    granted_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS entitlements_by_reference ON entitlements (client_reference_id);
+CREATE INDEX IF NOT EXISTS entitlements_by_email ON entitlements (customer_email);

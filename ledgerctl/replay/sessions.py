@@ -1,0 +1,70 @@
+"""Checkout Sessions for a stand-in of Stripe's API: a replay's generated Checkout purchases
+name sessions no real Stripe account has, so a service that reads their line items
+(CHECKOUT_LINE_ITEMS) or looks a late session up (CHECKOUT_WAIT_SECONDS) is pointed at a
+stand-in (STRIPE_API_BASE), and ``--serve-sessions URL`` gives that stand-in each session
+with its line items before the session's events are sent (``PUT
+/standin/checkout/sessions/{id}``, what tests/support/stripe_api.py takes). Without it,
+nothing is sent anywhere but the webhook endpoint, as against a real Stripe CLI setup."""
+
+import random
+from typing import Any
+
+import requests
+
+from ledgerctl.replay.sources import Item
+
+PATH = "/standin/checkout/sessions/"
+
+
+def sessions_of(items: list[Item]) -> list[dict[str, Any]]:
+    """The Checkout Sessions the items' events carry, once each."""
+    found: dict[str, dict[str, Any]] = {}
+    for event, _ in items:
+        obj = (event.get("data") or {}).get("object") or {}
+        if obj.get("object") == "checkout.session" and isinstance(obj.get("id"), str):
+            found.setdefault(obj["id"], obj)
+    return list(found.values())
+
+
+def line_items(session: dict[str, Any]) -> list[dict[str, Any]]:
+    """One to three line items, as Stripe's API lists them, adding up to the session's
+    ``amount_total``; the same for the same session every time."""
+    rng = random.Random(session["id"])
+    total, currency = int(session.get("amount_total") or 0), session.get("currency") or "usd"
+    count = rng.randint(1, 3)
+    shares = [total // count] * count
+    shares[0] += total - sum(shares)
+    tail = session["id"][-8:]
+    return [
+        {
+            "id": f"li_{tail}{i:06d}",
+            "object": "item",
+            "amount_subtotal": share,
+            "amount_total": share,
+            "currency": currency,
+            "description": f"Replay item {i + 1}",
+            "price": {
+                "id": f"price_replay{i:06d}",
+                "object": "price",
+                "currency": currency,
+                "product": f"prod_replay{i:06d}",
+                "unit_amount": share,
+            },
+            "quantity": 1,
+        }
+        for i, share in enumerate(shares)
+    ]
+
+
+def serve(base_url: str, items: list[Item], timeout: float) -> int:
+    """Give the stand-in at ``base_url`` every session of ``items`` with its line items;
+    how many. A stand-in that refuses one ends the run (requests' HTTPError)."""
+    sessions = sessions_of(items)
+    with requests.Session() as http:
+        for session in sessions:
+            body = {"session": session, "line_items": line_items(session)}
+            answer = http.put(
+                base_url.rstrip("/") + PATH + session["id"], json=body, timeout=timeout
+            )
+            answer.raise_for_status()
+    return len(sessions)
