@@ -95,6 +95,10 @@ _.customer_email
 _.customer_name
 _.line_items
 _.subscription
+# ledger/reversals.py Reversal: fields of the reversal call, read by actions
+_.refund_ids
+_.refunded_amount
+_.dispute_status
 
 # Effects probes prove-action imports by name (--effects module:function) in its tests.
 _.orders_of

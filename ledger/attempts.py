@@ -46,10 +46,16 @@ class Attempts:
         return replicated(self.scripts[name], named_keys, args, self.settings, extra)
 
     def start(
-        self, payment_key: str, job_id: str, replay_safe: bool, execution: str | None = None
+        self,
+        payment_key: str,
+        job_id: str,
+        replay_safe: bool,
+        execution: str | None = None,
+        leg: str = "fulfil",
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
-        retry of this very call (answered ``go`` again) from a second run of the same job."""
+        retry of this very call (answered ``go`` again) from a second run of the same job.
+        ``leg``: the job's action, ``fulfil`` or ``reverse`` (skipped when the other is due)."""
         return self._replicated(
             "start_attempt",
             {"payment": keys.payment(payment_key)},
@@ -59,6 +65,7 @@ class Attempts:
                 "lease_ms": self.settings.lease_ms,
                 "replay_safe": int(replay_safe),
                 "caller": self.caller,
+                "leg": leg,
             },
         )
 
@@ -81,6 +88,7 @@ class Attempts:
             "max_attempts": self.settings.MAX_ATTEMPTS,
             "backoff_base_ms": self.settings.retry_base_ms,
             "backoff_cap_ms": self.settings.retry_cap_ms,
+            "reverse_on": int(self.settings.reversal_on),
         }
         if faults.fires("during_record"):
             self._send_and_die(script, *script.positional(named_keys, args))
@@ -135,6 +143,7 @@ class Attempts:
             "note": who,
             "job_id": job.job_id,
             "grace_ms": self.settings.grace_ms,
+            "reverse_on": int(self.settings.reversal_on),
         }
         named_keys = {"payment": keys.payment(payment_key)}
         decided: Decided = self._replicated("operator", named_keys, args, job.commands)

@@ -22,6 +22,7 @@ from ledger.payloads import compress_payload
 from ledger.purchase_fields import encode_fields, purchase_fields
 from ledger.replication import replicated
 from ledger.replies import Recorded
+from ledger.reversals import taken_of
 from ledger.scripts import Script
 from ledger.settings import Settings
 
@@ -71,7 +72,9 @@ class Ledger:
         c = delivery.classified
         try:
             # Offered with every paid delivery; the script runs it for the payment's first.
-            job = self.jobs.prepare(c.payment_key) if c.paid and c.payment_key else NO_JOB
+            # With REVERSAL_ACTION, a refund's too: the script runs it if a reversal is due.
+            due = c.paid or (c.role == "refund" and self.settings.reversal_on)
+            job = self.jobs.prepare(c.payment_key) if due and c.payment_key else NO_JOB
             named_keys, args = self.delivery_call(delivery, job.job_id)
             return replicated(self.record_script, named_keys, args, self.settings, job.commands)
         except RedisError as exc:  # RQ too asks the server (its version, once per process)
@@ -115,6 +118,8 @@ class Ledger:
             "purchase": encode_fields(
                 purchase_fields(obj) if delivery.purchase is None else delivery.purchase
             ),
+            "taken": taken_of(event["type"], obj) if c.role == "refund" else "",
+            "reverse_on": "1" if self.settings.reversal_on else "0",
         }
 
     def record_rejection(self, reason: str, record: dict[str, Any]) -> bool:

@@ -29,22 +29,40 @@ CREATE TABLE IF NOT EXISTS orders (
     at REAL NOT NULL,
     client_reference_id TEXT,
     customer TEXT,
-    purchase TEXT
+    purchase TEXT,
+    reversed_at REAL
 );
 CREATE TABLE IF NOT EXISTS receipts (
     idempotency_key TEXT PRIMARY KEY,
     receipt TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS calls_by_payment ON calls (payment_key);
+CREATE TABLE IF NOT EXISTS reversals (
+    idempotency_key TEXT PRIMARY KEY,
+    payment_key TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL,
+    reversal TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reversal_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    payment_key TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('applied', 'already_applied'))
+);
 """
 
 ADDED_ORDER_COLUMNS = {
     "client_reference_id": "TEXT",
     "customer": "TEXT",
     "purchase": "TEXT",
+    "reversed_at": "REAL",
 }
 """Columns of ``orders`` a file made before them lacks: added when it is opened. ``purchase``
-is the whole purchase (ledger/purchase.py) as JSON."""
+is the whole purchase (ledger/purchase.py) as JSON; ``reversed_at`` when its reversal
+(REVERSAL_ACTION) was applied, in the transaction that recorded the reversal's key in
+``reversals`` (each reversal call is logged in ``reversal_calls``)."""
 
 
 def open_downstream(path: str | Path) -> sqlite3.Connection:

@@ -135,6 +135,10 @@ PAID_FIELDS = (
 ``paid_at`` and ``account``: whether, since when and for which account Stripe is still to be
 asked: ledger/purchase_reads.py)."""
 
+REVERSAL_FIELDS = ("leg", "rf", "rf_charge", "dispute", "reversal_why")
+"""What a job also reads of a payment hash: which leg is due (``leg`` = ``reverse`` once its
+reversal is) and what the reversal call says (ledger/reversals.py)."""
+
 LINE_ITEM_FIELDS = (
     "price",
     "product",
@@ -269,7 +273,7 @@ def stored_fields(redis: Redis, payment_key: str) -> dict[str, str]:
     found = {
         name: text(v)
         for k, v in raw.items()
-        if (name := text(k)).startswith("p_") or name in PAID_FIELDS
+        if (name := text(k)).startswith("p_") or name in PAID_FIELDS or name in REVERSAL_FIELDS
     }
     if not any(name.startswith("p_") for name in found):  # recorded before p_* were kept
         found = {**recorded_fields(redis, found.get("events", "").split()), **found}

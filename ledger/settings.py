@@ -138,6 +138,12 @@ class Settings:
     purchase)`` inside that transaction; what it returns (JSON-able) is the receipt."""
     FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
+    REVERSAL_ACTION: ActionSpec | None = setting(None, kinds.fulfilment_action(), downstream)
+    """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
+    is lost, called once per payment with the purchase and its reversal (the same kinds as
+    FULFILMENT_ACTION; unset: no reversal, docs/FULFILMENT.md "Reversal")."""
+    REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
+    """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
     FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds one downstream call may take in all: a hard deadline, not per socket read."""
     FULFILMENT_KILL_MARGIN_SECONDS: float = setting(0.5, kinds.number(0, 60, SECONDS, above=True))
@@ -274,6 +280,11 @@ class Settings:
         """RQ's timeout of a fulfilment job: its wait for a rate slot at the gate (at most
         RATE_WAIT_SECONDS, workers/gating.py) and then its attempt."""
         return math.ceil(limits.RATE_WAIT_SECONDS + self.attempt_s)
+
+    @property
+    def reversal_on(self) -> bool:
+        """Whether a refund in full or a lost dispute has a fulfilled payment reversed."""
+        return self.REVERSAL_ACTION is not None
 
     @property
     def sqlite_downstream(self) -> str | None:

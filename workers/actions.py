@@ -24,6 +24,7 @@ from ledger import settings as settings_module
 from ledger.purchase import Purchase
 from ledger.redact import origin, redact
 from ledger.setting_fields import refuse
+from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
@@ -190,11 +191,25 @@ class CallableAction:
 def build_action(s: Settings) -> Action:
     """The action FULFILMENT_ACTION names (its kind parsed it: ledger/setting_kinds.py), with
     the effect FULFILMENT_SQL or FULFILMENT_EFFECT names for the built-in downstreams."""
-    spec, timeout, replay_safe = s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE
+    return _built(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE, s)
+
+
+def build_reversal_action(s: Settings) -> Action | None:
+    """The action REVERSAL_ACTION names (None when unset: no reversal). The built-in
+    downstreams mark the order reversed in the transaction that records the reversal's key."""
+    if s.REVERSAL_ACTION is None:
+        return None
+    return _built(s.REVERSAL_ACTION, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, None)
+
+
+def _built(
+    spec: ActionSpec, timeout: float, replay_safe: bool, effects_of: Settings | None
+) -> Action:
+    effect = load_effect(effects_of) if effects_of is not None else None
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
-        return SqliteAction(spec.target, load_effect(s))
+        return SqliteAction(spec.target, effect)
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
-        return PostgresAction(spec.target, timeout, load_effect(s))
+        return PostgresAction(spec.target, timeout, effect)
     if spec.scheme == "http":
         return HttpAction(spec.target, timeout, replay_safe)
     return CallableAction(spec.target, replay_safe)

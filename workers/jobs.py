@@ -25,7 +25,8 @@ from ledger.purchase_reads import PurchaseReads
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
-from workers.actions import Action, build_action
+from ledger.reversals import reversal_of
+from workers.actions import Action, build_action, build_reversal_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -53,16 +54,20 @@ class Context:
     reads: PurchaseReads | None
     """Reads what a purchase still needs from Stripe (CHECKOUT_LINE_ITEMS,
     CHECKOUT_WAIT_SECONDS), else None."""
+    reversal: Action | None = None
+    """REVERSAL_ACTION's action (None: unset, or it could not be built: ``action_error``)."""
 
 
 @cache
 def _context(pid: int) -> Context:
     s = settings_module.load()
+    reversal: Action | None = None
     try:
         action: Action | None = build_action(s)
+        reversal = build_reversal_action(s)
         error = ""
     except FulfilmentError as exc:
-        action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION
+        action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION or REVERSAL_ACTION
     redis = connect(s)
     return Context(
         Attempts(redis, s),
@@ -74,6 +79,7 @@ def _context(pid: int) -> Context:
         s.call_window,
         s.attempt_s,
         PurchaseReads(redis, s) if PurchaseReads.wanted(s) else None,
+        reversal,
     )
 
 
@@ -121,10 +127,15 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     ctx = context()
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
+    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
+    leg = "reverse" if stored.get("leg") == "reverse" else "fulfil"
     if ctx.action is None:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
-        return failed_without_call(ctx, payment_key, job_id, detail)
-    stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
+        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+    action = ctx.action if leg == "fulfil" else ctx.reversal
+    if action is None:  # REVERSAL_ACTION unset since the reversal became due
+        detail = "a reversal is due and REVERSAL_ACTION is not set"
+        return failed_without_call(ctx, payment_key, job_id, detail, leg)
     ready = ctx.reads.prepare(payment_key, stored) if ctx.reads else None  # before the gate
     if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
         return {"payment": payment_key, "verdict": "wait", "reason": ready.reason}
@@ -138,15 +149,15 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
-    start = ctx.attempts.start(payment_key, job_id, ctx.action.replay_safe)
+    start = ctx.attempts.start(payment_key, job_id, action.replay_safe, leg=leg)
     if start.verdict != "go":
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
     try:
-        if not ctx.action.replay_safe:
+        if not action.replay_safe:
             fenced_at = time.monotonic()
-        fenced = ctx.action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
+        fenced = action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
     except NotReplicated as exc:
         return unconfirmed(ctx, payment_key, start.token, exc)
     if not fenced:
@@ -157,7 +168,11 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
-    outcome, detail, health = run_action(ctx.action, call, ctx.timeout, ctx.kill_after)
+    if leg == "reverse":
+        call = reversal_of(call, stored)
+    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after)
+    if leg == "reverse" and outcome != "fulfilled":
+        detail = f"reversal: {detail}"  # which action failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
@@ -181,11 +196,13 @@ def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) 
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
-def failed_without_call(ctx: Context, payment_key: str, job_id: str, detail: str) -> dict[str, Any]:
+def failed_without_call(
+    ctx: Context, payment_key: str, job_id: str, detail: str, leg: str = "fulfil"
+) -> dict[str, Any]:
     """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
     STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
     person (retry once the setting is fixed) instead of sitting queued."""
-    start = ctx.attempts.start(payment_key, job_id, replay_safe=False)
+    start = ctx.attempts.start(payment_key, job_id, replay_safe=False, leg=leg)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ledger.downstream import open_downstream
+from ledger.reversals import ReversalCall
 from workers.effects import SAMPLE, Effect, Receipt, for_sqlite, purchase_of, sql_params
 from workers.exceptions import FulfilmentError, PermanentDownstreamError, TransientDownstreamError
 
@@ -36,6 +37,8 @@ class SqliteAction:
         return self._db[1]
 
     def __call__(self, purchase: Any) -> Receipt:
+        if isinstance(purchase, ReversalCall):
+            return self.reverse(purchase)
         db = self.connection()
         p = sql_params(purchase)
         try:
@@ -73,6 +76,42 @@ class SqliteAction:
                 db.rollback()
         found = {"outcome": outcome, "call_id": row.lastrowid}
         return found if self.effect is None else {**found, "receipt": receipt}
+
+    def reverse(self, call: ReversalCall) -> Receipt:
+        """The reversal: its key recorded once and the order marked reversed, in one
+        transaction; each call logged."""
+        db = self.connection()
+        try:
+            now = time.time()
+            db.execute("BEGIN IMMEDIATE")
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO reversals (idempotency_key, payment_key, token, at,"
+                " reversal) VALUES (?, ?, ?, ?, ?)",
+                (
+                    call.idempotency_key,
+                    call.payment_key,
+                    call.token,
+                    now,
+                    json.dumps(purchase_of(call)["reversal"], sort_keys=True),
+                ),
+            ).rowcount
+            outcome = "applied" if inserted else "already_applied"
+            if inserted:
+                db.execute(
+                    "UPDATE orders SET reversed_at = ? WHERE payment_key = ?",
+                    (now, call.payment_key),
+                )
+            row = db.execute(
+                "INSERT INTO reversal_calls (payment_key, token, at, outcome) VALUES (?, ?, ?, ?)",
+                (call.payment_key, call.token, now, outcome),
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:  # nothing was committed
+            raise TransientDownstreamError(f"sqlite: {exc}") from exc
+        finally:
+            if db.in_transaction:
+                db.rollback()
+        return {"outcome": outcome, "call_id": row.lastrowid}
 
     def _effect(self, db: sqlite3.Connection, call: Any, key: str) -> Receipt | None:
         """The user's effect, its receipt kept with the key; its errors said as whose."""

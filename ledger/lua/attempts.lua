@@ -38,6 +38,12 @@ local function retry_later(pay, used, backoff, now)
   return next_at
 end
 
+-- 'reversal: ' while the payment's reversal is due (docs/REVERSAL.md), so a person reading
+-- its error knows which action it was; else ''.
+local function leg_word(pay)
+  return redis.call('HGET', pay, 'leg') == 'reverse' and 'reversal: ' or ''
+end
+
 -- The lease of the current attempt has expired: its worker died or stalled. Returns
 -- 'interrupted' (the call may have happened and the action is not replay-safe), 'spent'
 -- (that was the last attempt of the budget: the payment now waits for a person, so a job
@@ -52,7 +58,7 @@ local function expire_lease(pay, now, max_attempts)
   local deaths = redis.call('HINCRBY', pay, 'leases_expired', 1)
   if phase == 'calling' and not replay_safe then
     move(pay, 'interrupted', now)
-    redis.call('HSET', pay, 'last_error', 'attempt ' .. token ..
+    redis.call('HSET', pay, 'last_error', leg_word(pay) .. 'attempt ' .. token ..
       ' was interrupted during the downstream call; the action is not replay-safe')
     redis.call('HINCRBY', STATS, 'interrupted', 1)
     return 'interrupted'
@@ -60,7 +66,8 @@ local function expire_lease(pay, now, max_attempts)
   if attempts_used(pay) >= max_attempts then
     local to = replay_safe and 'failed' or 'interrupted'
     move(pay, to, now)
-    redis.call('HSET', pay, 'last_error', 'worker died (or stalled past its lease) ' .. deaths ..
+    redis.call('HSET', pay, 'last_error', leg_word(pay) ..
+      'worker died (or stalled past its lease) ' .. deaths ..
       ' times during this payment; attempt budget of ' .. max_attempts .. ' spent')
     redis.call('HINCRBY', STATS, to == 'failed' and 'dead_letters' or 'interrupted', 1)
     return 'spent'

@@ -3,10 +3,11 @@
 -- verdict: the outcome recorded, 'stale', 'already' or 'missing'; state: the payment's.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
-  'backoff_base_ms', 'backoff_cap_ms')
+  'backoff_base_ms', 'backoff_cap_ms', 'reverse_on')
 local reply = replies('verdict', 'state')
 local token, outcome, detail = ARG.token, choice_arg(ARG, 'outcome', FINISHED), ARG.detail
 local max_attempts, backoff = whole_arg(ARG, 'max_attempts', 1), backoff_args(ARG)
+local reverse_on = choice_arg(ARG, 'reverse_on', BIT) == '1'
 if ARG.call_ms ~= '' and not tonumber(ARG.call_ms) then
   refuse('call_ms must be a number or empty, got ' .. shown(ARG.call_ms))
 end
@@ -25,8 +26,13 @@ end
 -- whatever happened to the payment since, as long as no newer attempt has started (the
 -- token would have moved on): interrupted; re-queued (by a person or the sweeper), then
 -- deferred by the gate (retrying), held for its purchase or failed by lost jobs.
+-- A reversal's attempts are those after the token its reversal began at: an earlier token's
+-- word (a fulfilment's late receipt) is no reversal's.
+local reversing = redis.call('HGET', pay, 'leg') == 'reverse'
+local done = reversing and 'reversed' or 'fulfilled'
 local late = current == token and outcome == 'fulfilled'
-  and state ~= 'in_progress' and state ~= 'fulfilled'
+  and state ~= 'in_progress' and state ~= done
+  and not (reversing and tonumber(token) <= tonumber(redis.call('HGET', pay, 'reversal_from')))
 -- Likewise the worker's word that it never called (it stalled past the call's window after
 -- its fence): the interruption its own lease expiry caused is lifted, nothing was applied.
 local idle = state == 'interrupted' and current == token and outcome == 'not_called'
@@ -37,51 +43,71 @@ if current ~= token or (state ~= 'in_progress' and not late and not idle) then
   return reply{verdict = 'stale', state = state}
 end
 
-redis.call('HINCRBY', STATS, 'attempts_finished', 1)
-redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)
--- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
--- once, there (the read model joins them back). Its caller only mattered while the call
--- might still be running (a person's retry waits for it), and a fulfilled payment is kept.
-local fulfilled = outcome == 'fulfilled'
-update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
-  ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil},
-  fulfilled and {'caller'} or nil)
-redis.call('HDEL', pay, 'lease_until', 'phase')
+local function settle()
+  redis.call('HINCRBY', STATS, 'attempts_finished', 1)
+  redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)
+  -- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
+  -- once, there (the read model joins them back). Its caller only mattered while the call
+  -- might still be running (a person's retry waits for it), and a fulfilled payment is kept.
+  local fulfilled = outcome == 'fulfilled'
+  update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
+    ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil},
+    fulfilled and {'caller'} or nil)
+  redis.call('HDEL', pay, 'lease_until', 'phase')
 
-if fulfilled then
-  move(pay, 'fulfilled', now)
-  local latency = now - tonumber(redis.call('HGET', pay, 'paid_at') or now)
-  redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
-  -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
-  local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
-  if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
-  redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
-    'next_at', 'waiting')
-  redis.call('HINCRBY', STATS, 'effects', 1)
-  local bucket = 'le:inf'
-  for _, bound in ipairs(LATENCY_BUCKETS_MS) do
-    if latency <= bound then bucket = 'le:' .. bound break end
+  if fulfilled and reversing then
+    move(pay, 'reversed', now)
+    redis.call('HSET', pay, 'reversal_receipt', detail, 'reversed_at', now)
+    redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
+      'next_at', 'waiting')
+    redis.call('HINCRBY', STATS, 'reversals', 1)
+    redis.call('ZREM', DUE, pk)
+    return reply{verdict = 'reversed', state = 'reversed'}
   end
-  redis.call('HINCRBY', FULFIL_HISTOGRAM, bucket, 1)
-  redis.call('HINCRBY', FULFIL_HISTOGRAM, 'sum_ms', latency)
+  if fulfilled then
+    move(pay, 'fulfilled', now)
+    local latency = now - tonumber(redis.call('HGET', pay, 'paid_at') or now)
+    redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
+    -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
+    local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
+    if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
+    redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
+      'next_at', 'waiting')
+    redis.call('HINCRBY', STATS, 'effects', 1)
+    local bucket = 'le:inf'
+    for _, bound in ipairs(LATENCY_BUCKETS_MS) do
+      if latency <= bound then bucket = 'le:' .. bound break end
+    end
+    redis.call('HINCRBY', FULFIL_HISTOGRAM, bucket, 1)
+    redis.call('HINCRBY', FULFIL_HISTOGRAM, 'sum_ms', latency)
+    redis.call('ZREM', DUE, pk)
+    return reply{verdict = 'fulfilled', state = 'fulfilled'}
+  end
+
+  redis.call('HSET', pay, 'last_error', detail)
+  if outcome == 'interrupted' then
+    -- The downstream may have applied it and may not dedupe: a person decides.
+    move(pay, 'interrupted', now)
+    redis.call('HINCRBY', STATS, 'interrupted', 1)
+    redis.call('ZREM', DUE, pk)
+    return reply{verdict = 'interrupted', state = 'interrupted'}
+  end
+  local used = attempts_used(pay)
+  if (outcome == 'retry' or outcome == 'not_called') and used < max_attempts then
+    retry_later(pay, used, backoff, now)
+    return reply{verdict = 'retry', state = 'retrying'}
+  end
+  move(pay, 'failed', now)
+  redis.call('HINCRBY', STATS, 'dead_letters', 1)
   redis.call('ZREM', DUE, pk)
-  return reply{verdict = 'fulfilled', state = 'fulfilled'}
+  return reply{verdict = outcome, state = 'failed'}
 end
 
-redis.call('HSET', pay, 'last_error', detail)
-if outcome == 'interrupted' then
-  -- The downstream may have applied it and may not dedupe: a person decides.
-  move(pay, 'interrupted', now)
-  redis.call('HINCRBY', STATS, 'interrupted', 1)
-  redis.call('ZREM', DUE, pk)
-  return reply{verdict = 'interrupted', state = 'interrupted'}
+-- A refund in full (or a lost dispute) recorded while the call ran: an effect is reversed
+-- (REVERSAL_ACTION), a payment left waiting without one is never fulfilled.
+local answer = settle()
+if not reversing then
+  local moved = take_back(pay, now, reverse_on)
+  if moved then answer[2] = moved end
 end
-local used = attempts_used(pay)
-if (outcome == 'retry' or outcome == 'not_called') and used < max_attempts then
-  retry_later(pay, used, backoff, now)
-  return reply{verdict = 'retry', state = 'retrying'}
-end
-move(pay, 'failed', now)
-redis.call('HINCRBY', STATS, 'dead_letters', 1)
-redis.call('ZREM', DUE, pk)
-return reply{verdict = outcome, state = 'failed'}
+return answer

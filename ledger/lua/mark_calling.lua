@@ -12,6 +12,13 @@ if redis.call('HGET', pay, 'state') ~= 'in_progress'
   update_attempt(pay, ARG.token, {outcome = 'stale_before_call', ended = now})
   return 0
 end
+-- Refunded in full (or a dispute lost) since the lease was taken: this fulfilment is not
+-- called (an action that is not replay-safe is fenced here, so nothing was applied).
+if redis.call('HGET', pay, 'leg') ~= 'reverse' and taken_back(pay) then
+  update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
+  never_fulfilled(pay, now)
+  return 0
+end
 -- Both records of a purchase may hold leases taken before Stripe tied them: the first
 -- to reach its fence calls, the other waits for a person.
 local twin = engaged_twin(pay)

@@ -4,11 +4,13 @@
 -- verdict: ok (state: the new one) | refused (state: the current one) | wait (until_ms,
 -- caller: the process of the last call may still be in it)
 local KEY = named(KEYS, 'payment')
-local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms')
+local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms',
+  'reverse_on')
 local reply = replies('verdict', 'state', 'until_ms', 'caller')
 local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
 check_commands(ARGC + 1)
 choice_arg(ARG, 'decision', {retry = true, fulfilled = true})
+choice_arg(ARG, 'reverse_on', BIT)
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -18,6 +20,11 @@ if redis.call('HGET', pay, 'decision_id') == ARG.job_id then
 end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
   return reply{verdict = 'refused', state = state or ''}
+end
+local reinstated = redis.call('HGET', pay, 'reinstated_at')
+if reinstated and ARG.decision == 'retry' then
+  -- reversed, then its dispute won: nothing of the ledger's may run again
+  return reply{verdict = 'refused', state = state}
 end
 if ARG.decision == 'retry' then
   -- Refused while the worker process that made the last call may still be in it: its
@@ -29,12 +36,30 @@ end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state)
+if ARG.decision == 'fulfilled' and reinstated then
+  -- a person granted it again by hand after the dispute was won
+  move(pay, 'fulfilled', now)
+  redis.call('HSET', pay, 'fulfilled_at', now)
+  redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
+  return reply{verdict = 'ok', state = 'fulfilled'}
+end
+if ARG.decision == 'fulfilled' and redis.call('HGET', pay, 'leg') == 'reverse' then
+  -- A reversal's call a person found applied: the payment is reversed.
+  move(pay, 'reversed', now)
+  redis.call('HSET', pay, 'reversal_receipt', cjson.encode({resolved = ARG.note}),
+    'reversed_at', now)
+  redis.call('HINCRBY', STATS, 'resolved_reversed', 1)
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  return reply{verdict = 'ok', state = 'reversed'}
+end
 if ARG.decision == 'fulfilled' then
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now)
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return reply{verdict = 'ok', state = 'fulfilled'}
+  -- Refunded in full (or a dispute lost) meanwhile: the effect a person found is reversed.
+  local moved = take_back(pay, now, ARG.reverse_on == '1', ARGC + 1, ARG.job_id, grace_ms)
+  return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 -- A fresh attempt budget for the retry.
 redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)

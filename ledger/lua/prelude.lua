@@ -208,3 +208,120 @@ local function hold_for_twin(pay, twin, now, when)
   redis.call('HINCRBY', STATS, 'held', 1)
   redis.call('HINCRBY', STATS, 'held_for_twin', 1)
 end
+
+-- Refunds and disputes (docs/LEDGER.md, "What a refund takes back"). A payment keeps what
+-- Stripe took back: `rf` (JSON: refund id -> amount counted; -1 for a refund that failed or
+-- was canceled, which stays so whatever order its events come in), `rf_charge` (the largest
+-- `amount_refunded` a charge event carried) and `dispute` (`{id} {status}` of a closed one).
+-- A copy or an older event of the same refund counts once: per id, the largest amount.
+local function keep_taken(pay, taken)
+  if taken.refunds then
+    local rf = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
+    for id, amount in pairs(taken.refunds) do
+      local had = rf[id]
+      if had == -1 or amount == -1 then rf[id] = -1
+      elseif not had or amount > had then rf[id] = amount end
+    end
+    redis.call('HSET', pay, 'rf', cjson.encode(rf))
+  end
+  local charged = tonumber(taken.charge_refunded)
+  if charged and charged > tonumber(redis.call('HGET', pay, 'rf_charge') or '0') then
+    redis.call('HSET', pay, 'rf_charge', charged)
+  end
+  if taken.dispute then
+    redis.call('HSET', pay, 'dispute', taken.dispute .. ' ' .. taken.dispute_status)
+  end
+end
+
+-- The refunded amount: the refunds counted by id, or a charge's `amount_refunded` if larger
+-- (a charge event may name a refund whose own events are still to come).
+local function refunded_amount(pay)
+  local total = 0
+  for _, amount in pairs(cjson.decode(redis.call('HGET', pay, 'rf') or '{}')) do
+    if amount > 0 then total = total + amount end
+  end
+  return math.max(total, tonumber(redis.call('HGET', pay, 'rf_charge') or '0'))
+end
+
+-- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
+-- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil.
+local function taken_back(pay)
+  local paid = tonumber(redis.call('HGET', pay, 'amount') or '')
+  if paid and paid > 0 and refunded_amount(pay) >= paid then return 'refund' end
+  local dispute = redis.call('HGET', pay, 'dispute')
+  if dispute and string.match(dispute, ' lost$') then return 'dispute' end
+  return nil
+end
+
+-- Whether an attempt that did not end in an effect may still have applied one: only a
+-- replay-safe action is retried after a call whose answer never came (an action that is not
+-- replay-safe goes `interrupted` instead), so a payment with no attempt started, or whose
+-- attempts were of an action that is not replay-safe, has no effect while it waits.
+local function may_have_applied(pay)
+  return tonumber(redis.call('HGET', pay, 'token') or '0') > 0
+    and redis.call('HGET', pay, 'replay_safe') == '1'
+end
+
+-- The fulfilled payment's reversal is due: the same machinery as fulfilment (`leg` =
+-- reverse: queued, in_progress, retrying, failed and interrupted are the reversal's), with
+-- a fresh attempt budget. With captured RQ commands from ARGV[first] the job is enqueued
+-- now, else the sweeper enqueues one at once (recover.lua: a queued payment without a job).
+local function begin_reversal(pay, why, now, first, job_id, grace_ms)
+  local pk = id_of(pay, PAYMENT_PREFIX)
+  local token = redis.call('HGET', pay, 'token') or 0
+  redis.call('HSET', pay, 'leg', 'reverse', 'reversal_why', why, 'reversal_due_at', now,
+    'reversal_from', token, 'budget_base', token)
+  move(pay, 'queued', now)
+  redis.call('HINCRBY', STATS, 'reversals_due', 1)
+  if first then
+    redis.call('HSET', pay, 'job', job_id)
+    run_commands(first)
+    redis.call('ZADD', DUE, now + grace_ms, pk)
+  else
+    redis.call('HDEL', pay, 'job')
+    redis.call('ZADD', DUE, now, pk)
+  end
+end
+
+-- Taken back before any effect: the payment is never called (`refunded_unfulfilled`).
+local function never_fulfilled(pay, now)
+  move(pay, 'refunded_unfulfilled', now)
+  redis.call('HSET', pay, 'taken_back', taken_back(pay))
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
+end
+
+-- What a refund in full or a lost dispute does to the payment now, by its state (its
+-- fulfilment leg only: a reversal under way or done is not begun again). Not fulfilled and
+-- waiting (queued, retrying, held, failed) with no effect possible: `refunded_unfulfilled`,
+-- never called; one that may have an effect (a replay-safe attempt ran): held for a person.
+-- Fulfilled: its reversal is due when `reverse_on` (REVERSAL_ACTION set). In progress,
+-- pending, interrupted: nothing yet (the attempt's finish, the paid event or a person
+-- decides; `taken_back` tells them). Returns the new state or nil.
+local function take_back(pay, now, reverse_on, first, job_id, grace_ms)
+  local why = taken_back(pay)
+  if not why or redis.call('HGET', pay, 'leg') == 'reverse' then return nil end
+  redis.call('HSET', pay, 'taken_back', why)
+  local state = redis.call('HGET', pay, 'state')
+  local pk = id_of(pay, PAYMENT_PREFIX)
+  if state == 'queued' or state == 'retrying' or state == 'held' or state == 'failed' then
+    if may_have_applied(pay) then
+      move(pay, 'held', now)
+      redis.call('HSET', pay, 'hold_reason', (why == 'refund' and 'refunded in full' or
+        'dispute lost') .. ' after an attempt of a replay-safe action that may have applied ' ..
+        'it: check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION ' ..
+        'it is then reversed)')
+      redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+      redis.call('ZREM', DUE, pk)
+      return 'held'
+    end
+    never_fulfilled(pay, now)
+    return 'refunded_unfulfilled'
+  end
+  if state == 'fulfilled' and reverse_on then
+    begin_reversal(pay, why, now, first, job_id, grace_ms)
+    return 'queued'
+  end
+  return nil
+end

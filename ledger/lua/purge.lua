@@ -1,4 +1,4 @@
--- Delete settled payments (fulfilled, or never paid) older than the retention window, with
+-- Delete settled payments (fulfilled, reversed, refunded before fulfilment, or never paid) older than the retention window, with
 -- their index entry and their count, and every other key or entry that names them: the
 -- aliases Stripe's other ids got (the payment's `aliases`), its untied records (`untied`:
 -- the fingerprint of record_delivery.lua's fp_parts), a waiting set or the sweeper's due
@@ -35,7 +35,7 @@ local function forget(pk)
 end
 
 local purged = 0
-for _, state in ipairs({'fulfilled', 'pending'}) do
+for _, state in ipairs({'fulfilled', 'pending', 'reversed', 'refunded_unfulfilled'}) do
   local index = STATE_INDEX_PREFIX .. state
   local old = redis.call('ZRANGEBYSCORE', index, '-inf', ARG.cutoff_ms, 'LIMIT', 0, ARG.limit)
   for _, pk in ipairs(old) do

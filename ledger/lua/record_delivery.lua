@@ -12,7 +12,7 @@ local KEY = named(KEYS, 'event', 'request')
 local ARG, ARGC = named(ARGV, 'type', 'created', 'livemode', 'api_version', 'payment_key',
   'role', 'paid', 'secret', 'source', 'sha', 'body', 'event_ttl', 'grace_ms', 'amount',
   'currency', 'job_id', 'linked', 'hold', 'account', 'fingerprint', 'thin', 'related_type',
-  'related_id', 'purchase')
+  'related_id', 'purchase', 'taken', 'reverse_on')
 local reply = replies('deliveries', 'duplicate', 'conflict', 'enqueued', 'payment_state',
   'payment_key')
 
@@ -37,13 +37,37 @@ local function purchase_arg()
   return fields
 end
 
+-- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
+-- with `refunds` (refund id -> amount, -1 for a failed one), `charge_refunded`, `dispute` and
+-- `dispute_status`, or '' (nil).
+local function taken_arg()
+  if ARG.taken == '' then return nil end
+  local ok, taken = pcall(cjson.decode, ARG.taken)
+  if not ok or type(taken) ~= 'table' then
+    refuse('taken must be a JSON object, got ' .. shown(ARG.taken))
+  end
+  for id, amount in pairs(type(taken.refunds) == 'table' and taken.refunds or {}) do
+    if type(id) ~= 'string' or type(amount) ~= 'number' or amount ~= math.floor(amount) then
+      refuse('taken.refunds must map refund ids to whole amounts, got ' .. shown(ARG.taken))
+    end
+  end
+  if (taken.refunds and type(taken.refunds) ~= 'table')
+    or (taken.charge_refunded and type(taken.charge_refunded) ~= 'number')
+    or (taken.dispute and (type(taken.dispute) ~= 'string'
+      or type(taken.dispute_status) ~= 'string')) then
+    refuse('taken has a field of the wrong type: ' .. shown(ARG.taken))
+  end
+  return taken
+end
+
 -- The arguments checked before the first write; returns the event's TTL (s), the new job's
--- grace (ms) and the purchase's fields.
+-- grace (ms), the purchase's fields and what was taken back.
 local function checked()
   local event_ttl = whole_arg(ARG, 'event_ttl', 1, MAX_TTL_SECONDS)
   local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
   choice_arg(ARG, 'paid', BIT)
   choice_arg(ARG, 'thin', BIT)
+  choice_arg(ARG, 'reverse_on', BIT)
   if ARG.paid == '1' and ARG.payment_key == '' then
     refuse('payment_key must name the payment when paid is 1, got ' .. shown(ARG.payment_key))
   end
@@ -52,7 +76,7 @@ local function checked()
       shown(ARG.fingerprint))
   end
   check_commands(ARGC + 1)
-  return event_ttl, grace_ms, purchase_arg()
+  return event_ttl, grace_ms, purchase_arg(), taken_arg()
 end
 
 -- The first answer to this request if this call is a client retry of it (written again
@@ -268,6 +292,10 @@ end
 -- with the captured job (or, when that job was captured for another id, made due for the
 -- sweeper to enqueue one). Returns the new state and whether the job was enqueued.
 local function queue_or_hold(d, held_for, grace_ms)
+  if taken_back(d.pay) then  -- refunded (or lost) before it was ever paid here: never called
+    never_fulfilled(d.pay, d.now)
+    return 'refunded_unfulfilled', 0
+  end
   if held_for ~= '' then
     move(d.pay, 'held', d.now)
     redis.call('HSET', d.pay, 'hold_reason', held_for)
@@ -301,9 +329,27 @@ local function keep_purchase(d, purchase)
   if #pairs_ > 0 then redis.call('HSET', d.pay, unpack(pairs_)) end
 end
 
+-- A payment reversed for a lost dispute whose dispute is then won (`charge.dispute.closed`
+-- won): the customer keeps what was bought, so a person decides (grant it again by hand,
+-- then resolve it as fulfilled); never silently. Returns 'held' or nil.
+local function reinstated(pay, now)
+  local dispute = redis.call('HGET', pay, 'dispute')
+  if redis.call('HGET', pay, 'state') ~= 'reversed' or redis.call('HGET', pay, 'reversal_why')
+    ~= 'dispute' or not (dispute and string.match(dispute, ' won$')) then
+    return nil
+  end
+  move(pay, 'held', now)
+  redis.call('HSET', pay, 'reinstated_at', now, 'hold_reason', 'dispute won after its ' ..
+    'reversal: the customer keeps the purchase; grant it again by hand, then resolve it as ' ..
+    'fulfilled (a retry runs nothing)')
+  redis.call('HINCRBY', STATS, 'held', 1)
+  redis.call('HINCRBY', STATS, 'reinstated', 1)
+  return 'held'
+end
+
 -- The payment's side: ties, its events and counts, and for a paid event its paid fields and
 -- its move out of pending. Returns its state and whether a job was enqueued.
-local function join_payment(d, state, held_for, grace_ms, purchase)
+local function join_payment(d, state, held_for, grace_ms, purchase, taken)
   for _, some_id in ipairs(d.ties) do redis.call('SET', ALIAS_PREFIX .. some_id, d.key) end
   if #d.ties > 0 then  -- kept on the payment, so purge.lua deletes its aliases with it
     local aliases = redis.call('HGET', d.pay, 'aliases')
@@ -327,6 +373,13 @@ local function join_payment(d, state, held_for, grace_ms, purchase)
   if d.role == 'failed' or d.role == 'refund' then
     redis.call('HSET', d.pay, 'last_' .. d.role, ARG.type)
   end
+  if taken and not d.known then
+    keep_taken(d.pay, taken)
+    local own_job = d.key == d.pk and ARG.job_id ~= ''
+    local moved = take_back(d.pay, d.now, ARG.reverse_on == '1', own_job and (ARGC + 1) or nil,
+      ARG.job_id, grace_ms) or reinstated(d.pay, d.now)
+    return moved or state, (moved == 'queued' and own_job) and 1 or 0
+  end
   if not d.paid then return state, 0 end
   mark_paid(d)
   if state ~= 'pending' then return state, 0 end
@@ -335,7 +388,7 @@ end
 
 local replay = replayed()
 if replay then return replay end
-local event_ttl, grace_ms, purchase = checked()
+local event_ttl, grace_ms, purchase, taken = checked()
 local now = now_ms()
 local first = redis.call('HMGET', KEY.event, 'n', 'sha', 'pk', 'role', 'paid', 'delivered_sha')
 if ARG.source == 'api' and first[1] then  -- found by reconcile, already recorded
@@ -349,7 +402,7 @@ local state = d.pay and redis.call('HGET', d.pay, 'state') or nil
 local held_for = (d.pay and d.paid) and hold_reason(d, state) or ''
 local n = write_event(d, event_ttl)
 local enqueued = 0
-if d.pay then state, enqueued = join_payment(d, state, held_for, grace_ms, purchase) end
+if d.pay then state, enqueued = join_payment(d, state, held_for, grace_ms, purchase, taken) end
 if not d.from_api then bump_series('d', now) end
 return answer{deliveries = n, duplicate = d.dup, conflict = d.conflict, enqueued = enqueued,
   payment_state = state or '', payment_key = d.key}

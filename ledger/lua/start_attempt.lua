@@ -4,10 +4,11 @@
 -- verdict: go (with the token and what the call needs: amount, currency, livemode, events)
 -- | skip (with its reason) | missing
 local KEY = named(KEYS, 'payment')
-local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'caller')
+local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'caller', 'leg')
 local reply = replies('verdict', 'token', 'reason', 'amount', 'currency', 'livemode', 'events')
 local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 choice_arg(ARG, 'replay_safe', BIT)
+choice_arg(ARG, 'leg', {fulfil = true, reverse = true})
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -44,10 +45,15 @@ end
 if state == 'retrying' and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now then
   return skip('not_due')
 end
+-- The job read which leg is due (fulfilment, or its reversal) before it chose its action.
+local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
+if leg ~= ARG.leg then return skip('leg') end
+-- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
+if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
 -- One purchase, one effect: the other record of this purchase may have had (or is having)
 -- its effect, so this one waits for a person instead (checked here, at the last moment
 -- before a call, whatever the intake saw).
-local twin = engaged_twin(pay)
+local twin = leg == 'fulfil' and engaged_twin(pay)
 if twin then
   hold_for_twin(pay, twin, now, 'held when an attempt would have started')
   return skip('same_purchase')

@@ -21,6 +21,9 @@ if state ~= 'queued' and not due then return 0 end
 local waits = redis.call('HINCRBY', pay, ARG.reason .. '_waits', 1)
 local at = now + math.max(math.min(base_ms * 2 ^ (waits - 1), cap_ms), retry_after_ms)
 move(pay, 'retrying', now)
+-- Back from the gate's deferral (queued, `waiting` still naming it): that set no longer holds it.
+local was = redis.call('HGET', pay, 'waiting')
+if was and was ~= ARG.reason then redis.call('ZREM', WAITING_PREFIX .. was, pk) end
 redis.call('HSET', pay, 'next_at', at, 'waiting', ARG.reason, 'last_skip',
   ARG.reason .. ': ' .. string.sub(ARG.detail, 1, 200) .. ' at ' .. now)
 redis.call('ZADD', DUE, at, pk)

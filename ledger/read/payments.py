@@ -28,7 +28,16 @@ from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, optional, text, whole
 
 PaymentState = Literal[
-    "pending", "queued", "in_progress", "retrying", "fulfilled", "failed", "interrupted", "held"
+    "pending",
+    "queued",
+    "in_progress",
+    "retrying",
+    "fulfilled",
+    "failed",
+    "interrupted",
+    "held",
+    "refunded_unfulfilled",
+    "reversed",
 ]
 """Every state a payment can be in (docs/LEDGER.md says what each means)."""
 PAYMENT_STATES: tuple[PaymentState, ...] = get_args(PaymentState)

@@ -6,8 +6,9 @@ any order, the same id with other bytes), workers that start, fence, call a down
 finish with any outcome (the downstream down included, which the shared circuit breaker
 counts), die, or stall and come back with an old token (a success among them, after a
 person's retry and the gate's deferral), time moving past leases and cool-downs, the
-sweeper, a person's decisions, pausing and resuming fulfilment, and Redis restarted from
-its append-only file.
+sweeper, a person's decisions, pausing and resuming fulfilment, refunds and disputes (and
+the reversals they make due, REVERSAL_ACTION on or off), and Redis restarted from its
+append-only file.
 After every step the invariants of docs/LEDGER.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
@@ -54,10 +55,12 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
 from ledger.read import payments
+from ledger.reversals import taken_of
 from ledger.scripts import Script
 from ledgerctl import samples
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
+from tests.support.refunds import dispute_closed, refund_events
 from workers.gating import report
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
@@ -84,7 +87,10 @@ HEALTH = {
 }
 LOOP = {"queued", "in_progress", "retrying"}
 """The states a payment goes round while it is retried: its retrying age spans them."""
-SETTLED = {"fulfilled", "failed", "interrupted", "held"}
+TAKING = ("refund.", "charge.refunded", "charge.dispute.closed")
+"""The event types that take a payment back (its refund events, a dispute closed)."""
+PAYING = "payment_intent.succeeded"
+SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_unfulfilled"}
 
 
 GO = Admission("go")
@@ -94,6 +100,8 @@ GO = Admission("go")
 class Worker:
     payment: str
     token: int
+    leg: str = "fulfil"  # or "reverse": the payment's reversal (REVERSAL_ACTION)
+    replay_safe: bool = False
     fenced_at: int | None = None  # on the worker's own clock (real ms); None until it may call
     outcome: str = ""  # set once it has called
     admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
@@ -108,9 +116,17 @@ class Protocol(RuleBasedStateMachine):
         replay_safe=st.booleans(),
         unlinked=st.booleans(),
         threshold=st.sampled_from((1, 2)),
+        reverse=st.booleans(),
+        reversal_replay_safe=st.booleans(),
     )
     def setup(
-        self, seed: int, replay_safe: bool, unlinked: bool = False, threshold: int = 2
+        self,
+        seed: int,
+        replay_safe: bool,
+        unlinked: bool = False,
+        threshold: int = 2,
+        reverse: bool = False,
+        reversal_replay_safe: bool = False,
     ) -> None:
         self.redis.flushdb()
         self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
@@ -121,6 +137,9 @@ class Protocol(RuleBasedStateMachine):
         )
         self.watch.read()  # the sweeper runs from the start
         self.replay_safe = replay_safe
+        self.reverse = reverse
+        self.reversal_replay_safe = reversal_replay_safe
+        reversal = {"REVERSAL_ACTION": "shop.actions:take_back"} if reverse else {}
         self.settings = settings_module.load(
             {},
             REDIS_URL=self.server.url,
@@ -135,6 +154,8 @@ class Protocol(RuleBasedStateMachine):
             QUEUED_GRACE_SECONDS=1,
             BREAKER_THRESHOLD=threshold,  # 1: every down answer opens it
             BREAKER_COOLDOWN_SECONDS=1,
+            REVERSAL_REPLAY_SAFE=reversal_replay_safe,
+            **reversal,
         )
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
         self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
@@ -158,6 +179,15 @@ class Protocol(RuleBasedStateMachine):
         self.checks = 0
         self.witnesses: set[tuple[str, int]] = set()  # down reports since an up one: (pk, token)
         self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
+        # Reversals (docs/REVERSAL.md): what Stripe took back, by the events delivered.
+        self.refunds: dict[str, dict[str, int]] = {}  # pk -> refund id -> amount (-1 failed)
+        self.lost: set[str] = set()  # a dispute closed as lost
+        self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
+        self.reversal_calls: Counter[str] = Counter()
+        self.reversals_applied: Counter[str] = Counter()  # on a downstream that never dedupes
+        self.reversal_maybe_applied: set[str] = set()
+        self.reversal_again: Counter[str] = Counter()
+        self.resolved_done: set[str] = set()  # a person said its effect exists
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -172,6 +202,28 @@ class Protocol(RuleBasedStateMachine):
         self.seen.setdefault(event["id"], body)
         if first and c.paid and not c.hold:
             self.paid.add(answer.payment_key)
+        if first and c.role == "refund":
+            self.took_back(answer.payment_key, event)
+        pk = answer.payment_key
+        fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
+        if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
+            self.refunded_first.add(pk)
+
+    def took_back(self, pk: str, event: dict[str, Any]) -> None:
+        """The model's own account of what Stripe took back (not the ledger's): a refund
+        counted once per id, failed ones never."""
+        taken = json.loads(taken_of(event["type"], event["data"]["object"]) or "{}")
+        mine = self.refunds.setdefault(pk, {})
+        for rid, amount in taken.get("refunds", {}).items():
+            mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
+        if taken.get("dispute_status") == "lost":
+            self.lost.add(pk)
+
+    def taken_back(self, pk: str) -> bool:
+        amount = int(self.redis.hget(keys.payment(pk), "amount") or 0)
+        charged = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
+        counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
+        return pk in self.lost or (amount > 0 and max(counted, charged) >= amount)
 
     @rule(index=st.integers(0, 10))
     def landing_page_records_its_session(self, index: int) -> None:
@@ -196,6 +248,32 @@ class Protocol(RuleBasedStateMachine):
         an invoice, so late ties are as common as the rest (the pool's last six events)."""
         self.deliver(len(self.events) - 6 + part)
 
+    @rule(index=st.integers(0, 100))
+    def stripe_takes_back(self, index: int) -> None:
+        """A refund's event (in full or partial) or a dispute closed lost or won, so they come
+        as often as the other steps, before, during and after fulfilment."""
+        taking = [i for i, (e, _) in enumerate(self.events) if e["type"].startswith(TAKING)]
+        self.deliver(taking[index % len(taking)])
+
+    @rule(index=st.integers(0, 100))
+    def stripe_takes_back_an_effect(self, index: int) -> None:
+        """A payment is paid and fulfilled (unless one already is), then one of its refund or
+        dispute events comes: reversals due, racing their own copies, the sweeper, workers
+        and a person, as often as fulfilment."""
+        done = sorted(pk for pk in self.all_payments() if self.state(pk) == "fulfilled")
+        if not done and None in self.workers:
+            paying = [i for i, (e, _) in enumerate(self.events) if e["type"] == PAYING]
+            self.deliver(paying[index % len(paying)])
+            self.worker_fulfils_the_next_job()
+            done = sorted(pk for pk in self.all_payments() if self.state(pk) == "fulfilled")
+        taking = [
+            i
+            for i, (e, _) in enumerate(self.events)
+            if e["type"].startswith(TAKING) and e["data"]["object"].get("payment_intent") in done
+        ]
+        if taking:
+            self.deliver(taking[index % len(taking)])
+
     @precondition(lambda self: None in self.workers)
     @rule()
     def worker_takes_a_job(self) -> None:
@@ -203,16 +281,19 @@ class Protocol(RuleBasedStateMachine):
         if job_id is None:
             return
         pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        # workers/jobs.py: the leg due, read before the gate, picks the action
+        leg = "reverse" if self.redis.hget(keys.payment(pk), "leg") == b"reverse" else "fulfil"
+        safe = self.replay_safe if leg == "fulfil" else self.reversal_replay_safe
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
         if admission.verdict != "go":
             return  # deferred in the ledger (no attempt), or nothing to do
-        start = self.attempts.start(pk, job_id.decode(), self.replay_safe)
+        start = self.attempts.start(pk, job_id.decode(), safe, leg=leg)
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
-            fenced = self.real if self.replay_safe else None
-            worker = Worker(pk, start.token, fenced, admission=admission)
+            fenced = self.real if safe else None
+            worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
@@ -255,6 +336,9 @@ class Protocol(RuleBasedStateMachine):
         if self.real - w.fenced_at > WINDOW_MS:  # jobs.py: too late to call, say so
             self.finish(slot, "not_called")
             return
+        if w.leg == "reverse":
+            self.reversal_call(w, outcome, hit)
+            return
         self.calls[w.payment] += 1
         if w.payment in self.maybe_applied:
             self.again[w.payment] += 1
@@ -264,12 +348,26 @@ class Protocol(RuleBasedStateMachine):
             self.applied[w.payment] += 1
         w.outcome = outcome
 
+    def reversal_call(self, w: Worker, outcome: str, hit: bool) -> None:
+        """A reversal's call: only once the payment's effect exists, never twice."""
+        pk = w.payment
+        effect = self.applied[pk] > 0 or pk in self.resolved_done
+        assert effect, f"{pk}: a reversal called without an effect"
+        self.reversal_calls[pk] += 1
+        if pk in self.reversal_maybe_applied:
+            self.reversal_again[pk] += 1
+        if outcome in ("ok", "ambiguous"):
+            self.reversal_maybe_applied.add(pk)
+        if outcome == "ok" or (outcome == "ambiguous" and hit):
+            self.reversals_applied[pk] += 1
+        w.outcome = outcome
+
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_finishes(self, slot: int) -> None:
         w = self.workers[slot]
         if w is None or not w.outcome:
             return
-        ambiguous = "retry" if self.replay_safe else "interrupted"
+        ambiguous = "retry" if w.replay_safe else "interrupted"
         mapped = {"ok": "fulfilled", "ambiguous": ambiguous, "permanent": "failed"}
         TALLY[f"finished_{w.outcome}"] += 1
         health, detail = HEALTH[w.outcome], f"model {w.outcome}"
@@ -363,14 +461,31 @@ class Protocol(RuleBasedStateMachine):
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
-            if self.state(pk) == "interrupted":  # as the README asks: check the downstream first
-                decision = "fulfilled" if self.applied[pk] else "retry"
+            if self.state(pk) == "interrupted" or self.held_after_refund(pk):
+                decision = "fulfilled" if self.effect_shows(pk) else "retry"  # checked first
             verdict, _ = self.attempts.record_decision(
                 pk, decision, ("interrupted", "held"), "person"
             )
         if verdict == "ok":
             self.person_acted.add(pk)
-            self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+            reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"
+            if decision == "fulfilled" and not reversing:
+                self.resolved_done.add(pk)
+            if reversing:
+                self.reversal_maybe_applied.discard(pk)
+            else:
+                self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    def held_after_refund(self, pk: str) -> bool:
+        reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
+        return self.state(pk) == "held" and "may have applied" in reason
+
+    def effect_shows(self, pk: str) -> bool:
+        """What a person finds on the downstream: the reversal's effect while one is due,
+        else the fulfilment's."""
+        if self.redis.hget(keys.payment(pk), "leg") == b"reverse":
+            return self.reversals_applied[pk] > 0
+        return self.applied[pk] > 0
 
     @rule(pause=st.booleans())
     def person_pauses_or_resumes(self, pause: bool) -> None:
@@ -418,7 +533,10 @@ class Protocol(RuleBasedStateMachine):
             TALLY["late_success_deferred"] += 1
         before = self.state(pk)
         self.worker_finishes(slot)
-        assert self.state(pk) == "fulfilled", f"{pk}: a late success was lost in {before}"
+        reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"  # taken back since
+        done = "reversed" if w.leg == "reverse" else "fulfilled"  # a reversal's late success
+        kept = self.state(pk) == done or (self.state(pk) == "queued" and reversing)
+        assert kept, f"{pk}: a late success was lost in {before}"
         if paused:
             self.gate.resume("person")
 
@@ -443,10 +561,42 @@ class Protocol(RuleBasedStateMachine):
                 assert n == 0, (
                     f"{pk}: a non-replay-safe action called again after it may have applied"
                 )
+        if not self.reversal_replay_safe:
+            for pk, n in self.reversals_applied.items():
+                assert n <= 1, f"{pk}: {n} reversals on a downstream that does not dedupe"
+            for pk, n in self.reversal_again.items():
+                assert n == 0, f"{pk}: a reversal called again after it may have applied"
         for pk in self.all_payments():
-            record = payments.payment(self.redis, pk)
-            done = [a for a in (record.attempts if record else []) if a.outcome == "fulfilled"]
-            assert len(done) <= 1, f"{pk}: more than one recorded effect"
+            fields = self.redis.hgetall(keys.payment(pk))
+            # the reversal's attempts follow the token it became due at
+            since = int(fields.get(b"reversal_from", 2**62))
+            done = [
+                int(k.split(b":")[1]) > since
+                for k, v in fields.items()
+                if k.startswith(b"attempt:") and json.loads(v).get("outcome") == "fulfilled"
+            ]
+            assert done.count(False) <= 1, f"{pk}: more than one recorded effect"
+            assert done.count(True) <= 1, f"{pk}: more than one recorded reversal"
+            if fields.get(b"state") == b"reversed":
+                assert b"reversal_from" in fields, f"{pk}: reversed without a reversal due"
+
+    @invariant()
+    def never_fulfilled_once_refunded_first(self) -> None:
+        """A payment taken back (refunded in full, a dispute lost) before any fulfilment call
+        is never called, whatever REVERSAL_ACTION says."""
+        if not hasattr(self, "refunded_first"):
+            return
+        for pk in self.refunded_first:
+            assert self.calls[pk] == 0, f"{pk}: fulfilled after it was refunded"
+            assert self.reversal_calls[pk] == 0, f"{pk}: reversed without an effect"
+
+    @invariant()
+    def a_reversal_only_with_reversal_on(self) -> None:
+        if not hasattr(self, "reversal_calls") or self.reverse:
+            return
+        assert not self.reversal_calls, "a reversal called with REVERSAL_ACTION unset"
+        for pk in self.all_payments():
+            assert self.redis.hget(keys.payment(pk), "leg") is None, pk
 
     @invariant()
     def one_effect_per_purchase(self) -> None:
@@ -552,13 +702,22 @@ class Protocol(RuleBasedStateMachine):
             return
         for pk in self.all_payments():
             now, was = self.state(pk), self.last_state.get(pk)
-            if was == "fulfilled":
-                assert now == "fulfilled", f"{pk}: fulfilled became {now}"
+            reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"
+            reinstated = self.redis.hget(keys.payment(pk), "reinstated_at") is not None
+            if was == "refunded_unfulfilled" or (was == "reversed" and not reinstated):
+                assert now == was, f"{pk}: {was} became {now}"
+            if was == "reversed" and reinstated:  # its dispute won: held for a person
+                assert now in ("reversed", "held"), f"{pk}: reversed became {now}"
+            if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
+                assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
-                assert now == was, f"{pk}: {was} became {now} without a person"
+                # or taken back before any effect
+                assert now in (was, "refunded_unfulfilled", "held"), f"{pk}: {was} -> {now}"
             if was == "interrupted" and pk not in self.person_acted:
                 # Only its own attempt may lift it: a late receipt, or its word it never called.
-                assert now in ("interrupted", "fulfilled", "retrying"), f"{pk}: became {now}"
+                lifted = ("interrupted", "fulfilled", "retrying", "reversed", "queued")
+                assert now in lifted, f"{pk}: became {now}"
+                assert now != "queued" or reversing, f"{pk}: interrupted became queued"
             self.last_state[pk] = now
         self.person_acted.clear()
         self.proved.clear()
@@ -595,6 +754,15 @@ class Protocol(RuleBasedStateMachine):
         }
         waiting = {pk for pk in self.paid if self.state(pk) in ("interrupted", "held", "failed")}
         assert waiting <= attention, waiting - attention
+        if self.reverse:  # a taken-back effect is reversed, or waits for a person
+            forgotten = {
+                pk
+                for pk in self.paid
+                if self.state(pk) == "fulfilled"
+                and self.redis.hget(keys.payment(pk), "taken_back")
+                and not self.redis.hget(keys.payment(pk), "reinstated_at")  # granted again
+            }
+            assert not forgotten, f"fulfilled and taken back, never reversed: {forgotten}"
         self.one_effect_per_payment()
         self.a_success_is_never_followed_by_another_call()
         self.tally_the_gate()
@@ -606,6 +774,9 @@ class Protocol(RuleBasedStateMachine):
         for reason in ("paused", "breaker", keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
             TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
         TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
+        for counter in ("reversals", "reversals_due", "refunded_unfulfilled"):
+            TALLY[counter] += int(stats.get(counter.encode(), 0))
+        TALLY["reversal_calls"] += sum(self.reversal_calls.values())
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -620,7 +791,7 @@ class Protocol(RuleBasedStateMachine):
             assert self.payment_core(w.payment) == before, "a stale token changed state"
         elif outcome == "fulfilled":
             self.calls_at_success.setdefault(w.payment, self.calls[w.payment])
-            if verdict == "fulfilled" and was != "in_progress":
+            if verdict in ("fulfilled", "reversed") and was != "in_progress":
                 self.proved.add(w.payment)
                 TALLY["late_receipts"] += 1
         self.workers[slot] = None
@@ -695,7 +866,8 @@ OTHER_TYPES = (
 def event_pool(
     rng: random.Random,
 ) -> tuple[list[tuple[dict[str, Any], bytes]], list[frozenset[str]]]:
-    """Every paid and non-paid type of the event table, for two payments, with a copy of
+    """Every paid and non-paid type of the event table, for two payments, each with a refund
+    in full (its three events), a partial refund and a dispute closed lost and won; a copy of
     one paid event under the same id but other bytes (it names another PaymentIntent); and
     two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
     its PaymentIntent, tied to it only by the session, in any order). Also the ids of each
@@ -711,6 +883,10 @@ def event_pool(
             field = "id" if shape.startswith("payment_intent") else "payment_intent"
             extra["data"]["object"][field] = pi
             events.append(extra)
+        paid = int(events[2]["data"]["object"]["amount_received"])
+        events += refund_events(rng, pi, paid, paid)  # in full: its three events
+        events.append(refund_events(rng, pi, paid, paid // 2)[0])  # a partial refund
+        events += [dispute_closed(rng, pi, paid, status) for status in ("lost", "won")]
         pool += [(e, samples.encode(e)) for e in events]
         purchases.append(frozenset({pi}))
     twin = json.loads(pool[2][1])

@@ -99,3 +99,22 @@ def test_payments_waiting_for_their_purchase_are_shown_beside_the_gate_s(
     shown = run_cli(config, "fulfilment", "status")
     assert cli_ok(shown) and "payments waiting: stripe_api" in shown.output
     assert "payments waiting: checkout_session" in shown.output
+
+
+def test_a_payment_back_from_the_breaker_that_waits_for_stripe_leaves_the_breaker_set(
+    fulfilment, redis: Redis, rng, config
+) -> None:
+    """Found by the protocol explorer (invariant 11): deferred by the open breaker, then
+    re-queued with `waiting` still `breaker` (on its way back to the gate), then waiting for
+    Stripe's API: its `waiting` said `stripe_api` while the breaker's set still held it."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    redis.hset(keys.payment(pk), "waiting", "breaker")  # as gate.lua's deferral leaves it
+    redis.zadd(keys.waiting("breaker"), {pk: 1})
+    redis.set(CLOCK, 5_000_000)
+    assert reads_of(config).wait_for_stripe(pk, StripeUnavailable("Stripe's API: 503")) > 0
+    assert redis.hget(keys.payment(pk), "waiting") == keys.STRIPE_WAIT.encode()
+    assert redis.zscore(keys.waiting("breaker"), pk) is None

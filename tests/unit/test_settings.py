@@ -68,6 +68,13 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "FULFILMENT_SQL": ("@effect.sql", "@effect.sql", "@", "one SQL statement, or @path"),
     "FULFILMENT_EFFECT": ("shop.effects:grant", "shop.effects:grant", "shop.effects", "module:"),
     "FULFILMENT_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
+    "REVERSAL_ACTION": (
+        "shop.actions:take_back",
+        ActionSpec("callable", "shop.actions:take_back"),
+        "foo://x",
+        "module:function",
+    ),
+    "REVERSAL_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
     "FULFILMENT_KILL_MARGIN_SECONDS": ("1", 1.0, "0", "above 0"),

@@ -1,0 +1,116 @@
+"""What Stripe took back from a payment, read from its refund and dispute events, and the
+reversal object a reversal call receives (docs/LEDGER.md, "What a refund takes back").
+
+:func:`taken_of` reads one event's ``data.object`` (a Refund, a Charge or a Dispute) into
+the compact JSON record_delivery.lua keeps on the payment: each refund's amount by its id
+(a copy, or the events of one refund in any order, count it once), a charge's
+``amount_refunded``, and a closed dispute's id and status. A ``charge.dispute.funds_withdrawn``
+does not count: the dispute may still be won; a reversal follows a dispute closed as lost.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+import orjson
+
+from ledger.purchase import Purchase
+from ledger.stored import whole
+
+Obj = dict[str, Any]
+
+FAILED = -1
+"""A refund that failed or was canceled: it takes nothing back, whatever came before."""
+
+UNCOUNTED_STATUSES = ("failed", "canceled")
+
+
+def _refund_amount(refund: Obj) -> int | None:
+    amount = refund.get("amount")
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount < 0:
+        return None
+    return FAILED if refund.get("status") in UNCOUNTED_STATUSES else amount
+
+
+def _refunds(listed: object) -> dict[str, int]:
+    found: dict[str, int] = {}
+    data = listed.get("data") if isinstance(listed, dict) else None
+    for refund in data if isinstance(data, list) else []:
+        if isinstance(refund, dict) and isinstance(refund.get("id"), str):
+            amount = _refund_amount(refund)
+            if amount is not None:
+                found[refund["id"]] = amount
+    return found
+
+
+def taken_of(event_type: str, obj: Obj) -> str:
+    """The JSON record_delivery.lua's ``taken`` argument for a refund or dispute event's
+    object, or '' when it says nothing about what was taken back."""
+    kind = obj.get("object")
+    taken: dict[str, Any] = {}
+    refund_type = event_type.startswith(("refund.", "charge.refund."))
+    if kind == "refund" and refund_type and isinstance(obj.get("id"), str):
+        amount = _refund_amount(obj)
+        if amount is not None:
+            taken["refunds"] = {obj["id"]: amount}
+    elif kind == "charge" and event_type == "charge.refunded":
+        refunds = _refunds(obj.get("refunds"))
+        if refunds:
+            taken["refunds"] = refunds
+        refunded = obj.get("amount_refunded")
+        if isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0:
+            taken["charge_refunded"] = refunded
+    elif kind == "dispute" and event_type == "charge.dispute.closed":
+        status = obj.get("status")
+        if isinstance(obj.get("id"), str) and isinstance(status, str):
+            taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
+    return orjson.dumps(taken).decode() if taken else ""
+
+
+class Reversal(msgspec.Struct, kw_only=True, frozen=True):
+    """Why a reversal call is made and what was taken back."""
+
+    why: Literal["refund", "dispute"]
+    refund_ids: list[str]
+    """The refunds counted (a failed or canceled one is not)."""
+    refunded_amount: int
+    """In the currency's smallest unit: the refunds counted, or a charge's ``amount_refunded``
+    if larger."""
+    dispute_id: str | None
+    dispute_status: str | None
+
+
+class ReversalCall(Purchase, kw_only=True, frozen=True):
+    """What a reversal action receives: the purchase, its own idempotency key
+    (``reverse:{payment_key}``, never the fulfilment's) and the reversal."""
+
+    reversal: Reversal
+
+
+def reversal_key(payment_key: str) -> str:
+    return f"reverse:{payment_key}"
+
+
+def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
+    """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge``,
+    ``dispute`` and ``reversal_why`` fields."""
+    try:
+        refunds = msgspec.convert(orjson.loads(stored.get("rf") or "{}"), dict[str, int])
+    except (orjson.JSONDecodeError, msgspec.ValidationError):
+        refunds = {}
+    counted = {rid: amount for rid, amount in refunds.items() if amount > 0}
+    dispute_id, _, status = (stored.get("dispute") or "").partition(" ")
+    why: Literal["refund", "dispute"] = (
+        "dispute" if stored.get("reversal_why") == "dispute" else "refund"
+    )
+    fields = msgspec.structs.asdict(purchase)
+    fields["idempotency_key"] = reversal_key(purchase.payment_key)
+    return ReversalCall(
+        **fields,
+        reversal=Reversal(
+            why=why,
+            refund_ids=sorted(counted),
+            refunded_amount=max(sum(counted.values()), whole(stored.get("rf_charge")) or 0),
+            dispute_id=dispute_id or None,
+            dispute_status=status or None,
+        ),
+    )
