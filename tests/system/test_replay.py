@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from ledgerctl import samples
-from tests.support.processes import Gunicorn
+from tests.support.processes import Gunicorn, wait_until
 from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay
 from tests.support.stripe_api import API_KEY, EventsApi
 
@@ -254,11 +254,15 @@ def test_generated_checkout_purchases_get_line_items_from_a_stand_in(
         replay(
             s.env, url, "--scenario", "multi-event", "--generate", "3", "--serve-sessions", api.url
         )
+        db = sqlite3.connect(str(s.env["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+        orders = "SELECT client_reference_id, purchase FROM orders"
+        # The replay returns once its deliveries are answered; the worker reads each
+        # session's line items from the stand-in after that, so it stays up until then.
+        wait_until(lambda: len(db.execute(orders).fetchall()) == 3, 60, what="3 orders")
     finally:
         api.stop()
     assert len(api.sessions) == 3
-    db = sqlite3.connect(str(s.env["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
-    rows = db.execute("SELECT client_reference_id, purchase FROM orders").fetchall()
+    rows = db.execute(orders).fetchall()
     assert sorted(r[0] for r in rows) == ["order_000001", "order_000002", "order_000003"]
     for _, stored in rows:
         purchase = json.loads(stored)
