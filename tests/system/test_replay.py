@@ -245,6 +245,7 @@ def test_generated_checkout_purchases_get_line_items_from_a_stand_in(
         s = stack(
             TMP_REPORT=str(tmp_path / "r.json"),
             CHECKOUT_LINE_ITEMS="true",
+            CHECKOUT_WAIT_SECONDS="60",  # a PaymentIntent's event may come before its session's
             STRIPE_API_KEY=API_KEY,
             STRIPE_API_BASE=api.url,
         )
