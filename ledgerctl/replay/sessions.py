@@ -58,13 +58,15 @@ def line_items(session: dict[str, Any]) -> list[dict[str, Any]]:
 
 def serve(base_url: str, items: list[Item], timeout: float) -> int:
     """Give the stand-in at ``base_url`` every session of ``items`` with its line items;
-    how many. A stand-in that refuses one ends the run (requests' HTTPError)."""
+    how many. A stand-in that refuses one, or redirects (never followed), ends the run
+    (requests' HTTPError)."""
     sessions = sessions_of(items)
     with requests.Session() as http:
         for session in sessions:
             body = {"session": session, "line_items": line_items(session)}
-            answer = http.put(
-                base_url.rstrip("/") + PATH + session["id"], json=body, timeout=timeout
-            )
+            url = base_url.rstrip("/") + PATH + session["id"]
+            answer = http.put(url, json=body, timeout=timeout, allow_redirects=False)
+            if answer.is_redirect:  # another URL would get the session: refused, not followed
+                raise requests.HTTPError(f"{answer.status_code} redirect", response=answer)
             answer.raise_for_status()
     return len(sessions)
