@@ -105,13 +105,6 @@ RULES: dict[str, Rule] = {
 }
 
 
-def endpoint_types() -> list[str]:
-    """The event types a Stripe endpoint should send: every type RULES names exactly (paid,
-    failed, refunded, and the info rows), sorted. A type matched only by a prefix rule is
-    recorded when it comes, but nothing needs it."""
-    return sorted(name for name in RULES if not name.endswith("."))
-
-
 THIN_OBJECT = "v2.core.event"
 
 
@@ -134,7 +127,8 @@ THIN_RULES: dict[str, ThinRule] = {
 
 
 # ``stripe listen --events`` and an endpoint's enabled events take exact types, no prefixes:
-# the Stripe event types each prefix rule above that is not ``info`` covers today.
+# the Stripe event types each prefix rule above that is not ``info`` covers today
+# (ledger/subscriptions.py asks for them).
 PREFIX_MEMBERS: dict[str, tuple[str, ...]] = {
     "charge.refund.": ("charge.refund.updated",),
     "charge.dispute.": (
@@ -146,18 +140,6 @@ PREFIX_MEMBERS: dict[str, tuple[str, ...]] = {
     ),
     "refund.": ("refund.created", "refund.updated", "refund.failed"),
 }
-
-
-def forwarded_types() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The event types to ask Stripe for, from the tables: (snapshot types, thin types).
-
-    Every type a table names, and the members of every prefix rule that changes a payment
-    (PREFIX_MEMBERS); an ``info`` prefix rule only files other types of its kind under their
-    payment and asks for nothing."""
-    snapshot = [t for t in RULES if not t.endswith(".")]
-    snapshot += [m for prefix, members in PREFIX_MEMBERS.items() for m in members]
-    thin = [t for t in THIN_RULES if not t.endswith(".")]
-    return tuple(sorted(snapshot)), tuple(sorted(thin))
 
 
 def _lookup(table: dict[str, R], event_type: str) -> R | None:

@@ -40,12 +40,14 @@ def secret_lines(settings: Settings, local_secret: str) -> list[str]:
     return lines
 
 
-def forward_lines(env: Mapping[str, str], cli_running: bool) -> str:
+def forward_lines(env: Mapping[str, str], reversal: bool, cli_running: bool) -> str:
     """How to get Stripe's test events here: the ``stripe listen`` commands (snapshot events,
-    then thin ones, lists from the event table), or that run.sh runs them itself."""
+    then thin ones, lists from the event table and REVERSAL_ACTION), or that run.sh runs them
+    itself."""
     if cli_running:
         return "stripe listen runs here: processes stripe-listen, stripe-listen-thin"
-    commands = forward_commands(f"{base_url(env).removeprefix('http://')}/webhooks/stripe")
+    forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
+    commands = forward_commands(forward_to, reversal)
     return "\n                ".join(commands)
 
 
@@ -67,7 +69,7 @@ def banner(
     return f"""\
 Stripe webhook ledger
   endpoint      {url}/webhooks/stripe
-  forward with  {forward_lines(env, cli_running)}
+  forward with  {forward_lines(env, settings.reversal_on, cli_running)}
   secrets       {secrets}
                 a fingerprint is: {FINGERPRINT_HOWTO}
                 scripts/run.sh --stripe-cli runs stripe listen and adds its secret as 'cli'

@@ -9,7 +9,6 @@ import sys
 
 import click
 
-from ledger import events as events_table
 from ledger.read import events as read_events
 from ledger.read import payments as read_payments
 from ledger.read import rejections as read_rejections
@@ -18,9 +17,11 @@ from ledger.read import stats
 from ledger.read.events import EventList
 from ledger.read.payments import PaymentList
 from ledger.read.rejections import RejectionList
+from ledger.subscriptions import snapshot_types
 from ledgerctl import (
     cli_actions,
     cli_downstream,
+    cli_endpoint,
     cli_fulfilment,
     cli_landing,
     cli_prove,
@@ -147,15 +148,18 @@ def secrets(ctx: Context, as_json: bool) -> None:
 
 @main.command("event-types")
 @click.option("--csv", "as_csv", is_flag=True, help="One line, comma-separated.")
-def event_types(as_csv: bool) -> None:
-    """The event types to select on the Stripe endpoint (from ledger/events.py's table)."""
-    names = events_table.endpoint_types()
+@click.pass_obj
+def event_types(ctx: Context, as_csv: bool) -> None:
+    """The event types to select on the Stripe endpoint (ledger/events.py's table; the refund
+    and dispute types too with REVERSAL_ACTION set)."""
+    names = snapshot_types(ctx.settings.reversal_on)
     click.echo(",".join(names) if as_csv else "\n".join(names))
 
 
 for command in (
     *cli_actions.COMMANDS,
     *cli_downstream.COMMANDS,
+    *cli_endpoint.COMMANDS,
     *cli_reconcile.COMMANDS,
     *cli_fulfilment.COMMANDS,
     *cli_landing.COMMANDS,

@@ -224,7 +224,7 @@ def main() -> None:
         holding(manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env))
     if args.stripe_cli:
         forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
-        for name, command in stripe_listen.processes(env, forward_to).items():
+        for name, command in stripe_listen.processes(env, forward_to, settings.reversal_on).items():
             holding(manager.add_process(name, command, env=env))
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()

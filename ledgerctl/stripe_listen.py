@@ -1,7 +1,8 @@
 """``stripe listen`` for this service: the forwarding commands the banner and the README give,
 and ``scripts/run.sh --stripe-cli``, which runs them as processes of the stack.
 
-The event lists come from the event table (``ledger.events.forwarded_types``). The Stripe
+The event lists come from the event table and the settings (``ledger.subscriptions``: the
+refund and dispute types only with REVERSAL_ACTION set). The Stripe
 CLI forwards snapshot and thin events to one URL only from two ``stripe listen`` processes
 (one process refuses both kinds for one destination), so thin events get a second command.
 Both sessions sign with the one secret ``stripe listen --print-secret`` prints.
@@ -14,8 +15,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from ledger.events import forwarded_types
 from ledger.settings import given_secrets
+from ledger.subscriptions import forwarded_types
 
 CLI_LABEL = "cli"
 PRINT_SECRET_TIMEOUT_S = 60.0
@@ -36,9 +37,14 @@ def listen_argv(events: tuple[str, ...], forward_to: str) -> list[str]:
     return ["stripe", "listen", "--events", ",".join(events), "--forward-to", forward_to]
 
 
-def forward_commands(forward_to: str) -> list[str]:
-    """The commands a developer runs: snapshot events, then thin events."""
-    return [shlex.join(listen_argv(events, forward_to)) for events in forwarded_types() if events]
+def forward_commands(forward_to: str, reversal: bool) -> list[str]:
+    """The commands a developer runs: snapshot events, then thin events (``reversal``:
+    REVERSAL_ACTION is set, so the refund and dispute types are asked for)."""
+    return [
+        shlex.join(listen_argv(events, forward_to))
+        for events in forwarded_types(reversal)
+        if events
+    ]
 
 
 def api_base_args(env: Mapping[str, str]) -> list[str]:
@@ -47,7 +53,7 @@ def api_base_args(env: Mapping[str, str]) -> list[str]:
     return ["--api-base", base] if base else []
 
 
-def processes(env: Mapping[str, str], forward_to: str) -> dict[str, str]:
+def processes(env: Mapping[str, str], forward_to: str, reversal: bool) -> dict[str, str]:
     """run.sh's extra processes: name -> command line. The update check is skipped (the
     process runs beside the others; updating the CLI is the developer's business), and the
     secret the CLI prints when ready is masked, as the banner shows none."""
@@ -55,7 +61,7 @@ def processes(env: Mapping[str, str], forward_to: str) -> dict[str, str]:
     extra = ["--skip-update", *api_base_args(env)]
     return {
         name: f"{shlex.join([*listen_argv(events, forward_to), *extra])} 2>&1 | {mask_command()}"
-        for name, events in zip(names, forwarded_types(), strict=True)
+        for name, events in zip(names, forwarded_types(reversal), strict=True)
         if events
     }
 

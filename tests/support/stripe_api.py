@@ -9,7 +9,9 @@ many pages as ``limit`` makes (a retrieved session expands its PaymentIntent and
 first 10 line items when asked), and ``GET /v1/checkout/sessions?payment_intent=``. It can
 answer 429 or 500 to those for a while, and 403 (a key without that permission). Sessions are
 added in the test's process (``add_session``) or over HTTP (``PUT
-/standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``).
+/standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``). And the account's
+webhook endpoints (``GET /v1/webhook_endpoints``, ``limit`` and ``starting_after``, for
+``webhook-ledger check-endpoint``), which it can answer with a redirect instead.
 """
 
 import json
@@ -45,6 +47,10 @@ class EventsApi:
         self.failing: tuple[int, float] | None = None
         self.fails_until = 0.0
         self.forbidden = False
+        self.webhook_endpoints: list[dict[str, Any]] = []
+        self.endpoint_pages = 0
+        self.redirect_endpoints = ""
+        """Set: ``GET /v1/webhook_endpoints`` answers 302 to this Location."""
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = serving_thread(self.server)
 
@@ -61,6 +67,37 @@ class EventsApi:
         """A Checkout Session and its line items (each needs an ``id``)."""
         self.sessions[session["id"]] = session
         self.line_items[session["id"]] = items
+
+    def add_endpoint(
+        self, url: str, enabled_events: list[str], status: str = "enabled"
+    ) -> dict[str, Any]:
+        """A webhook endpoint as Stripe's API shows it (its secret only on creation)."""
+        endpoint = {
+            "id": f"we_standin{len(self.webhook_endpoints):04d}",
+            "object": "webhook_endpoint",
+            "api_version": None,
+            "enabled_events": enabled_events,
+            "livemode": False,
+            "status": status,
+            "url": url,
+        }
+        self.webhook_endpoints.append(endpoint)
+        return endpoint
+
+    def endpoint_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """One page of the webhook endpoints, in Stripe's list format."""
+        self.endpoint_pages += 1
+        found = self.webhook_endpoints
+        if "starting_after" in query:
+            ids = [e["id"] for e in found]
+            found = found[ids.index(query["starting_after"][0]) + 1 :]
+        limit = min(100, int(query.get("limit", ["10"])[0]))
+        return {
+            "object": "list",
+            "url": "/v1/webhook_endpoints",
+            "has_more": len(found) > limit,
+            "data": found[:limit],
+        }
 
     def fail_for(self, status: int, seconds: float) -> None:
         """Answer every Checkout request with ``status`` for ``seconds`` from the first one
@@ -157,6 +194,10 @@ class EventsApi:
                     return self.answer(401, {"error": error})
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
+                if url.path == "/v1/webhook_endpoints" and api.redirect_endpoints:
+                    return self.answer(302, {}, api.redirect_endpoints)
+                if url.path == "/v1/webhook_endpoints":
+                    return self.answer(200, api.endpoint_page(parse_qs(url.query)))
                 if url.path != "/v1/events":
                     return self.answer(404, {"error": {"type": "invalid_request_error"}})
                 page = api.page(parse_qs(url.query))
@@ -172,9 +213,11 @@ class EventsApi:
                 api.add_session(given["session"], given["line_items"])
                 return self.answer(200, {"id": given["session"]["id"]})
 
-            def answer(self, status: int, payload: dict[str, Any]) -> None:
+            def answer(self, status: int, payload: dict[str, Any], location: str = "") -> None:
                 body = json.dumps(payload).encode()
                 self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Request-Id", "req_local")

@@ -45,7 +45,7 @@ def test_stripe_listen_relays_stripe_deliveries_to_the_service(
         forward_to = f"{web.url.removeprefix('http://')}/webhooks/stripe"
         # The commands the banner prints, run as they are (plus the stand-in's base).
         logs = tmp_path / "listen.log", tmp_path / "listen-thin.log"
-        for command, log in zip(forward_commands(forward_to), logs, strict=True):
+        for command, log in zip(forward_commands(forward_to, False), logs, strict=True):
             stripe_cli.listen(command, log)
         forms = [session["form"] for session in standin.sessions[-2:]]
         assert [f["websocket_features[]"] for f in forms] == [["webhooks"], ["v2_events"]]

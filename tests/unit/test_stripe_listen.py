@@ -1,5 +1,6 @@
 """The ``stripe listen`` commands the banner and the README give: their event lists are the
-event table's, and run.sh --stripe-cli adds the CLI's secret under the ``cli`` label."""
+event table's, with the refund and dispute types when REVERSAL_ACTION is set, and run.sh
+--stripe-cli adds the CLI's secret under the ``cli`` label."""
 
 import re
 import shlex
@@ -7,14 +8,17 @@ import subprocess
 
 import pytest
 
-from ledger.events import PREFIX_MEMBERS, RULES, THIN_RULES, forwarded_types, rule_for
+from ledger.events import PREFIX_MEMBERS, RULES, THIN_RULES, rule_for
 from ledger.settings import load
+from ledger.subscriptions import REFUND_TYPES, forwarded_types
 from ledgerctl import stripe_listen
 from ledgerctl.banner import banner
 from tests.support.processes import ROOT
 
-SNAPSHOT, THIN = forwarded_types()
+SNAPSHOT, THIN = forwarded_types(reversal=True)
+PLAIN, _ = forwarded_types(reversal=False)
 DEFAULT_FORWARD = "127.0.0.1:8000/webhooks/stripe"
+REVERSING = {"REVERSAL_ACTION": "sqlite:///var/reversals.sqlite3"}
 
 
 def events_of(command: str) -> tuple[str, ...]:
@@ -26,6 +30,7 @@ def test_the_lists_are_the_tables() -> None:
     exact = {t for t in RULES if not t.endswith(".")}
     members = {m for group in PREFIX_MEMBERS.values() for m in group}
     assert set(SNAPSHOT) == exact | members and len(SNAPSHOT) == len(exact | members)
+    assert set(PLAIN) == exact and len(PLAIN) == len(exact)
     assert set(THIN) == {t for t in THIN_RULES if not t.endswith(".")}
     assert not {t for t in SNAPSHOT if t.startswith("v1.")}  # the CLI's thin-type pattern
 
@@ -37,29 +42,45 @@ def test_every_prefix_rule_that_changes_a_payment_lists_its_types() -> None:
         assert group and all(rule_for(member) is RULES[prefix] for member in group), prefix
 
 
-def test_the_banner_prints_the_table_in_two_commands() -> None:
-    settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_local"})
+def printed_by_the_banner(env: dict[str, str]) -> list[str]:
+    settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_local", **env})
     text = banner({}, settings, "whsec_local", dev_token="tok")
     printed = [line.strip() for line in text.splitlines() if "stripe listen --events" in line]
-    printed = [line.removeprefix("forward with").strip() for line in printed]
-    assert [events_of(c) for c in printed] == [SNAPSHOT, THIN]
-    assert printed == stripe_listen.forward_commands(DEFAULT_FORWARD)
+    return [line.removeprefix("forward with").strip() for line in printed]
+
+
+@pytest.mark.parametrize(("env", "snapshot"), [({}, PLAIN), (REVERSING, SNAPSHOT)])
+def test_the_banner_prints_the_table_in_two_commands(env: dict, snapshot: tuple) -> None:
+    printed = printed_by_the_banner(env)
+    assert [events_of(c) for c in printed] == [snapshot, THIN]
+    assert printed == stripe_listen.forward_commands(DEFAULT_FORWARD, bool(env))
     assert all(c.endswith(f"--forward-to {DEFAULT_FORWARD}") for c in printed)
+
+
+def test_the_refund_and_dispute_types_follow_reversal_action() -> None:
+    """Without a reversal action only charge.refunded (a full refund keeps a payment refunded
+    before its fulfilment from being fulfilled); with one, every refund and dispute type."""
+    plain, reversing = events_of(printed_by_the_banner({})[0]), set(SNAPSHOT)
+    assert set(REFUND_TYPES) <= reversing and set(REFUND_TYPES) & set(plain) == {"charge.refunded"}
+    assert {"charge.dispute.closed", "refund.updated", "charge.refund.updated"} <= reversing
 
 
 def test_the_readme_gives_the_same_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     shown = re.findall(r"^(stripe listen --events .*)$", readme, re.M)
-    assert shown == stripe_listen.forward_commands(DEFAULT_FORWARD)
+    assert shown == stripe_listen.forward_commands(DEFAULT_FORWARD, False)
 
 
-def test_run_sh_processes_read_the_api_base_only_from_stripe_api_base() -> None:
-    plain = stripe_listen.processes({}, DEFAULT_FORWARD)
+@pytest.mark.parametrize("reversal", [False, True])
+def test_run_sh_processes_read_the_api_base_only_from_stripe_api_base(reversal: bool) -> None:
+    plain = stripe_listen.processes({}, DEFAULT_FORWARD, reversal)
     assert list(plain) == ["stripe-listen", "stripe-listen-thin"]
     listens = [c.split(" 2>&1 | ")[0] for c in plain.values()]
-    assert [events_of(c) for c in listens] == [SNAPSHOT, THIN]
+    assert [events_of(c) for c in listens] == [SNAPSHOT if reversal else PLAIN, THIN]
     assert all("--skip-update" in c and "--api-base" not in c for c in listens)
-    based = stripe_listen.processes({"STRIPE_API_BASE": "http://127.0.0.1:9"}, DEFAULT_FORWARD)
+    based = stripe_listen.processes(
+        {"STRIPE_API_BASE": "http://127.0.0.1:9"}, DEFAULT_FORWARD, reversal
+    )
     assert all("--api-base http://127.0.0.1:9 2>&1 | " in c for c in based.values())
 
 
