@@ -40,6 +40,7 @@ _.noop
 _.noop_action
 _.exit_worker
 _.apply_twice
+_.reverse_twice
 _.insert_order
 
 # msgspec and the ledger's Redis hashes write struct fields by name: fields no Python code

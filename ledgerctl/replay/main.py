@@ -4,10 +4,14 @@
     python scripts/replay_events.py events/ --copies 3 --shuffle --concurrency 16
     python scripts/replay_events.py --generate 200 --copies 3 --concurrency 32 --json run.json
 
+    python scripts/replay_events.py --scenario refunds --expect-once
+
 Exit status: 0 ok; 1 when the endpoint refuses the signing secret, or with --expect-once
-when a payment's effect count is not exactly 1, an acknowledged delivery is missing from
-the ledger or a valid delivery was not acknowledged (the checker row then reads FAILED,
-never ok); 2 usage error (a --secret that is not whsec_…); 3 Redis unreachable.
+when a payment's effect count is not exactly 1 (0 for one refunded before its fulfilment),
+a payment taken back (refunded in full, a dispute lost) is not reversed exactly once or a
+reversal has no effect to take back, an acknowledged delivery is missing from the ledger
+or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
+2 usage error (a --secret that is not whsec_…); 3 Redis unreachable.
 """
 
 import argparse
@@ -17,23 +21,26 @@ import random
 import sys
 import time
 import uuid
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.text import Text
 
 from ledger import settings as settings_module
 from ledger.connection import connect
 from ledger.events import classify
 from ledger.redact import redact
-from ledger.settings import fingerprint
+from ledger.settings import Settings, fingerprint
+from ledgerctl import takebacks
 from ledgerctl.checker import Findings
 from ledgerctl.replay import options, report, sessions, sources
 from ledgerctl.replay.options import compression, millis, signing_secret
-from ledgerctl.replay.sending import PROBES, Plan, send_all
+from ledgerctl.replay.sending import PROBES, Answer, Plan, send_all
+from ledgerctl.reversal_check import ReversalFindings
 from ledgerctl.terminal import line, safe_console
 
 console = safe_console(stderr=True)
@@ -52,14 +59,26 @@ def collect(args: argparse.Namespace, redis: Any, rng: random.Random) -> list[so
     return items
 
 
-def plan_for(args: argparse.Namespace, items: list[sources.Item], rng: random.Random) -> Plan:
+def plan_for(
+    args: argparse.Namespace, items: list[sources.Item], rng: random.Random, probes: bool
+) -> Plan:
     plan = Plan()
     plan.add_copies(items, args.copies, args.stripe_retries, compression(args))
-    for probe in PROBES:
+    for probe in PROBES if probes else ():
         plan.add_probes(items, probe, getattr(args, probe.replace("-", "_")), rng)
     if args.shuffle:
         rng.shuffle(plan.deliveries)
     return plan
+
+
+def waves(args: argparse.Namespace, items: list[sources.Item], rng: random.Random) -> list[Any]:
+    """What is sent, in turn: the events, then (``--refunds``) the payments' refunds and
+    disputes once they are fulfilled, or each right after its payment's own events
+    (``--race-refunds``)."""
+    later = sources.refunds_and_disputes(items, rng) if args.refunds else {}
+    if args.race_refunds:
+        return [sources.right_after(items, later)]
+    return [wave for wave in (items, [i for group in later.values() for i in group]) if wave]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,58 +95,74 @@ def run(args: argparse.Namespace) -> int:
     if args.serve_sessions:
         served = sessions.serve(args.serve_sessions, items, args.request_timeout)
         console.print(f"{served} Checkout Session(s) given to {args.serve_sessions}")
-    plan = plan_for(args, items, rng)
-    event_ids = sorted({e["id"] for e, _ in items})
+    sent_waves = waves(args, items, rng)
+    by_id = {e["id"]: e for wave in sent_waves for e, _ in wave}
+    event_ids = sorted(by_id)
     before, counts_before = (
         report.summary_now(redis, settings.QUEUE_NAME),
         report.event_counts(redis, event_ids),
     )
     run_id = uuid.uuid4().hex[:12]
+    answers: list[Answer] = []
+    paid: set[str] = set()
+    held: set[str] | None = None
+    send_s = settle_s = 0.0
+    settled = True
     with Progress(console=console, disable=args.quiet, transient=True) as progress:
-        sending = progress.add_task("sending", total=len(plan.deliveries))
-        began = time.monotonic()
-        answers = send_all(
-            plan,
-            args.url,
-            secret,
-            run_id,
-            shape,
-            on_answer=lambda a: progress.advance(sending) if a.final else None,
-            rng=rng,
-        )
-        send_s = time.monotonic() - began
-        by_id = {e["id"]: e for e, _ in items}
-        acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
-        # The event table says which payments were paid; the ledger says which of them the
-        # server holds for a person (its STRIPE_MODE, FULFIL_CONNECT...): those are not
-        # expected to fulfil.
-        any_mode = dataclasses.replace(settings.policy, mode="any", connect=True)
-        classified = (classify(by_id[i], any_mode) for i in acked_ids)
-        paid = {c.payment_key for c in classified if c.paid and c.payment_key}
-        paid -= report.held(redis, paid)
-        settle_s, settled = 0.0, True
-        if not args.no_wait and paid:
-            waiting = progress.add_task("fulfilling", total=len(paid))
+        for n, wave in enumerate(sent_waves):
+            plan = plan_for(args, wave, rng, probes=n == 0)
+            sending = progress.add_task("sending", total=len(plan.deliveries))
             began = time.monotonic()
-            settled = report.wait_settled(
-                redis,
-                sorted(paid),
-                args.settle_timeout,
-                lambda done: progress.update(waiting, completed=done),
+            answers += send_all(
+                plan,
+                args.url,
+                secret,
+                run_id,
+                shape,
+                on_answer=partial(advance_final, progress, sending),
+                rng=rng,
             )
-            settle_s = time.monotonic() - began
+            send_s += time.monotonic() - began
+            # The event table says which payments were paid; the ledger says which of them
+            # the server holds for a person (its STRIPE_MODE, FULFIL_CONNECT...): those are
+            # not expected to fulfil.
+            paid = paid_of(answers, by_id, settings)
+            held = report.held(redis, paid) if held is None else held
+            paid -= held
+            if not args.no_wait and paid:
+                waiting = progress.add_task("settling", total=len(paid))
+                began = time.monotonic()
+                settled = (
+                    report.wait_settled(
+                        redis,
+                        sorted(paid),
+                        args.settle_timeout,
+                        partial(show_done, progress, waiting),
+                    )
+                    and settled
+                )
+                settle_s += time.monotonic() - began
     after = report.summary_now(redis, settings.QUEUE_NAME)
     counts_after = report.event_counts(redis, event_ids)
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
     db = report.downstream_db(settings, args.downstream_db)
-    layers, findings = report.build(answers, before, after, recorded, paid, redis, db)
+    acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
+    taken = takebacks.taken_back([by_id[i] for i in sorted(acked_ids)])
+    undo = report.Undo(taken, settings.reversal_on, report.reversal_db(settings, db))
+    layers, findings, reversals = report.build(
+        answers, before, after, recorded, paid, redis, db, undo
+    )
     unacked = sum(1 for a in answers if a.kind == "valid" and a.final and not a.acked)
     notes = report.notes(answers, secret, shape.deadline)
     refused = report.secret_refused(answers)
-    # An interrupted payment is surfaced, not hidden, but its effect count is not 1.
-    passed = findings.ok and not (unacked or findings.interrupted or refused)
+    # A payment waiting for a person is surfaced, not hidden, but its count is not 1.
+    passed = (
+        findings.ok
+        and reversals.ok
+        and not (unacked or findings.interrupted or reversals.for_a_person or refused)
+    )
     if not args.quiet:
-        safe_console().print(report.table(layers, findings, passed))
+        safe_console().print(report.table(layers, findings, reversals, passed))
         if not settled:
             console.print(Text(f"not settled after {args.settle_timeout}s", "yellow"))
     for note in notes:
@@ -144,24 +179,50 @@ def run(args: argparse.Namespace) -> int:
         },
         "timings": {"send_s": round(send_s, 3), "settle_s": round(settle_s, 3), "settled": settled},
         "layers": layers,
-        "findings": {**findings.as_dict(), "passed": passed, "unacknowledged": unacked},
+        "findings": {
+            **findings.as_dict(),
+            "reversals": reversals.as_dict(),
+            "passed": passed,
+            "unacknowledged": unacked,
+        },
         "notes": notes,
     }
     if args.json_path:
         write_json(args.json_path, record)
     if refused or (args.expect_once and not passed):
-        print_failing(findings, unacked)
+        print_failing(findings, reversals, unacked)
         return 1
     return 0
 
 
-def print_failing(findings: Findings, unacked: int) -> None:
+def advance_final(progress: Progress, task: TaskID, answer: Answer) -> None:
+    if answer.final:
+        progress.advance(task)
+
+
+def show_done(progress: Progress, task: TaskID, done: int) -> None:
+    progress.update(task, completed=done)
+
+
+def paid_of(answers: list[Answer], by_id: dict[str, Any], settings: Settings) -> set[str]:
+    """The payments with an acknowledged paid event, whatever the server's mode."""
+    acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
+    any_mode = dataclasses.replace(settings.policy, mode="any", connect=True)
+    classified = (classify(by_id[i], any_mode) for i in acked_ids)
+    return {c.payment_key for c in classified if c.paid and c.payment_key}
+
+
+def print_failing(findings: Findings, reversals: ReversalFindings, unacked: int) -> None:
     """Name every payment and delivery that fails the run, on stderr."""
     failing = Text("failing:", "red")
     for item in findings.duplicated + findings.lost:
         console.print(line(failing, item))
     for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
         console.print(line(failing, pk))
+    for item in reversals.twice + reversals.orphaned + reversals.called_after_refund:
+        console.print(line(failing, "reversal", item))
+    for pk in reversals.missing + reversals.for_a_person:
+        console.print(line(failing, "reversal", pk))
     if unacked:
         console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 

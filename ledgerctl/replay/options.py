@@ -41,7 +41,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         "files", nargs="*", type=Path, help="event files: JSON, JSON array, JSON Lines, folders"
     )
     p.add_argument(
-        "--scenario", help="case-study, multi-event or storm (ledgerctl/replay/scenarios/)"
+        "--scenario",
+        help="case-study, multi-event, storm, refunds or refund-race (ledgerctl/replay/scenarios/)",
     )
     src = p.add_argument_group("sources")
     src.add_argument(
@@ -57,6 +58,19 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         metavar="URL",
         help="a stand-in of Stripe's API (the service's STRIPE_API_BASE) to give each Checkout "
         "Session sent, with its line items, before its events (never a real Stripe)",
+    )
+    src.add_argument(
+        "--refunds",
+        action="store_true",
+        help="each payment sent is also refunded or disputed, in turn: not at all, in full, in "
+        "part, in two parts adding up to it, a dispute lost, a dispute won; sent once the "
+        "payments are fulfilled",
+    )
+    src.add_argument(
+        "--race-refunds",
+        action="store_true",
+        help="with --refunds: send each right after its payment's own events, racing its "
+        "fulfilment",
     )
     src.add_argument(
         "--only", nargs="+", default=[], metavar="TYPE", help="keep only these event types"
@@ -128,7 +142,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
     rep.add_argument(
         "--expect-once",
         action="store_true",
-        help="exit 1 unless each payment has one effect and nothing acknowledged is missing",
+        help="exit 1 unless each payment has one effect (none when refunded before it), each "
+        "payment taken back one reversal, and nothing acknowledged is missing",
     )
     rep.add_argument("--quiet", action="store_true", help="no progress, no table")
     return p

@@ -3,6 +3,7 @@
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -18,11 +19,32 @@ from ledger.stored import decode_hash
 from ledgerctl.checker import Findings, check
 from ledgerctl.replay.options import WHERE
 from ledgerctl.replay.sending import Answer
+from ledgerctl.reversal_check import (
+    ReversalFindings,
+    check_reversals,
+    from_ledger,
+    read_reversals,
+)
 from ledgerctl.terminal import line, literal
 
 REFUSED_SECRET = "signature_mismatch"
 """The service's reason when no configured secret verifies a signature."""
-SETTLED = ("fulfilled", "failed", "interrupted")
+SETTLED = ("fulfilled", "failed", "interrupted", "reversed", "refunded_unfulfilled", "held")
+"""States a payment stays in once the run's deliveries are recorded (a payment taken back
+leaves ``fulfilled`` when its refund is recorded, and settles ``reversed``)."""
+UNFULFILLABLE = ("refunded_unfulfilled", "held")
+"""States of a payment taken back before any effect: not expected to be fulfilled."""
+
+
+@dataclass(frozen=True)
+class Undo:
+    """What the run took back: payment -> taken back, for each payment refunded or disputed
+    (ledgerctl/takebacks.py), whether the server reverses (REVERSAL_ACTION), and the SQLite
+    file of its reversals, if any."""
+
+    taken: dict[str, bool]
+    reversal_on: bool
+    db: str | None
 
 
 def event_counts(redis: Redis, event_ids: list[str]) -> dict[str, int]:
@@ -48,7 +70,7 @@ def held(redis: Redis, payment_keys: set[str]) -> set[str]:
 def wait_settled(
     redis: Redis, payment_keys: list[str], timeout: float, tick: Callable[[int], None]
 ) -> bool:
-    """Wait until every payment is fulfilled, failed or interrupted; False on timeout."""
+    """Wait until every payment is in a SETTLED state; False on timeout."""
     deadline = time.monotonic() + timeout
     while True:
         states = payment_states(redis, payment_keys)
@@ -79,6 +101,13 @@ def downstream_db(settings: Settings, given: str | None) -> str | None:
     return given or settings.sqlite_downstream
 
 
+def reversal_db(settings: Settings, db: str | None) -> str | None:
+    """The SQLite file of the reversals: REVERSAL_ACTION's when it is the built-in SQLite
+    downstream, else the effects' one (``--downstream-db``, or FULFILMENT_ACTION's)."""
+    action = settings.REVERSAL_ACTION
+    return action.target if action is not None and action.scheme == "sqlite" else db
+
+
 def downstream_effects(
     db: str | None, payment_keys: list[str], states: dict[str, str]
 ) -> tuple[str, dict[str, int], int]:
@@ -104,19 +133,28 @@ def build(
     paid: set[str],
     redis: Redis,
     db: str | None,
-) -> tuple[dict[str, Any], Findings]:
-    """All layers of one run, and the checker's findings."""
+    undo: Undo,
+) -> tuple[dict[str, Any], Findings, ReversalFindings]:
+    """All layers of one run, and the checker's findings (effects, then reversals)."""
     sent = Counter(a.kind for a in answers if a.final)  # per delivery, retries apart
     retries = sum(1 for a in answers if not a.final)
     statuses = Counter(str(a.status) for a in answers)
     acked = Counter(a.event_id for a in answers if a.kind == "valid" and a.acked)
-    pks = sorted(paid)
+    pks = sorted(paid | set(undo.taken))
     states = payment_states(redis, pks)
     source, effects, calls = downstream_effects(db, pks, states)
     rejected = {
         k: v - before.rejected_by_reason.get(k, 0)
         for k, v in after.rejected_by_reason.items()
         if v - before.rejected_by_reason.get(k, 0)
+    }
+    recorded_reversals = read_reversals(undo.db)
+    reversals, fulfil_calls = recorded_reversals or (from_ledger(states), None)
+    undone = check_reversals(undo.taken, undo.reversal_on, effects, states, reversals, fulfil_calls)
+    expected = {
+        pk
+        for pk in paid
+        if not (undo.taken.get(pk) and not effects.get(pk) and states.get(pk) in UNFULFILLABLE)
     }
     layers = {
         "sent": {"total": len(answers), **dict(sent), **({"retries": retries} if retries else {})},
@@ -128,11 +166,19 @@ def build(
             "rejected": delta(after, before, "rejected"),
             "rejected_by_reason": rejected,
         },
-        "payments": dict(Counter(states.values())),
-        "attempts": attempts_of(redis, pks),
+        "payments": dict(Counter(states[pk] for pk in sorted(paid))),
+        "attempts": attempts_of(redis, sorted(paid)),
         "downstream": {"source": source, "calls": calls, "effects": sum(effects.values())},
     }
-    return layers, check(acked, recorded, paid, effects, states)
+    if undo.taken:
+        layers["reversals"] = {
+            "source": "downstream (sqlite)" if recorded_reversals else "ledger",
+            "refunded or disputed": len(undo.taken),
+            "taken back": undone.taken_back,
+            "reversed": undone.reversed,
+            "refunded_unfulfilled": len(undone.refunded_unfulfilled),
+        }
+    return layers, check(acked, recorded, expected, effects, states), undone
 
 
 def secret_refused(answers: list[Answer]) -> int:
@@ -163,7 +209,9 @@ def notes(answers: list[Answer], secret: str, deadline: float) -> list[str]:
     return out
 
 
-def table(layers: dict[str, Any], findings: Findings, passed: bool) -> Table:
+def table(
+    layers: dict[str, Any], findings: Findings, reversals: ReversalFindings, passed: bool
+) -> Table:
     out = Table(title="Replay: what each layer saw")
     out.add_column("layer", style="bold")
     out.add_column("observed")
@@ -186,6 +234,13 @@ def table(layers: dict[str, Any], findings: Findings, passed: bool) -> Table:
             f"{len(findings.interrupted)}  unexpected {len(findings.unexpected)}",
         ),
     )
+    if reversals.checks:
+        out.add_row(
+            "reversals",
+            f"checks {reversals.checks}  reversed twice {len(reversals.twice)}  missing "
+            f"{len(reversals.missing)}  orphaned {len(reversals.orphaned)}  called after refund "
+            f"{len(reversals.called_after_refund)}  for a person {len(reversals.for_a_person)}",
+        )
     return out
 
 

@@ -1,4 +1,5 @@
-"""Where replayed events come from: files, the ledger, or the generator.
+"""Where replayed events come from: files, the ledger, or the generator; and the refunds
+and disputes of the payments sent (``--refunds``, ledgerctl/takebacks.py).
 
 Each source yields ``(event, body)``: the parsed event and the exact bytes to send.
 """
@@ -15,7 +16,7 @@ from ledger import keys
 from ledger.payloads import decompress_payload
 from ledger.read import payments
 from ledger.stored import text
-from ledgerctl import samples
+from ledgerctl import samples, takebacks
 
 Item = tuple[dict[str, Any], bytes]
 
@@ -92,3 +93,35 @@ def generated(
                 event["data"]["object"].update(client_reference_id=order, metadata={"order": order})
             if not only or event["type"] in only:
                 yield event, samples.encode(event)
+
+
+def refunds_and_disputes(items: list[Item], rng: random.Random) -> dict[str, list[Item]]:
+    """For the n-th payment among ``items`` (by its ``charge.succeeded``), by its
+    PaymentIntent, the refunds or dispute of ``takebacks.kind_of(n)``: full, partial, two
+    partials, dispute lost or won, or none."""
+    charges = [event for event, _ in items if event.get("type") == "charge.succeeded"]
+    out: dict[str, list[Item]] = {}
+    for n, charge in enumerate(charges):
+        events = takebacks.for_payment(rng, [charge], takebacks.kind_of(n))
+        pi = str(charge["data"]["object"]["payment_intent"])
+        out.setdefault(pi, []).extend((event, samples.encode(event)) for event in events)
+    return out
+
+
+def right_after(items: list[Item], later: dict[str, list[Item]]) -> list[Item]:
+    """``items`` with each payment's ``later`` events right after its own last one."""
+    out: list[Item] = []
+    for n, item in enumerate(items):
+        out.append(item)
+        pi = _intent(item[0])
+        if n + 1 == len(items) or _intent(items[n + 1][0]) != pi:
+            out += later.pop(pi, [])
+    return out + [item for rest in later.values() for item in rest]
+
+
+def _intent(event: dict[str, Any]) -> str:
+    obj = event.get("data", {}).get("object", {})
+    found = obj.get("payment_intent") or (
+        obj.get("id") if obj.get("object") == "payment_intent" else ""
+    )
+    return str(found or "")

@@ -90,3 +90,24 @@ def orders_of(payment_key: str) -> int:
     with sqlite3.connect(os.environ["SHOP_DB"], timeout=30) as db:
         row = db.execute("SELECT count(*) FROM orders WHERE payment_key = ?", (payment_key,))
         return int(row.fetchone()[0])
+
+
+def reverse_twice(call: dict[str, Any]) -> dict[str, Any]:
+    """A reversal recorded twice per call under two keys (a downstream that ignores the
+    reversal's idempotency key), in the built-in downstream's ``reversals`` table."""
+    db = open_downstream(os.environ["BROKEN_DB"])
+    try:
+        for copy in (1, 2):
+            db.execute(
+                "INSERT INTO reversals (idempotency_key, payment_key, token, at, reversal)"
+                " VALUES (?, ?, ?, ?, '{}')",
+                (f"{call['idempotency_key']}#{copy}", call["payment_key"], call["token"], 0.0),
+            )
+            db.execute(
+                "INSERT INTO reversal_calls (payment_key, token, at, outcome)"
+                " VALUES (?, ?, ?, 'applied')",
+                (call["payment_key"], call["token"], time.time()),
+            )
+    finally:
+        db.close()
+    return {"broken": True}

@@ -1,0 +1,130 @@
+"""The reversal half of the checker (ledgerctl/checker.py counts effects): what a client
+that had refunds and disputes acknowledged expects of the reversals, against the
+downstream's own record (the built-in SQLite downstream's ``reversals`` and
+``reversal_calls`` tables) or, without one, the ledger's states. Used by the replay
+script's ``--expect-once`` and the soak.
+
+For every payment the client saw refunded or disputed (``ledgerctl.takebacks.taken_back``):
+
+- taken back, with REVERSAL_ACTION set: as many reversals as effects (one), each reversal
+  key applied once; no effect (refunded before its fulfilment: ``refunded_unfulfilled``)
+  means no call of either action;
+- not taken back (a partial refund, a dispute won), or REVERSAL_ACTION unset: no reversal.
+
+A reversal is counted by its key (the ``reversals`` table keeps one row per key), so a
+deployment that reverses each refund on its own (one key per refund) is checked by
+``expected`` naming those keys' count; today it is one key per payment.
+"""
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+WAITING_FOR_A_PERSON = ("interrupted", "held", "failed")
+
+
+@dataclass
+class Reversals:
+    """One payment's reversals as the downstream recorded them."""
+
+    keys: int = 0
+    """Distinct reversal keys recorded."""
+    applied: int = 0
+    """Reversal calls that applied (each key's first)."""
+    calls: int = 0
+
+
+@dataclass
+class ReversalFindings:
+    twice: list[dict[str, Any]] = field(default_factory=list)
+    """Payments with more reversals than effects taken back, or a key applied twice."""
+    missing: list[str] = field(default_factory=list)
+    """Taken back with an effect, and no reversal (nor waiting for a person)."""
+    orphaned: list[dict[str, Any]] = field(default_factory=list)
+    """A reversal of a payment that has no effect, or that was not taken back."""
+    called_after_refund: list[dict[str, Any]] = field(default_factory=list)
+    """Refunded before its fulfilment (``refunded_unfulfilled``) yet an action was called."""
+    for_a_person: list[str] = field(default_factory=list)
+    """Taken back and waiting for a person (surfaced, not hidden)."""
+    refunded_unfulfilled: list[str] = field(default_factory=list)
+    """Taken back before any effect: not expected to be fulfilled."""
+    reversed: int = 0
+    taken_back: int = 0
+    checks: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.twice or self.missing or self.orphaned or self.called_after_refund)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]] | None:
+    """Reversals per payment and fulfilment calls per payment from the built-in SQLite
+    downstream's file (read-only), or None when there is no such file to read."""
+    if not db or not Path(db).exists():
+        return None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        found: dict[str, Reversals] = {}
+        if "reversals" in tables:
+            for pk, n in conn.execute(
+                "SELECT payment_key, COUNT(*) FROM reversals GROUP BY payment_key"
+            ):
+                found.setdefault(pk, Reversals()).keys = n
+            for pk, outcome, n in conn.execute(
+                "SELECT payment_key, outcome, COUNT(*) FROM reversal_calls"
+                " GROUP BY payment_key, outcome"
+            ):
+                row = found.setdefault(pk, Reversals())
+                row.calls += n
+                row.applied += n if outcome == "applied" else 0
+        calls = dict(conn.execute("SELECT payment_key, COUNT(*) FROM calls GROUP BY payment_key"))
+    finally:
+        conn.close()
+    return found, calls
+
+
+def from_ledger(states: Mapping[str, str]) -> dict[str, Reversals]:
+    """Without the downstream's record: a payment ``reversed`` in the ledger counts one."""
+    return {pk: Reversals(1, 1, 1) for pk, state in states.items() if state == "reversed"}
+
+
+def check_reversals(
+    taken: Mapping[str, bool],
+    reversal_on: bool,
+    effects: Mapping[str, int],
+    states: Mapping[str, str],
+    reversals: Mapping[str, Reversals],
+    fulfil_calls: Mapping[str, int] | None = None,
+) -> ReversalFindings:
+    """``taken``: payment -> taken back, for every payment the client refunded or disputed;
+    ``effects``: fulfilment effects per payment; ``states``: the ledger's; ``reversals``: per
+    payment; ``fulfil_calls``: downstream fulfilment calls per payment, when known."""
+    found = ReversalFindings()
+    for pk, back in sorted(taken.items()):
+        found.checks += 1
+        got = reversals.get(pk, Reversals())
+        effect, state = effects.get(pk, 0), states.get(pk, "")
+        expected = min(effect, 1) if back and reversal_on else 0
+        found.taken_back += back
+        found.reversed += min(got.keys, 1)
+        if got.keys > max(expected, 1) or got.applied > got.keys:
+            found.twice.append({"payment": pk, "reversals": got.keys, "applied": got.applied})
+        elif got.keys > expected:
+            why = "no effect" if back and reversal_on else "not taken back"
+            found.orphaned.append({"payment": pk, "reversals": got.keys, "why": why})
+        elif back and state in WAITING_FOR_A_PERSON and (got.keys < expected or not effect):
+            found.for_a_person.append(pk)
+        elif got.keys < expected:
+            found.missing.append(pk)
+        if state == "refunded_unfulfilled":
+            found.refunded_unfulfilled.append(pk)
+            called = (fulfil_calls or {}).get(pk, 0) + got.calls
+            if called or effect:
+                found.called_after_refund.append({"payment": pk, "calls": called})
+    return found

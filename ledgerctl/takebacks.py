@@ -1,0 +1,192 @@
+"""Refunds and disputes of generated payments, as Stripe sends them, and what a client that
+sent them expects (the replay script and the soak; docs/REVERSAL.md).
+
+The events are built from real test-mode payloads (``sample_events/charge.refunded.json``
+and ``charge.refund.updated.json``: a Charge with its refunds listed, a Refund); a Dispute
+has no shipped copy and carries the fields of Stripe's Dispute object. Each payment gets one
+kind of take-back, by its index (so every kind comes in a run of six):
+
+- ``none``: nothing taken back;
+- ``full``: one refund of the whole amount (``refund.created`` pending, ``charge.refunded``,
+  ``refund.updated`` succeeded);
+- ``partial``: one refund of part of it (recorded, nothing reversed);
+- ``partials``: two refunds adding up to the amount (the second makes it refunded in full);
+- ``dispute_lost``: ``charge.dispute.created``, ``funds_withdrawn``, ``closed`` lost;
+- ``dispute_won``: ``charge.dispute.created``, ``funds_withdrawn``, ``funds_reinstated``,
+  ``closed`` won (nothing taken back).
+
+:func:`taken_back` reads the events a client had acknowledged, independently of the
+ledger's own code, into which payments Stripe took back: refunded in full (the refunds by
+id, a failed one counting nothing, or a charge's ``amount_refunded``) or a dispute lost.
+"""
+
+import json
+import random
+from typing import Any
+
+from ledgerctl import samples
+
+KINDS = ("none", "full", "partial", "partials", "dispute_lost", "dispute_won")
+Event = dict[str, Any]
+
+
+def _event(rng: random.Random, event_type: str, obj: dict[str, Any], created: int) -> Event:
+    event = json.loads(samples.template("charge.refund.updated"))
+    event.update(
+        id=samples.random_id(rng, "evt"),
+        type=event_type,
+        created=created,
+        data={"object": obj, "previous_attributes": {}},
+        request={"id": samples.random_id(rng, "req", 14), "idempotency_key": None},
+    )
+    return event
+
+
+def _refund(charge: dict[str, Any], refund_id: str, amount: int, status: str) -> dict[str, Any]:
+    refund = json.loads(samples.template("charge.refund.updated"))["data"]["object"]
+    refund.update(
+        id=refund_id,
+        amount=amount,
+        charge=charge["id"],
+        currency=charge["currency"],
+        created=charge["created"],
+        metadata={},
+        payment_intent=charge["payment_intent"],
+        status=status,
+    )
+    return refund
+
+
+def refund_events(
+    rng: random.Random, charge: dict[str, Any], amount: int, before: list[dict[str, Any]]
+) -> list[Event]:
+    """One refund of ``amount`` of ``charge`` (a Charge object, as ``charge.succeeded``
+    carries it) after the refunds ``before`` (Refund objects, appended to): its three
+    events, in the order Stripe sends them."""
+    refund_id = samples.random_id(rng, "re")
+    at = int(charge["created"]) + 60 * (len(before) + 1)
+    before.append(_refund(charge, refund_id, amount, "succeeded"))
+    refunded = sum(int(r["amount"]) for r in before)
+    listed = json.loads(samples.template("charge.refunded"))["data"]["object"]
+    listed.update(
+        {k: charge[k] for k in ("id", "amount", "amount_captured", "currency", "payment_intent")}
+    )
+    listed.update(
+        created=charge["created"],
+        amount_refunded=refunded,
+        refunded=refunded >= int(charge["amount"]),
+        refunds={
+            "object": "list",
+            "data": list(reversed(before)),
+            "has_more": False,
+            "total_count": len(before),
+            "url": f"/v1/charges/{charge['id']}/refunds",
+        },
+    )
+    return [
+        _event(rng, "refund.created", _refund(charge, refund_id, amount, "pending"), at),
+        _event(rng, "charge.refunded", listed, at),
+        _event(rng, "refund.updated", before[-1], at + 1),
+    ]
+
+
+def dispute_events(rng: random.Random, charge: dict[str, Any], status: str) -> list[Event]:
+    """A dispute of the whole charge, from its opening to its close as ``lost`` or ``won``."""
+    at = int(charge["created"]) + 86400
+    dispute = {
+        "id": samples.random_id(rng, "dp"),
+        "object": "dispute",
+        "amount": charge["amount"],
+        "balance_transactions": [],
+        "charge": charge["id"],
+        "created": at,
+        "currency": charge["currency"],
+        "evidence": {},
+        "evidence_details": {"due_by": at + 7 * 86400, "has_evidence": False, "past_due": False},
+        "is_charge_refundable": False,
+        "livemode": False,
+        "metadata": {},
+        "payment_intent": charge["payment_intent"],
+        "reason": "fraudulent",
+        "status": "needs_response",
+    }
+    steps = [("charge.dispute.created", "needs_response")]
+    steps.append(("charge.dispute.funds_withdrawn", "needs_response"))
+    if status == "won":
+        steps.append(("charge.dispute.funds_reinstated", "won"))
+    steps.append(("charge.dispute.closed", status))
+    return [
+        _event(rng, event_type, {**dispute, "status": now}, at + n)
+        for n, (event_type, now) in enumerate(steps)
+    ]
+
+
+def for_payment(rng: random.Random, events: list[Event], kind: str) -> list[Event]:
+    """The take-back events of ``kind`` for one generated payment's events."""
+    charge = next(e for e in events if e["type"] == "charge.succeeded")["data"]["object"]
+    amount = int(charge["amount"])
+    before: list[dict[str, Any]] = []
+    if kind == "full":
+        return refund_events(rng, charge, amount, before)
+    if kind == "partial":
+        return refund_events(rng, charge, amount // 4, before)
+    if kind == "partials":
+        first = refund_events(rng, charge, amount // 2, before)
+        return first + refund_events(rng, charge, amount - amount // 2, before)
+    if kind.startswith("dispute_"):
+        return dispute_events(rng, charge, kind.removeprefix("dispute_"))
+    return []
+
+
+def kind_of(index: int) -> str:
+    return KINDS[index % len(KINDS)]
+
+
+def taken_back(events: list[Event]) -> dict[str, bool]:
+    """Payment key (PaymentIntent) -> whether these events take it back, for every payment
+    they refund or dispute; the amount paid is read from its ``charge.succeeded``."""
+    paid: dict[str, int] = {}
+    refunds: dict[str, dict[str, int]] = {}
+    charged: dict[str, int] = {}
+    lost: set[str] = set()
+    for event in events:
+        obj = event["data"]["object"]
+        pi, kind = obj.get("payment_intent"), event["type"]
+        if not isinstance(pi, str):
+            continue
+        if kind == "charge.succeeded":
+            paid[pi] = int(obj["amount"])
+        elif obj.get("object") == "refund":
+            _count(refunds.setdefault(pi, {}), obj)
+        elif kind == "charge.refunded":
+            charged[pi] = max(charged.get(pi, 0), int(obj.get("amount_refunded") or 0))
+            for refund in obj.get("refunds", {}).get("data", []):
+                _count(refunds.setdefault(pi, {}), refund)
+        elif kind == "charge.dispute.closed" and obj.get("status") == "lost":
+            lost.add(pi)
+    keys = (
+        set(refunds)
+        | set(charged)
+        | lost
+        | {
+            str(e["data"]["object"].get("payment_intent"))
+            for e in events
+            if e["type"].startswith("charge.dispute.")
+        }
+    )
+    return {
+        pi: pi in lost
+        or (
+            pi in paid
+            and max(sum(a for a in refunds.get(pi, {}).values() if a > 0), charged.get(pi, 0))
+            >= paid[pi]
+        )
+        for pi in sorted(keys)
+    }
+
+
+def _count(found: dict[str, int], refund: dict[str, Any]) -> None:
+    """A refund's amount by id: the largest seen, and nothing ever once it failed."""
+    amount = -1 if refund.get("status") in ("failed", "canceled") else int(refund["amount"])
+    rid = str(refund["id"])
+    found[rid] = -1 if -1 in (amount, found.get(rid)) else max(amount, found.get(rid, 0))

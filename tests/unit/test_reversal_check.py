@@ -1,0 +1,95 @@
+"""The reversal half of the checker finds each kind of wrong reversal, and the client's view
+of what was taken back reads Stripe's refund and dispute events as Stripe means them."""
+
+import random
+
+from ledgerctl import samples, takebacks
+from ledgerctl.reversal_check import Reversals, check_reversals
+
+ONE = Reversals(keys=1, applied=1, calls=1)
+
+
+def test_each_taken_back_effect_reversed_once_passes() -> None:
+    found = check_reversals(
+        {"pi_a": True, "pi_b": True, "pi_c": False},
+        True,
+        effects={"pi_a": 1, "pi_b": 0, "pi_c": 1},
+        states={"pi_a": "reversed", "pi_b": "refunded_unfulfilled", "pi_c": "fulfilled"},
+        reversals={"pi_a": ONE},
+        fulfil_calls={"pi_a": 1},
+    )
+    assert found.ok and found.checks == 3 and found.reversed == 1 and found.taken_back == 2
+    assert found.refunded_unfulfilled == ["pi_b"]
+
+
+def test_it_finds_twice_missing_orphaned_and_called_after_refund() -> None:
+    found = check_reversals(
+        {"pi_twice": True, "pi_missing": True, "pi_orphan": True, "pi_partial": False,
+         "pi_called": True, "pi_person": True},
+        True,
+        effects={"pi_twice": 1, "pi_missing": 1, "pi_partial": 1, "pi_called": 0, "pi_person": 1},
+        states={"pi_twice": "reversed", "pi_missing": "fulfilled",
+                "pi_orphan": "refunded_unfulfilled", "pi_partial": "fulfilled",
+                "pi_called": "refunded_unfulfilled", "pi_person": "interrupted"},
+        reversals={"pi_twice": Reversals(2, 2, 2), "pi_orphan": ONE, "pi_partial": ONE},
+        fulfil_calls={"pi_called": 1},
+    )  # fmt: skip
+    assert [t["payment"] for t in found.twice] == ["pi_twice"]
+    assert found.missing == ["pi_missing"] and found.for_a_person == ["pi_person"]
+    assert {o["payment"]: o["why"] for o in found.orphaned} == {
+        "pi_orphan": "no effect",
+        "pi_partial": "not taken back",
+    }
+    assert [c["payment"] for c in found.called_after_refund] == ["pi_called", "pi_orphan"]
+    assert not found.ok
+
+
+def test_a_key_applied_twice_is_twice_and_no_reversal_action_expects_none() -> None:
+    again = check_reversals({"pi_a": True}, True, {"pi_a": 1}, {}, {"pi_a": Reversals(1, 2, 2)})
+    assert again.twice and not again.ok
+    off = check_reversals({"pi_a": True}, False, {"pi_a": 1}, {"pi_a": "fulfilled"}, {})
+    assert off.ok and off.taken_back == 1
+    assert check_reversals({"pi_a": True}, False, {"pi_a": 1}, {}, {"pi_a": ONE}).orphaned
+
+
+def test_the_client_view_of_each_kind_of_take_back() -> None:
+    rng = random.Random(3)
+    payments = [samples.payment_events(rng) for _ in takebacks.KINDS]
+    sent = [e for n, events in enumerate(payments) for e in events]
+    for n, events in enumerate(payments):
+        sent += takebacks.for_payment(rng, events, takebacks.kind_of(n))
+    taken = takebacks.taken_back(sent)
+    by_kind = {
+        takebacks.kind_of(n): taken.get(p[2]["data"]["object"]["id"])
+        for n, p in enumerate(payments)
+    }
+    assert by_kind == {
+        "none": None,
+        "full": True,
+        "partial": False,
+        "partials": True,
+        "dispute_lost": True,
+        "dispute_won": False,
+    }
+
+
+def test_refund_events_carry_what_stripe_sends() -> None:
+    rng = random.Random(4)
+    events = samples.payment_events(rng)
+    charge = events[1]["data"]["object"]
+    created, refunded, updated = takebacks.for_payment(rng, events, "full")
+    assert [created["type"], refunded["type"], updated["type"]] == [
+        "refund.created", "charge.refunded", "refund.updated",
+    ]  # fmt: skip
+    assert created["data"]["object"]["status"] == "pending"
+    assert updated["data"]["object"]["status"] == "succeeded"
+    listed = refunded["data"]["object"]
+    assert listed["amount_refunded"] == charge["amount"] and listed["refunded"] is True
+    assert listed["refunds"]["data"][0]["id"] == created["data"]["object"]["id"]
+    assert {e["data"]["object"]["payment_intent"] for e in (created, refunded, updated)} == {
+        charge["payment_intent"]
+    }
+    failed = dict(created["data"]["object"], status="failed", amount=charge["amount"])
+    assert takebacks.taken_back([events[1], {**created, "data": {"object": failed}}]) == {
+        charge["payment_intent"]: False
+    }
