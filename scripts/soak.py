@@ -12,8 +12,12 @@ shared circuit breaker rides out. ``--postgres``: the PostgreSQL action into a P
 server of its own (tests/support/postgres.py), whose postmaster is killed (kill -9) a
 quarter of the way in, instead of the outage, and started again; effects are then counted
 in the user's own table. The client behaves like Stripe: every
-delivery not answered 2xx is sent again later. Exit 0 when nothing acknowledged is lost,
-no payment has two effects and every paid payment is fulfilled or surfaced as interrupted.
+delivery not answered 2xx is sent again later. Payments are refunded and disputed too (full,
+partial, two partials, disputes lost and won: tests/support/soak_refunds.py), reversed by
+REVERSAL_ACTION into the same order system behind the same switch (not with --postgres).
+Exit 0 when nothing acknowledged is lost, no payment has two effects, every paid payment is
+fulfilled or surfaced as interrupted (or refunded before it), every payment taken back is
+reversed once and no reversal or call is made for one refunded before its fulfilment.
 """
 
 import argparse
@@ -38,9 +42,9 @@ from ledger import keys
 from ledger.downstream import read_downstream
 from ledger.stored import decode_hash
 from ledgerctl import samples
-from ledgerctl.checker import check
 from tests.support.postgres import ORDER_SQL, PostgresServer, make_shop, orders_per_payment
 from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
+from tests.support.soak_refunds import SETTLED, Refunds, summary
 
 WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
 FAST = {
@@ -63,6 +67,7 @@ class Service:
         self.shop_url = make_shop(self.database.database("shop")) if self.database else ""
         action = {
             "FULFILMENT_ACTION": "tests.support.switched_downstream:fulfil",
+            "REVERSAL_ACTION": "tests.support.switched_downstream:reverse",
             "SWITCHED_DOWNSTREAM_PATH": str(workdir / "downstream.sqlite3"),
             "SWITCHED_DOWNSTREAM_DOWN": str(self.down_switch),
         }
@@ -115,6 +120,11 @@ class Service:
         self.down_switch.touch()
         threading.Timer(seconds, self.down_switch.unlink, kwargs={"missing_ok": True}).start()
         return "downstream_outage"
+
+    @property
+    def reversals_db(self) -> str | None:
+        """The SQLite file of the reversals, when REVERSAL_ACTION is set."""
+        return None if self.shop_url else str(self.workdir / "downstream.sqlite3")
 
     def effects(self) -> tuple[dict[str, int], int | None]:
         """Effects per payment, from the downstream's own record, and its calls if it
@@ -176,6 +186,7 @@ class Client:
         self.statuses: Counter[str] = Counter()
         self.pending: list[tuple[str, bytes]] = []
         self.paid: set[str] = set()
+        self.refunds = Refunds()
         self.lock = threading.Lock()
         self.session = threading.local()
 
@@ -212,19 +223,18 @@ def traffic(client: Client, rng: random.Random, until: float, args: argparse.Nam
     with ThreadPoolExecutor(args.concurrency) as pool:
         while time.monotonic() < until:
             began = time.monotonic()
-            plan = []
+            plan = client.refunds.due()  # the last batch's refunds and disputes
             for _ in range(args.batch):
                 events = samples.payment_events(rng, checkout=rng.random() < 0.5)
                 client.paid.add(str(events[0]["data"]["object"]["id"]))
-                plan += [
-                    (e["id"], samples.encode(e))
-                    for e in events
-                    for _ in range(rng.randint(1, args.copies))
-                ]
+                plan += [(e["id"], samples.encode(e)) for e in events]
+                plan += client.refunds.plan(rng, events)
+            plan = [item for item in plan for _ in range(rng.randint(1, args.copies))]
             rng.shuffle(plan)
             list(pool.map(lambda item: client.post(*item), plan))
             client.retry_pending()
             time.sleep(max(0.0, args.batch / args.rate - (time.monotonic() - began)))
+        list(pool.map(lambda item: client.post(*item), client.refunds.due()))
 
 
 def settle(client: Client, redis_url: str, timeout: float) -> dict[str, str]:
@@ -240,10 +250,7 @@ def settle(client: Client, redis_url: str, timeout: float) -> dict[str, str]:
         for pk in pks:
             pipe.hget(keys.payment(pk), "state")
         states = {pk: (s or b"").decode() for pk, s in zip(pks, pipe.execute(), strict=True)}
-        if (
-            all(s in ("fulfilled", "interrupted", "failed") for s in states.values())
-            or time.monotonic() > deadline
-        ):
+        if all(s in SETTLED for s in states.values()) or time.monotonic() > deadline:
             return states
         time.sleep(0.5)
 
@@ -292,7 +299,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pipe.hget(keys.event(event_id), "n")
         recorded = {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
         effects, calls = service.effects()
-        found = check(client.acked, recorded, client.paid, effects, states)
+        found, undone = client.refunds.check(
+            client.acked, recorded, client.paid, effects, states, service.reversals_db
+        )
         breaker = decode_hash(redis.hgetall(keys.BREAKER))
         refunded = int(redis.hget(keys.STATS, "attempts_refunded") or 0)
     finally:
@@ -317,6 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "states": dict(Counter(states.values())),
         "findings": found.as_dict(),
+        "reversals": summary(undone, client.refunds.kinds),
         "lost": len(found.lost),
         "duplicated": len(found.duplicated),
         "workdir": str(workdir),
@@ -362,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text)
-    sys.exit(0 if result["findings"]["ok"] else 1)
+    sys.exit(0 if result["findings"]["ok"] and result["reversals"]["ok"] else 1)
 
 
 if __name__ == "__main__":
