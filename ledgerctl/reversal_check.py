@@ -11,9 +11,11 @@ For every payment the client saw refunded or disputed (``ledgerctl.takebacks.tak
   means no call of either action;
 - not taken back (a partial refund, a dispute won), or REVERSAL_ACTION unset: no reversal.
 
-A reversal is counted by its key (the ``reversals`` table keeps one row per key), so a
-deployment that reverses each refund on its own (one key per refund) is checked by
-``expected`` naming those keys' count; today it is one key per payment.
+A reversal is counted by its key (the ``reversals`` table keeps one row per key, and its
+``reversal_calls`` say how many calls applied one), so no key is applied twice and a
+payment has no more keys than expected: one per payment taken back by default; a
+deployment that reverses each refund on its own passes ``expected_keys`` (payment -> keys
+due, e.g. one per refund counted).
 """
 
 import sqlite3
@@ -101,19 +103,23 @@ def check_reversals(
     states: Mapping[str, str],
     reversals: Mapping[str, Reversals],
     fulfil_calls: Mapping[str, int] | None = None,
+    expected_keys: Mapping[str, int] | None = None,
 ) -> ReversalFindings:
     """``taken``: payment -> taken back, for every payment the client refunded or disputed;
     ``effects``: fulfilment effects per payment; ``states``: the ledger's; ``reversals``: per
-    payment; ``fulfil_calls``: downstream fulfilment calls per payment, when known."""
+    payment; ``fulfil_calls``: downstream fulfilment calls per payment, when known;
+    ``expected_keys``: reversal keys due per payment with an effect, instead of one per
+    payment taken back."""
     found = ReversalFindings()
     for pk, back in sorted(taken.items()):
         found.checks += 1
         got = reversals.get(pk, Reversals())
         effect, state = effects.get(pk, 0), states.get(pk, "")
-        expected = min(effect, 1) if back and reversal_on else 0
+        due = back if expected_keys is None else expected_keys.get(pk, 0)
+        expected = int(due) if effect and reversal_on else 0
         found.taken_back += back
         found.reversed += min(got.keys, 1)
-        if got.keys > max(expected, 1) or got.applied > got.keys:
+        if got.keys > max(expected, 1) or got.applied > got.keys:  # a key applied twice
             found.twice.append({"payment": pk, "reversals": got.keys, "applied": got.applied})
         elif got.keys > expected:
             why = "no effect" if back and reversal_on else "not taken back"

@@ -155,6 +155,7 @@ def test_short_soak_loses_and_doubles_nothing(tmp_path) -> None:
     assert result["lost"] == 0 and result["duplicated"] == 0
     assert result["findings"]["unfulfilled"] == []
     assert result["faults_total"] >= 8 and result["deliveries_acked"] > 1000
+    assert result["reversals"]["ok"] and result["reversals"]["taken_back"] > 0
 
 
 def test_redis_down_under_gunicorn_answers_503_without_a_traceback(config, tmp_path) -> None:

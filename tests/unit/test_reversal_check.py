@@ -93,3 +93,18 @@ def test_refund_events_carry_what_stripe_sends() -> None:
     assert takebacks.taken_back([events[1], {**created, "data": {"object": failed}}]) == {
         charge["payment_intent"]: False
     }
+
+
+def test_per_refund_keys_are_checked_by_the_count_due() -> None:
+    """Reversals per refund (one key each): the count due per payment comes from the caller."""
+    two = Reversals(keys=2, applied=2, calls=3)
+    due = {"pi_a": 2, "pi_b": 2}
+    found = check_reversals(
+        {"pi_a": False, "pi_b": False},
+        True,
+        {"pi_a": 1, "pi_b": 1},
+        {"pi_a": "fulfilled", "pi_b": "fulfilled"},
+        {"pi_a": two, "pi_b": Reversals(3, 3, 3)},
+        expected_keys=due,
+    )
+    assert [t["payment"] for t in found.twice] == ["pi_b"] and not found.missing
