@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         and not (unacked or findings.interrupted or reversals.for_a_person or refused)
     )
     if not args.quiet:
-        safe_console().print(report.table(layers, findings, reversals, passed))
+        safe_console().print(report.table(layers, findings, passed, reversals))
         if not settled:
             console.print(Text(f"not settled after {args.settle_timeout}s", "yellow"))
     for note in notes:
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path:
         write_json(args.json_path, record)
     if refused or (args.expect_once and not passed):
-        print_failing(findings, reversals, unacked)
+        print_failing(findings, unacked, reversals)
         return 1
     return 0
 
@@ -212,17 +212,20 @@ def paid_of(answers: list[Answer], by_id: dict[str, Any], settings: Settings) ->
     return {c.payment_key for c in classified if c.paid and c.payment_key}
 
 
-def print_failing(findings: Findings, reversals: ReversalFindings, unacked: int) -> None:
+def print_failing(
+    findings: Findings, unacked: int, reversals: ReversalFindings | None = None
+) -> None:
     """Name every payment and delivery that fails the run, on stderr."""
     failing = Text("failing:", "red")
     for item in findings.duplicated + findings.lost:
         console.print(line(failing, item))
     for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
         console.print(line(failing, pk))
-    for item in reversals.twice + reversals.orphaned + reversals.called_after_refund:
-        console.print(line(failing, "reversal", item))
-    for pk in reversals.missing + reversals.for_a_person:
-        console.print(line(failing, "reversal", pk))
+    if reversals is not None:
+        for item in reversals.twice + reversals.orphaned + reversals.called_after_refund:
+            console.print(line(failing, "reversal", item))
+        for pk in reversals.missing + reversals.for_a_person:
+            console.print(line(failing, "reversal", pk))
     if unacked:
         console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 

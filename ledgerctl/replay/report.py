@@ -210,7 +210,10 @@ def notes(answers: list[Answer], secret: str, deadline: float) -> list[str]:
 
 
 def table(
-    layers: dict[str, Any], findings: Findings, reversals: ReversalFindings, passed: bool
+    layers: dict[str, Any],
+    findings: Findings,
+    passed: bool,
+    reversals: ReversalFindings | None = None,
 ) -> Table:
     out = Table(title="Replay: what each layer saw")
     out.add_column("layer", style="bold")
@@ -234,7 +237,7 @@ def table(
             f"{len(findings.interrupted)}  unexpected {len(findings.unexpected)}",
         ),
     )
-    if reversals.checks:
+    if reversals is not None and reversals.checks:
         out.add_row(
             "reversals",
             f"checks {reversals.checks}  reversed twice {len(reversals.twice)}  missing "
