@@ -7,6 +7,7 @@ shared by every worker on every host (lua/stripe_rate.lua)."""
 import time
 from typing import Any
 
+import requests
 import stripe
 from redis import Redis
 
@@ -42,14 +43,25 @@ def _retry_after(exc: stripe.StripeError) -> float:
     return float(value) if value.isascii() and value.isdigit() else 0.0
 
 
+class Unredirected(requests.Session):
+    """A session that neither follows nor prepares a redirect (requests follows a GET's 3xx
+    by default): the 3xx itself comes back, and stripe-python raises it as the error it is,
+    so the key never goes where a Location points."""
+
+    def resolve_redirects(self, *args: Any, **kwargs: Any) -> Any:
+        yield from ()
+
+
 def client_of(settings: Settings) -> stripe.StripeClient:
     """stripe-python's client for STRIPE_API_KEY at STRIPE_API_BASE, without retries of its
-    own and with a timeout."""
+    own, with a timeout, following no redirect."""
     return stripe.StripeClient(
         settings.STRIPE_API_KEY,
         base_addresses={"api": settings.STRIPE_API_BASE},
         max_network_retries=0,
-        http_client=stripe.RequestsClient(timeout=limits.STRIPE_API_TIMEOUT_SECONDS),
+        http_client=stripe.RequestsClient(
+            timeout=limits.STRIPE_API_TIMEOUT_SECONDS, session=Unredirected()
+        ),
     )
 
 

@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-import requests
 import stripe
 from rich.text import Text
 
 from ledger import limits
 from ledger.redact import mask_secret, redact
 from ledger.settings import Settings
+from ledger.stripe_api import client_of
 from ledger.subscriptions import needed, snapshot_types
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_STRIPE, Context, emit, json_option
 from ledgerctl.terminal import say
@@ -25,14 +25,6 @@ from ledgerctl.terminal import say
 PAGE = 100
 """Endpoints per request: the most Stripe's list endpoints return."""
 EVERY_TYPE = "*"
-
-
-class Unredirected(requests.Session):
-    """A session that neither follows nor prepares a redirect: the 3xx itself comes back,
-    and stripe-python reports it as the error it is."""
-
-    def resolve_redirects(self, *args: Any, **kwargs: Any) -> Any:
-        yield from ()
 
 
 class ApiProblem(Exception):
@@ -55,17 +47,6 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not (self.missing or self.disabled)
-
-
-def client_of(settings: Settings) -> stripe.StripeClient:
-    return stripe.StripeClient(
-        settings.STRIPE_API_KEY,
-        base_addresses={"api": settings.STRIPE_API_BASE},
-        max_network_retries=0,
-        http_client=stripe.RequestsClient(
-            timeout=limits.STRIPE_API_TIMEOUT_SECONDS, session=Unredirected()
-        ),
-    )
 
 
 def endpoints(settings: Settings) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ answer 429 or 500 to those for a while, and 403 (a key without that permission).
 added in the test's process (``add_session``) or over HTTP (``PUT
 /standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``). And the account's
 webhook endpoints (``GET /v1/webhook_endpoints``, ``limit`` and ``starting_after``, for
-``webhook-ledger check-endpoint``), which it can answer with a redirect instead.
+``webhook-ledger check-endpoint``). ``redirect_to`` set, it answers every GET with a
+redirect there instead (the key must not follow it).
 """
 
 import json
@@ -49,8 +50,10 @@ class EventsApi:
         self.forbidden = False
         self.webhook_endpoints: list[dict[str, Any]] = []
         self.endpoint_pages = 0
-        self.redirect_endpoints = ""
-        """Set: ``GET /v1/webhook_endpoints`` answers 302 to this Location."""
+        self.redirect_to = ""
+        """Set: every GET answers 302 to this base URL plus the request's path."""
+        self.requests_seen = 0
+        """GETs answered, whatever they were."""
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = serving_thread(self.server)
 
@@ -189,13 +192,14 @@ class EventsApi:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 url = urlsplit(self.path)
+                api.requests_seen += 1
+                if api.redirect_to:
+                    return self.answer(302, {}, api.redirect_to + self.path)
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
                     error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
                     return self.answer(401, {"error": error})
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
-                if url.path == "/v1/webhook_endpoints" and api.redirect_endpoints:
-                    return self.answer(302, {}, api.redirect_endpoints)
                 if url.path == "/v1/webhook_endpoints":
                     return self.answer(200, api.endpoint_page(parse_qs(url.query)))
                 if url.path != "/v1/events":
