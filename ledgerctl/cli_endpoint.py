@@ -43,6 +43,8 @@ class Verdict:
     unsent: list[str] = field(default_factory=list)
     """Types the ledger asks for, not needed by these settings, that the endpoint does not send."""
     disabled: bool = False
+    thin: list[str] = field(default_factory=list)
+    """Thin types PAID_EVENT_TYPES lists: an event destination sends them, not this endpoint."""
 
     @property
     def ok(self) -> bool:
@@ -121,6 +123,7 @@ def judge(endpoint: dict[str, Any], settings: Settings) -> Verdict:
         if every
         else [t for t in snapshot_types(settings.reversal_on) if t not in sent and t not in need],
         disabled=endpoint.get("status") == "disabled",
+        thin=[t for t in settings.PAID_EVENT_TYPES if t not in need and t.startswith("v1.")],
     )
 
 
@@ -136,6 +139,9 @@ def lines(verdict: Verdict) -> list[Text]:
     if verdict.unsent:
         unsent = ", ".join(verdict.unsent)
         out.append(Text(f"not sent, not needed here (recorded when sent): {unsent}"))
+    if verdict.thin:
+        thin = ", ".join(verdict.thin)
+        out.append(Text(f"not checked (thin, sent by an event destination): {thin}"))
     if verdict.ok:
         count = len(verdict.needed)
         out.append(Text(f"ok: sends every type these settings need ({count})", "green"))

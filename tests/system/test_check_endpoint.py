@@ -77,6 +77,9 @@ def test_the_paid_types_the_settings_fulfil_on_are_needed(api) -> None:
     again = webhook_ledger(api.url, "check-endpoint", "--json", **narrowed)
     assert again.returncode == 0 and json.loads(again.stdout)["missing"] == {}
     assert "payment_intent.succeeded" in json.loads(again.stdout)["unsent"]
+    thin = {"PAID_EVENT_TYPES": "checkout.session.completed,v1.payment_intent.succeeded"}
+    noted = webhook_ledger(api.url, "check-endpoint", **thin)
+    assert noted.returncode == 0 and "not checked (thin" in noted.stdout
 
 
 def test_an_endpoint_sending_every_type_passes(api) -> None:
