@@ -3,13 +3,15 @@ its attempts (``attempt:{token}`` JSON records in the payment hash) as objects, 
 and a person's decision."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from ledger.read.base import View
 from ledger.stored import count, ms_time, optional, whole
 
+Leg = Literal["fulfil", "reverse"]
+"""Which action a payment's state or an attempt is about: its fulfilment, or its reversal."""
 FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
 
@@ -41,6 +43,8 @@ class Attempt(View):
     stale_at: datetime | None
     caller: str | None
     """The worker process that was fenced to call (``host:pid:nonce``)."""
+    leg: Leg
+    """``fulfil``, or ``reverse`` for an attempt of its reversal (after ``reversal_from``)."""
 
 
 class Resolution(View):
@@ -77,16 +81,21 @@ def timeline(
 
 def attempts_of(f: dict[str, str]) -> list[Attempt]:
     """The attempts of a payment hash (decoded), by token. A fulfilled attempt's end is the
-    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there)."""
+    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there), or for an
+    attempt of its reversal (a token after ``reversal_from``) its ``reversed_at``."""
     found = []
+    reversal_from = whole(f.get("reversal_from"))
     for name, value in f.items():
         label, _, token = name.partition(":")
         if label == "attempt" and token.isascii() and token.isdigit():
-            found.append(_attempt(int(token), _json_object(value), f.get("fulfilled_at")))
+            record, n = _json_object(value), int(token)
+            reversing = reversal_from is not None and n > reversal_from
+            ended_at = f.get("reversed_at" if reversing else "fulfilled_at")
+            found.append(_attempt(n, record, ended_at, "reverse" if reversing else "fulfil"))
     return sorted(found, key=lambda a: a.token)
 
 
-def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> Attempt:
+def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None, leg: Leg) -> Attempt:
     outcome = str(record.get("outcome", "unreadable"))
     ended = record.get("ended")
     if ended is None and outcome == "fulfilled":
@@ -109,6 +118,7 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> At
         stale_outcome=optional(record.get("stale_outcome")),
         stale_at=ms_time(record.get("stale_at")),
         caller=optional(record.get("caller")),
+        leg=leg,
     )
 
 
