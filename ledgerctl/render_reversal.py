@@ -11,6 +11,13 @@ from ledger.read.payments import Payment
 from ledger.read.stats import Summary
 from ledgerctl.terminal import iso, kv_table
 
+WAITING = {
+    "failed": "reversals failed: a person's job",
+    "interrupted": "reversals interrupted: a person's job",
+    "held": "held after a dispute won after the reversal: a person's job",
+}
+"""The reversals waiting for a person, by state."""
+
 
 def counts(s: Summary) -> Table:
     r, waits = s.reversals, s.needs_a_person.reverse
@@ -21,7 +28,7 @@ def counts(s: Summary) -> Table:
         "refunded before any fulfilment (never called)": r.refunded_unfulfilled,
         "disputes won after a reversal (held)": r.reinstated,
     }
-    rows |= {f"reversals {state}: a person's job": n for state, n in waits.items() if n}
+    rows |= {WAITING.get(state, f"reversals {state}"): n for state, n in waits.items() if n}
     return kv_table("Refunds and disputes", rows)
 
 
@@ -38,7 +45,7 @@ def _reversal(p: Payment) -> str | None:
         return None
     if r.due:
         tries = f"{r.attempts_started} attempt(s) after token {r.after_token}"
-        return f"due since {iso(r.due_at)} ({r.why}), key {r.idempotency_key}, {tries}"
+        return f"due at {iso(r.due_at)} ({r.why}), key {r.idempotency_key}, {tries}"
     if p.state == "refunded_unfulfilled":
         return "none needed: taken back before any effect, never called"
     if r.taken_back and p.state == "fulfilled":
