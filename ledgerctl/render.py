@@ -128,7 +128,7 @@ def payments(page: PaymentList) -> Table:
     rows = [
         {
             "payment": p.payment_key,
-            "state": p.state,
+            "state": p.state + (" (reversal)" if p.leg == "reverse" else ""),
             "since": p.state_since,
             "amount": p.amount.formatted if p.amount else None,
             "deliveries": p.deliveries,

@@ -116,6 +116,7 @@ def test_the_cli_shows_them(config, taken) -> None:
     assert "reversals due" in summary and "reversals interrupted: a person's job" in summary
     listed = run_cli(config, "payments", "--state", "attention").stdout
     assert "reversal: " in listed and "dispute won after its" in listed
+    assert "interrupted (reversal)" in listed and "held (reversal)" in listed
     printed = json.loads(run_cli(config, "payment", t.interrupted, "--json").stdout)
     assert printed["reversal"]["due"] and printed["leg"] == "reverse"
 
