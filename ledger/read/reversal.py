@@ -79,6 +79,12 @@ def _refunds(stored: str | None) -> dict[str, int]:
         return {}
 
 
+def _key(payment_key: str, f: dict[str, str]) -> str:
+    """The due reversal's key: a reversal for one refund (``reversal_refund``) has its own."""
+    refund = f.get("reversal_refund")
+    return reversal_key(payment_key) + (f":{refund}" if refund else "")
+
+
 def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | None:
     """The view of a payment hash (decoded); None when no refund or dispute touched it."""
     if not any(name in f for name in REVERSAL_FIELDS):
@@ -108,7 +114,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         why=optional(f.get("reversal_why")) if due else None,
         due_at=ms_time(f.get("reversal_due_at")) if due else None,
         after_token=after,
-        idempotency_key=reversal_key(payment_key) if due else None,
+        idempotency_key=_key(payment_key, f) if due else None,
         attempts_started=max(0, count(f.get("token")) - after) if after is not None else 0,
         reversed_at=ms_time(f.get("reversed_at")),
         receipt=receipt_of(f.get("reversal_receipt")),
