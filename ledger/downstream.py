@@ -140,13 +140,25 @@ def read_downstream(path: str) -> dict[str, Any]:
 
 
 def read_tables(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Every call and order as stored (read-only), for evidence bundles."""
+    """Every call and order, and every reversal and reversal call, as stored (read-only),
+    for evidence bundles (a file made before reversals has none)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         return {
             "calls": [dict(r) for r in db.execute("SELECT * FROM calls ORDER BY id")],
             "orders": [dict(r) for r in db.execute("SELECT * FROM orders ORDER BY payment_key")],
+            "reversals": [
+                dict(r) for r in db.execute("SELECT * FROM reversals ORDER BY idempotency_key")
+            ]
+            if "reversals" in tables
+            else [],
+            "reversal_calls": [
+                dict(r) for r in db.execute("SELECT * FROM reversal_calls ORDER BY id")
+            ]
+            if "reversal_calls" in tables
+            else [],
         }
     finally:
         db.close()

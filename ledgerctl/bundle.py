@@ -7,8 +7,6 @@ events.json and payments.json hold the very objects the ops API answers for one 
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,18 @@ from ledger.read import payments as read_payments
 from ledger.read.base import to_builtins
 from ledger.stored import text
 from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
+from ledgerctl.bundle_reversals import check_reversals
+from ledgerctl.verification import Verification
 
 REQUIRED = ("counters.json", "events.json", "payments.json", "rejections.json")
-OPTIONAL = ("downstream_calls.json", "downstream_orders.json")
+OPTIONAL = (
+    "downstream_calls.json",
+    "downstream_orders.json",
+    "downstream_reversals.json",
+    "downstream_reversal_calls.json",
+)
 """The files whose relations verify checks: the first always exported, the others with the
-built-in SQLite downstream."""
+built-in SQLite downstream (its reversals: REVERSAL_ACTION, ledgerctl/bundle_reversals.py)."""
 
 
 def _digest(data: bytes) -> str:
@@ -89,33 +94,11 @@ def export(redis: Redis, directory: Path, downstream: str | None) -> dict[str, i
     }
     if downstream and has_downstream:
         down = read_tables(downstream)
-        files["downstream_calls.json"] = down["calls"]
-        files["downstream_orders.json"] = down["orders"]
+        for table in ("calls", "orders", "reversals", "reversal_calls"):
+            files[f"downstream_{table}.json"] = down[table]
     written = [_write(directory, name, data) for name, data in files.items()]
     (directory / MANIFEST).write_text("".join(f"{_sha(p)}  {p.name}\n" for p in written))
     return {name: len(data) for name, data in files.items() if isinstance(data, list)}
-
-
-class Verification:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failures: list[str] = []
-
-    def expect(self, condition: bool, message: str) -> bool:
-        if condition:
-            self.passed += 1
-        else:
-            self.failures.append(message)
-        return condition
-
-    @contextmanager
-    def records(self, name: str) -> Iterator[None]:
-        """Checks over a file's records: a record not shaped as export writes it is a failure."""
-        try:
-            yield
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            self.failures.append(f"{name}: records not as an export writes them ({why})")
 
 
 def verify(directory: Path, max_bytes: int = limits.BUNDLE_MAX_FILE_BYTES) -> Verification:
@@ -128,6 +111,7 @@ def verify(directory: Path, max_bytes: int = limits.BUNDLE_MAX_FILE_BYTES) -> Ve
     _check_events(v, data)
     _check_payments(v, data, events)
     _check_downstream(v, data, payments, events)
+    check_reversals(v, data)
     _check_rejections(v, data)
     return v
 

@@ -8,14 +8,13 @@ from typing import Any
 from rich.table import Table
 
 from ledger import money
-from ledger.read.base import to_json
 from ledger.read.events import Event, EventList
-from ledger.read.payments import Payment, PaymentList, PaymentRow
+from ledger.read.payments import Payment, PaymentList, PaymentRow, reason
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
 from ledger.read.timeline import Attempt
-from ledgerctl import render_gate, render_purchase
+from ledgerctl import render_gate, render_purchase, render_reversal
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
 
@@ -48,6 +47,7 @@ def summary(s: Summary) -> list[Table]:
     return [
         kv_table(f"Webhook ledger at {iso(s.at)}", counters),
         kv_table("Payments by state", states, caption=f"{plural(total, 'payment')} in all"),
+        render_reversal.counts(s),
         kv_table("Fulfilment and workers", work),
         render_gate.fulfilment(s.fulfilment),
     ]
@@ -56,7 +56,7 @@ def summary(s: Summary) -> list[Table]:
 def _why(p: PaymentRow) -> str | None:
     if p.waiting:
         return f"waiting: {p.waiting}" + (f" (last: {p.last_error})" if p.last_error else "")
-    return p.hold_reason or p.last_error
+    return reason(p)
 
 
 def _secrets(s: Summary) -> list[tuple[str, int]]:
@@ -128,7 +128,7 @@ def payments(page: PaymentList) -> Table:
     rows = [
         {
             "payment": p.payment_key,
-            "state": p.state,
+            "state": p.state + (" (reversal)" if p.leg == "reverse" else ""),
             "since": p.state_since,
             "amount": p.amount.formatted if p.amount else None,
             "deliveries": p.deliveries,
@@ -178,7 +178,7 @@ def payment(p: Payment) -> list[Table]:
         "same purchase as": p.same_purchase_as,
         "next attempt": p.next_attempt_at,
         "lease until": p.lease_until,
-        "receipt": _receipt(p.receipt),
+        "receipt": render_reversal.receipt(p.receipt),
     }
     facts |= {k: v for k, v in optional.items() if v}
     if p.resolution:
@@ -190,7 +190,7 @@ def payment(p: Payment) -> list[Table]:
         facts["downstream's own record"] = (
             f"calls {d.calls} (applied {d.applied}, already applied {d.already_applied}), "
             f"effects {d.effects}"
-        )
+        ) + (f", reversals {d.reversals} ({d.reversal_calls} calls)" if d.reversal_calls else "")
     timeline = [
         {
             "event": e.id,
@@ -209,6 +209,7 @@ def payment(p: Payment) -> list[Table]:
     attempts = [
         {
             "token": a.token,
+            "of": "reversal" if a.leg == "reverse" else "fulfilment",
             "outcome": _outcome(a),
             "started": a.started_at,
             "took (ms)": a.duration_ms,
@@ -219,6 +220,7 @@ def payment(p: Payment) -> list[Table]:
     ]
     return [
         kv_table(f"Payment {p.payment_key}", facts),
+        *render_reversal.taken_back(p),
         *render_purchase.purchase(p.purchase),
         rows_table(
             "Events, in the order first recorded",
@@ -233,15 +235,6 @@ def payment(p: Payment) -> list[Table]:
             ("token", "took (ms)", "call (ms)"),
         ),
     ]
-
-
-def _receipt(receipt: dict[str, Any] | None) -> str | None:
-    """The receipt's fields as 'name: value' (nested values as JSON)."""
-    if not receipt:
-        return None
-    return ", ".join(
-        f"{k}: {v if isinstance(v, str) else to_json(v).decode()}" for k, v in receipt.items()
-    )
 
 
 def _outcome(a: Attempt) -> str:

@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.support.fixtures",
     "tests.support.stack",
     "tests.support.inprocess",
+    "tests.support.reversal_ledger",  # refunds and disputes, one of each outcome: taken
     "tests.support.ha",  # the replicated ledger: cluster
     "tests.support.ha_service",  # the service on it: exits
     "tests.support.stripe_cli",  # the real Stripe CLI and a stand-in of Stripe

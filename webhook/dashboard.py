@@ -81,6 +81,11 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if k != "offset"}
 
 
+@bp.app_template_filter("why")
+def why(row: read_payments.PaymentRow) -> str:
+    return read_payments.reason(row) or ""
+
+
 @bp.app_template_filter("pretty_json")
 def pretty_json(value: object) -> str:
     return to_json(value, indent=True).decode()

@@ -24,6 +24,7 @@ from ledger.settings import Settings
 from ledger.stored import text
 from webhook.http import require_ops, require_token
 from webhook.metrics_alerting import UNAVAILABLE_RESPONSES, Family, gauge, watched
+from webhook.metrics_reversal import reversal_families
 from webhook.store import current_settings, get_redis
 from webhook.verify import SIGNATURE_REASONS
 
@@ -86,6 +87,7 @@ class LedgerCollector(Collector):
         yield CounterMetricFamily(
             "webhook_fulfil_effects", "Payments recorded fulfilled.", value=s.effects
         )
+        yield from reversal_families(self.redis, s.reversals)
         yield GaugeMetricFamily(
             "webhook_queue_depth", "Jobs waiting in the RQ queue.", value=queued
         )

@@ -1,7 +1,8 @@
 """The ledger as people and programs read it: one typed object per thing shown, one module
-per noun (events, payments and their timeline, stats, rejections, secrets, the gate of
-fulfilment, reconcile runs, a person's decisions) with the readers that build its objects
-from the Redis records (or the SQLite downstream's tables); the modules that run reconcile
+per noun (events, payments and their timeline, what refunds and disputes took back, stats,
+rejections, secrets, the gate of fulfilment, reconcile runs, a person's decisions) with the
+readers that build its objects from the Redis records (or the SQLite downstream's tables);
+the modules that run reconcile
 and take decisions build theirs (ledger/reconcile.py, ledger/decisions.py).
 
 The ops API, ``webhook-ledger --json``, the dashboard, evidence bundles and the replay report

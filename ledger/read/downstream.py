@@ -1,7 +1,9 @@
 """The built-in SQLite downstream's own record of one payment, as people read it beside the
-ledger's (ledger/downstream.py keeps its tables)."""
+ledger's (ledger/downstream.py keeps its tables): its calls and orders, and the reversals
+(REVERSAL_ACTION) it recorded."""
 
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.read.base import View
@@ -12,6 +14,9 @@ class DownstreamRecord(View):
     applied: int
     already_applied: int
     effects: int
+    reversal_calls: int
+    reversals: int
+    reversed_at: datetime | None
 
 
 def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
@@ -29,6 +34,7 @@ def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
         (effects,) = db.execute(
             "SELECT COUNT(*) FROM orders WHERE payment_key = ?", (payment_key,)
         ).fetchone()
+        reversal_calls, reversals, reversed_at = _reversals(db, payment_key)
     except sqlite3.OperationalError:  # the tables are created by the first call
         return None
     finally:
@@ -38,4 +44,25 @@ def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
         applied=calls.get("applied", 0),
         already_applied=calls.get("already_applied", 0),
         effects=effects,
+        reversal_calls=reversal_calls,
+        reversals=reversals,
+        reversed_at=datetime.fromtimestamp(reversed_at, UTC) if reversed_at else None,
     )
+
+
+def _reversals(db: sqlite3.Connection, payment_key: str) -> tuple[int, int, float | None]:
+    """Reversal calls, reversal keys and the order's ``reversed_at``; nothing in a file made
+    before reversals were (its tables appear when the action next opens it)."""
+    try:
+        (calls,) = db.execute(
+            "SELECT COUNT(*) FROM reversal_calls WHERE payment_key = ?", (payment_key,)
+        ).fetchone()
+        (keys,) = db.execute(
+            "SELECT COUNT(*) FROM reversals WHERE payment_key = ?", (payment_key,)
+        ).fetchone()
+        (at,) = db.execute(
+            "SELECT MAX(reversed_at) FROM orders WHERE payment_key = ?", (payment_key,)
+        ).fetchone()
+    except sqlite3.OperationalError:
+        return 0, 0, None
+    return calls, keys, at

@@ -7,14 +7,17 @@ from typing import Any, Literal, cast, get_args
 
 from redis import Redis
 
-from ledger import keys, money
+from ledger import keys
 from ledger.clock import now_ms
 from ledger.purchase import Purchase, purchase_of
+from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.downstream import DownstreamRecord, downstream_record
 from ledger.read.events import EVENT_FIELDS
+from ledger.read.reversal import PaymentReversal, leg_of, payment_reversal
 from ledger.read.timeline import (
     Attempt,
+    Leg,
     PaymentEvent,
     Resolution,
     attempts_of,
@@ -64,15 +67,9 @@ PAYMENT_FIELDS = (
     "p_cs_email",
     "p_in_email",
     "p_pi_email",
+    "leg",
 )
 """What a row of the list reads of each payment hash."""
-
-
-class Amount(View):
-    minor_units: int
-    currency: str
-    exponent: int
-    formatted: str
 
 
 class PaymentRow(View):
@@ -96,6 +93,10 @@ class PaymentRow(View):
     """The Checkout Session's: the merchant's own order id, if it gave one."""
     customer_email: str | None
     """Masked (``j***@example.com``): a list shows no whole email; the payment's purchase does."""
+    leg: Leg
+    """What its state is about: ``fulfil`` (its fulfilment) or ``reverse`` (its reversal, once
+    due: queued, running, retrying, failed, interrupted, reversed, or held after a dispute won
+    after it)."""
 
 
 class Payment(PaymentRow):
@@ -121,6 +122,8 @@ class Payment(PaymentRow):
     downstream: DownstreamRecord | None
     purchase: Purchase
     """What was bought, as the action gets it (token: the last attempt's)."""
+    reversal: PaymentReversal | None
+    """Its refunds and dispute, and its reversal (docs/REVERSAL.md); null when none came."""
 
 
 class PaymentList(View):
@@ -177,6 +180,7 @@ def payment_record(
         account=row.account,
         client_reference_id=row.client_reference_id,
         customer_email=row.customer_email,
+        leg=row.leg,
         livemode=None if "livemode" not in f else f["livemode"] == "1",
         paid_by=paid_by,
         events=timeline(event_ids, fields, paid_by),
@@ -198,6 +202,7 @@ def payment_record(
         last_skip=optional(f.get("last_skip")),
         downstream=downstream_record(downstream, payment_key) if downstream else None,
         purchase=purchase_of(payment_key, count(f.get("token")), f),
+        reversal=payment_reversal(payment_key, f),
     )
 
 
@@ -222,7 +227,18 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
         customer_email=mask_email(
             f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email")
         ),
+        leg=leg_of(f),
     )
+
+
+def reason(p: PaymentRow) -> str | None:
+    """Why a payment is where it is, as lists show it: a held one's hold reason, any other's
+    last error (a reversal's starts with ``reversal: ``), then what is left of either (a
+    hold reason stays after its hold was decided)."""
+    first, then = (
+        (p.hold_reason, p.last_error) if p.state == "held" else (p.last_error, p.hold_reason)
+    )
+    return first or then
 
 
 def _ms_between(start: object, end: object) -> int | None:
@@ -262,18 +278,3 @@ def payments(
         f = {k: text(v) for k, v in zip(PAYMENT_FIELDS, values, strict=True) if v is not None}
         rows.append(payment_row(pk, f, int(since)))
     return rows
-
-
-def amount(minor_units: object, currency: object) -> Amount | None:
-    """The typed amount from the stored strings; None when either is missing or unreadable."""
-    digits_text, code = text(minor_units or ""), text(currency or "")
-    digits = digits_text.removeprefix("-")
-    if not (digits.isascii() and digits.isdigit() and code.isascii() and code.isalpha()):
-        return None
-    value = int(digits_text)
-    return Amount(
-        minor_units=value,
-        currency=code.lower(),
-        exponent=money.exponent(code),
-        formatted=money.format_minor(value, code),
-    )

@@ -16,6 +16,12 @@ from ledger.clock import now_ms
 from ledger.read.base import View
 from ledger.read.fulfilment import Fulfilment, status
 from ledger.read.payments import PAYMENT_STATES, PaymentState
+from ledger.read.reversal_counts import (
+    NeedsAPerson,
+    ReversalCounts,
+    needs_a_person,
+    reversal_counts,
+)
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, text, whole
 
@@ -41,6 +47,7 @@ class Counters(View):
     deliveries_by_type: dict[str, int]
     payments_by_state: dict[PaymentState, int]
     """Every state of PAYMENT_STATES, in that order."""
+    reversals: ReversalCounts
 
 
 class Latency(View):
@@ -64,6 +71,7 @@ class Workers(View):
 
 
 class Summary(Counters):
+    needs_a_person: NeedsAPerson
     at: datetime
     fulfil_latency: Latency
     workers: Workers
@@ -112,6 +120,7 @@ def counters_from(stats: dict[str, str], states: dict[str, str]) -> Counters:
         deliveries_by_secret=dict(sorted(grouped.get("secret", {}).items())),
         deliveries_by_type=dict(sorted(grouped.get("type", {}).items())),
         payments_by_state={s: count(states.get(s)) for s in PAYMENT_STATES},
+        reversals=reversal_counts(stats),
     )
 
 
@@ -143,6 +152,8 @@ def summary(
         deliveries_by_secret=c.deliveries_by_secret,
         deliveries_by_type=c.deliveries_by_type,
         payments_by_state=c.payments_by_state,
+        reversals=c.reversals,
+        needs_a_person=needs_a_person(redis),
         at=at,
         fulfil_latency=latency(redis, at, window_s),
         workers=workers(redis, settings.QUEUE_NAME, at),

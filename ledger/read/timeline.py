@@ -3,13 +3,16 @@ its attempts (``attempt:{token}`` JSON records in the payment hash) as objects, 
 and a person's decision."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import orjson
 
 from ledger.read.base import View
 from ledger.stored import count, ms_time, optional, whole
 
+Leg = Literal["fulfil", "reverse"]
+"""Which action a payment's state or an attempt is about: its fulfilment, or its reversal."""
+LEGS: tuple[Leg, ...] = get_args(Leg)
 FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
 
@@ -41,6 +44,8 @@ class Attempt(View):
     stale_at: datetime | None
     caller: str | None
     """The worker process that was fenced to call (``host:pid:nonce``)."""
+    leg: Leg
+    """``fulfil``, or ``reverse`` for an attempt of its reversal (after ``reversal_from``)."""
 
 
 class Resolution(View):
@@ -77,16 +82,30 @@ def timeline(
 
 def attempts_of(f: dict[str, str]) -> list[Attempt]:
     """The attempts of a payment hash (decoded), by token. A fulfilled attempt's end is the
-    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there)."""
+    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there), or for an
+    attempt of its reversal its ``reversed_at``."""
     found = []
+    reversal_from = whole(f.get("reversal_from"))
     for name, value in f.items():
         label, _, token = name.partition(":")
         if label == "attempt" and token.isascii() and token.isdigit():
-            found.append(_attempt(int(token), _json_object(value), f.get("fulfilled_at")))
+            record, n = _json_object(value), int(token)
+            leg = _leg(record, n, reversal_from)
+            ended_at = f.get("reversed_at" if leg == "reverse" else "fulfilled_at")
+            found.append(_attempt(n, record, ended_at, leg))
     return sorted(found, key=lambda a: a.token)
 
 
-def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> Attempt:
+def _leg(record: dict[str, Any], token: int, reversal_from: int | None) -> Leg:
+    """The leg its record names, else by its token: after the one the payment's reversal
+    began after (``reversal_from``) it is the reversal's."""
+    named = record.get("leg")
+    if named in LEGS:
+        return cast(Leg, named)
+    return "reverse" if reversal_from is not None and token > reversal_from else "fulfil"
+
+
+def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None, leg: Leg) -> Attempt:
     outcome = str(record.get("outcome", "unreadable"))
     ended = record.get("ended")
     if ended is None and outcome == "fulfilled":
@@ -109,6 +128,7 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None) -> At
         stale_outcome=optional(record.get("stale_outcome")),
         stale_at=ms_time(record.get("stale_at")),
         caller=optional(record.get("caller")),
+        leg=leg,
     )
 
 

@@ -258,7 +258,16 @@ def test_the_cli_prints_the_objects_the_api_answers(client, config, one_of_every
     assert printed["workers"]["queue_length"] == 2  # the jobs of the two failed by hand
     assert printed["payments_by_state"]["fulfilled"] == 1 and printed["duplicates"] == 2
     payment = client.get(f"/ops/api/payments/{ids.fulfilled}", headers=BEARER).get_json()
-    assert payment["downstream"] == {"calls": 1, "applied": 1, "already_applied": 0, "effects": 1}
+    assert payment["downstream"] == {
+        "calls": 1,
+        "applied": 1,
+        "already_applied": 0,
+        "effects": 1,
+        "reversal_calls": 0,
+        "reversals": 0,
+        "reversed_at": None,
+    }
+    assert payment["reversal"] is None and payment["leg"] == "fulfil"
     assert [a["outcome"] for a in payment["attempts"]] == ["fulfilled"]
     assert payment["receipt"]["outcome"] == "applied"
 

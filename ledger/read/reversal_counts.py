@@ -1,0 +1,62 @@
+"""What refunds and lost disputes took back, in figures: the counters of wl:stats, and the
+payments waiting for a person split by what they wait on (their fulfilment or their
+reversal). The summary (ops API, CLI, dashboard) and /metrics read them here."""
+
+from redis import Redis
+
+from ledger import keys
+from ledger.read.base import View
+from ledger.read.payments import ATTENTION_STATES
+from ledger.read.timeline import Leg
+from ledger.stored import count, text
+
+
+class ReversalCounts(View):
+    """What refunds and lost disputes took back (docs/REVERSAL.md), counted since the start."""
+
+    due: int
+    """Reversals that became due (a fulfilled payment refunded in full or its dispute lost,
+    with REVERSAL_ACTION set)."""
+    reversed: int
+    """Reversals the reversal action applied."""
+    resolved_reversed: int
+    """Reversals a person resolved as applied."""
+    refunded_unfulfilled: int
+    """Payments taken back before any effect: never called."""
+    reinstated: int
+    """Reversed payments whose dispute was then won: held for a person."""
+
+
+def reversal_counts(stats: dict[str, str]) -> ReversalCounts:
+    """From the wl:stats hash (decoded)."""
+    return ReversalCounts(
+        due=count(stats.get("reversals_due")),
+        reversed=count(stats.get("reversals")),
+        resolved_reversed=count(stats.get("resolved_reversed")),
+        refunded_unfulfilled=count(stats.get("refunded_unfulfilled")),
+        reinstated=count(stats.get("reinstated")),
+    )
+
+
+class NeedsAPerson(View):
+    """The payments that wait for a person (failed, interrupted, held), by what they wait
+    on: their fulfilment, or their reversal (held: a dispute won after it)."""
+
+    fulfil: dict[str, int]
+    reverse: dict[str, int]
+
+
+def needs_a_person(redis: Redis, batch: int = 1000) -> NeedsAPerson:
+    """The payments of each state that waits for a person, split by ``leg`` (read from each
+    payment: these states hold what people have not decided yet, not the backlog)."""
+    legs: dict[Leg, dict[str, int]] = {"fulfil": {}, "reverse": {}}
+    for state in ATTENTION_STATES:
+        legs["fulfil"][state] = legs["reverse"][state] = 0
+        for start in range(0, redis.zcard(keys.state_index(state)), batch):
+            members = redis.zrange(keys.state_index(state), start, start + batch - 1)
+            pipe = redis.pipeline(transaction=False)
+            for pk in members:
+                pipe.hget(keys.payment(text(pk)), "leg")
+            for leg in pipe.execute():
+                legs["reverse" if leg == b"reverse" else "fulfil"][state] += 1
+    return NeedsAPerson(fulfil=legs["fulfil"], reverse=legs["reverse"])

@@ -1,0 +1,92 @@
+"""Refunds, disputes and reversals for people (docs/REVERSAL.md): the counts beside the
+payments by state (``summary``), and one payment's refunds with their amounts, its dispute,
+why it was taken back and what its reversal did (``payment``)."""
+
+from typing import Any
+
+from rich.table import Table
+
+from ledger.read.base import to_json
+from ledger.read.payments import Payment
+from ledger.read.stats import Summary
+from ledgerctl.terminal import iso, kv_table
+
+WAITING = {
+    "failed": "reversals failed: a person's job",
+    "interrupted": "reversals interrupted: a person's job",
+    "held": "held after a dispute won after the reversal: a person's job",
+}
+"""The reversals waiting for a person, by state."""
+
+
+def counts(s: Summary) -> Table:
+    r, waits = s.reversals, s.needs_a_person.reverse
+    rows: dict[str, Any] = {
+        "reversals due": r.due,
+        "reversed by the reversal action": r.reversed,
+        "reversed, a person's word": r.resolved_reversed,
+        "refunded before any fulfilment (never called)": r.refunded_unfulfilled,
+        "disputes won after a reversal (held)": r.reinstated,
+    }
+    rows |= {WAITING.get(state, f"reversals {state}"): n for state, n in waits.items() if n}
+    return kv_table("Refunds and disputes", rows)
+
+
+def _taken_back(p: Payment) -> str:
+    r = p.reversal
+    if r is None or r.taken_back is None:
+        return "no (nothing to take back)"
+    return "refunded in full" if r.taken_back == "refund" else "dispute lost"
+
+
+def _reversal(p: Payment) -> str | None:
+    r = p.reversal
+    if r is None:
+        return None
+    if r.due:
+        tries = f"{r.attempts_started} attempt(s) after token {r.after_token}"
+        return f"due at {iso(r.due_at)} ({r.why}), key {r.idempotency_key}, {tries}"
+    if p.state == "refunded_unfulfilled":
+        return "none needed: taken back before any effect, never called"
+    if r.taken_back and p.state == "fulfilled":
+        return "none: REVERSAL_ACTION is not set, the effect stays"
+    if r.taken_back:
+        return f"not due yet: {p.state} decides first"
+    return None
+
+
+def taken_back(p: Payment) -> list[Table]:
+    """The payment's refunds and dispute and its reversal; nothing when none came."""
+    r = p.reversal
+    if r is None:
+        return []
+    refunded, charge = r.refunded.formatted if r.refunded else None, r.charge_amount_refunded
+    if refunded and p.amount:
+        partial = r.refunded is not None and r.refunded.minor_units < p.amount.minor_units
+        refunded += f" of {p.amount.formatted} paid" + (" (partial)" if partial else "")
+    facts: dict[str, Any] = {
+        "refunds": ", ".join(
+            f"{f.id} {f.amount.formatted if f.amount else 'failed or canceled'}" for f in r.refunds
+        ),
+        "refunded": refunded,
+        "a charge event's amount_refunded": charge.formatted if charge else None,
+        "dispute": f"{r.dispute.id} closed {r.dispute.status}" if r.dispute else None,
+        "taken back": _taken_back(p),
+        "reversal": _reversal(p),
+        "reversal's last error": p.last_error if r.due else None,
+        "reversed": r.reversed_at,
+        "reversal's receipt": receipt(r.receipt),
+        "dispute won after it": f"{iso(r.reinstated_at)}: held for a person"
+        if r.reinstated_at
+        else None,
+    }
+    return [kv_table("Refunds and disputes", {k: v for k, v in facts.items() if v})]
+
+
+def receipt(found: dict[str, Any] | None) -> str | None:
+    """A receipt's fields as 'name: value' (nested values as JSON)."""
+    if not found:
+        return None
+    return ", ".join(
+        f"{k}: {v if isinstance(v, str) else to_json(v).decode()}" for k, v in found.items()
+    )

@@ -1,0 +1,144 @@
+"""Refunds, disputes and reversals seen everywhere a person or a program looks: the ops API
+(the payment's reversal object, the summary's counts), the dashboard (the overview, the
+payment page, the list of what needs a person), ``webhook-ledger`` and ``/metrics``, on a
+ledger the real scripts, the real job and the built-in SQLite downstream (for both actions)
+brought there (tests/support/reversal_ledger.py; docs/REVERSAL.md)."""
+
+import json
+from typing import Any
+
+from tests.integration.test_metrics_alerting import scrape
+from tests.support.constants import BASIC, BEARER
+from tests.support.helpers import run_cli
+
+
+def api(client: Any, route: str) -> Any:
+    answer = client.get(f"/ops/api/{route}", headers=BEARER)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    return answer.get_json()
+
+
+def test_the_api_shows_each_payment_s_refunds_dispute_and_reversal(client, taken) -> None:
+    t = taken
+    r = api(client, f"payments/{t.reversed}")
+    assert (r["state"], r["leg"]) == ("reversed", "reverse")
+    rv = r["reversal"]
+    assert [f["amount"]["minor_units"] for f in rv["refunds"]] == [t.amounts[t.reversed]]
+    assert rv["refunded"]["minor_units"] == t.amounts[t.reversed] and rv["taken_back"] == "refund"
+    assert rv["due"] and rv["why"] == "refund" and rv["idempotency_key"] == f"reverse:{t.reversed}"
+    assert rv["attempts_started"] == 1 and rv["after_token"] == 1 and rv["reversed_at"]
+    assert rv["receipt"]["outcome"] == "applied"  # the SQLite downstream's
+    assert [a["leg"] for a in r["attempts"]] == ["fulfil", "reverse"]
+    # the reversal's attempt ended when it was reversed, not when the payment was fulfilled
+    assert all(a["duration_ms"] is not None and a["duration_ms"] >= 0 for a in r["attempts"])
+    assert r["downstream"]["reversals"] == 1 and r["downstream"]["reversal_calls"] == 1
+    assert r["downstream"]["reversed_at"] is not None
+
+    p = api(client, f"payments/{t.partial}")
+    quarter = t.amounts[t.partial] // 4
+    assert (p["state"], p["leg"], p["reversal"]["taken_back"]) == ("fulfilled", "fulfil", None)
+    assert p["reversal"]["refunded"]["minor_units"] == quarter and not p["reversal"]["due"]
+    assert p["reversal"]["refunds"][0]["counted"] is True
+
+    d = api(client, f"payments/{t.reinstated}")
+    assert (d["state"], d["leg"]) == ("held", "reverse")
+    assert d["reversal"]["dispute"]["status"] == "won" and d["reversal"]["why"] == "dispute"
+    assert d["reversal"]["reinstated_at"] and d["reversal"]["reversed_at"]
+
+    u = api(client, f"payments/{t.unfulfilled}")
+    assert (u["state"], u["reversal"]["taken_back"], u["reversal"]["due"]) == (
+        "refunded_unfulfilled",
+        "refund",
+        False,
+    )
+    assert u["attempts"] == [] and u["receipt"] is None
+
+    i = api(client, f"payments/{t.interrupted}")
+    assert (i["state"], i["leg"]) == ("interrupted", "reverse")
+    assert i["last_error"].startswith("reversal: ") and i["reversal"]["attempts_started"] == 1
+
+
+def test_the_summary_counts_reversals_and_who_waits_on_what(client, taken) -> None:
+    s = api(client, "summary")
+    assert s["reversals"] == {
+        "due": 3,
+        "reversed": 2,
+        "resolved_reversed": 0,
+        "refunded_unfulfilled": 1,
+        "reinstated": 1,
+    }
+    assert s["payments_by_state"]["reversed"] == 1
+    assert s["payments_by_state"]["refunded_unfulfilled"] == 1
+    assert s["needs_a_person"]["reverse"] == {"interrupted": 1, "held": 1, "failed": 0}
+    assert s["needs_a_person"]["fulfil"] == {"interrupted": 0, "held": 0, "failed": 0}
+    rows = api(client, "payments?state=attention")["payments"]
+    assert {(p["payment_key"], p["leg"]) for p in rows} == {
+        (taken.interrupted, "reverse"),
+        (taken.reinstated, "reverse"),
+    }
+
+
+def test_the_dashboard_shows_them(client, taken) -> None:
+    t = taken
+    overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="reversals-due">3<' in overview and 'id="reversals-reversed">2<' in overview
+    assert 'id="reversals-refunded_unfulfilled">1<' in overview
+    assert 'id="reversals-interrupted">1<' in overview
+    assert 'id="payments-refunded_unfulfilled">1<' in overview
+    assert "reversal: " in overview and "dispute won after its reversal" in overview
+
+    page = client.get(f"/ops/payments/{t.reversed}", headers=BASIC).get_data(as_text=True)
+    assert 'id="taken-back">refunded in full' in page and 'id="reversed-at"' in page
+    assert f"reverse:{t.reversed}" in page and 'id="reversal-receipt"' in page
+    assert '<td data-label="of">reversal</td>' in page
+
+    page = client.get(f"/ops/payments/{t.partial}", headers=BASIC).get_data(as_text=True)
+    assert "(partial: takes nothing back)" in page
+
+    page = client.get(f"/ops/payments/{t.interrupted}", headers=BASIC).get_data(as_text=True)
+    assert 'id="reversal-error">reversal: ' in page and "It was taken back: mark reversed" in page
+
+    page = client.get(f"/ops/payments/{t.reinstated}", headers=BASIC).get_data(as_text=True)
+    assert 'id="reinstated"' in page and "Granted again: mark fulfilled" in page
+    assert "run again" not in page  # a retry is refused: nothing of the ledger's runs again
+
+    page = client.get(f"/ops/payments/{t.unfulfilled}", headers=BASIC).get_data(as_text=True)
+    assert "taken back before any effect, never called" in page
+
+
+def test_the_cli_shows_them(config, taken) -> None:
+    t = taken
+    shown = run_cli(config, "payment", t.reversed)
+    assert shown.exit_code == 0, shown.output
+    assert "Refunds and disputes" in shown.stdout and "refunded in full" in shown.stdout
+    assert f"reverse:{t.reversed}" in shown.stdout
+    summary = run_cli(config, "summary").stdout
+    assert "reversals due" in summary and "reversals interrupted: a person's job" in summary
+    listed = run_cli(config, "payments", "--state", "attention").stdout
+    assert "reversal: " in listed and "dispute won after its" in listed
+    assert "interrupted (reversal)" in listed and "held (reversal)" in listed
+    printed = json.loads(run_cli(config, "payment", t.interrupted, "--json").stdout)
+    assert printed["reversal"]["due"] and printed["leg"] == "reverse"
+
+
+def test_metrics_count_reversals_and_split_who_waits_by_leg(client, taken) -> None:
+    m = scrape(client)
+    assert m["webhook_reversals_due_total"][()] == 3
+    assert m["webhook_reversal_effects_total"][()] == 2
+    assert m["webhook_reversals_resolved_total"][()] == 0
+    assert m["webhook_refunded_unfulfilled_total"][()] == 1
+    assert m["webhook_reversals_reinstated_total"][()] == 1
+    waiting = {
+        (dict(k)["state"], dict(k)["leg"]): v
+        for k, v in m["webhook_payments_need_a_person"].items()
+    }
+    assert waiting == {
+        ("failed", "fulfil"): 0,
+        ("interrupted", "fulfil"): 0,
+        ("held", "fulfil"): 0,
+        ("failed", "reverse"): 0,
+        ("interrupted", "reverse"): 1,
+        ("held", "reverse"): 1,
+    }
+    states = {dict(k)["state"]: v for k, v in m["webhook_payments"].items()}
+    assert states["reversed"] == 1 and states["refunded_unfulfilled"] == 1

@@ -1,0 +1,54 @@
+"""What refunds and lost disputes took back, on ``/metrics`` (docs/REVERSAL.md): the
+reversals due, applied and resolved by a person, the payments refunded before any effect,
+the disputes won after a reversal, and the payments that wait for a person by what they
+wait on (their fulfilment or their reversal), which the alerting rules watch
+(deploy/prometheus/alerts.yml: WebhookPaymentsNeedAPerson, WebhookReversalNeedsAPerson)."""
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from redis import Redis
+
+from ledger.read.reversal_counts import ReversalCounts, needs_a_person
+
+
+def reversal_families(
+    redis: Redis, counts: ReversalCounts
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    yield CounterMetricFamily(
+        "webhook_reversals_due",
+        "Reversals that became due: a fulfilled payment refunded in full or whose dispute was "
+        "lost, with REVERSAL_ACTION set.",
+        value=counts.due,
+    )
+    yield CounterMetricFamily(
+        "webhook_reversal_effects",
+        "Reversals the reversal action applied (the payment reversed).",
+        value=counts.reversed,
+    )
+    yield CounterMetricFamily(
+        "webhook_reversals_resolved",
+        "Reversals a person resolved as applied.",
+        value=counts.resolved_reversed,
+    )
+    yield CounterMetricFamily(
+        "webhook_refunded_unfulfilled",
+        "Payments refunded in full (or a dispute lost) before any effect: never called.",
+        value=counts.refunded_unfulfilled,
+    )
+    yield CounterMetricFamily(
+        "webhook_reversals_reinstated",
+        "Reversed payments whose dispute was then won: held for a person.",
+        value=counts.reinstated,
+    )
+    waiting = GaugeMetricFamily(
+        "webhook_payments_need_a_person",
+        "Payments that wait for a person (failed, interrupted, held), by state and by leg: "
+        "fulfil (their fulfilment) or reverse (their reversal; held: a dispute won after it).",
+        labels=["state", "leg"],
+    )
+    split = needs_a_person(redis)
+    for leg, by_state in (("fulfil", split.fulfil), ("reverse", split.reverse)):
+        for state, n in by_state.items():
+            waiting.add_metric([state, leg], n)
+    yield waiting
