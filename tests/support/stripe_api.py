@@ -11,8 +11,8 @@ answer 429 or 500 to those for a while, and 403 (a key without that permission).
 added in the test's process (``add_session``) or over HTTP (``PUT
 /standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``). And the account's
 webhook endpoints (``GET /v1/webhook_endpoints``, ``limit`` and ``starting_after``, for
-``webhook-ledger check-endpoint``). ``redirect_to`` set, it answers every GET with a
-redirect there instead (the key must not follow it).
+``webhook-ledger check-endpoint``; 403 too when ``forbidden``). ``redirect_to`` set, it
+answers every GET with a redirect there instead (the key must not follow it).
 """
 
 import json
@@ -200,6 +200,9 @@ class EventsApi:
                     return self.answer(401, {"error": error})
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
+                if url.path == "/v1/webhook_endpoints" and api.forbidden:
+                    error = {"type": "invalid_request_error", "message": "not permitted"}
+                    return self.answer(403, {"error": error})
                 if url.path == "/v1/webhook_endpoints":
                     return self.answer(200, api.endpoint_page(parse_qs(url.query)))
                 if url.path != "/v1/events":

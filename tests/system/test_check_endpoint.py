@@ -121,6 +121,15 @@ def test_a_wrong_key_is_one_line_without_the_key(api) -> None:
     assert "wrongwrong" not in said and API_KEY not in said
 
 
+def test_a_key_without_the_permission_is_one_line(api) -> None:
+    api.forbidden = True
+    done = webhook_ledger(api.url, "check-endpoint", key=API_KEY)
+    said = (done.stdout + done.stderr).strip()
+    assert done.returncode == 4 and len(said.splitlines()) == 1, said
+    assert "(403)" in said and "read access to Webhook Endpoints" in said
+    assert "rk_test_***" in said and API_KEY not in said
+
+
 def test_no_answer_is_one_line(api) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     done = webhook_ledger(nobody, "check-endpoint")
