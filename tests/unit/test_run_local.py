@@ -3,6 +3,8 @@ topology, their downstream files, a data folder held by one stack at a time, and
 server answers /readyz."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,7 +55,13 @@ def test_a_data_folder_is_held_by_one_stack_at_a_time(tmp_path: Path) -> None:
 
 
 def test_only_a_descendant_of_the_launcher_is_its_own_server() -> None:
-    assert local_guard.descends_from(os.getpid(), os.getppid())
-    assert local_guard.descends_from(os.getpid(), os.getpid())
-    assert not local_guard.descends_from(os.getppid(), os.getpid())
-    assert not local_guard.descends_from(0, os.getpid())  # /readyz without a pid
+    # A child of ours, not our own parent: a detached run's parent is init (pid 1).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert local_guard.descends_from(child.pid, os.getpid())
+        assert local_guard.descends_from(os.getpid(), os.getpid())
+        assert not local_guard.descends_from(os.getpid(), child.pid)
+        assert not local_guard.descends_from(0, os.getpid())  # /readyz without a pid
+    finally:
+        child.kill()
+        child.wait()
