@@ -138,15 +138,16 @@ class Script:
         if not self.function:
             return self.registered(keys=keys, args=args, client=client)
         client = self.redis if client is None else client
-        if isinstance(client, Pipeline):
-            return client.fcall(self.function, len(keys), *keys, *args)
+        call = (self.function, len(keys), *keys, *args)
+        if isinstance(client, Pipeline):  # only queued here
+            return client.fcall(*call)
         try:
-            return client.fcall(self.function, len(keys), *keys, *args)
+            return client.fcall(*call)
         except ResponseError as exc:
             if not missing(exc):
                 raise
         self.load(client)
-        return client.fcall(self.function, len(keys), *keys, *args)
+        return client.fcall(*call)
 
     def load(self, client: Any = None) -> None:
         """Give the server this script: its function (FUNCTION LOAD; one already there is
