@@ -96,7 +96,7 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 
 
 def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[str, float]:
-    """Building the RQ job, the whole ledger write and its EVALSHA round trip alone."""
+    """Building the RQ job, the whole ledger write and its FCALL round trip alone."""
     from bench.recording import delivery
     from ledger.events import classify
 
@@ -106,12 +106,12 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     out["Jobs.prepare (RQ job built; paid events only)"] = median_us(ledger.jobs.prepare, pks)
     out["share of events that are paid"] = round(len(pks) / len(events), 2)
     ds = [delivery(ledger, b) for b in bodies]
-    out["Ledger.record_delivery, whole (args + EVALSHA, appendfsync always)"] = median_us(
+    out["Ledger.record_delivery, whole (args + FCALL, appendfsync always)"] = median_us(
         ledger.record_delivery, ds
     )
     ledger.redis.flushdb()
     calls = [_script_call(ledger, delivery(ledger, b)) for b in bodies]
-    out["  of which the EVALSHA round trip alone"] = median_us(
+    out["  of which the FCALL round trip alone"] = median_us(
         lambda ka: ledger.record_script.run(*ka), calls
     )
     return out

@@ -51,7 +51,7 @@ RECEIVER_RULES = [
         r"rq/|ledger/enqueue",
     ),
     ("payload compression (compress_payload)", r"compress_payload|ledger/payloads"),
-    ("redis-py EVALSHA: pack, send, wait, parse", r"redis/"),
+    ("redis-py FCALL: pack, send, wait, parse", r"redis/"),
     (
         "ledger arguments (sha256, scalars, names) in record_delivery",
         r"record_delivery|delivery_call|_scalar|_amount|ledger/scripts\.py",

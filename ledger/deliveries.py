@@ -1,8 +1,8 @@
 """The delivery ledger: Lua scripts that record deliveries and rejections in Redis.
 
-Each accepted delivery is one EVALSHA of ``lua/record_delivery.lua``: the event
-record, the global counters, the payment record and (for the first paid event of a
-payment) the RQ job are written together or not at all.
+Each accepted delivery is one FCALL of ``lua/record_delivery.lua`` (a Redis Function):
+the event record, the global counters, the payment record and (for the first paid event
+of a payment) the RQ job are written together or not at all.
 """
 
 import hashlib

@@ -27,17 +27,19 @@ def replicated(
     replicas have its write.
 
     WAIT is documented to wait for the writes of its own connection, so it runs on the
-    script's connection: both go in one pipeline (redis-py loads the script first if this
-    primary lacks it, e.g. after a failover: SCRIPT LOAD is not replicated).
+    script's connection: both go in one pipeline (sent again with the script loaded if this
+    primary lacks it, e.g. after a failover: :meth:`Script.execute`).
     """
     wanted = settings.LEDGER_MIN_REPLICAS
     if not wanted:
         return script(keys, args, extra)
     key_list, arg_list = script.positional(keys, args)
-    with script.redis.pipeline(transaction=False) as pipe:
+
+    def queue(pipe: Any) -> None:
         script.run(key_list, [*arg_list, *extra], client=pipe)
         pipe.wait(wanted, int(settings.LEDGER_WAIT_TIMEOUT * 1000))
-        reply, confirmed = pipe.execute()
+
+    reply, confirmed = script.execute(queue)
     if confirmed < wanted:
         raise NotReplicated(
             f"written on the primary, confirmed by {confirmed} of {wanted} replicas within "

@@ -56,7 +56,7 @@ def _stalled(redis: Redis) -> bool:
 def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -> None:
     """Redis runs the write after the client gave up on it; redis-py sends it again.
 
-    DEBUG SLEEP stalls the server with our EVALSHA already in its socket: the first copy
+    DEBUG SLEEP stalls the server with our FCALL already in its socket: the first copy
     is executed late (its reply lost to the client's timeout), the retry is executed too.
     The request id makes the second execution return the first answer unchanged.
     """
@@ -69,7 +69,7 @@ def test_client_timeout_and_retry_counts_once(redis: Redis, redis_server, rng) -
     wait_until(lambda: _stalled(redis), what="DEBUG SLEEP running")
     recorded = ledger.record_delivery(delivery(event, body))
     stall.join()
-    assert redis.info("commandstats")["cmdstat_evalsha"]["calls"] == 2, "executed twice"
+    assert redis.info("commandstats")["cmdstat_fcall"]["calls"] == 2, "executed twice"
     assert recorded.deliveries == 1
     assert redis.hget(keys.event(event["id"]), "n") == b"1"
     assert stats(redis)["deliveries"] == 2  # the warm-up delivery and this one

@@ -188,7 +188,7 @@ class Probe:
         )
         self.ledger = Ledger(self.redis, s)
         # Loaded now: the script itself is all that is left to send to the frozen node.
-        self.redis.script_load(self.ledger.record_script.registered.script)
+        self.ledger.record_script.load()
         self.event = samples.payment_events(rng)[0]  # not a paid one: no RQ job to build
         self.answer: Recorded | LedgerUnavailable | None = None
         self.thread = threading.Thread(target=self._send, daemon=True)

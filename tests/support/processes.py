@@ -74,15 +74,17 @@ def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-def spawn(argv: list[str], env: Mapping[str, str], log: Path | None) -> subprocess.Popen:
-    """Start a process in the project root, its output appended to ``log``."""
+def spawn(
+    argv: list[str], env: Mapping[str, str], log: Path | None, cwd: Path = ROOT
+) -> subprocess.Popen:
+    """Start a process in the project root (or ``cwd``), its output appended to ``log``."""
     env = dict(env)
     if log is None:
         return subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
+        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=out)
 
 
 class RedisServer:
