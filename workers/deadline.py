@@ -6,14 +6,17 @@ layers enforce ``FULFILMENT_TIMEOUT``:
 
 - In the worker's main thread (RQ's SimpleWorker runs jobs there) a SIGALRM timer interrupts
   the call between Python bytecodes; RQ's own job-timeout alarm, always longer, is restored
-  after. Elsewhere (a thread) the call runs in a helper thread that is abandoned at the
-  deadline. Either way the call ends as ambiguous, exactly as a timed-out read.
+  after. Elsewhere (a thread of a worker with FULFILMENT_CONCURRENCY > 1) the call runs in
+  a helper thread that is abandoned at the deadline. Either way the call ends as
+  ambiguous, exactly as a timed-out read.
 - A signal handler runs only when the interpreter gets control back: a call blocked inside C
   code (SQLite's busy wait, a C extension, a blocking syscall retried on EINTR) does not see
   it. So a watchdog that needs no interpreter lock (faulthandler's C thread) ends the whole
   process with ``_exit`` ``kill_after`` seconds past the deadline if the call has not
   stopped by then; it prints every thread's traceback first, under "Timeout". An abandoned
-  helper thread keeps the watchdog armed: the process ends with it.
+  helper thread keeps the watchdog armed: the process ends with it. One watchdog serves
+  every call a process has in flight (``Watchdog``): it ends the process at the first
+  kill time among them.
 """
 
 import faulthandler
@@ -32,28 +35,54 @@ class DeadlineExceeded(BaseException):
     """The call ran past FULFILMENT_TIMEOUT; it may or may not have been applied."""
 
 
-def arm_watchdog(seconds: float) -> None:
-    """End this process (``_exit(1)``, after a traceback dump on stderr) unless
-    :func:`disarm_watchdog` is called within ``seconds``. One per process; arming again
-    replaces it. Its thread needs no interpreter lock, so a call stuck in C code cannot
-    hold it off."""
-    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__ or sys.stderr)
+class Watchdog:
+    """The process's one watchdog over every call it has in flight: armed for the call
+    whose kill time comes first, moved on when that call stops, off when none is left.
+    Its thread (faulthandler's, one per process) needs no interpreter lock, so a call
+    stuck in C code cannot hold it off; when it fires it ends the whole process, every
+    call in flight with it (each then a worker that died during its call: the sweeper
+    re-runs or marks it ``interrupted`` once its lease has expired)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.kill_at: dict[int, float] = {}  # call -> time.monotonic() to end the process
+        self.serial = 0
+
+    def arm(self, seconds: float) -> int:
+        """Watch one more call that must stop within ``seconds``; its handle."""
+        with self.lock:
+            self.serial += 1
+            self.kill_at[self.serial] = time.monotonic() + seconds
+            self._set()
+            return self.serial
+
+    def disarm(self, call: int) -> None:
+        """The call ``call`` stopped."""
+        with self.lock:
+            self.kill_at.pop(call, None)
+            self._set()
+
+    def _set(self) -> None:
+        if not self.kill_at:
+            faulthandler.cancel_dump_traceback_later()
+            return
+        left = max(min(self.kill_at.values()) - time.monotonic(), 0.001)
+        faulthandler.dump_traceback_later(left, exit=True, file=sys.__stderr__ or sys.stderr)
 
 
-def disarm_watchdog() -> None:
-    faulthandler.cancel_dump_traceback_later()
+WATCHDOG = Watchdog()
 
 
 def call_within(seconds: float, fn: Callable[[], T], kill_after: float) -> T:
     """``fn()``, or DeadlineExceeded once ``seconds`` have passed; the process ends
     ``kill_after`` seconds later if the call is still running then."""
-    arm_watchdog(seconds + kill_after)
+    watched = WATCHDOG.arm(seconds + kill_after)
     if threading.current_thread() is threading.main_thread():
         try:
             return _with_alarm(seconds, fn)
         finally:  # fn returned or unwound: the call has stopped
-            disarm_watchdog()
-    return _in_thread(seconds, fn)
+            WATCHDOG.disarm(watched)
+    return _in_thread(seconds, fn, watched)
 
 
 def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
@@ -73,7 +102,7 @@ def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
-def _in_thread(seconds: float, fn: Callable[[], T]) -> T:
+def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
     result: list[T] = []
     error: list[BaseException] = []
 
@@ -91,9 +120,9 @@ def _in_thread(seconds: float, fn: Callable[[], T]) -> T:
         # Until then this thread waits too, so nothing is recorded that a new attempt could
         # act on while the call may still apply.
         helper.join()
-        disarm_watchdog()
+        WATCHDOG.disarm(watched)
         raise DeadlineExceeded(f"the call took longer than {seconds:g} s")
-    disarm_watchdog()
+    WATCHDOG.disarm(watched)
     if error:
         raise error[0]
     return result[0]

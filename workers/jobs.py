@@ -8,6 +8,7 @@ a worker.
 """
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -59,7 +60,7 @@ class Context:
 
 
 @cache
-def _context(pid: int) -> Context:
+def _context(pid: int, thread: int) -> Context:
     s = settings_module.load()
     reversal: Action | None = None
     try:
@@ -84,8 +85,10 @@ def _context(pid: int) -> Context:
 
 
 def context() -> Context:
-    """Settings, Redis and the action, built once per process from the environment."""
-    return _context(os.getpid())
+    """Settings, Redis and the action, built once per process and thread from the
+    environment: each of a worker's calls in flight (workers/inflight.py) has its own
+    client, action (an HTTP session, a database connection) and liveness key."""
+    return _context(os.getpid(), threading.get_ident())
 
 
 def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purchase:

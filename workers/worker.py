@@ -23,12 +23,12 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 from rq.exceptions import StopRequested
-from rq.worker import SimpleWorker
 
 from ledger.connection import connect
 from ledger.redact import redact
 from ledger.settings import Settings
 from workers.actions import settings_or_exit
+from workers.inflight import InFlightWorker
 from workers.supervise import supervise
 
 log = logging.getLogger("workers.worker")
@@ -42,8 +42,9 @@ RESTART_SECONDS = 1.0
 """Pause before a fresh worker after RQ's loop quit on a Redis error."""
 
 
-class Worker(SimpleWorker):
-    """SimpleWorker that remembers a stop request (SIGINT, SIGTERM) across Redis errors."""
+class Worker(InFlightWorker):
+    """InFlightWorker (SimpleWorker, FULFILMENT_CONCURRENCY jobs at a time) that remembers
+    a stop request (SIGINT, SIGTERM) across Redis errors."""
 
     stop_requested = False
 
