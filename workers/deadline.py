@@ -20,12 +20,13 @@ layers enforce ``FULFILMENT_TIMEOUT``:
 """
 
 import faulthandler
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -102,27 +103,53 @@ def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
-def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
-    result: list[T] = []
-    error: list[BaseException] = []
+class Helper:
+    """The one thread a calling thread's downstream calls run in, kept for its life: an
+    action's per-thread state (SQLite's connection, which refuses other threads) is built
+    and used in the same thread every time. A call past its deadline is waited for (or ends
+    the process), so the helper is free whenever its caller asks."""
 
-    def run() -> None:
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[Call[Any]] = queue.SimpleQueue()
+        threading.Thread(target=self.serve, daemon=True, name="downstream-call").start()
+
+    def serve(self) -> None:
+        while True:
+            self.calls.get().run()
+
+
+class Call(Generic[T]):
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller below
-            error.append(exc)
+            self.result = self.fn()
+        except BaseException as exc:  # handed to the caller
+            self.error = exc
+        self.done.set()
 
-    helper = threading.Thread(target=run, daemon=True, name="downstream-call")
-    helper.start()
-    helper.join(seconds)
-    if helper.is_alive():
+
+_helpers = threading.local()
+
+
+def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
+    helper = getattr(_helpers, "helper", None)
+    if helper is None:
+        helper = _helpers.helper = Helper()
+    call = Call(fn)
+    helper.calls.put(call)
+    if not call.done.wait(seconds):
         # Still running: the watchdog stays armed and ends the process if it does not stop.
         # Until then this thread waits too, so nothing is recorded that a new attempt could
         # act on while the call may still apply.
-        helper.join()
+        call.done.wait()
         WATCHDOG.disarm(watched)
         raise DeadlineExceeded(f"the call took longer than {seconds:g} s")
     WATCHDOG.disarm(watched)
-    if error:
-        raise error[0]
-    return result[0]
+    if call.error is not None:
+        raise call.error
+    return call.result  # type: ignore[return-value]

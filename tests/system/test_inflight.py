@@ -94,3 +94,14 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
             assert stubborn in interrupted and interrupted <= died_with
             assert set(downstream.calls.values()) == {1}
             assert {pk for pk in payments if pk not in interrupted} <= set(downstream.successes)
+
+
+def test_the_sqlite_action_keeps_to_one_thread_per_slot(stack, redis: Redis, rng) -> None:
+    # SQLite refuses a connection in any thread but the one that opened it: each slot's
+    # calls run in the same helper thread every time (workers/deadline.py, Helper).
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 3 * SLOTS)
+    s.start_worker("workers.inflight.InFlightWorker")
+    wait_until(lambda: all(state_of(redis, pk) in ("fulfilled", "retrying") for pk in payments))
+    assert {state_of(redis, pk) for pk in payments} == {"fulfilled"}
