@@ -16,6 +16,7 @@ from tests.support.helpers import paid_event, payment_key_of, settled_as, state_
 from tests.support.processes import wait_until
 
 SLOTS = 4
+WORKER = "workers.dispatch.BatchWorker"
 
 
 def send_payments(s, rng, n: int) -> list[str]:
@@ -32,7 +33,7 @@ def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng) -> None:
         s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_CONCURRENCY=str(SLOTS))
         s.start_web()
         payments = send_payments(s, rng, 12)
-        s.start_worker("workers.inflight.InFlightWorker")
+        s.start_worker(WORKER)
         wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
         assert downstream.most_at_once == SLOTS
         assert set(downstream.calls.values()) == {1} and len(downstream.calls) == 12
@@ -60,7 +61,7 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
         s.start_web()
         payments = send_payments(s, rng, n)
         s.start_sweeper()
-        worker = s.start_worker("workers.inflight.InFlightWorker")
+        worker = s.start_worker(WORKER)
         assert worker.proc is not None
         assert worker.proc.wait(30) == 1  # its watchdog, not a signal
         died_with = in_progress(redis, payments)
@@ -68,7 +69,7 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
         assert stubborn in died_with and len(died_with) >= 2, died_with
         assert "Timeout" in (tmp_path / "worker.log").read_text(errors="replace")
 
-        s.start_worker("workers.inflight.InFlightWorker")
+        s.start_worker(WORKER)
         final = "fulfilled" if replay_safe else None
         wait_until(
             lambda: all(
@@ -102,6 +103,18 @@ def test_the_sqlite_action_keeps_to_one_thread_per_slot(stack, redis: Redis, rng
     s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
     s.start_web()
     payments = send_payments(s, rng, 3 * SLOTS)
-    s.start_worker("workers.inflight.InFlightWorker")
+    s.start_worker(WORKER)
     wait_until(lambda: all(state_of(redis, pk) in ("fulfilled", "retrying") for pk in payments))
     assert {state_of(redis, pk) for pk in payments} == {"fulfilled"}
+
+
+def test_the_batch_worker_writes_none_of_rqs_per_job_bookkeeping(stack, redis: Redis, rng) -> None:
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 2 * SLOTS)
+    s.start_worker(WORKER)
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
+    wait_until(lambda: not redis.keys("rq:job:*"), what="finished jobs deleted with a take")
+    assert not redis.exists("rq:finished:fulfilment", "rq:started:fulfilment")
+    (worker,) = redis.smembers("rq:workers:fulfilment")
+    assert redis.hget(worker, "state") == b"idle"  # what ledger/read/stats.py reads
