@@ -28,12 +28,13 @@ def send_payments(s, rng, n: int) -> list[str]:
     return payments
 
 
-def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng) -> None:
+@pytest.mark.parametrize("worker_class", [WORKER, "workers.inflight.InFlightWorker"])
+def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng, worker_class: str) -> None:
     with CountingDownstream(delays=[0.3] * 12) as downstream:
         s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_CONCURRENCY=str(SLOTS))
         s.start_web()
         payments = send_payments(s, rng, 12)
-        s.start_worker(WORKER)
+        s.start_worker(worker_class)
         wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
         assert downstream.most_at_once == SLOTS
         assert set(downstream.calls.values()) == {1} and len(downstream.calls) == 12
