@@ -108,15 +108,19 @@ class BatchWorker(InFlightWorker):
         return free
 
     def take(self, n: int, block: bool) -> list[Job]:
-        """Up to ``n`` jobs off the queue (one command), the last batch's finished jobs
-        deleted in the same round trip; their jobs read in one more."""
-        queue = self.queues[0]
+        """Up to ``n`` jobs off the queues, in their order (one command for the first, the
+        last batch's finished jobs deleted in the same round trip); their jobs read in one
+        more."""
+        ids: list[str] = []
         with self.connection.pipeline(transaction=False) as pipe:
             self.delete_finished(pipe)
-            pipe.lpop(queue.key, n)
-            ids = [text(i) for i in (pipe.execute()[-1] or [])]
+            pipe.lpop(self.queues[0].key, n)
+            ids += [text(i) for i in (pipe.execute()[-1] or [])]
+        for queue in self.queues[1:]:
+            if len(ids) < n:
+                ids += [text(i) for i in (self.connection.lpop(queue.key, n - len(ids)) or [])]
         if not ids and block:
-            popped = self.connection.blpop([queue.key], TAKE_WAIT_SECONDS)
+            popped = self.connection.blpop([q.key for q in self.queues], TAKE_WAIT_SECONDS)
             ids = [text(popped[1])] if popped else []
         if not ids:
             return []

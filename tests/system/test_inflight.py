@@ -7,15 +7,27 @@ flight: each of those is a worker that died during its call, re-run when the act
 replay-safe, ``interrupted`` when not, and none is lost or called twice when it must not be.
 """
 
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+
 import pytest
 from redis import Redis
+from rq import Queue
 
 from ledger import keys
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
-from tests.support.processes import wait_until
+from tests.support.processes import BIN, spawn, wait_until
 
 SLOTS = 4
+
+
+@dataclass
+class Spawned:
+    proc: Popen
+
+
 WORKER = "workers.dispatch.BatchWorker"
 
 
@@ -119,3 +131,20 @@ def test_the_batch_worker_writes_none_of_rqs_per_job_bookkeeping(stack, redis: R
     assert not redis.exists("rq:finished:fulfilment", "rq:started:fulfilment")
     (worker,) = redis.smembers("rq:workers:fulfilment")
     assert redis.hget(worker, "state") == b"idle"  # what ledger/read/stats.py reads
+
+
+def test_the_batch_worker_serves_every_queue_it_is_given(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    # fulfilment-worker QUEUES...: a job of another function on a second queue runs too
+    # (RQ's Job.perform), after the fulfilment queue's.
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 3)
+    ran = tmp_path / "ran"
+    Queue("other", connection=redis).enqueue(Path.touch, ran, result_ttl=0)
+    argv = [str(BIN / "fulfilment-worker"), "fulfilment", "other"]
+    s.parts.add(Spawned(spawn(argv, s.env, tmp_path / "worker.log")))
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
+    wait_until(ran.exists, what="the other queue's job run")
+    wait_until(lambda: not redis.keys("rq:job:*"), what="finished jobs deleted")
