@@ -14,13 +14,14 @@ half of the pipeline's peak; the ledger records first paid delivery -> fulfilled
     .venv/bin/python -m bench.fulfilment [--quick]
 """
 
+import os
 import sys
 import time
-from datetime import UTC, datetime
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench import postgres
+from bench import fsyncs, postgres
 from bench.common import (
     SIMPLE,
     RedisServer,
@@ -34,45 +35,32 @@ from bench.common import (
     stop,
 )
 from bench.cpu import CpuMeter
+from bench.downstream import HttpDownstream
+from bench.drain import (
+    BATCH,
+    BATCHES,
+    FORK,
+    HELD,
+    NOOP_ACTION,
+    POLL_CALLS,
+    QUEUE,
+    RELEASE,
+    SLOTS,
+    SLOW_BATCH,
+    SLOW_MS,
+    SLOW_TODAY,
+    done,
+    end_times,
+    ratios,
+    redis_work_per_job,
+)
 from bench.events import EventFactory
 from bench.latency import first_fulfilled
 from bench.recording import recorder
-from bench.stats import alternate, column, ratio_runs, spread, target
+from bench.stats import alternate, column, spread, target
+from ledger import keys
 from ledger.setting_kinds import parse_action
 from ledger.stored import text
-
-QUEUE = "fulfilment"
-FORK = "rq.worker.Worker"
-NOOP_ACTION = "bench.trivial:noop_action"
-HELD = "bench:held"
-RELEASE = """
-local ids = redis.call('LRANGE', KEYS[1], 0, -1)
-for i = 1, #ids, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(ids, i, math.min(i + 999, #ids)))
-end
-redis.call('DEL', KEYS[1])
-return #ids
-"""
-
-
-def _rq_time(raw: bytes | None) -> float | None:
-    if not raw:
-        return None
-    stamp = datetime.strptime(raw.decode(), "%Y-%m-%dT%H:%M:%S.%fZ")
-    return stamp.replace(tzinfo=UTC).timestamp()
-
-
-def redis_work_per_job(
-    before: dict[str, Any], after: dict[str, Any], n: int, harness_calls: int
-) -> dict[str, float]:
-    """Redis commands and round trips (read events) per job, the harness's own polls taken
-    out: RQ's bookkeeping and ours are counted the same way."""
-    commands = after["total_commands_processed"] - before["total_commands_processed"]
-    reads = after["total_reads_processed"] - before["total_reads_processed"]
-    return {
-        "redis_commands_per_job": (commands - harness_calls) / n,
-        "redis_round_trips_per_job": (reads - harness_calls) / n,
-    }
 
 
 class Fulfilment:
@@ -81,13 +69,24 @@ class Fulfilment:
         self.runs = 3 if quick else 5
         self.n_simple = 200 if quick else 400
         self.n_fork = 12 if quick else 20  # ~6 jobs/s: more would only lengthen the run
+        self.n_slow = 40 if quick else 60  # ~20 jobs/s one call at a time
         self.wd = Workdir.make("fulfil")
         self.factory = EventFactory(seed=3)
 
     def close(self) -> None:
         self.wd.remove()
 
-    def _drain(self, redis: RedisServer, env: dict[str, str], kind: str, worker_class: str, n: int):
+    def _drain(
+        self,
+        redis: RedisServer,
+        env: dict[str, str],
+        kind: str,
+        worker_class: str,
+        n: int,
+        count_fsyncs: bool = False,
+    ):
+        """One drain; with ``count_fsyncs`` its Redis fsyncs are counted (strace: untimed)."""
+
         def run(_round: int) -> dict[str, Any]:
             client = redis.client()
             client.flushdb()
@@ -97,9 +96,11 @@ class Fulfilment:
                     Path(action.target + suffix).unlink(missing_ok=True)
             if action.scheme == "postgresql":
                 postgres.reset(action.target)
+            pay_keys: list[str] = []
             if kind == "ours":
                 record = recorder(env)
                 for payment in self.factory.payments(n):
+                    pay_keys.append(keys.payment(payment.key))
                     for body in payment.bodies:
                         record(body)
             else:
@@ -134,13 +135,16 @@ class Fulfilment:
                 assert redis_proc is not None
                 meter = CpuMeter({"workers": pids, "redis": lambda: [redis_proc.pid]})
                 meter.start()
+                tracing = ExitStack()
+                synced = (
+                    tracing.enter_context(fsyncs.counting(redis_proc.pid)) if count_fsyncs else {}
+                )
                 before = client.info("stats")
                 released = time.time()
                 client.eval(RELEASE, 2, HELD, queue_key)
-                finished = f"rq:finished:{QUEUE}"
                 deadline = time.monotonic() + 300
                 polls = 0
-                while client.zcard(finished) + client.zcard(f"rq:failed:{QUEUE}") < n:
+                while done(client, kind) < n:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"drain of {n} {kind} jobs did not finish")
                     polls += 1
@@ -148,19 +152,11 @@ class Fulfilment:
                 done_wall = time.time() - released
                 cpu = meter.stop()
                 after = client.info("stats")
+                tracing.close()
             finally:
                 for p in procs:
                     stop(p)
-            with client.pipeline(transaction=False) as pipe:
-                for job_id in job_ids:
-                    pipe.hmget(f"rq:job:{job_id}", ["started_at", "ended_at", "status"])
-                rows = pipe.execute()
-            starts = [t for t in (_rq_time(r[0]) for r in rows if r[0]) if t is not None]
-            ends = [t for t in (_rq_time(r[1]) for r in rows if r[1]) if t is not None]
-            statuses: dict[str, int] = {}
-            for r in rows:
-                key = (r[2] or b"?").decode()
-                statuses[key] = statuses.get(key, 0) + 1
+            starts, ends, statuses = end_times(client, kind, job_ids, pay_keys, released)
             window = max(ends) - min(starts)
             # Steady state: jobs ending between the 10th and 90th percentile end times,
             # so each worker's first job (its imports) and the tail do not count.
@@ -173,11 +169,14 @@ class Fulfilment:
                 "rate": inner / (hi - lo) if hi > lo else n / window,
                 "rate_whole_window": n / window,
                 "release_to_done_s": done_wall,
+                **({"fsyncs_per_job": synced["fsyncs"] / n} if count_fsyncs else {}),
                 "statuses": statuses,
                 "worker_cpu_us_per_job": cpu["workers"] / n * 1e6,
                 "redis_cpu_us_per_job": cpu["redis"] / n * 1e6,
                 "other_cores": max(0.0, cpu["machine"] - cpu["workers"] - cpu["redis"]) / done_wall,
-                **redis_work_per_job(before, after, n, harness_calls=2 * (polls + 1) + 2),
+                **redis_work_per_job(
+                    before, after, n, harness_calls=POLL_CALLS[kind] * (polls + 1) + 2
+                ),
             }
             if kind == "ours":
                 states = payment_states(client)
@@ -196,13 +195,24 @@ class Fulfilment:
         with Stack() as st:
             st.callback(database.remove)
             redis = st.start(RedisServer(self.wd.sub("redis-drain")))
-            # RQ keeps finished jobs (its start/end times time the drain), as for the no-op jobs.
-            env = {**service_env(redis.url, self.wd.path), "RQ_RESULT_TTL": "3600"}
+            slow = st.start(HttpDownstream(SLOW_MS))
+            # As shipped (RQ_RESULT_TTL 0): the ledger's own times time the drain.
+            env = service_env(redis.url, self.wd.path)
             # The same ledger work with a downstream that does nothing: the SQLite effect's
             # own commit (an fsync) apart.
             free = {**env, "FULFILMENT_ACTION": NOOP_ACTION, "FULFILMENT_REPLAY_SAFE": "1"}
             pg = {**env, "FULFILMENT_ACTION": url, "FULFILMENT_SQL": postgres.ORDER_SQL}
+            http = {**env, "FULFILMENT_ACTION": slow.url, "FULFILMENT_REPLAY_SAFE": "1"}
+            slots = {"FULFILMENT_CONCURRENCY": str(SLOTS)}
             variants = {
+                SLOW_TODAY: self._drain(redis, http, "ours", SIMPLE, self.n_slow),
+                SLOW_BATCH: self._drain(redis, {**http, **slots}, "ours", BATCH, self.n_simple),
+                f"ours {BATCHES}": self._drain(
+                    redis, {**env, **slots}, "ours", BATCH, self.n_simple
+                ),
+                f"ours, no-op downstream, {BATCHES}": self._drain(
+                    redis, {**free, **slots}, "ours", BATCH, self.n_simple
+                ),
                 "ours 2xSimpleWorker": self._drain(redis, env, "ours", SIMPLE, self.n_simple),
                 "ours, PostgreSQL action, 2xSimpleWorker": self._drain(
                     redis, pg, "ours", SIMPLE, self.n_simple
@@ -214,8 +224,20 @@ class Fulfilment:
                 "ours 2xWorker(fork)": self._drain(redis, env, "ours", FORK, self.n_fork),
                 "trivial 2xWorker(fork)": self._drain(redis, env, "trivial", FORK, self.n_fork),
             }
+            only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
+            if only:  # while developing: the variants whose names hold one of these
+                variants = {k: v for k, v in variants.items() if any(w in k for w in only)}
             runs = alternate(variants, self.runs)
-        rate = {name: column(rs, "rate") for name, rs in runs.items()}
+            counted = {  # one untimed drain each, strace counting Redis's fsyncs
+                name: self._drain(redis, variant_env, "ours", cls, self.n_simple, True)(0)
+                for name, (variant_env, cls) in {
+                    "ours 2xSimpleWorker": (env, SIMPLE),
+                    f"ours {BATCHES}": ({**env, **slots}, BATCH),
+                    "ours, no-op downstream, 2xSimpleWorker": (free, SIMPLE),
+                    f"ours, no-op downstream, {BATCHES}": ({**free, **slots}, BATCH),
+                }.items()
+                if fsyncs.available() and (not only or any(w in name for w in only))
+            }
         return {
             "runs": runs,
             "summary": {
@@ -233,23 +255,8 @@ class Fulfilment:
                 }
                 for name, rs in runs.items()
             },
-            "ratios": {
-                "ours/trivial SimpleWorker": ratio_runs(
-                    rate["ours 2xSimpleWorker"], rate["trivial 2xSimpleWorker"]
-                ),
-                "ours PostgreSQL/ours SQLite SimpleWorker": ratio_runs(
-                    rate["ours, PostgreSQL action, 2xSimpleWorker"], rate["ours 2xSimpleWorker"]
-                ),
-                "ours no-op downstream/trivial SimpleWorker": ratio_runs(
-                    rate["ours, no-op downstream, 2xSimpleWorker"], rate["trivial 2xSimpleWorker"]
-                ),
-                "ours SimpleWorker/fork Worker": ratio_runs(
-                    rate["ours 2xSimpleWorker"], rate["ours 2xWorker(fork)"]
-                ),
-                "ours/trivial fork Worker": ratio_runs(
-                    rate["ours 2xWorker(fork)"], rate["trivial 2xWorker(fork)"]
-                ),
-            },
+            "ratios": ratios(runs),
+            "fsyncs_counted": {name: r["fsyncs_per_job"] for name, r in counted.items()},
         }
 
 
@@ -267,6 +274,24 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             r["ours SimpleWorker/fork Worker"]["ratio_of_medians"],
             4.0,
             True,
+        ),
+        target(
+            f"3. {SLOW_MS} ms downstream: payments/s of 2 x {BATCHES[2:]}",
+            result["drain"]["summary"][SLOW_BATCH]["rate"]["median"],
+            150.0,
+            True,
+        ),
+        target(
+            "3. instant downstream: 2 x BatchWorker / 2 x SimpleWorker (SQLite action)",
+            r["BatchWorker/SimpleWorker"]["ratio_of_medians"],
+            1.0,
+            True,
+        ),
+        target(
+            "3. Redis commands per job: 2 x BatchWorker / 2 x SimpleWorker",
+            r["BatchWorker/SimpleWorker"]["redis_commands_per_job"]["ratio_of_medians"],
+            0.5,
+            False,
         ),
     ]
 

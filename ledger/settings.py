@@ -146,6 +146,9 @@ class Settings:
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
     FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds one downstream call may take in all: a hard deadline, not per socket read."""
+    FULFILMENT_CONCURRENCY: int = setting(1, kinds.whole(1, 256))
+    """Downstream calls one worker process keeps in flight, each job in a thread of its own
+    under its own lease, token and deadline (1: one at a time, in the main thread)."""
     FULFILMENT_KILL_MARGIN_SECONDS: float = setting(0.5, kinds.number(0, 60, SECONDS, above=True))
     """Seconds past FULFILMENT_TIMEOUT at which a call that will not stop (inside C code)
     ends with its worker process; FULFILMENT_TIMEOUT + 2 x this is under LEASE_SECONDS."""

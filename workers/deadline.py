@@ -6,23 +6,27 @@ layers enforce ``FULFILMENT_TIMEOUT``:
 
 - In the worker's main thread (RQ's SimpleWorker runs jobs there) a SIGALRM timer interrupts
   the call between Python bytecodes; RQ's own job-timeout alarm, always longer, is restored
-  after. Elsewhere (a thread) the call runs in a helper thread that is abandoned at the
-  deadline. Either way the call ends as ambiguous, exactly as a timed-out read.
+  after. Elsewhere (a thread of a worker with FULFILMENT_CONCURRENCY > 1) the call runs in
+  a helper thread that is abandoned at the deadline. Either way the call ends as
+  ambiguous, exactly as a timed-out read.
 - A signal handler runs only when the interpreter gets control back: a call blocked inside C
   code (SQLite's busy wait, a C extension, a blocking syscall retried on EINTR) does not see
   it. So a watchdog that needs no interpreter lock (faulthandler's C thread) ends the whole
   process with ``_exit`` ``kill_after`` seconds past the deadline if the call has not
   stopped by then; it prints every thread's traceback first, under "Timeout". An abandoned
-  helper thread keeps the watchdog armed: the process ends with it.
+  helper thread keeps the watchdog armed: the process ends with it. One watchdog serves
+  every call a process has in flight (``Watchdog``): it ends the process at the first
+  kill time among them.
 """
 
 import faulthandler
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -32,28 +36,54 @@ class DeadlineExceeded(BaseException):
     """The call ran past FULFILMENT_TIMEOUT; it may or may not have been applied."""
 
 
-def arm_watchdog(seconds: float) -> None:
-    """End this process (``_exit(1)``, after a traceback dump on stderr) unless
-    :func:`disarm_watchdog` is called within ``seconds``. One per process; arming again
-    replaces it. Its thread needs no interpreter lock, so a call stuck in C code cannot
-    hold it off."""
-    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__ or sys.stderr)
+class Watchdog:
+    """The process's one watchdog over every call it has in flight: armed for the call
+    whose kill time comes first, moved on when that call stops, off when none is left.
+    Its thread (faulthandler's, one per process) needs no interpreter lock, so a call
+    stuck in C code cannot hold it off; when it fires it ends the whole process, every
+    call in flight with it (each then a worker that died during its call: the sweeper
+    re-runs or marks it ``interrupted`` once its lease has expired)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.kill_at: dict[int, float] = {}  # call -> time.monotonic() to end the process
+        self.serial = 0
+
+    def arm(self, seconds: float) -> int:
+        """Watch one more call that must stop within ``seconds``; its handle."""
+        with self.lock:
+            self.serial += 1
+            self.kill_at[self.serial] = time.monotonic() + seconds
+            self._set()
+            return self.serial
+
+    def disarm(self, call: int) -> None:
+        """The call ``call`` stopped."""
+        with self.lock:
+            self.kill_at.pop(call, None)
+            self._set()
+
+    def _set(self) -> None:
+        if not self.kill_at:
+            faulthandler.cancel_dump_traceback_later()
+            return
+        left = max(min(self.kill_at.values()) - time.monotonic(), 0.001)
+        faulthandler.dump_traceback_later(left, exit=True, file=sys.__stderr__ or sys.stderr)
 
 
-def disarm_watchdog() -> None:
-    faulthandler.cancel_dump_traceback_later()
+WATCHDOG = Watchdog()
 
 
 def call_within(seconds: float, fn: Callable[[], T], kill_after: float) -> T:
     """``fn()``, or DeadlineExceeded once ``seconds`` have passed; the process ends
     ``kill_after`` seconds later if the call is still running then."""
-    arm_watchdog(seconds + kill_after)
+    watched = WATCHDOG.arm(seconds + kill_after)
     if threading.current_thread() is threading.main_thread():
         try:
             return _with_alarm(seconds, fn)
         finally:  # fn returned or unwound: the call has stopped
-            disarm_watchdog()
-    return _in_thread(seconds, fn)
+            WATCHDOG.disarm(watched)
+    return _in_thread(seconds, fn, watched)
 
 
 def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
@@ -73,27 +103,53 @@ def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
-def _in_thread(seconds: float, fn: Callable[[], T]) -> T:
-    result: list[T] = []
-    error: list[BaseException] = []
+class Helper:
+    """The one thread a calling thread's downstream calls run in, kept for its life: an
+    action's per-thread state (SQLite's connection, which refuses other threads) is built
+    and used in the same thread every time. A call past its deadline is waited for (or ends
+    the process), so the helper is free whenever its caller asks."""
 
-    def run() -> None:
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[Call[Any]] = queue.SimpleQueue()
+        threading.Thread(target=self.serve, daemon=True, name="downstream-call").start()
+
+    def serve(self) -> None:
+        while True:
+            self.calls.get().run()
+
+
+class Call(Generic[T]):
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            result.append(fn())
-        except BaseException as exc:  # handed to the caller below
-            error.append(exc)
+            self.result = self.fn()
+        except BaseException as exc:  # handed to the caller
+            self.error = exc
+        self.done.set()
 
-    helper = threading.Thread(target=run, daemon=True, name="downstream-call")
-    helper.start()
-    helper.join(seconds)
-    if helper.is_alive():
+
+_helpers = threading.local()
+
+
+def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
+    helper = getattr(_helpers, "helper", None)
+    if helper is None:
+        helper = _helpers.helper = Helper()
+    call = Call(fn)
+    helper.calls.put(call)
+    if not call.done.wait(seconds):
         # Still running: the watchdog stays armed and ends the process if it does not stop.
         # Until then this thread waits too, so nothing is recorded that a new attempt could
         # act on while the call may still apply.
-        helper.join()
-        disarm_watchdog()
+        call.done.wait()
+        WATCHDOG.disarm(watched)
         raise DeadlineExceeded(f"the call took longer than {seconds:g} s")
-    disarm_watchdog()
-    if error:
-        raise error[0]
-    return result[0]
+    WATCHDOG.disarm(watched)
+    if call.error is not None:
+        raise call.error
+    return call.result  # type: ignore[return-value]

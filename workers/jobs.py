@@ -8,6 +8,7 @@ a worker.
 """
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -59,7 +60,7 @@ class Context:
 
 
 @cache
-def _context(pid: int) -> Context:
+def _context(pid: int, thread: int) -> Context:
     s = settings_module.load()
     reversal: Action | None = None
     try:
@@ -84,8 +85,10 @@ def _context(pid: int) -> Context:
 
 
 def context() -> Context:
-    """Settings, Redis and the action, built once per process from the environment."""
-    return _context(os.getpid())
+    """Settings, Redis and the action, built once per process and thread from the
+    environment: each of a worker's calls in flight (workers/inflight.py) has its own
+    client, action (an HTTP session, a database connection) and liveness key."""
+    return _context(os.getpid(), threading.get_ident())
 
 
 def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purchase:
@@ -122,11 +125,19 @@ def outcome_of(error: BaseException, replay_safe: bool) -> str:
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:
-    """Fulfil one payment at most once per fencing token; returns what happened."""
+    """The RQ job (run by RQ's own workers): :func:`fulfil` under the current job's id."""
     entered = time.monotonic()  # RQ's timer for the job started just before
-    ctx = context()
     job = get_current_job()
     job_id = job.id if job is not None else f"direct-{os.getpid()}"
+    return fulfil(payment_key, job_id, job.timeout if job is not None else None, entered)
+
+
+def fulfil(
+    payment_key: str, job_id: str, job_timeout: float | None, entered: float
+) -> dict[str, Any]:
+    """Fulfil one payment at most once per fencing token; returns what happened. The job
+    ``job_id`` started at ``entered`` (time.monotonic()) with RQ timeout ``job_timeout``."""
+    ctx = context()
     stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
     leg = "reverse" if stored.get("leg") == "reverse" else "fulfil"
     if ctx.action is None:
@@ -142,7 +153,7 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if ready and ready.verdict == "refused":
         detail = f"purchase not read from Stripe's API: {ready.detail}"
         return failed_without_call(ctx, payment_key, job_id, detail)
-    give_up = rate_wait_until(entered, job.timeout if job is not None else None, ctx.attempt_s)
+    give_up = rate_wait_until(entered, job_timeout, ctx.attempt_s)
     admission = admit(ctx.gate, payment_key, job_id, give_up)  # a rate wait, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}

@@ -1,13 +1,14 @@
-"""``fulfilment-worker``: RQ's SimpleWorker on the ledger's own connection (REDIS_URL, or
-the primary found through REDIS_SENTINELS), working on after Redis fails over under it.
+"""``fulfilment-worker``: the BatchWorker (workers/dispatch.py) on the ledger's own
+connection (REDIS_URL, or the primary found through REDIS_SENTINELS), working on after
+Redis fails over under it.
 
-RQ's work loop waits out a lost connection while it waits for a job, but quits on an error
-anywhere else: a job's bookkeeping sent to a primary that just died, a demoted primary
-releasing a blocked pop (``UNBLOCKED``), a write refused for want of replicas
-(``NOREPLICAS``). This process then starts a fresh worker on the same client, whose next
-connection asks the Sentinels again. The worker runs in a child process, started again
+The worker's loop quits on a Redis error: a take sent to a primary that just died, a
+demoted primary releasing a blocked pop (``UNBLOCKED``), a write refused for want of
+replicas (``NOREPLICAS``). This process then starts a fresh worker on the same client,
+whose next connection asks the Sentinels again. The worker runs in a child process, started again
 when it ends unasked (its watchdog ends it when a call will not stop): workers/supervise.py.
-``rq worker -c workers.rq_config`` is the same worker without either loop; both check the
+``rq worker -w workers.dispatch.BatchWorker -c workers.rq_config`` is the same worker
+without either loop (``-w rq.worker.SimpleWorker``: RQ's own, one job at a time); both check the
 settings and resolve the fulfilment action before they start (workers/actions.py
 ``settings_or_exit``).
 """
@@ -23,12 +24,12 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 from rq.exceptions import StopRequested
-from rq.worker import SimpleWorker
 
 from ledger.connection import connect
 from ledger.redact import redact
 from ledger.settings import Settings
 from workers.actions import settings_or_exit
+from workers.dispatch import BatchWorker
 from workers.supervise import supervise
 
 log = logging.getLogger("workers.worker")
@@ -42,8 +43,10 @@ RESTART_SECONDS = 1.0
 """Pause before a fresh worker after RQ's loop quit on a Redis error."""
 
 
-class Worker(SimpleWorker):
-    """SimpleWorker that remembers a stop request (SIGINT, SIGTERM) across Redis errors."""
+class Worker(BatchWorker):
+    """BatchWorker (FULFILMENT_CONCURRENCY jobs at a time, without RQ's per-job writes:
+    workers/dispatch.py) that remembers a stop request (SIGINT, SIGTERM) across Redis
+    errors."""
 
     stop_requested = False
 

@@ -425,6 +425,12 @@ class Protocol(RuleBasedStateMachine):
     def worker_dies(self, slot: int) -> None:
         self.workers[slot] = None  # its state simply vanishes
 
+    @rule()
+    def worker_dies_with_a_job_it_took(self) -> None:
+        """fulfilment-worker takes jobs in batches (workers/dispatch.py): one it took and had
+        not started when its process died is off the queue, still ``queued``, for the sweeper."""
+        self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
+
     @rule(ms=st.sampled_from((200, WINDOW_MS + 1, LEASE_MS + 1, 4 * LEASE_MS)))
     def time_passes(self, ms: int) -> None:
         """Also how a worker pauses: it keeps its old token while time moves on."""

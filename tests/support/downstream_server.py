@@ -27,6 +27,7 @@ class CountingDownstream:
         self.trickles = list(trickles or [])  # per call: seconds to trickle the body over
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()  # > 1: two calls for one payment overlapped
+        self.most_at_once = 0  # the most calls in flight at one time, all payments together
         self.default = default
         self.calls: Counter[str] = Counter()
         self.bodies: list[dict[str, Any]] = []
@@ -114,6 +115,7 @@ class CountingDownstream:
                     pk = body["payment_key"]
                     outer.in_flight[pk] += 1
                     outer.most_in_flight[pk] = max(outer.most_in_flight[pk], outer.in_flight[pk])
+                    outer.most_at_once = max(outer.most_at_once, sum(outer.in_flight.values()))
                 try:
                     if first and outer.gate is not None:
                         outer.gate.wait(60)

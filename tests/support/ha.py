@@ -191,7 +191,8 @@ class Cluster:
 
 
 class FulfilmentWorker:
-    """``fulfilment-worker`` (RQ's SimpleWorker on the ledger's connection) in its own process."""
+    """``fulfilment-worker`` (workers/dispatch.py's BatchWorker on the ledger's connection) in
+    its own process."""
 
     def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
         self.env, self.log = env, log

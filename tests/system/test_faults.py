@@ -52,17 +52,28 @@ def action_env(action: str, downstream: CountingDownstream) -> dict[str, str]:
     return {"FULFILMENT_ACTION": downstream.url} if action == "http" else {}
 
 
+# RQ's SimpleWorker, and fulfilment-worker's own loop with calls in flight in threads.
+WORKERS = {
+    "simple": ("rq.worker.SimpleWorker", "1"),
+    "batch": ("workers.dispatch.BatchWorker", "4"),
+}
+
+
+@pytest.mark.parametrize("worker", list(WORKERS))
 @pytest.mark.parametrize("action", ["sqlite", "http"])
 @pytest.mark.parametrize("point", list(JOB_FAULTS))
-def test_job_killed_at_fault_point(point: str, action: str, stack, redis, config, rng) -> None:
+def test_job_killed_at_fault_point(
+    point: str, action: str, worker: str, stack, redis, config, rng
+) -> None:
+    worker_class, slots = WORKERS[worker]
     with CountingDownstream() as downstream:
-        s = stack(**action_env(action, downstream))
+        s = stack(**action_env(action, downstream), FULFILMENT_CONCURRENCY=slots)
         s.start_web()
         event = samples.payment_events(rng)[2]
         assert s.send(samples.encode(event)).status_code == 200
-        doomed = s.start_worker(FAULTPOINT=point)
+        doomed = s.start_worker(worker_class, FAULTPOINT=point)
         assert doomed.proc is not None and doomed.proc.wait(20) == -signal.SIGKILL
-        s.start_worker()
+        s.start_worker(worker_class)
         s.start_sweeper()
         state, calls, effects = JOB_FAULTS[point][action]
         pk = payment_key_of(event)
@@ -127,20 +138,24 @@ def test_sweeper_killed_mid_scan(action: str, stack, redis, config, rng) -> None
             assert calls_and_effects(action, config, downstream, payment_key_of(event))[0] == 1
 
 
+@pytest.mark.parametrize("worker", list(WORKERS))
 @pytest.mark.parametrize("action", ["sqlite", "http"])
-def test_worker_sleeping_past_its_lease(action: str, stack, redis, config, rng) -> None:
+def test_worker_sleeping_past_its_lease(
+    action: str, worker: str, stack, redis, config, rng
+) -> None:
     """The worker stalls after fencing its call, its lease expires, then it wakes up: past
     the call's window it must not call any more (a person or another worker may act)."""
+    worker_class, slots = WORKERS[worker]
     with CountingDownstream() as downstream:
-        s = stack(**action_env(action, downstream))
+        s = stack(**action_env(action, downstream), FULFILMENT_CONCURRENCY=slots)
         s.start_web()
         watching_sweeper(s, redis)
         event = samples.payment_events(rng)[2]
         pk = payment_key_of(event)
         s.send(samples.encode(event))
-        s.start_worker(FAULTPOINT="before_action:sleep:5")
+        s.start_worker(worker_class, FAULTPOINT="before_action:sleep:5")
         wait_until(lambda: state_of(redis, pk) == "in_progress")
-        s.start_worker()
+        s.start_worker(worker_class)
         if action == "sqlite":  # replay-safe: a second worker re-runs it with the same key
             wait_until(
                 lambda: redis.hget(keys.payment(pk), "stale_finishes") == b"1", what="stale finish"

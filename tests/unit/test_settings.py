@@ -77,6 +77,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "REVERSAL_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
+    "FULFILMENT_CONCURRENCY": ("16", 16, "0", "a whole number, from 1 to 256"),
     "FULFILMENT_KILL_MARGIN_SECONDS": ("1", 1.0, "0", "above 0"),
     "MAX_ATTEMPTS": ("3", 3, "-1", "from 1 to 1000"),
     "RETRY_BASE_SECONDS": ("0.1", 0.1, "nan", "0.001 or more"),

@@ -1,0 +1,150 @@
+"""Many calls in flight per worker process (FULFILMENT_CONCURRENCY), with real gunicorn, real
+RQ worker processes, the real HTTP action, a real downstream server and a real sweeper.
+
+One call that ignores its deadline (its answer trickles in for longer than the deadline and
+the kill margin) makes the watchdog end its process with every other call it had in
+flight: each of those is a worker that died during its call, re-run when the action is
+replay-safe, ``interrupted`` when not, and none is lost or called twice when it must not be.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+from redis import Redis
+from rq import Queue
+
+from ledger import keys
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
+from tests.support.processes import BIN, spawn, wait_until
+
+SLOTS = 4
+
+
+@dataclass
+class Spawned:
+    proc: Popen
+
+
+WORKER = "workers.dispatch.BatchWorker"
+
+
+def send_payments(s, rng, n: int) -> list[str]:
+    payments = []
+    for _ in range(n):
+        event, body = paid_event(rng)
+        assert s.send(body).status_code == 200
+        payments.append(payment_key_of(event))
+    return payments
+
+
+@pytest.mark.parametrize("worker_class", [WORKER, "workers.inflight.InFlightWorker"])
+def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng, worker_class: str) -> None:
+    with CountingDownstream(delays=[0.3] * 12) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_CONCURRENCY=str(SLOTS))
+        s.start_web()
+        payments = send_payments(s, rng, 12)
+        s.start_worker(worker_class)
+        wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
+        assert downstream.most_at_once == SLOTS
+        assert set(downstream.calls.values()) == {1} and len(downstream.calls) == 12
+
+
+def in_progress(redis: Redis, payments: list[str]) -> set[str]:
+    return {pk for pk in payments if state_of(redis, pk) == "in_progress"}
+
+
+@pytest.mark.parametrize("replay_safe", [False, True], ids=["not-replay-safe", "replay-safe"])
+def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounted_for(
+    replay_safe: bool, stack, redis: Redis, rng, tmp_path
+) -> None:
+    # The first call's answer trickles in over 30 s: past its 2 s deadline and the kill
+    # margin. The others take 1.5 s, so a second wave of calls is in flight when it dies.
+    n = 12
+    with CountingDownstream(delays=[1.5] * n * 2, trickles=[30.0]) as downstream:
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
+            FULFILMENT_CONCURRENCY=str(SLOTS),
+            FULFILMENT_TIMEOUT="2",
+            LEASE_SECONDS="4",
+        )
+        s.start_web()
+        payments = send_payments(s, rng, n)
+        s.start_sweeper()
+        worker = s.start_worker(WORKER)
+        assert worker.proc is not None
+        assert worker.proc.wait(30) == 1  # its watchdog, not a signal
+        died_with = in_progress(redis, payments)
+        stubborn = downstream.bodies[0]["payment_key"]
+        assert stubborn in died_with and len(died_with) >= 2, died_with
+        assert "Timeout" in (tmp_path / "worker.log").read_text(errors="replace")
+
+        s.start_worker(WORKER)
+        final = "fulfilled" if replay_safe else None
+        wait_until(
+            lambda: all(
+                settled_as(redis, pk, final or "fulfilled")
+                or (not final and settled_as(redis, pk, "interrupted"))
+                for pk in payments
+            ),
+            timeout=60,
+            what="every payment fulfilled or interrupted",
+        )
+        interrupted = {pk for pk in payments if state_of(redis, pk) == "interrupted"}
+        for pk in died_with:  # each ended by its lease, as a worker that died in its call
+            attempt = redis.hget(keys.payment(pk), "attempt:1") or b""
+            assert b'"lease_expired"' in attempt, (pk, attempt)
+        if replay_safe:
+            assert not interrupted
+            assert set(downstream.successes) == set(payments)
+            called_twice = {pk for pk, n in downstream.calls.items() if n > 1}
+            assert called_twice <= died_with and stubborn in called_twice
+        else:
+            # Not replay-safe: whatever reached the downstream from the dead process waits
+            # for a person; whatever had not is re-run; nothing is called twice.
+            assert stubborn in interrupted and interrupted <= died_with
+            assert set(downstream.calls.values()) == {1}
+            assert {pk for pk in payments if pk not in interrupted} <= set(downstream.successes)
+
+
+def test_the_sqlite_action_keeps_to_one_thread_per_slot(stack, redis: Redis, rng) -> None:
+    # SQLite refuses a connection in any thread but the one that opened it: each slot's
+    # calls run in the same helper thread every time (workers/deadline.py, Helper).
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 3 * SLOTS)
+    s.start_worker(WORKER)
+    wait_until(lambda: all(state_of(redis, pk) in ("fulfilled", "retrying") for pk in payments))
+    assert {state_of(redis, pk) for pk in payments} == {"fulfilled"}
+
+
+def test_the_batch_worker_writes_none_of_rqs_per_job_bookkeeping(stack, redis: Redis, rng) -> None:
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 2 * SLOTS)
+    s.start_worker(WORKER)
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
+    wait_until(lambda: not redis.keys("rq:job:*"), what="finished jobs deleted with a take")
+    assert not redis.exists("rq:finished:fulfilment", "rq:started:fulfilment")
+    (worker,) = redis.smembers("rq:workers:fulfilment")
+    assert redis.hget(worker, "state") == b"idle"  # what ledger/read/stats.py reads
+
+
+def test_the_batch_worker_serves_every_queue_it_is_given(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    # fulfilment-worker QUEUES...: a job of another function on a second queue runs too
+    # (RQ's Job.perform), after the fulfilment queue's.
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    payments = send_payments(s, rng, 3)
+    ran = tmp_path / "ran"
+    Queue("other", connection=redis).enqueue(Path.touch, ran, result_ttl=0)
+    argv = [str(BIN / "fulfilment-worker"), "fulfilment", "other"]
+    s.parts.add(Spawned(spawn(argv, s.env, tmp_path / "worker.log")))
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
+    wait_until(ran.exists, what="the other queue's job run")
+    wait_until(lambda: not redis.keys("rq:job:*"), what="finished jobs deleted")
