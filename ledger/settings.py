@@ -144,6 +144,12 @@ class Settings:
     FULFILMENT_ACTION; unset: no reversal, docs/FULFILMENT.md "Reversal")."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
+    REVERSAL_PER_REFUND: bool = setting(False, kinds.boolean())
+    """Each refund (by id) its own reversal call carrying its amount, a partial one too,
+    instead of one call once the payment is refunded in full (docs/REVERSAL.md)."""
+    REVERSAL_DISPUTE_WON: str = setting("hold", kinds.choice("hold", "fulfil"))
+    """A dispute won after its reversal: ``hold`` the payment for a person, or ``fulfil`` it
+    again automatically, once, under its own idempotency key (``refulfil:{payment_key}``)."""
     FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds one downstream call may take in all: a hard deadline, not per socket read."""
     FULFILMENT_KILL_MARGIN_SECONDS: float = setting(0.5, kinds.number(0, 60, SECONDS, above=True))
@@ -285,6 +291,15 @@ class Settings:
     def reversal_on(self) -> bool:
         """Whether a refund in full or a lost dispute has a fulfilled payment reversed."""
         return self.REVERSAL_ACTION is not None
+
+    @property
+    def reversal_mode(self) -> str:
+        """The ledger scripts' ``reverse_on``: ``0``, or ``1`` with ``each``
+        (REVERSAL_PER_REFUND) and ``refulfil`` (REVERSAL_DISPUTE_WON=fulfil)."""
+        if not self.reversal_on:
+            return "0"
+        words = ["1"] + ["each"] * self.REVERSAL_PER_REFUND
+        return " ".join(words + ["refulfil"] * (self.REVERSAL_DISPUTE_WON == "fulfil"))
 
     @property
     def sqlite_downstream(self) -> str | None:

@@ -75,6 +75,8 @@ CASES: dict[str, tuple[str, object, str, str]] = {
         "module:function",
     ),
     "REVERSAL_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
+    "REVERSAL_PER_REFUND": ("yes", True, "each", "true or false"),
+    "REVERSAL_DISPUTE_WON": ("FULFIL", "fulfil", "refund", "one of hold, fulfil"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
     "FULFILMENT_KILL_MARGIN_SECONDS": ("1", 1.0, "0", "above 0"),
