@@ -144,6 +144,11 @@ class Settings:
     FULFILMENT_ACTION; unset: no reversal, docs/FULFILMENT.md "Reversal")."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
+    REVERSAL_SQL: str = setting("", kinds.sql_statement())
+    """The built-in SQLite or PostgreSQL REVERSAL_ACTION's effect as one SQL statement (or
+    ``@path``), run in the transaction that records the reversal's key, with the purchase's
+    fields and the reversal's as ``%(reversal_amount)s``, ``%(reversal_refund_id)s``...
+    (e.g. the order marked reversed in the user's own database)."""
     REVERSAL_PER_REFUND: bool = setting(False, kinds.boolean())
     """Each refund (by id) its own reversal call carrying its amount, a partial one too,
     instead of one call once the payment is refunded in full (docs/REVERSAL.md)."""
@@ -389,6 +394,15 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         and s.FULFILMENT_ACTION.scheme not in ("sqlite", "postgresql"),
         "FULFILMENT_SQL" if s.FULFILMENT_SQL else "FULFILMENT_EFFECT",
         "expected unset while FULFILMENT_ACTION is not sqlite:/// or postgresql://: the effect "
+        "runs in the built-in downstreams' transaction",
+    )
+    rule(
+        "REVERSAL_ACTION REVERSAL_SQL",
+        bool(s.REVERSAL_SQL)
+        and s.REVERSAL_ACTION is not None
+        and s.REVERSAL_ACTION.scheme not in ("sqlite", "postgresql"),
+        "REVERSAL_SQL",
+        "expected unset while REVERSAL_ACTION is not sqlite:/// or postgresql://: the effect "
         "runs in the built-in downstreams' transaction",
     )
     rule(
