@@ -163,6 +163,8 @@ def fulfil_payment(payment_key: str) -> dict[str, Any]:
     if not fenced:
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
+    if leg == "reverse":  # the reversal this lease holds: the one read before may be done
+        stored = stored_fields(ctx.attempts.redis, payment_key)
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
