@@ -137,6 +137,8 @@ local function reversal_done(pay, now, receipt, reverse)
   local amount = tonumber(redis.call('HGET', pay, 'reversal_amount') or '0') or 0
   redis.call('HINCRBY', pay, 'reversed_amount', amount)
   redis.call('HSET', pay, 'reversal_receipt', receipt, 'reversed_at', now)
+  local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
+  if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
   redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
     'next_at', 'waiting', 'reversal_refund', 'reversal_amount')
   redis.call('HINCRBY', STATS, 'reversals', 1)
