@@ -21,9 +21,12 @@ end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
   return reply{verdict = 'refused', state = state or ''}
 end
-local reinstated = redis.call('HGET', pay, 'reinstated_at')
+local leg = redis.call('HGET', pay, 'leg')
+-- Reversed, then its dispute won and held for a person (not being fulfilled again under
+-- REVERSAL_DISPUTE_WON=fulfil, whose attempts are retried and resolved as any).
+local reinstated = leg ~= 'refulfil' and redis.call('HGET', pay, 'reinstated_at')
 if reinstated and ARG.decision == 'retry' then
-  -- reversed, then its dispute won: nothing of the ledger's may run again
+  -- nothing of the ledger's may run again
   return reply{verdict = 'refused', state = state}
 end
 if ARG.decision == 'retry' then
@@ -43,7 +46,6 @@ if ARG.decision == 'fulfilled' and reinstated then
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   return reply{verdict = 'ok', state = 'fulfilled'}
 end
-local leg = redis.call('HGET', pay, 'leg')
 if ARG.decision == 'fulfilled' and leg == 'reverse' then
   -- A reversal's call a person found applied: that reversal is done (the payment reversed,
   -- or for one refund of several, the next one due or fulfilled again).

@@ -408,3 +408,21 @@ def test_a_malformed_reverse_on_is_refused_before_any_write(redis, redis_server,
     with pytest.raises(ResponseError, match="reverse_on must be 0, or 1 followed by"):
         script({"payment": keys.payment(shop.pk)}, args)
     assert (shop.state(), shop.field("leg")) == ("queued", "reverse")
+
+
+def test_a_fulfilment_again_interrupted_is_retried_or_resolved_as_any(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    receipt = shop.field("receipt")
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    assert shop.attempt("refulfil", "interrupted") == "interrupted"
+    decide = shop.attempts.record_decision
+    assert decide(shop.pk, "retry", ("interrupted",), "ops:alice") == ("ok", "queued")
+    assert shop.attempt("refulfil", "interrupted") == "interrupted"
+    assert decide(shop.pk, "fulfilled", ("interrupted",), "ops:bob") == ("ok", "fulfilled")
+    assert shop.field("receipt") == receipt and "ops:bob" in shop.field("refulfil_receipt")
