@@ -2,9 +2,13 @@
 once per payment after its effect, never a fulfilment after a refund (docs/REVERSAL.md)."""
 
 import itertools
+import json
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
+import time
 
 import psycopg
 import pytest
@@ -19,6 +23,7 @@ from tests.support.postgres import ORDER_SQL, make_shop
 from tests.support.processes import wait_until
 from tests.support.refunds import dispute_closed, refund_events
 from tests.support.stack import Stack
+from tests.support.stripe_api import API_KEY, EventsApi
 
 SLOW = {"FULFILMENT_TIMEOUT": "5", "LEASE_SECONDS": "12"}
 
@@ -267,3 +272,48 @@ def test_postgresql_marks_the_order_reversed_with_the_key_or_neither(
     s.start_worker()
     wait_until(lambda: settled_as(redis, pk, "reversed"), timeout=60)
     assert marked() == ((1,), [(amount,)])
+
+
+def test_refunds_and_disputes_stripe_gave_up_delivering_are_reversed_by_reconcile(
+    stack, redis, rng
+) -> None:
+    """Reconcile lists every type from the Events API (no type filter): a full refund's
+    events and a lost dispute never delivered are recorded through it (source api) and each
+    payment is reversed once, the run reporting both types."""
+    api = EventsApi().start()
+    try:
+        with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+            s = stack(
+                FULFILMENT_ACTION=fulfil.url,
+                REVERSAL_ACTION=reverse.url,
+                STRIPE_API_KEY=API_KEY,
+                STRIPE_API_BASE=api.url,
+            )
+            s.start_service()
+            (refunded, amount), (disputed, other) = paid(s, rng), paid(s, rng)
+            wait_until(lambda: settled_as(redis, refunded, "fulfilled"))
+            wait_until(lambda: settled_as(redis, disputed, "fulfilled"))
+            taken = refund_events(rng, refunded, amount, amount)
+            for event in [*taken, dispute_closed(rng, disputed, other, "lost")]:
+                api.add({**event, "created": int(time.time()) - 3600})  # within the window
+            run = subprocess.run(
+                [sys.executable, "-m", "ledgerctl.cli", "reconcile", "--apply", "--json"],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, run.stderr
+            report = json.loads(run.stdout)
+            assert report["by_type"] == {
+                "refund.created": 1,
+                "charge.refunded": 1,
+                "refund.updated": 1,
+                "charge.dispute.closed": 1,
+            }
+            for pk in (refunded, disputed):
+                wait_until(lambda pk=pk: settled_as(redis, pk, "reversed"))
+            after_sweeps(redis)
+            assert [reverse.calls[pk] for pk in (refunded, disputed)] == [1, 1]
+    finally:
+        api.stop()
