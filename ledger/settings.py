@@ -140,8 +140,9 @@ class Settings:
     """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
     REVERSAL_ACTION: ActionSpec | None = setting(None, kinds.fulfilment_action(), downstream)
     """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
-    is lost, called once per payment with the purchase and its reversal (the same kinds as
-    FULFILMENT_ACTION; unset: no reversal, docs/FULFILMENT.md "Reversal")."""
+    is lost, called once per payment (per refund with REVERSAL_PER_REFUND) with the purchase
+    and its reversal (the same kinds as FULFILMENT_ACTION; unset: no reversal,
+    docs/REVERSAL.md)."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
     REVERSAL_SQL: str = setting("", kinds.sql_statement())
