@@ -341,7 +341,7 @@ end
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`).
 local function never_fulfilled(pay, now)
   move(pay, 'refunded_unfulfilled', now)
-  redis.call('HSET', pay, 'taken_back', taken_back(pay))
+  redis.call('HSET', pay, 'taken_back', taken_back(pay) or redis.call('HGET', pay, 'taken_back'))
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)

@@ -292,7 +292,8 @@ end
 -- with the captured job (or, when that job was captured for another id, made due for the
 -- sweeper to enqueue one). Returns the new state and whether the job was enqueued.
 local function queue_or_hold(d, held_for, grace_ms)
-  if taken_back(d.pay) then  -- refunded (or lost) before it was ever paid here: never called
+  -- refunded (or lost, even if won since) before it was ever paid here: never called
+  if taken_back(d.pay) or redis.call('HGET', d.pay, 'taken_back') then
     never_fulfilled(d.pay, d.now)
     return 'refunded_unfulfilled', 0
   end

@@ -295,6 +295,29 @@ class Protocol(RuleBasedStateMachine):
         if taking:
             self.deliver(taking[index % len(taking)])
 
+    @rule(index=st.integers(0, 100))
+    def dispute_lost_then_won(self, index: int) -> None:
+        """A fulfilled payment's dispute closed lost, a worker takes the next job (its
+        reversal, or another's), then the dispute closed won: REVERSAL_DISPUTE_WON's path
+        (held for a person, or fulfilled again) as often as the other steps, racing the
+        reversal when it has not run yet."""
+        done = sorted(pk for pk in self.all_payments() if self.state(pk) == "fulfilled")
+        if not done:
+            return
+        pk = done[index % len(done)]
+        closing = {
+            e["data"]["object"]["status"]: i
+            for i, (e, _) in enumerate(self.events)
+            if e["type"] == "charge.dispute.closed" and e["data"]["object"]["payment_intent"] == pk
+        }
+        if len(closing) < 2:
+            return  # not a payment of the pool's disputes
+        self.deliver(closing["lost"])
+        if None in self.workers:
+            self.worker_fulfils_the_next_job()
+        self.terminal_stays_terminal_unless_a_person_acts()  # checked between the two
+        self.deliver(closing["won"])
+
     @precondition(lambda self: None in self.workers)
     @rule()
     def worker_takes_a_job(self) -> None:
@@ -887,6 +910,7 @@ class Protocol(RuleBasedStateMachine):
             "refunded_unfulfilled",
             "refund_reversals",
             "reinstated",
+            "refulfils_due",
             "refulfilled",
         ):
             TALLY[counter] += int(stats.get(counter.encode(), 0))

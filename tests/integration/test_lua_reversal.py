@@ -426,3 +426,17 @@ def test_a_fulfilment_again_interrupted_is_retried_or_resolved_as_any(
     assert shop.attempt("refulfil", "interrupted") == "interrupted"
     assert decide(shop.pk, "fulfilled", ("interrupted",), "ops:bob") == ("ok", "fulfilled")
     assert shop.field("receipt") == receipt and "ops:bob" in shop.field("refulfil_receipt")
+
+
+def test_a_dispute_lost_then_won_before_the_paid_event_is_never_fulfilled(
+    redis, redis_server, rng
+) -> None:
+    """Found by the explorer (a program with disputes lost then won): the second closing
+    event overwrote the first, so the paid event that came next queued the payment and it
+    was fulfilled; a waiting one was already refunded_unfulfilled for good."""
+    shop = Shop(redis_server, rng, reverse=False)
+    for status in ("lost", "won"):
+        assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status)) == "pending"
+    assert shop.deliver(shop.paid) == "refunded_unfulfilled"
+    assert shop.field("taken_back") == "dispute"
+    assert shop.redis.llen("rq:queue:fulfilment") == 0
