@@ -88,7 +88,7 @@ class Attempts:
             "max_attempts": self.settings.MAX_ATTEMPTS,
             "backoff_base_ms": self.settings.retry_base_ms,
             "backoff_cap_ms": self.settings.retry_cap_ms,
-            "reverse_on": int(self.settings.reversal_on),
+            "reverse_on": self.settings.reversal_mode,
         }
         if faults.fires("during_record"):
             self._send_and_die(script, *script.positional(named_keys, args))
@@ -143,7 +143,7 @@ class Attempts:
             "note": who,
             "job_id": job.job_id,
             "grace_ms": self.settings.grace_ms,
-            "reverse_on": int(self.settings.reversal_on),
+            "reverse_on": self.settings.reversal_mode,
         }
         named_keys = {"payment": keys.payment(payment_key)}
         decided: Decided = self._replicated("operator", named_keys, args, job.commands)

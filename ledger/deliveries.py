@@ -119,7 +119,7 @@ class Ledger:
                 purchase_fields(obj) if delivery.purchase is None else delivery.purchase
             ),
             "taken": taken_of(event["type"], obj) if c.role == "refund" else "",
-            "reverse_on": "1" if self.settings.reversal_on else "0",
+            "reverse_on": self.settings.reversal_mode,
         }
 
     def record_rejection(self, reason: str, record: dict[str, Any]) -> bool:

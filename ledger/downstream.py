@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS orders (
     client_reference_id TEXT,
     customer TEXT,
     purchase TEXT,
-    reversed_at REAL
+    reversed_at REAL,
+    reversed_amount INTEGER
 );
 CREATE TABLE IF NOT EXISTS receipts (
     idempotency_key TEXT PRIMARY KEY,
@@ -58,11 +59,13 @@ ADDED_ORDER_COLUMNS = {
     "customer": "TEXT",
     "purchase": "TEXT",
     "reversed_at": "REAL",
+    "reversed_amount": "INTEGER",
 }
 """Columns of ``orders`` a file made before them lacks: added when it is opened. ``purchase``
-is the whole purchase (ledger/purchase.py) as JSON; ``reversed_at`` when its reversal
-(REVERSAL_ACTION) was applied, in the transaction that recorded the reversal's key in
-``reversals`` (each reversal call is logged in ``reversal_calls``)."""
+is the whole purchase (ledger/purchase.py) as JSON; ``reversed_amount`` what its reversals
+(REVERSAL_ACTION; one per refund with REVERSAL_PER_REFUND) took back, each added in the
+transaction that recorded the reversal's key in ``reversals``, and ``reversed_at`` when that
+reached the order's amount (each reversal call is logged in ``reversal_calls``)."""
 
 
 def open_downstream(path: str | Path) -> sqlite3.Connection:

@@ -135,9 +135,18 @@ PAID_FIELDS = (
 ``paid_at`` and ``account``: whether, since when and for which account Stripe is still to be
 asked: ledger/purchase_reads.py)."""
 
-REVERSAL_FIELDS = ("leg", "rf", "rf_charge", "dispute", "reversal_why")
+REVERSAL_FIELDS = (
+    "leg",
+    "rf",
+    "rf_charge",
+    "dispute",
+    "reversal_why",
+    "reversal_refund",
+    "reversal_amount",
+)
 """What a job also reads of a payment hash: which leg is due (``leg`` = ``reverse`` once its
-reversal is) and what the reversal call says (ledger/reversals.py)."""
+reversal is, ``refulfil`` once fulfilled again after a dispute won) and what the reversal call
+says (ledger/reversals.py)."""
 
 LINE_ITEM_FIELDS = (
     "price",

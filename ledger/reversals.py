@@ -77,22 +77,39 @@ class Reversal(msgspec.Struct, kw_only=True, frozen=True):
     if larger."""
     dispute_id: str | None
     dispute_status: str | None
+    refund_id: str | None
+    """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
+    what remains of it."""
+    amount: int
+    """What this reversal takes back: the refund's amount, else what remains of the payment
+    (the amount paid less what earlier reversals of it carried)."""
 
 
 class ReversalCall(Purchase, kw_only=True, frozen=True):
     """What a reversal action receives: the purchase, its own idempotency key
-    (``reverse:{payment_key}``, never the fulfilment's) and the reversal."""
+    (``reverse:{payment_key}``, or ``reverse:{payment_key}:{refund_id}`` for one refund; never
+    the fulfilment's) and the reversal."""
 
     reversal: Reversal
 
 
-def reversal_key(payment_key: str) -> str:
-    return f"reverse:{payment_key}"
+def reversal_key(payment_key: str, refund_id: str | None = None) -> str:
+    return f"reverse:{payment_key}:{refund_id}" if refund_id else f"reverse:{payment_key}"
+
+
+def refulfil_key(payment_key: str) -> str:
+    """The idempotency key of a fulfilment again after a dispute won (never the first's)."""
+    return f"refulfil:{payment_key}"
+
+
+def refulfil_of(purchase: Purchase) -> Purchase:
+    """The purchase a fulfilment again after a dispute won passes, under its own key."""
+    return msgspec.structs.replace(purchase, idempotency_key=refulfil_key(purchase.payment_key))
 
 
 def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
     """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge``,
-    ``dispute`` and ``reversal_why`` fields."""
+    ``dispute``, ``reversal_why``, ``reversal_refund`` and ``reversal_amount`` fields."""
     try:
         refunds = msgspec.convert(orjson.loads(stored.get("rf") or "{}"), dict[str, int])
     except (orjson.JSONDecodeError, msgspec.ValidationError):
@@ -102,8 +119,9 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
     why: Literal["refund", "dispute"] = (
         "dispute" if stored.get("reversal_why") == "dispute" else "refund"
     )
+    refund_id = stored.get("reversal_refund") or None
     fields = msgspec.structs.asdict(purchase)
-    fields["idempotency_key"] = reversal_key(purchase.payment_key)
+    fields["idempotency_key"] = reversal_key(purchase.payment_key, refund_id)
     return ReversalCall(
         **fields,
         reversal=Reversal(
@@ -112,5 +130,7 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
             refunded_amount=max(sum(counted.values()), whole(stored.get("rf_charge")) or 0),
             dispute_id=dispute_id or None,
             dispute_status=status or None,
+            refund_id=refund_id,
+            amount=whole(stored.get("reversal_amount")) or 0,
         ),
     )

@@ -140,10 +140,22 @@ class Settings:
     """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
     REVERSAL_ACTION: ActionSpec | None = setting(None, kinds.fulfilment_action(), downstream)
     """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
-    is lost, called once per payment with the purchase and its reversal (the same kinds as
-    FULFILMENT_ACTION; unset: no reversal, docs/FULFILMENT.md "Reversal")."""
+    is lost, called once per payment (per refund with REVERSAL_PER_REFUND) with the purchase
+    and its reversal (the same kinds as FULFILMENT_ACTION; unset: no reversal,
+    docs/REVERSAL.md)."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
+    REVERSAL_SQL: str = setting("", kinds.sql_statement())
+    """The built-in SQLite or PostgreSQL REVERSAL_ACTION's effect as one SQL statement (or
+    ``@path``), run in the transaction that records the reversal's key, with the purchase's
+    fields and the reversal's as ``%(reversal_amount)s``, ``%(reversal_refund_id)s``...
+    (e.g. the order marked reversed in the user's own database)."""
+    REVERSAL_PER_REFUND: bool = setting(False, kinds.boolean())
+    """Each refund (by id) its own reversal call carrying its amount, a partial one too,
+    instead of one call once the payment is refunded in full (docs/REVERSAL.md)."""
+    REVERSAL_DISPUTE_WON: str = setting("hold", kinds.choice("hold", "fulfil"))
+    """A dispute won after its reversal: ``hold`` the payment for a person, or ``fulfil`` it
+    again automatically, once, under its own idempotency key (``refulfil:{payment_key}``)."""
     FULFILMENT_TIMEOUT: float = setting(10.0, kinds.number(0, None, SECONDS, above=True))
     """Seconds one downstream call may take in all: a hard deadline, not per socket read."""
     FULFILMENT_CONCURRENCY: int = setting(1, kinds.whole(1, 256))
@@ -290,6 +302,15 @@ class Settings:
         return self.REVERSAL_ACTION is not None
 
     @property
+    def reversal_mode(self) -> str:
+        """The ledger scripts' ``reverse_on``: ``0``, or ``1`` with ``each``
+        (REVERSAL_PER_REFUND) and ``refulfil`` (REVERSAL_DISPUTE_WON=fulfil)."""
+        if not self.reversal_on:
+            return "0"
+        words = ["1"] + ["each"] * self.REVERSAL_PER_REFUND
+        return " ".join(words + ["refulfil"] * (self.REVERSAL_DISPUTE_WON == "fulfil"))
+
+    @property
     def sqlite_downstream(self) -> str | None:
         """The file of the built-in SQLite downstream, when it is the action."""
         action = self.FULFILMENT_ACTION
@@ -377,6 +398,15 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         and s.FULFILMENT_ACTION.scheme not in ("sqlite", "postgresql"),
         "FULFILMENT_SQL" if s.FULFILMENT_SQL else "FULFILMENT_EFFECT",
         "expected unset while FULFILMENT_ACTION is not sqlite:/// or postgresql://: the effect "
+        "runs in the built-in downstreams' transaction",
+    )
+    rule(
+        "REVERSAL_ACTION REVERSAL_SQL",
+        bool(s.REVERSAL_SQL)
+        and s.REVERSAL_ACTION is not None
+        and s.REVERSAL_ACTION.scheme not in ("sqlite", "postgresql"),
+        "REVERSAL_SQL",
+        "expected unset while REVERSAL_ACTION is not sqlite:/// or postgresql://: the effect "
         "runs in the built-in downstreams' transaction",
     )
     rule(

@@ -28,7 +28,7 @@ from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
-from workers.effects import load_effect
+from workers.effects import Effect, load_effect, load_reversal_effect
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -191,21 +191,22 @@ class CallableAction:
 def build_action(s: Settings) -> Action:
     """The action FULFILMENT_ACTION names (its kind parsed it: ledger/setting_kinds.py), with
     the effect FULFILMENT_SQL or FULFILMENT_EFFECT names for the built-in downstreams."""
-    return _built(s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE, s)
+    return _built(
+        s.FULFILMENT_ACTION, s.FULFILMENT_TIMEOUT, s.FULFILMENT_REPLAY_SAFE, load_effect(s)
+    )
 
 
 def build_reversal_action(s: Settings) -> Action | None:
     """The action REVERSAL_ACTION names (None when unset: no reversal). The built-in
-    downstreams mark the order reversed in the transaction that records the reversal's key."""
+    downstreams record the reversal's key and run REVERSAL_SQL in one transaction (SQLite's
+    also marks its order reversed)."""
     if s.REVERSAL_ACTION is None:
         return None
-    return _built(s.REVERSAL_ACTION, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, None)
+    effect = load_reversal_effect(s)
+    return _built(s.REVERSAL_ACTION, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, effect)
 
 
-def _built(
-    spec: ActionSpec, timeout: float, replay_safe: bool, effects_of: Settings | None
-) -> Action:
-    effect = load_effect(effects_of) if effects_of is not None else None
+def _built(spec: ActionSpec, timeout: float, replay_safe: bool, effect: Effect | None) -> Action:
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
         return SqliteAction(spec.target, effect)
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
@@ -222,11 +223,13 @@ def unusable(s: Settings) -> tuple[str, str] | None:
     its table there, FULFILMENT_SQL accepted by the database. A worker checks this when it
     starts (workers/rq_config.py), before its first job."""
     try:
+        reversal = build_reversal_action(s)
+        found = _database_problem(reversal, "REVERSAL_ACTION") if reversal else None
+        if found:
+            return found
         action = build_action(s)
-        if isinstance(action, SqliteAction):
-            return sqlite_action.problem(action.path, action.effect)
-        if isinstance(action, PostgresAction):
-            return postgres_schema.problem(action.url, action.effect)
+        if isinstance(action, SqliteAction | PostgresAction):
+            return _database_problem(action, "FULFILMENT_ACTION")
         if isinstance(action, HttpAction):
             try:
                 requests.Request("POST", action.url).prepare()
@@ -239,6 +242,15 @@ def unusable(s: Settings) -> tuple[str, str] | None:
         return exc.setting, redact(f"{type(exc).__name__}: {exc}")
     except (sqlite3.Error, OSError, requests.RequestException) as exc:
         return "FULFILMENT_ACTION", redact(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def _database_problem(action: Action, setting: str) -> tuple[str, str] | None:
+    """A built-in downstream's (``setting`` names it): its database and its effect."""
+    if isinstance(action, SqliteAction):
+        return sqlite_action.problem(action.path, action.effect, setting)
+    if isinstance(action, PostgresAction):
+        return postgres_schema.problem(action.url, action.effect, setting)
     return None
 
 

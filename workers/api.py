@@ -11,6 +11,10 @@ Two kinds of code of yours can fulfil a payment:
   transaction that records the payment's key, on that transaction's connection (sqlite3's
   or psycopg's). It must not commit or roll back.
 
+A reversal (``REVERSAL_ACTION=module:function``, docs/REVERSAL.md) is an action too:
+``function(call) -> receipt`` with a :class:`ReversalCall`, the purchase with its own
+``idempotency_key`` and the ``reversal`` (why, which refund, how much).
+
 What each choice promises (README, "Guarantees"):
 
 =====================================  ===================================================
@@ -53,6 +57,9 @@ __all__ = [
     "Purchase",
     "Receipt",
     "RetryLater",
+    "Reversal",
+    "ReversalAction",
+    "ReversalCall",
     "replay_safe",
 ]
 
@@ -150,12 +157,44 @@ class Purchase(TypedDict):
     metadata: PurchaseMetadata
 
 
+class Reversal(TypedDict):
+    """Why a reversal call is made and what it takes back. The same fields as
+    ``ledger.reversals.Reversal``, which builds it (tests/unit/test_api.py)."""
+
+    why: str
+    """``refund`` (refunded in full, or with REVERSAL_PER_REFUND one refund) or ``dispute``
+    (a dispute closed as lost)."""
+    refund_ids: list[str]
+    """The refunds Stripe counted for the payment (a failed or canceled one is not)."""
+    refunded_amount: int
+    """What was refunded in all, in the currency's smallest unit."""
+    dispute_id: str | None
+    dispute_status: str | None
+    refund_id: str | None
+    """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
+    what remains of it."""
+    amount: int
+    """What this reversal takes back: the refund's amount, else what remains."""
+
+
+class ReversalCall(Purchase):
+    """What a REVERSAL_ACTION receives: the purchase, with ``idempotency_key``
+    ``reverse:<payment_key>`` (``reverse:<payment_key>:<refund_id>`` for one refund; never the
+    fulfilment's), and the reversal. A REVERSAL_SQL gets its fields as ``%(reversal_amount)s``,
+    ``%(reversal_refund_id)s``..."""
+
+    reversal: Reversal
+
+
 Receipt = dict[str, Any]
 """What your code returns: a small JSON-able dict, stored with the payment (and, for an
 effect, with its key: a re-run answers it)."""
 
 Action = Callable[[Purchase], Receipt | None]
 """``FULFILMENT_ACTION=module:function``."""
+
+ReversalAction = Callable[[ReversalCall], Receipt | None]
+"""``REVERSAL_ACTION=module:function``."""
 
 Effect = Callable[[Any, Purchase], Receipt | None]
 """``FULFILMENT_EFFECT=module:function``: the connection is sqlite3's or psycopg's."""

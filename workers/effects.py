@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ledger.purchase import Purchase
 from ledger.purchase import purchase_of as sample_purchase
+from ledger.reversals import reversal_of
 from ledger.settings import Settings
 from workers.exceptions import ActionConfigError
 
@@ -42,7 +43,7 @@ class Connection(Protocol):
     def execute(self, query: Any, params: Any = ...) -> Any: ...
 
 
-SAMPLE: dict[str, Any] = sample_purchase(
+_SAMPLE = sample_purchase(
     "pi_check",
     1,
     {
@@ -61,9 +62,16 @@ SAMPLE: dict[str, Any] = sample_purchase(
         "p_in": "in_check",
         "p_sub": "sub_check",
     },
-).to_dict()
+)
+SAMPLE: dict[str, Any] = _SAMPLE.to_dict()
 """A purchase of the right types, with every field an action receives: FULFILMENT_SQL is
 checked with it at start-up (planned, never applied)."""
+SAMPLE_REVERSAL: dict[str, Any] = reversal_of(
+    _SAMPLE,
+    {"rf": '{"re_check": 2000}', "reversal_why": "refund", "reversal_refund": "re_check"}
+    | {"reversal_amount": "2000"},
+).to_dict()
+"""The same for a reversal call: REVERSAL_SQL is checked with it."""
 
 
 def purchase_of(call: object) -> dict[str, Any]:
@@ -78,10 +86,14 @@ def purchase_of(call: object) -> dict[str, Any]:
 
 def sql_params(call: object) -> Params:
     """The purchase as SQL named parameters: every top-level scalar as it is, a nested value
-    (a list, a dict) as its JSON text (PostgreSQL: ``%(line_items)s::jsonb``)."""
+    (a list, a dict) as its JSON text (PostgreSQL: ``%(line_items)s::jsonb``); a reversal
+    call's ``reversal`` also field by field, ``%(reversal_amount)s``, ``%(reversal_why)s``."""
+    fields = purchase_of(call)
+    reversal = fields.get("reversal")
+    named = {f"reversal_{k}": v for k, v in reversal.items()} if isinstance(reversal, dict) else {}
     return {
         name: json.dumps(value, sort_keys=True) if isinstance(value, list | dict) else value
-        for name, value in purchase_of(call).items()
+        for name, value in (fields | named).items()
     }
 
 
@@ -132,7 +144,21 @@ def load_effect(s: Settings) -> Effect | None:
     return None
 
 
-def sql_text(value: str) -> str:
+def load_reversal_effect(s: Settings) -> Effect | None:
+    """The effect REVERSAL_SQL names for a built-in REVERSAL_ACTION (None: unset)."""
+    return (
+        Effect("REVERSAL_SQL", sql=sql_text(s.REVERSAL_SQL, "REVERSAL_SQL"))
+        if s.REVERSAL_SQL
+        else None
+    )
+
+
+def sample_for(effect: Effect) -> dict[str, Any]:
+    """The sample call an effect is checked with at start-up."""
+    return SAMPLE_REVERSAL if effect.setting.startswith("REVERSAL") else SAMPLE
+
+
+def sql_text(value: str, setting: str = "FULFILMENT_SQL") -> str:
     """The statement itself, or the contents of the file ``@path`` names."""
     if not value.startswith("@"):
         return value
@@ -140,9 +166,9 @@ def sql_text(value: str) -> str:
         text = Path(value[1:]).read_text()
     except OSError as exc:
         why = f"cannot read {value[1:]}: {exc.strerror}"
-        raise ActionConfigError(why, "FULFILMENT_SQL") from exc
+        raise ActionConfigError(why, setting) from exc
     if not text.strip():
-        raise ActionConfigError(f"{value[1:]} is empty", "FULFILMENT_SQL")
+        raise ActionConfigError(f"{value[1:]} is empty", setting)
     return text
 
 

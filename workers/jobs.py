@@ -26,7 +26,7 @@ from ledger.purchase_reads import PurchaseReads
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
-from ledger.reversals import reversal_of
+from ledger.reversals import refulfil_of, reversal_of
 from workers.actions import Action, build_action, build_reversal_action
 from workers.deadline import DeadlineExceeded, call_within
 from workers.exceptions import (
@@ -139,11 +139,11 @@ def fulfil(
     ``job_id`` started at ``entered`` (time.monotonic()) with RQ timeout ``job_timeout``."""
     ctx = context()
     stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
-    leg = "reverse" if stored.get("leg") == "reverse" else "fulfil"
+    leg = stored.get("leg", "") if stored.get("leg") in ("reverse", "refulfil") else "fulfil"
     if ctx.action is None:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
-    action = ctx.action if leg == "fulfil" else ctx.reversal
+    action = ctx.reversal if leg == "reverse" else ctx.action
     if action is None:  # REVERSAL_ACTION unset since the reversal became due
         detail = "a reversal is due and REVERSAL_ACTION is not set"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
@@ -174,13 +174,15 @@ def fulfil(
     if not fenced:
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
+    if leg == "reverse":  # the reversal this lease holds: the one read before may be done
+        stored = stored_fields(ctx.attempts.redis, payment_key)
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
-    if leg == "reverse":
-        call = reversal_of(call, stored)
+    if leg != "fulfil":  # a reversal, or a fulfilment again after a dispute won: own key
+        call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call)
     outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after)
     if leg == "reverse" and outcome != "fulfilled":
         detail = f"reversal: {detail}"  # which action failed, wherever its error is shown

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from ledger.redact import MASK, redact
-from workers.effects import SAMPLE, Effect, sql_params
+from workers.effects import Effect, sample_for, sql_params
 
 TABLE = "webhook_ledger_effects"
 SCHEMA = f"""
@@ -52,32 +52,35 @@ def migrate(url: str) -> bool:
     return True
 
 
-def problem(url: str, effect: Effect | None) -> tuple[str, str] | None:
-    """Why the action cannot run (the setting to change, what is wrong), or None."""
+def problem(
+    url: str, effect: Effect | None, setting: str = "FULFILMENT_ACTION"
+) -> tuple[str, str] | None:
+    """Why the action ``setting`` names cannot run (the setting to change, what is wrong),
+    or None."""
     try:
         conn = psycopg.connect(url, connect_timeout=CHECK_CONNECT_SECONDS)
     except psycopg.Error as exc:
-        return "FULFILMENT_ACTION", masked(f"cannot connect: {_first_line(exc)}", url)
+        return setting, masked(f"cannot connect: {_first_line(exc)}", url)
     try:
         with conn:
             found = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
             if not found or found[0] is None:
                 why = f"the table {TABLE} is missing: run 'webhook-ledger downstream migrate'"
-                return "FULFILMENT_ACTION", why
+                return setting, why
             conn.rollback()
             if effect is not None and effect.sql:
                 try:
                     # Binary results force the extended protocol, which refuses two
                     # statements (the simple one would run the second: never here).
                     explain = "EXPLAIN " + effect.sql
-                    conn.cursor().execute(explain, sql_params(SAMPLE), binary=True)
+                    conn.cursor().execute(explain, sql_params(sample_for(effect)), binary=True)
                 except psycopg.Error as exc:
                     why = f"PostgreSQL refuses it ({EXPLAINED}): {_first_line(exc)}"
-                    return "FULFILMENT_SQL", masked(why, url)
+                    return effect.setting, masked(why, url)
                 finally:
                     conn.rollback()
     except psycopg.Error as exc:
-        return "FULFILMENT_ACTION", masked(_first_line(exc), url)
+        return setting, masked(_first_line(exc), url)
     return None
 
 

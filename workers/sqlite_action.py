@@ -10,8 +10,9 @@ import time
 from typing import Any
 
 from ledger.downstream import open_downstream
+from ledger.purchase import idempotency_key
 from ledger.reversals import ReversalCall
-from workers.effects import SAMPLE, Effect, Receipt, for_sqlite, purchase_of, sql_params
+from workers.effects import Effect, Receipt, for_sqlite, purchase_of, sample_for, sql_params
 from workers.exceptions import FulfilmentError, PermanentDownstreamError, TransientDownstreamError
 
 RETRY_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_NOMEM")
@@ -78,9 +79,11 @@ class SqliteAction:
         return found if self.effect is None else {**found, "receipt": receipt}
 
     def reverse(self, call: ReversalCall) -> Receipt:
-        """The reversal: its key recorded once and the order marked reversed, in one
-        transaction; each call logged."""
+        """The reversal: its key recorded once, its amount added to the order's
+        ``reversed_amount`` (``reversed_at`` once that reaches the order's amount) and
+        REVERSAL_SQL run, in one transaction; each call logged."""
         db = self.connection()
+        amount = call.reversal.amount
         try:
             now = time.time()
             db.execute("BEGIN IMMEDIATE")
@@ -96,11 +99,16 @@ class SqliteAction:
                 ),
             ).rowcount
             outcome = "applied" if inserted else "already_applied"
+            key = call.idempotency_key
             if inserted:
                 db.execute(
-                    "UPDATE orders SET reversed_at = ? WHERE payment_key = ?",
-                    (now, call.payment_key),
+                    "UPDATE orders SET reversed_amount = COALESCE(reversed_amount, 0) + ?,"
+                    " reversed_at = CASE WHEN COALESCE(reversed_amount, 0) + ? >= amount"
+                    " THEN ? ELSE reversed_at END"
+                    " WHERE payment_key = ? AND idempotency_key = ?",
+                    (amount, amount, now, call.payment_key, idempotency_key(call.payment_key)),
                 )
+            receipt = self._effect(db, call, key) if inserted else self._first_receipt(db, key)
             row = db.execute(
                 "INSERT INTO reversal_calls (payment_key, token, at, outcome) VALUES (?, ?, ?, ?)",
                 (call.payment_key, call.token, now, outcome),
@@ -111,7 +119,8 @@ class SqliteAction:
         finally:
             if db.in_transaction:
                 db.rollback()
-        return {"outcome": outcome, "call_id": row.lastrowid}
+        found = {"outcome": outcome, "call_id": row.lastrowid}
+        return found if self.effect is None else {**found, "receipt": receipt}
 
     def _effect(self, db: sqlite3.Connection, call: Any, key: str) -> Receipt | None:
         """The user's effect, its receipt kept with the key; its errors said as whose."""
@@ -141,18 +150,21 @@ class SqliteAction:
         return json.loads(found[0]) if found else None
 
 
-def problem(path: str, effect: Effect | None) -> tuple[str, str] | None:
-    """Why the SQLite downstream cannot run (the setting to change, what is wrong), or None:
-    its file created and writable, FULFILMENT_SQL compiled by SQLite (EXPLAIN, never run)."""
+def problem(
+    path: str, effect: Effect | None, setting: str = "FULFILMENT_ACTION"
+) -> tuple[str, str] | None:
+    """Why the SQLite downstream ``setting`` names cannot run (the setting to change, what is
+    wrong), or None: its file created and writable, its effect's SQL (FULFILMENT_SQL,
+    REVERSAL_SQL) compiled by SQLite (EXPLAIN, never run). An unwritable file raises."""
     db = open_downstream(path)
     try:
         db.execute("BEGIN IMMEDIATE")  # takes the write lock: refused if read-only
         db.rollback()
         if effect is not None and effect.sql:
             try:
-                db.execute("EXPLAIN " + for_sqlite(effect.sql), sql_params(SAMPLE))
+                db.execute("EXPLAIN " + for_sqlite(effect.sql), sql_params(sample_for(effect)))
             except sqlite3.Error as exc:
-                return "FULFILMENT_SQL", f"SQLite refuses it: {type(exc).__name__}: {exc}"
+                return effect.setting, f"SQLite refuses it: {type(exc).__name__}: {exc}"
     finally:
         db.close()
     return None

@@ -123,3 +123,51 @@ local function release_caller(pay, token, now)
   local in_call = caller_in_call(pay, token, now)
   if in_call then redis.call('DEL', CALLER_PREFIX .. in_call[1]) end
 end
+
+-- A reversal's call applied (its success, a late receipt, or a person's word: `receipt`).
+-- A reversal for one refund records it (`rv`) and the next one is due (next_reversal), or,
+-- with none left, the payment is `reversed` when taken back (refunded in full and every
+-- refund reversed, or a dispute lost) and `fulfilled` again otherwise (a partial refund: the
+-- effect stays for what was not refunded). A whole-payment (or remaining) reversal makes it
+-- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Returns the
+-- new state.
+local function reversal_done(pay, now, receipt, reverse)
+  local pk = id_of(pay, PAYMENT_PREFIX)
+  local refund = redis.call('HGET', pay, 'reversal_refund')
+  local amount = tonumber(redis.call('HGET', pay, 'reversal_amount') or '0') or 0
+  redis.call('HINCRBY', pay, 'reversed_amount', amount)
+  redis.call('HSET', pay, 'reversal_receipt', receipt, 'reversed_at', now)
+  local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
+  if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
+  redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
+    'next_at', 'waiting', 'reversal_refund', 'reversal_amount')
+  redis.call('HINCRBY', STATS, 'reversals', 1)
+  redis.call('ZREM', DUE, pk)
+  if refund then
+    local done = cjson.decode(redis.call('HGET', pay, 'rv') or '{}')
+    done[refund] = amount
+    redis.call('HSET', pay, 'rv', cjson.encode(done))
+    redis.call('HINCRBY', STATS, 'refund_reversals', 1)
+    local why, next_refund, next_amount = next_reversal(pay)
+    if why then
+      begin_reversal(pay, why, now, nil, nil, 0, next_refund, next_amount)
+      return 'queued'
+    end
+    if not taken_back(pay) then
+      redis.call('HDEL', pay, 'leg')
+      move(pay, 'fulfilled', now)
+      return 'fulfilled'
+    end
+  end
+  move(pay, 'reversed', now)
+  return reinstate(pay, now, reverse, nil, nil, 0) or 'reversed'
+end
+
+-- A fulfilment again after a dispute won (`leg` = refulfil) that finds the payment refunded
+-- in full (or a dispute lost) before its call: not called; the payment stays reversed.
+local function refulfil_withdrawn(pay, now)
+  redis.call('HSET', pay, 'leg', 'reverse')
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  move(pay, 'reversed', now)
+end

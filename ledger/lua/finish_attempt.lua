@@ -7,7 +7,7 @@ local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
 local reply = replies('verdict', 'state')
 local token, outcome, detail = ARG.token, choice_arg(ARG, 'outcome', FINISHED), ARG.detail
 local max_attempts, backoff = whole_arg(ARG, 'max_attempts', 1), backoff_args(ARG)
-local reverse_on = choice_arg(ARG, 'reverse_on', BIT) == '1'
+local reverse = reversal_arg(ARG)
 if ARG.call_ms ~= '' and not tonumber(ARG.call_ms) then
   refuse('call_ms must be a number or empty, got ' .. shown(ARG.call_ms))
 end
@@ -28,11 +28,15 @@ end
 -- deferred by the gate (retrying), held for its purchase or failed by lost jobs.
 -- A reversal's attempts are those after the token its reversal began at: an earlier token's
 -- word (a fulfilment's late receipt) is no reversal's.
-local reversing = redis.call('HGET', pay, 'leg') == 'reverse'
+-- Likewise a fulfilment again after a dispute won (`refulfil_from`).
+local leg = redis.call('HGET', pay, 'leg')
+local reversing, refulfilling = leg == 'reverse', leg == 'refulfil'
 local done = reversing and 'reversed' or 'fulfilled'
+local leg_from = (reversing and redis.call('HGET', pay, 'reversal_from'))
+  or (refulfilling and redis.call('HGET', pay, 'refulfil_from')) or '0'
 local late = current == token and outcome == 'fulfilled'
   and state ~= 'in_progress' and state ~= done
-  and not (reversing and tonumber(token) <= tonumber(redis.call('HGET', pay, 'reversal_from')))
+  and not ((reversing or refulfilling) and tonumber(token) <= tonumber(leg_from))
 -- Likewise the worker's word that it never called (it stalled past the call's window after
 -- its fence): the interruption its own lease expiry caused is lifted, nothing was applied.
 local idle = state == 'interrupted' and current == token and outcome == 'not_called'
@@ -56,13 +60,16 @@ local function settle()
   redis.call('HDEL', pay, 'lease_until', 'phase')
 
   if fulfilled and reversing then
-    move(pay, 'reversed', now)
-    redis.call('HSET', pay, 'reversal_receipt', detail, 'reversed_at', now)
+    return reply{verdict = 'reversed', state = reversal_done(pay, now, detail, reverse)}
+  end
+  if fulfilled and refulfilling then  -- fulfilled again after a dispute won: its own receipt
+    move(pay, 'fulfilled', now)
+    redis.call('HSET', pay, 'refulfil_receipt', detail, 'refulfilled_at', now)
     redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
       'next_at', 'waiting')
-    redis.call('HINCRBY', STATS, 'reversals', 1)
+    redis.call('HINCRBY', STATS, 'refulfilled', 1)
     redis.call('ZREM', DUE, pk)
-    return reply{verdict = 'reversed', state = 'reversed'}
+    return reply{verdict = 'fulfilled', state = 'fulfilled'}
   end
   if fulfilled then
     move(pay, 'fulfilled', now)
@@ -103,11 +110,12 @@ local function settle()
   return reply{verdict = outcome, state = 'failed'}
 end
 
--- A refund in full (or a lost dispute) recorded while the call ran: an effect is reversed
--- (REVERSAL_ACTION), a payment left waiting without one is never fulfilled.
+-- A refund in full (or a lost dispute, or with REVERSAL_PER_REFUND any refund) recorded while
+-- the call ran: an effect is reversed (REVERSAL_ACTION), a payment left waiting without one is
+-- never fulfilled.
 local answer = settle()
 if not reversing then
-  local moved = take_back(pay, now, reverse_on)
+  local moved = take_back(pay, now, reverse)
   if moved then answer[2] = moved end
 end
 return answer

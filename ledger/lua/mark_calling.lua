@@ -14,9 +14,10 @@ if redis.call('HGET', pay, 'state') ~= 'in_progress'
 end
 -- Refunded in full (or a dispute lost) since the lease was taken: this fulfilment is not
 -- called (an action that is not replay-safe is fenced here, so nothing was applied).
-if redis.call('HGET', pay, 'leg') ~= 'reverse' and taken_back(pay) then
+local leg = redis.call('HGET', pay, 'leg')
+if leg ~= 'reverse' and taken_back(pay) then
   update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
-  never_fulfilled(pay, now)
+  if leg == 'refulfil' then refulfil_withdrawn(pay, now) else never_fulfilled(pay, now) end
   return 0
 end
 -- Both records of a purchase may hold leases taken before Stripe tied them: the first

@@ -10,7 +10,7 @@ local reply = replies('verdict', 'state', 'until_ms', 'caller')
 local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
 check_commands(ARGC + 1)
 choice_arg(ARG, 'decision', {retry = true, fulfilled = true})
-choice_arg(ARG, 'reverse_on', BIT)
+local reverse = reversal_arg(ARG)
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -21,9 +21,12 @@ end
 if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 1, true) then
   return reply{verdict = 'refused', state = state or ''}
 end
-local reinstated = redis.call('HGET', pay, 'reinstated_at')
+local leg = redis.call('HGET', pay, 'leg')
+-- Reversed, then its dispute won and held for a person (not being fulfilled again under
+-- REVERSAL_DISPUTE_WON=fulfil, whose attempts are retried and resolved as any).
+local reinstated = leg ~= 'refulfil' and redis.call('HGET', pay, 'reinstated_at')
 if reinstated and ARG.decision == 'retry' then
-  -- reversed, then its dispute won: nothing of the ledger's may run again
+  -- nothing of the ledger's may run again
   return reply{verdict = 'refused', state = state}
 end
 if ARG.decision == 'retry' then
@@ -43,14 +46,21 @@ if ARG.decision == 'fulfilled' and reinstated then
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   return reply{verdict = 'ok', state = 'fulfilled'}
 end
-if ARG.decision == 'fulfilled' and redis.call('HGET', pay, 'leg') == 'reverse' then
-  -- A reversal's call a person found applied: the payment is reversed.
-  move(pay, 'reversed', now)
-  redis.call('HSET', pay, 'reversal_receipt', cjson.encode({resolved = ARG.note}),
-    'reversed_at', now)
+if ARG.decision == 'fulfilled' and leg == 'reverse' then
+  -- A reversal's call a person found applied: that reversal is done (the payment reversed,
+  -- or for one refund of several, the next one due or fulfilled again).
   redis.call('HINCRBY', STATS, 'resolved_reversed', 1)
+  local moved = reversal_done(pay, now, cjson.encode({resolved = ARG.note}), reverse)
+  return reply{verdict = 'ok', state = moved}
+end
+if ARG.decision == 'fulfilled' and leg == 'refulfil' then
+  -- A fulfilment again after a dispute won, found applied: the first one's receipt stays.
+  move(pay, 'fulfilled', now)
+  redis.call('HSET', pay, 'refulfil_receipt', cjson.encode({resolved = ARG.note}),
+    'refulfilled_at', now)
+  redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return reply{verdict = 'ok', state = 'reversed'}
+  return reply{verdict = 'ok', state = 'fulfilled'}
 end
 if ARG.decision == 'fulfilled' then
   move(pay, 'fulfilled', now)
@@ -58,7 +68,7 @@ if ARG.decision == 'fulfilled' then
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   -- Refunded in full (or a dispute lost) meanwhile: the effect a person found is reversed.
-  local moved = take_back(pay, now, ARG.reverse_on == '1', ARGC + 1, ARG.job_id, grace_ms)
+  local moved = take_back(pay, now, reverse, ARGC + 1, ARG.job_id, grace_ms)
   return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 -- A fresh attempt budget for the retry.

@@ -262,15 +262,70 @@ local function may_have_applied(pay)
     and redis.call('HGET', pay, 'replay_safe') == '1'
 end
 
+-- What a script's `reverse_on` argument says (Settings.reversal_mode): '0' (no reversal) or
+-- '1' followed by the words `each` (REVERSAL_PER_REFUND: each refund its own reversal) and
+-- `refulfil` (REVERSAL_DISPUTE_WON=fulfil). Returns {each, refulfil} or false; refused if
+-- malformed.
+local function reversal_arg(args)
+  local value = args.reverse_on or ''
+  if value == '0' then return false end
+  local mode = {each = false, refulfil = false}
+  local on, words = string.match(value, '^(%S+)(.*)$')
+  local ok = on == '1'
+  for word in string.gmatch(words or '', '%S+') do
+    if mode[word] == nil then ok = false else mode[word] = true end
+  end
+  if not ok then
+    refuse('reverse_on must be 0, or 1 followed by each and/or refulfil, got ' .. shown(value))
+  end
+  return mode
+end
+
+-- The next reversal of a payment whose refunds are reversed one by one (REVERSAL_PER_REFUND):
+-- why, the refund id (nil: what remains of the payment) and the amount, or nil. A dispute
+-- lost takes what remains in one reversal; else each refund counted (amount > 0) and not yet
+-- reversed, by id (its amount, never more than what remains); else, refunded in full by an
+-- amount no known refund accounts for (a `charge.refunded` without its refunds listed), what
+-- remains.
+local function next_reversal(pay)
+  local paid = tonumber(redis.call('HGET', pay, 'amount') or '') or 0
+  local rest = paid - tonumber(redis.call('HGET', pay, 'reversed_amount') or '0')
+  local dispute = redis.call('HGET', pay, 'dispute')
+  if dispute and string.match(dispute, ' lost$') then
+    if rest > 0 then return 'dispute', nil, rest end
+    return nil
+  end
+  if rest <= 0 then return nil end
+  local done = cjson.decode(redis.call('HGET', pay, 'rv') or '{}')
+  local refunds = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
+  local ids = {}
+  for id, amount in pairs(refunds) do
+    if amount > 0 and not done[id] then ids[#ids + 1] = id end
+  end
+  if #ids > 0 then
+    table.sort(ids)
+    return 'refund', ids[1], math.min(refunds[ids[1]], rest)
+  end
+  if paid > 0 and refunded_amount(pay) >= paid and rest > 0 then return 'refund', nil, rest end
+  return nil
+end
+
 -- The fulfilled payment's reversal is due: the same machinery as fulfilment (`leg` =
 -- reverse: queued, in_progress, retrying, failed and interrupted are the reversal's), with
--- a fresh attempt budget. With captured RQ commands from ARGV[first] the job is enqueued
--- now, else the sweeper enqueues one at once (recover.lua: a queued payment without a job).
-local function begin_reversal(pay, why, now, first, job_id, grace_ms)
+-- a fresh attempt budget. `refund` names the refund it is for (nil: the whole payment, or
+-- what remains of it) and `amount` what it takes back. With captured RQ commands from
+-- ARGV[first] the job is enqueued now, else the sweeper enqueues one at once (recover.lua: a
+-- queued payment without a job).
+local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, amount)
   local pk = id_of(pay, PAYMENT_PREFIX)
   local token = redis.call('HGET', pay, 'token') or 0
   redis.call('HSET', pay, 'leg', 'reverse', 'reversal_why', why, 'reversal_due_at', now,
-    'reversal_from', token, 'budget_base', token)
+    'reversal_from', token, 'budget_base', token, 'reversal_amount', amount)
+  if refund then
+    redis.call('HSET', pay, 'reversal_refund', refund)
+  else
+    redis.call('HDEL', pay, 'reversal_refund')
+  end
   move(pay, 'queued', now)
   redis.call('HINCRBY', STATS, 'reversals_due', 1)
   if first then
@@ -286,24 +341,34 @@ end
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`).
 local function never_fulfilled(pay, now)
   move(pay, 'refunded_unfulfilled', now)
-  redis.call('HSET', pay, 'taken_back', taken_back(pay))
+  redis.call('HSET', pay, 'taken_back', taken_back(pay) or redis.call('HGET', pay, 'taken_back'))
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
 end
 
 -- What a refund in full or a lost dispute does to the payment now, by its state (its
--- fulfilment leg only: a reversal under way or done is not begun again). Not fulfilled and
--- waiting (queued, retrying, held, failed) with no effect possible: `refunded_unfulfilled`,
--- never called; one that may have an effect (a replay-safe attempt ran): held for a person.
--- Fulfilled: its reversal is due when `reverse_on` (REVERSAL_ACTION set). In progress,
--- pending, interrupted: nothing yet (the attempt's finish, the paid event or a person
--- decides; `taken_back` tells them). Returns the new state or nil.
-local function take_back(pay, now, reverse_on, first, job_id, grace_ms)
+-- fulfilment leg only: a reversal under way or done, or a fulfilment again after a dispute
+-- won, is not begun again). Not fulfilled and waiting (queued, retrying, held, failed) with
+-- no effect possible: `refunded_unfulfilled`, never called; one that may have an effect (a
+-- replay-safe attempt ran): held for a person. Fulfilled: its reversal is due when `reverse`
+-- (reversal_arg: REVERSAL_ACTION set); with `reverse.each` each refund's own reversal is due
+-- as soon as it is recorded (next_reversal), a partial one too. In progress, pending,
+-- interrupted: nothing yet (the attempt's finish, the paid event or a person decides;
+-- `taken_back` tells them). Returns the new state or nil.
+local function take_back(pay, now, reverse, first, job_id, grace_ms)
+  local leg = redis.call('HGET', pay, 'leg')
+  if leg == 'reverse' or leg == 'refulfil' then return nil end
   local why = taken_back(pay)
-  if not why or redis.call('HGET', pay, 'leg') == 'reverse' then return nil end
-  redis.call('HSET', pay, 'taken_back', why)
   local state = redis.call('HGET', pay, 'state')
+  if why then redis.call('HSET', pay, 'taken_back', why) end
+  if state == 'fulfilled' and reverse and reverse.each then
+    local next_why, refund, amount = next_reversal(pay)
+    if not next_why then return nil end
+    begin_reversal(pay, next_why, now, first, job_id, grace_ms, refund, amount)
+    return 'queued'
+  end
+  if not why then return nil end
   local pk = id_of(pay, PAYMENT_PREFIX)
   if state == 'queued' or state == 'retrying' or state == 'held' or state == 'failed' then
     if may_have_applied(pay) then
@@ -319,9 +384,49 @@ local function take_back(pay, now, reverse_on, first, job_id, grace_ms)
     never_fulfilled(pay, now)
     return 'refunded_unfulfilled'
   end
-  if state == 'fulfilled' and reverse_on then
-    begin_reversal(pay, why, now, first, job_id, grace_ms)
+  if state == 'fulfilled' and reverse then
+    local paid = tonumber(redis.call('HGET', pay, 'amount') or '') or 0
+    begin_reversal(pay, why, now, first, job_id, grace_ms, nil,
+      paid - tonumber(redis.call('HGET', pay, 'reversed_amount') or '0'))
     return 'queued'
   end
   return nil
+end
+
+-- A payment reversed for a lost dispute whose dispute is then won (`charge.dispute.closed`
+-- won): the customer keeps what was bought, so it is never left reversed silently. By
+-- default a person decides (held: grant it again by hand, then resolve it as fulfilled);
+-- with `reverse.refulfil` (REVERSAL_DISPUTE_WON=fulfil) it is fulfilled again, once, by the
+-- fulfilment action under its own idempotency key (`leg` = refulfil, a fresh budget; the
+-- captured job from ARGV[first], else the sweeper's). Returns 'held', 'queued' or nil.
+local function reinstate(pay, now, reverse, first, job_id, grace_ms)
+  local dispute = redis.call('HGET', pay, 'dispute')
+  if redis.call('HGET', pay, 'state') ~= 'reversed' or redis.call('HGET', pay, 'reversal_why')
+    ~= 'dispute' or not (dispute and string.match(dispute, ' won$')) then
+    return nil
+  end
+  redis.call('HINCRBY', STATS, 'reinstated', 1)
+  redis.call('HSET', pay, 'reinstated_at', now)
+  if reverse and reverse.refulfil then
+    local token = redis.call('HGET', pay, 'token') or 0
+    redis.call('HSET', pay, 'leg', 'refulfil', 'refulfil_from', token, 'budget_base', token)
+    move(pay, 'queued', now)
+    redis.call('HINCRBY', STATS, 'refulfils_due', 1)
+    local pk = id_of(pay, PAYMENT_PREFIX)
+    if first then
+      redis.call('HSET', pay, 'job', job_id)
+      run_commands(first)
+      redis.call('ZADD', DUE, now + grace_ms, pk)
+    else
+      redis.call('HDEL', pay, 'job')
+      redis.call('ZADD', DUE, now, pk)
+    end
+    return 'queued'
+  end
+  move(pay, 'held', now)
+  redis.call('HSET', pay, 'hold_reason', 'dispute won after its reversal: the customer ' ..
+    'keeps the purchase; grant it again by hand, then resolve it as fulfilled (a retry runs ' ..
+    'nothing)')
+  redis.call('HINCRBY', STATS, 'held', 1)
+  return 'held'
 end

@@ -67,7 +67,7 @@ local function checked()
   local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
   choice_arg(ARG, 'paid', BIT)
   choice_arg(ARG, 'thin', BIT)
-  choice_arg(ARG, 'reverse_on', BIT)
+  reversal_arg(ARG)
   if ARG.paid == '1' and ARG.payment_key == '' then
     refuse('payment_key must name the payment when paid is 1, got ' .. shown(ARG.payment_key))
   end
@@ -292,7 +292,8 @@ end
 -- with the captured job (or, when that job was captured for another id, made due for the
 -- sweeper to enqueue one). Returns the new state and whether the job was enqueued.
 local function queue_or_hold(d, held_for, grace_ms)
-  if taken_back(d.pay) then  -- refunded (or lost) before it was ever paid here: never called
+  -- refunded (or lost, even if won since) before it was ever paid here: never called
+  if taken_back(d.pay) or redis.call('HGET', d.pay, 'taken_back') then
     never_fulfilled(d.pay, d.now)
     return 'refunded_unfulfilled', 0
   end
@@ -329,24 +330,6 @@ local function keep_purchase(d, purchase)
   if #pairs_ > 0 then redis.call('HSET', d.pay, unpack(pairs_)) end
 end
 
--- A payment reversed for a lost dispute whose dispute is then won (`charge.dispute.closed`
--- won): the customer keeps what was bought, so a person decides (grant it again by hand,
--- then resolve it as fulfilled); never silently. Returns 'held' or nil.
-local function reinstated(pay, now)
-  local dispute = redis.call('HGET', pay, 'dispute')
-  if redis.call('HGET', pay, 'state') ~= 'reversed' or redis.call('HGET', pay, 'reversal_why')
-    ~= 'dispute' or not (dispute and string.match(dispute, ' won$')) then
-    return nil
-  end
-  move(pay, 'held', now)
-  redis.call('HSET', pay, 'reinstated_at', now, 'hold_reason', 'dispute won after its ' ..
-    'reversal: the customer keeps the purchase; grant it again by hand, then resolve it as ' ..
-    'fulfilled (a retry runs nothing)')
-  redis.call('HINCRBY', STATS, 'held', 1)
-  redis.call('HINCRBY', STATS, 'reinstated', 1)
-  return 'held'
-end
-
 -- The payment's side: ties, its events and counts, and for a paid event its paid fields and
 -- its move out of pending. Returns its state and whether a job was enqueued.
 local function join_payment(d, state, held_for, grace_ms, purchase, taken)
@@ -376,8 +359,9 @@ local function join_payment(d, state, held_for, grace_ms, purchase, taken)
   if taken and not d.known then
     keep_taken(d.pay, taken)
     local own_job = d.key == d.pk and ARG.job_id ~= ''
-    local moved = take_back(d.pay, d.now, ARG.reverse_on == '1', own_job and (ARGC + 1) or nil,
-      ARG.job_id, grace_ms) or reinstated(d.pay, d.now)
+    local reverse, first = reversal_arg(ARG), own_job and (ARGC + 1) or nil
+    local moved = take_back(d.pay, d.now, reverse, first, ARG.job_id, grace_ms)
+      or reinstate(d.pay, d.now, reverse, first, ARG.job_id, grace_ms)
     return moved or state, (moved == 'queued' and own_job) and 1 or 0
   end
   if not d.paid then return state, 0 end

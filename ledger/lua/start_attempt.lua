@@ -8,7 +8,7 @@ local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'calle
 local reply = replies('verdict', 'token', 'reason', 'amount', 'currency', 'livemode', 'events')
 local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 choice_arg(ARG, 'replay_safe', BIT)
-choice_arg(ARG, 'leg', {fulfil = true, reverse = true})
+choice_arg(ARG, 'leg', {fulfil = true, reverse = true, refulfil = true})
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -50,6 +50,10 @@ local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
 if leg ~= ARG.leg then return skip('leg') end
 -- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
 if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
+if leg == 'refulfil' and taken_back(pay) then  -- refunded in full since its dispute was won
+  refulfil_withdrawn(pay, now)
+  return skip('taken_back')
+end
 -- One purchase, one effect: the other record of this purchase may have had (or is having)
 -- its effect, so this one waits for a person instead (checked here, at the last moment
 -- before a call, whatever the intake saw).

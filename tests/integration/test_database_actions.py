@@ -3,6 +3,7 @@
 together; a re-run answers the first receipt and runs nothing; each database error is
 said for what it is; the same FULFILMENT_SQL text runs on both."""
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -13,11 +14,12 @@ import pytest
 
 from ledger import settings as settings_module
 from ledger.purchase import Purchase, purchase_of
+from ledger.reversals import ReversalCall, reversal_of
 from tests.support.helpers import cli_ok, run_cli
 from tests.support.postgres import USER_PASSWORD
 from tests.support.processes import free_port
 from workers import postgres_schema
-from workers.actions import build_action, unusable
+from workers.actions import build_action, build_reversal_action, unusable
 from workers.effects import for_sqlite
 from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
 from workers.postgres_action import PostgresAction
@@ -229,3 +231,89 @@ def test_downstream_migrate_makes_the_table_once_and_masks_the_password(postgres
     refused = run_cli(wrong, "downstream", "migrate")
     assert cli_ok(refused, 3) and "password authentication failed" in refused.output
     assert "wrong-pw-123" not in refused.output and len(refused.output.splitlines()) == 1
+
+
+REVERSAL_SQL = (
+    "UPDATE shop_orders SET reversed = reversed + %(reversal_amount)s"
+    " WHERE payment_key = %(payment_key)s RETURNING reversed, %(reversal_refund_id)s AS refund"
+)
+
+
+def reversal_call(pk: str, token: int, refund: str | None, amount: int) -> ReversalCall:
+    stored = {"rf": json.dumps({refund: amount} if refund else {}), "reversal_why": "refund"}
+    stored |= {"reversal_amount": str(amount), **({"reversal_refund": refund} if refund else {})}
+    return reversal_of(call(pk, token), stored)
+
+
+def reversal_for(url: str) -> Any:
+    s = settings_module.load(
+        {},
+        FULFILMENT_ACTION=url,
+        REVERSAL_ACTION=url,
+        REVERSAL_SQL=REVERSAL_SQL,
+        FULFILMENT_SQL=ORDER_SQL,
+        FULFILMENT_TIMEOUT="2",
+    )
+    return build_action(s), build_reversal_action(s)
+
+
+def test_each_reversal_marks_the_order_in_the_transaction_of_its_key(shop) -> None:
+    """REVERSAL_SQL commits with the reversal's key: a re-run answers the first receipt and
+    marks nothing again; per refund, each its own key and amount; one that fails (it would
+    take back more than was paid) leaves neither its key nor its mark."""
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE shop_orders ADD COLUMN reversed int NOT NULL DEFAULT 0"
+            " CHECK (reversed <= amount)"
+        )
+    fulfil, reverse = reversal_for(shop)
+    fulfil(call("pi_r"))
+    first = reverse(reversal_call("pi_r", 2, "re_1", 500))
+    assert first == {"outcome": "applied", "receipt": {"reversed": 500, "refund": "re_1"}}
+    assert reverse(reversal_call("pi_r", 3, "re_1", 500))["outcome"] == "already_applied"
+    assert reverse(reversal_call("pi_r", 4, "re_2", 1500))["receipt"]["reversed"] == 2000
+    with pytest.raises(PermanentDownstreamError, match="CheckViolation"):
+        reverse(reversal_call("pi_r", 5, None, 1))  # more than was paid: refused
+    assert rows(shop, "SELECT reversed FROM shop_orders") == [(2000,)]
+    assert rows(shop, "SELECT idempotency_key FROM webhook_ledger_effects ORDER BY 1") == [
+        ("fulfil:pi_r",),
+        ("reverse:pi_r:re_1",),
+        ("reverse:pi_r:re_2",),
+    ]
+
+
+def test_a_wrong_reversal_sql_is_refused_naming_its_setting(shop) -> None:
+    s = settings_module.load(
+        {},
+        FULFILMENT_ACTION=shop,
+        REVERSAL_ACTION=shop,
+        REVERSAL_SQL="UPDATE nowhere SET x = %(reversal_amount)s",
+    )
+    found = unusable(s)
+    assert found is not None and found[0] == "REVERSAL_SQL" and "nowhere" in found[1]
+    ok = settings_module.load({}, FULFILMENT_ACTION=shop, REVERSAL_ACTION=shop)
+    assert unusable(ok) is None
+
+
+def test_sqlite_adds_each_reversal_to_its_order_and_runs_reversal_sql(tmp_path: Path) -> None:
+    path = tmp_path / "downstream.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE taken (payment_key TEXT, amount INTEGER)")
+    db.commit()
+    url = f"sqlite:///{path}"
+    s = settings_module.load(
+        {},
+        FULFILMENT_ACTION=url,
+        REVERSAL_ACTION=url,
+        REVERSAL_SQL="INSERT INTO taken VALUES (%(payment_key)s, %(reversal_amount)s)",
+    )
+    build_action(s)(call("pi_s"))
+    reverse = build_reversal_action(s)
+    assert reverse is not None
+    reverse(reversal_call("pi_s", 2, "re_1", 500))
+    assert reverse(reversal_call("pi_s", 3, "re_1", 500))["outcome"] == "already_applied"
+    order = "SELECT reversed_amount, reversed_at IS NOT NULL FROM orders"
+    assert db.execute(order).fetchall() == [(500, 0)]  # partly reversed
+    reverse(reversal_call("pi_s", 4, None, 1500))  # what remains
+    assert db.execute(order).fetchall() == [(2000, 1)]
+    assert db.execute("SELECT * FROM taken").fetchall() == [("pi_s", 500), ("pi_s", 1500)]

@@ -20,6 +20,7 @@ probes, payments deferred by a pause or the open breaker, attempts refunded, att
 finished by outcome, seconds.
 """
 
+import copy
 import json
 import os
 import random
@@ -100,11 +101,13 @@ GO = Admission("go")
 class Worker:
     payment: str
     token: int
-    leg: str = "fulfil"  # or "reverse": the payment's reversal (REVERSAL_ACTION)
+    leg: str = "fulfil"  # "reverse": the payment's reversal; "refulfil": after a dispute won
     replay_safe: bool = False
     fenced_at: int | None = None  # on the worker's own clock (real ms); None until it may call
     outcome: str = ""  # set once it has called
     admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
+    refund: str = ""  # the refund its reversal is for ("": the whole payment, or the rest)
+    amount: int = 0  # what its reversal takes back
 
 
 class Protocol(RuleBasedStateMachine):
@@ -116,8 +119,10 @@ class Protocol(RuleBasedStateMachine):
         replay_safe=st.booleans(),
         unlinked=st.booleans(),
         threshold=st.sampled_from((1, 2)),
-        reverse=st.booleans(),
+        reverse=st.integers(0, 3).map(bool),  # on in most programs: its rules are the most
         reversal_replay_safe=st.booleans(),
+        per_refund=st.booleans(),
+        dispute_won=st.sampled_from(("hold", "fulfil")),
     )
     def setup(
         self,
@@ -127,6 +132,8 @@ class Protocol(RuleBasedStateMachine):
         threshold: int = 2,
         reverse: bool = False,
         reversal_replay_safe: bool = False,
+        per_refund: bool = False,
+        dispute_won: str = "hold",
     ) -> None:
         self.redis.flushdb()
         self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
@@ -139,6 +146,7 @@ class Protocol(RuleBasedStateMachine):
         self.replay_safe = replay_safe
         self.reverse = reverse
         self.reversal_replay_safe = reversal_replay_safe
+        self.per_refund, self.dispute_won = per_refund, dispute_won
         reversal = {"REVERSAL_ACTION": "shop.actions:take_back"} if reverse else {}
         self.settings = settings_module.load(
             {},
@@ -155,6 +163,8 @@ class Protocol(RuleBasedStateMachine):
             BREAKER_THRESHOLD=threshold,  # 1: every down answer opens it
             BREAKER_COOLDOWN_SECONDS=1,
             REVERSAL_REPLAY_SAFE=reversal_replay_safe,
+            REVERSAL_PER_REFUND=per_refund,
+            REVERSAL_DISPUTE_WON=dispute_won,
             **reversal,
         )
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
@@ -183,11 +193,20 @@ class Protocol(RuleBasedStateMachine):
         self.refunds: dict[str, dict[str, int]] = {}  # pk -> refund id -> amount (-1 failed)
         self.lost: set[str] = set()  # a dispute closed as lost
         self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
-        self.reversal_calls: Counter[str] = Counter()
-        self.reversals_applied: Counter[str] = Counter()  # on a downstream that never dedupes
-        self.reversal_maybe_applied: set[str] = set()
-        self.reversal_again: Counter[str] = Counter()
+        self.won: set[str] = set()  # a dispute closed as won
+        self.reversal_calls: Counter[str] = Counter()  # by payment
+        # by reversal, (payment, refund id or "" for the whole payment or what remains of it)
+        self.reversals_applied: Counter[tuple[str, str]] = Counter()  # never deduped
+        self.reversal_maybe_applied: set[tuple[str, str]] = set()
+        self.reversal_again: Counter[tuple[str, str]] = Counter()
+        self.reversed_total: Counter[str] = Counter()  # the amounts of the reversals applied
+        # a fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)
+        self.refulfil_calls: Counter[str] = Counter()
+        self.refulfils_applied: Counter[str] = Counter()
+        self.refulfil_maybe_applied: set[str] = set()
+        self.refulfil_again: Counter[str] = Counter()
         self.resolved_done: set[str] = set()  # a person said its effect exists
+        self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -218,6 +237,8 @@ class Protocol(RuleBasedStateMachine):
             mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
         if taken.get("dispute_status") == "lost":
             self.lost.add(pk)
+        if taken.get("dispute_status") == "won":
+            self.won.add(pk)
 
     def taken_back(self, pk: str) -> bool:
         amount = int(self.redis.hget(keys.payment(pk), "amount") or 0)
@@ -274,6 +295,37 @@ class Protocol(RuleBasedStateMachine):
         if taking:
             self.deliver(taking[index % len(taking)])
 
+    @rule(index=st.integers(0, 100))
+    def dispute_lost_then_won(self, index: int) -> None:
+        """One of the pool's disputed payments, paid and fulfilled first (unless it is
+        already, or cannot be now), its dispute closed lost, the next jobs run (its reversal,
+        or others'), then its dispute closed won: REVERSAL_DISPUTE_WON's paths (held for a
+        person, or fulfilled again), racing the reversal when it has not run yet."""
+        closing: dict[str, dict[str, int]] = {}
+        for i, (e, _) in enumerate(self.events):
+            if e["type"] == "charge.dispute.closed":
+                obj = e["data"]["object"]
+                closing.setdefault(obj["payment_intent"], {})[obj["status"]] = i
+        pk = sorted(closing)[index % len(closing)]
+        if not self.state(pk) and None in self.workers:
+            pay = next(
+                i
+                for i, (e, _) in enumerate(self.events)
+                if e["type"] == PAYING and e["data"]["object"]["id"] == pk
+            )
+            self.deliver(pay)
+            self.worker_fulfils_the_next_job()
+        if self.state(pk) != "fulfilled":
+            return
+        TALLY["disputes_lost_then_won"] += 1
+        self.deliver(closing[pk]["lost"])
+        for _ in range(2):
+            self.terminal_stays_terminal_unless_a_person_acts()  # checked between the parts
+            if None in self.workers:
+                self.worker_fulfils_the_next_job()
+        self.terminal_stays_terminal_unless_a_person_acts()
+        self.deliver(closing[pk]["won"])
+
     @precondition(lambda self: None in self.workers)
     @rule()
     def worker_takes_a_job(self) -> None:
@@ -282,8 +334,8 @@ class Protocol(RuleBasedStateMachine):
             return
         pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
         # workers/jobs.py: the leg due, read before the gate, picks the action
-        leg = "reverse" if self.redis.hget(keys.payment(pk), "leg") == b"reverse" else "fulfil"
-        safe = self.replay_safe if leg == "fulfil" else self.reversal_replay_safe
+        leg = self.leg(pk)
+        safe = self.reversal_replay_safe if leg == "reverse" else self.replay_safe
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
@@ -294,6 +346,9 @@ class Protocol(RuleBasedStateMachine):
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.real if safe else None
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
+            if leg == "reverse":  # jobs.py reads the reversal under the lease
+                due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
+                worker.refund, worker.amount = (due[0] or b"").decode(), int(due[1] or 0)
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
@@ -339,6 +394,9 @@ class Protocol(RuleBasedStateMachine):
         if w.leg == "reverse":
             self.reversal_call(w, outcome, hit)
             return
+        if w.leg == "refulfil":
+            self.refulfil_call(w, outcome, hit)
+            return
         self.calls[w.payment] += 1
         if w.payment in self.maybe_applied:
             self.again[w.payment] += 1
@@ -349,17 +407,44 @@ class Protocol(RuleBasedStateMachine):
         w.outcome = outcome
 
     def reversal_call(self, w: Worker, outcome: str, hit: bool) -> None:
-        """A reversal's call: only once the payment's effect exists, never twice."""
-        pk = w.payment
+        """A reversal's call: only once the payment's effect exists, never twice; per refund
+        (REVERSAL_PER_REFUND) only for a refund Stripe counted, with an amount, and all of
+        them together never more than was paid."""
+        pk, key = w.payment, (w.payment, w.refund)
         effect = self.applied[pk] > 0 or pk in self.resolved_done
         assert effect, f"{pk}: a reversal called without an effect"
+        assert w.amount > 0, f"{pk}: a reversal of nothing"
+        if w.refund:
+            assert self.per_refund, f"{pk}: a reversal of one refund without REVERSAL_PER_REFUND"
+            assert self.refunds.get(pk, {}).get(w.refund, 0) > 0, f"{pk}: {w.refund} not counted"
         self.reversal_calls[pk] += 1
-        if pk in self.reversal_maybe_applied:
-            self.reversal_again[pk] += 1
+        if key in self.reversal_maybe_applied:
+            self.reversal_again[key] += 1
         if outcome in ("ok", "ambiguous"):
-            self.reversal_maybe_applied.add(pk)
+            self.reversal_maybe_applied.add(key)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
-            self.reversals_applied[pk] += 1
+            if not self.reversals_applied[key]:
+                self.reversed_total[pk] += w.amount
+            self.reversals_applied[key] += 1
+            paid = int(self.redis.hget(keys.payment(pk), "amount") or 0)
+            assert self.reversed_total[pk] <= paid, f"{pk}: reversed more than was paid"
+        w.outcome = outcome
+
+    def refulfil_call(self, w: Worker, outcome: str, hit: bool) -> None:
+        """A fulfilment again after a dispute won: only under REVERSAL_DISPUTE_WON=fulfil,
+        once its dispute was won and its effect reversed."""
+        pk = w.payment
+        assert self.dispute_won == "fulfil", f"{pk}: fulfilled again without the setting"
+        assert pk in self.won, f"{pk}: fulfilled again without a dispute won"
+        reversed_ = any(n for (p, _), n in self.reversals_applied.items() if p == pk)
+        assert reversed_ or pk in self.person_reversed, f"{pk}: fulfilled again, never reversed"
+        self.refulfil_calls[pk] += 1
+        if pk in self.refulfil_maybe_applied:
+            self.refulfil_again[pk] += 1
+        if outcome in ("ok", "ambiguous"):
+            self.refulfil_maybe_applied.add(pk)
+        if outcome == "ok" or (outcome == "ambiguous" and hit):
+            self.refulfils_applied[pk] += 1
         w.outcome = outcome
 
     @rule(slot=st.integers(0, WORKERS - 1))
@@ -464,6 +549,7 @@ class Protocol(RuleBasedStateMachine):
         pk = payments[index % len(payments)]
         if self.state(pk) == "held" and self.possible_duplicate_of_its_purchase(pk):
             decision = "fulfilled"  # checked as the hold reason asks: the same purchase
+        leg, refund = self.leg(pk), self.reversal_refund(pk)  # the leg the person decides on
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
@@ -474,11 +560,14 @@ class Protocol(RuleBasedStateMachine):
             )
         if verdict == "ok":
             self.person_acted.add(pk)
-            reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"
-            if decision == "fulfilled" and not reversing:
+            if decision == "fulfilled" and leg == "fulfil":
                 self.resolved_done.add(pk)
-            if reversing:
-                self.reversal_maybe_applied.discard(pk)
+            if decision == "fulfilled" and leg == "reverse":
+                self.person_reversed.add(pk)
+            if leg == "reverse":
+                self.reversal_maybe_applied.discard((pk, refund))
+            elif leg == "refulfil":
+                self.refulfil_maybe_applied.discard(pk)
             else:
                 self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
 
@@ -487,11 +576,20 @@ class Protocol(RuleBasedStateMachine):
         return self.state(pk) == "held" and "may have applied" in reason
 
     def effect_shows(self, pk: str) -> bool:
-        """What a person finds on the downstream: the reversal's effect while one is due,
-        else the fulfilment's."""
-        if self.redis.hget(keys.payment(pk), "leg") == b"reverse":
-            return self.reversals_applied[pk] > 0
+        """What a person finds on the downstream: the reversal's effect while one is due, a
+        fulfilment again's while that is, else the fulfilment's."""
+        if self.leg(pk) == "reverse":
+            return self.reversals_applied[(pk, self.reversal_refund(pk))] > 0
+        if self.leg(pk) == "refulfil":
+            return self.refulfils_applied[pk] > 0
         return self.applied[pk] > 0
+
+    def leg(self, pk: str) -> str:
+        leg = (self.redis.hget(keys.payment(pk), "leg") or b"").decode()
+        return leg if leg in ("reverse", "refulfil") else "fulfil"
+
+    def reversal_refund(self, pk: str) -> str:
+        return (self.redis.hget(keys.payment(pk), "reversal_refund") or b"").decode()
 
     @rule(pause=st.booleans())
     def person_pauses_or_resumes(self, pause: bool) -> None:
@@ -539,9 +637,11 @@ class Protocol(RuleBasedStateMachine):
             TALLY["late_success_deferred"] += 1
         before = self.state(pk)
         self.worker_finishes(slot)
-        reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"  # taken back since
-        done = "reversed" if w.leg == "reverse" else "fulfilled"  # a reversal's late success
-        kept = self.state(pk) == done or (self.state(pk) == "queued" and reversing)
+        again = self.leg(pk) != "fulfil"  # taken back since (or fulfilled again after)
+        # a reversal's late success: reversed; for one refund, the next reversal due or
+        # fulfilled again; its dispute won meanwhile: held, or fulfilled again
+        done = ("reversed", "fulfilled", "held") if w.leg == "reverse" else ("fulfilled",)
+        kept = self.state(pk) in done or (self.state(pk) == "queued" and again)
         assert kept, f"{pk}: a late success was lost in {before}"
         if paused:
             self.gate.resume("person")
@@ -568,23 +668,44 @@ class Protocol(RuleBasedStateMachine):
                     f"{pk}: a non-replay-safe action called again after it may have applied"
                 )
         if not self.reversal_replay_safe:
-            for pk, n in self.reversals_applied.items():
-                assert n <= 1, f"{pk}: {n} reversals on a downstream that does not dedupe"
-            for pk, n in self.reversal_again.items():
-                assert n == 0, f"{pk}: a reversal called again after it may have applied"
+            for key, n in self.reversals_applied.items():
+                assert n <= 1, f"{key}: {n} reversals on a downstream that does not dedupe"
+            for key, n in self.reversal_again.items():
+                assert n == 0, f"{key}: a reversal called again after it may have applied"
+        if not self.replay_safe:  # a fulfilment again goes to the fulfilment's downstream
+            for pk, n in self.refulfils_applied.items():
+                assert n <= 1, (
+                    f"{pk}: fulfilled again {n} times on a downstream that does not dedupe"
+                )
+            for pk, n in self.refulfil_again.items():
+                assert n == 0, f"{pk}: fulfilled again after it may have been"
         for pk in self.all_payments():
-            fields = self.redis.hgetall(keys.payment(pk))
-            # the reversal's attempts follow the token it became due at
-            since = int(fields.get(b"reversal_from", 2**62))
-            done = [
-                int(k.split(b":")[1]) > since
-                for k, v in fields.items()
-                if k.startswith(b"attempt:") and json.loads(v).get("outcome") == "fulfilled"
-            ]
+            self.one_recorded_effect_per_leg(pk, self.redis.hgetall(keys.payment(pk)))
+
+    def one_recorded_effect_per_leg(self, pk: str, fields: dict[bytes, bytes]) -> None:
+        """One recorded fulfilment, one reversal per refund (``rv``) and one of the whole
+        payment or what remains of it, one fulfilment again; ``rv`` only grows."""
+        since = int(fields.get(b"reversal_from", 2**62))  # the latest reversal began after it
+        done = [
+            int(k.split(b":")[1]) > since
+            for k, v in fields.items()
+            if k.startswith(b"attempt:") and json.loads(v).get("outcome") == "fulfilled"
+        ]
+        per_refund = json.loads(fields.get(b"rv", b"{}"))
+        reversed_amount = int(fields.get(b"reversed_amount", 0))
+        rest = int(reversed_amount > sum(per_refund.values()))
+        again = int(b"refulfilled_at" in fields)
+        assert len(done) <= 1 + len(per_refund) + rest + again, f"{pk}: too many recorded effects"
+        if not per_refund and not again:
             assert done.count(False) <= 1, f"{pk}: more than one recorded effect"
             assert done.count(True) <= 1, f"{pk}: more than one recorded reversal"
-            if fields.get(b"state") == b"reversed":
-                assert b"reversal_from" in fields, f"{pk}: reversed without a reversal due"
+        kept = self.__dict__.setdefault("rv_seen", {}).get(pk, {})
+        assert all(per_refund.get(r) == a for r, a in kept.items()), f"{pk}: rv lost {kept}"
+        self.rv_seen[pk] = per_refund
+        paid = int(fields.get(b"amount", 0))
+        assert reversed_amount <= paid, f"{pk}: {reversed_amount} reversed of {paid} paid"
+        if fields.get(b"state") == b"reversed":
+            assert b"reversal_from" in fields, f"{pk}: reversed without a reversal due"
 
     @invariant()
     def never_fulfilled_once_refunded_first(self) -> None:
@@ -601,6 +722,7 @@ class Protocol(RuleBasedStateMachine):
         if not hasattr(self, "reversal_calls") or self.reverse:
             return
         assert not self.reversal_calls, "a reversal called with REVERSAL_ACTION unset"
+        assert not self.refulfil_calls, "fulfilled again with REVERSAL_ACTION unset"
         for pk in self.all_payments():
             assert self.redis.hget(keys.payment(pk), "leg") is None, pk
 
@@ -660,6 +782,10 @@ class Protocol(RuleBasedStateMachine):
                 self.retrying_since.pop(pk, None)
                 continue
             score = self.redis.zscore(keys.state_index("retrying"), pk)
+            if not self.redis.hexists(keys.payment(pk), "retrying_since"):
+                # a new loop: it left it within the last step (fulfilled, then its
+                # reversal due, or a reversal done and the next one due)
+                self.retrying_since.pop(pk, None)
             was = self.retrying_since.get(pk)
             if state == "retrying":
                 assert was is None or score == was, f"{pk}: retrying since {was}, now {score}"
@@ -708,12 +834,14 @@ class Protocol(RuleBasedStateMachine):
             return
         for pk in self.all_payments():
             now, was = self.state(pk), self.last_state.get(pk)
-            reversing = self.redis.hget(keys.payment(pk), "leg") == b"reverse"
+            reversing = self.leg(pk) == "reverse"
+            refulfil = self.leg(pk) == "refulfil"
             reinstated = self.redis.hget(keys.payment(pk), "reinstated_at") is not None
             if was == "refunded_unfulfilled" or (was == "reversed" and not reinstated):
                 assert now == was, f"{pk}: {was} became {now}"
-            if was == "reversed" and reinstated:  # its dispute won: held for a person
-                assert now in ("reversed", "held"), f"{pk}: reversed became {now}"
+            if was == "reversed" and reinstated:  # its dispute won: held, or fulfilled again
+                again = now == "queued" and refulfil and self.dispute_won == "fulfil"
+                assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
                 assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
@@ -765,13 +893,23 @@ class Protocol(RuleBasedStateMachine):
                 pk
                 for pk in self.paid
                 if self.state(pk) == "fulfilled"
-                and self.redis.hget(keys.payment(pk), "taken_back")
+                and (self.redis.hget(keys.payment(pk), "taken_back") or self.unreversed(pk))
                 and not self.redis.hget(keys.payment(pk), "reinstated_at")  # granted again
             }
             assert not forgotten, f"fulfilled and taken back, never reversed: {forgotten}"
         self.one_effect_per_payment()
         self.a_success_is_never_followed_by_another_call()
         self.tally_the_gate()
+
+    def unreversed(self, pk: str) -> list[str]:
+        """With REVERSAL_PER_REFUND, the refunds Stripe counted that a fulfilled payment has
+        not reversed (none once reversals carried all that was paid)."""
+        if not self.per_refund:
+            return []
+        fields = self.redis.hmget(keys.payment(pk), "rv", "reversed_amount", "amount")
+        done, total, paid = json.loads(fields[0] or b"{}"), int(fields[1] or 0), int(fields[2])
+        counted = [r for r, a in self.refunds.get(pk, {}).items() if a > 0]
+        return [] if total >= paid else [r for r in counted if r not in done]
 
     def tally_the_gate(self) -> None:
         breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
@@ -780,9 +918,18 @@ class Protocol(RuleBasedStateMachine):
         for reason in ("paused", "breaker", keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
             TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
         TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
-        for counter in ("reversals", "reversals_due", "refunded_unfulfilled"):
+        for counter in (
+            "reversals",
+            "reversals_due",
+            "refunded_unfulfilled",
+            "refund_reversals",
+            "reinstated",
+            "refulfils_due",
+            "refulfilled",
+        ):
             TALLY[counter] += int(stats.get(counter.encode(), 0))
         TALLY["reversal_calls"] += sum(self.reversal_calls.values())
+        TALLY["refulfil_calls"] += sum(self.refulfil_calls.values())
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -872,8 +1019,10 @@ OTHER_TYPES = (
 def event_pool(
     rng: random.Random,
 ) -> tuple[list[tuple[dict[str, Any], bytes]], list[frozenset[str]]]:
-    """Every paid and non-paid type of the event table, for two payments, each with a refund
-    in full (its three events), a partial refund and a dispute closed lost and won; a copy of
+    """Every paid and non-paid type of the event table, for two payments, each with two
+    refunds that together refund it in full (three events each; the second's
+    ``charge.refunded`` lists both, and a copy of it under another id lists none, as API
+    versions since 2022-11-15 send it) and a dispute closed lost and won; a copy of
     one paid event under the same id but other bytes (it names another PaymentIntent); and
     two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
     its PaymentIntent, tied to it only by the session, in any order). Also the ids of each
@@ -890,8 +1039,13 @@ def event_pool(
             extra["data"]["object"][field] = pi
             events.append(extra)
         paid = int(events[2]["data"]["object"]["amount_received"])
-        events += refund_events(rng, pi, paid, paid)  # in full: its three events
-        events.append(refund_events(rng, pi, paid, paid // 2)[0])  # a partial refund
+        first = refund_events(rng, pi, paid, paid // 3)  # partial: its three events
+        rest = refund_events(rng, pi, paid, paid - paid // 3, refunded_before=paid // 3)
+        rest[1]["data"]["object"]["refunds"]["data"].insert(0, first[2]["data"]["object"])
+        unlisted = copy.deepcopy(rest[1])  # charge.refunded without its refunds listed
+        unlisted["id"] = samples.random_id(rng, "evt")
+        del unlisted["data"]["object"]["refunds"]
+        events += first + rest + [unlisted]
         events += [dispute_closed(rng, pi, paid, status) for status in ("lost", "won")]
         pool += [(e, samples.encode(e)) for e in events]
         purchases.append(frozenset({pi}))
@@ -1135,3 +1289,23 @@ def test_a_late_success_after_its_lease_expired_is_kept(protocol_redis: RedisSer
     assert m.state(worker.payment) == "fulfilled" and not m.person_acted
     m.teardown()
     assert m.calls[worker.payment] == 1
+
+
+def test_a_late_reversal_receipt_deferred_by_the_gate_leaves_its_waiting_set(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by the explorer (300 programs, per-refund reversals): a reversal of one refund,
+    interrupted, retried by a person and deferred by a pause, then its stalled worker's
+    success: the payment went back to fulfilled and stayed in the paused set (its `waiting`
+    was dropped before the move that leaves the set)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=True)
+    m.deliver(1)
+    m.late_success_after_a_person_retried(0, deferred=False)
+    m.stripe_takes_back(0)
+    m.late_success_after_a_person_retried(0, deferred=True)
+    m.waiting_sets_hold_the_payments_that_wait()
+    m.teardown()
+    assert TALLY["refund_reversals"] >= 1

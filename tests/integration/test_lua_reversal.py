@@ -7,28 +7,30 @@ import json
 import random
 
 import pytest
-from redis import Redis
+from redis import Redis, ResponseError
 
 from ledger import keys, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.purchase import purchase_of
+from ledger.reversals import refulfil_of, reversal_of
 from ledger.settings import Settings
 from ledger.stored import text
 from ledgerctl import samples
 from tests.support.refunds import dispute_closed, refund_events
 
 
-def ledger_settings(redis_server, reverse: bool) -> Settings:
-    extra = {"REVERSAL_ACTION": "shop.actions:take_back"} if reverse else {}
+def ledger_settings(redis_server, reverse: bool, **more: str) -> Settings:
+    extra = {"REVERSAL_ACTION": "shop.actions:take_back", **more} if reverse else {}
     return settings.load(
         {}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test", **extra
     )
 
 
 class Shop:
-    def __init__(self, redis_server, rng: random.Random, reverse: bool = True) -> None:
-        self.s = ledger_settings(redis_server, reverse)
+    def __init__(self, redis_server, rng: random.Random, reverse: bool = True, **more: str) -> None:
+        self.s = ledger_settings(redis_server, reverse, **more)
         self.redis = Redis.from_url(self.s.REDIS_URL)
         self.ledger = Ledger(self.redis, self.s)
         self.attempts = Attempts(self.redis, self.s)
@@ -239,3 +241,202 @@ def test_a_dispute_won_after_its_reversal_waits_for_a_person(redis, redis_server
     assert decide(shop.pk, "retry", ("held",), "ops:alice") == ("refused", "held")
     assert decide(shop.pk, "fulfilled", ("held",), "ops:alice") == ("ok", "fulfilled")
     assert shop.attempts.start(shop.pk, "job", True, leg="reverse").reason == "fulfilled"
+
+
+def per_refund_shop(redis_server, rng, **more: str) -> Shop:
+    shop = Shop(redis_server, rng, REVERSAL_PER_REFUND="1", **more)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    return shop
+
+
+def reverse_all(shop: Shop) -> list[tuple[str, int, str]]:
+    """Run every reversal due, one after the other: (refund id, amount, key) of each call."""
+    calls = []
+    while shop.state() == "queued" and shop.field("leg") == "reverse":
+        start = shop.attempts.start(shop.pk, f"job-{shop.rng.random()}", True, leg="reverse")
+        stored = {
+            k.decode(): v.decode() for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()
+        }
+        call = reversal_of(purchase_of(shop.pk, start.token, stored), stored)
+        calls.append((call.reversal.refund_id or "", call.reversal.amount, call.idempotency_key))
+        shop.attempts.finish(shop.pk, start.token, "fulfilled", "{}", 1.0)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_per_refund_two_refunds_in_any_order_and_copies_are_each_reversed_once(
+    redis, redis_server, rng, seed
+) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    first = shop.amount // 3
+    a = refund_events(rng, shop.pk, shop.amount, first)
+    b = refund_events(rng, shop.pk, shop.amount, shop.amount - first, refunded_before=first)
+    # the charge lists every refund of it so far, as Stripe does when it lists them
+    b[1]["data"]["object"]["refunds"]["data"].insert(0, a[2]["data"]["object"])
+    events = (a + b) * 3
+    random.Random(seed).shuffle(events)
+    calls = []
+    for i, event in enumerate(events):
+        shop.deliver(event)
+        if i % 4 == 3:  # reversals run while later copies and events still come
+            calls += reverse_all(shop)
+    calls += reverse_all(shop)
+    ids = {a[0]["data"]["object"]["id"]: first, b[0]["data"]["object"]["id"]: shop.amount - first}
+    assert sorted(calls) == sorted(
+        (rid, amount, f"reverse:{shop.pk}:{rid}") for rid, amount in ids.items()
+    )
+    assert shop.state() == "reversed" and json.loads(shop.field("rv")) == ids
+    assert shop.field("reversed_amount") == str(shop.amount)
+    for event in events:
+        assert shop.deliver(event) == "reversed"
+
+
+def test_per_refund_a_partial_refund_is_reversed_and_the_payment_stays_fulfilled(
+    redis, redis_server, rng
+) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    half = shop.amount // 2
+    events = refund_events(rng, shop.pk, shop.amount, half)
+    assert shop.deliver(events[1]) == "queued"  # charge.refunded first, listing the refund
+    refund_id = events[0]["data"]["object"]["id"]
+    assert reverse_all(shop) == [(refund_id, half, f"reverse:{shop.pk}:{refund_id}")]
+    assert (shop.state(), shop.field("leg")) == ("fulfilled", "")
+    for event in events * 2:
+        assert shop.deliver(event) == "fulfilled"
+    assert shop.redis.hget(keys.STATS, "refund_reversals") == b"1"
+
+
+def test_per_refund_a_refund_before_the_effect_waits_for_it(redis, redis_server, rng) -> None:
+    shop = Shop(redis_server, rng, REVERSAL_PER_REFUND="1")
+    shop.deliver(shop.paid)
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount // 4):
+        assert shop.deliver(event) == "queued"  # partial: fulfilled first
+    assert shop.attempts.start(shop.pk, "job-r", True, leg="reverse").reason == "leg"
+    start = shop.attempts.start(shop.pk, "job-1", True)
+    refund_events(rng, shop.pk, shop.amount, 1)
+    assert shop.attempts.finish(shop.pk, start.token, "fulfilled", "{}", 1.0) == (
+        "fulfilled",
+        "queued",
+    )
+    assert shop.field("reversal_amount") == str(shop.amount // 4)
+
+
+def test_per_refund_a_dispute_lost_reverses_what_remains_once(redis, redis_server, rng) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    part = shop.amount // 4
+    shop.deliver(refund_events(rng, shop.pk, shop.amount, part)[0])
+    assert len(reverse_all(shop)) == 1
+    lost = dispute_closed(rng, shop.pk, shop.amount - part, "lost")
+    assert shop.deliver(lost) == "queued"
+    assert reverse_all(shop) == [("", shop.amount - part, f"reverse:{shop.pk}")]
+    assert shop.state() == "reversed" and shop.field("reversal_why") == "dispute"
+    assert shop.deliver(lost) == "reversed"
+
+
+def test_per_refund_a_full_refund_no_known_refund_accounts_for_reverses_the_rest(
+    redis, redis_server, rng
+) -> None:
+    """A ``charge.refunded`` without its refunds listed (API versions since 2022-11-15):
+    what remains is reversed once; the refund's own events, later, change nothing."""
+    shop = per_refund_shop(redis_server, rng)
+    part = shop.amount // 4
+    shop.deliver(refund_events(rng, shop.pk, shop.amount, part)[0])
+    assert len(reverse_all(shop)) == 1
+    rest = refund_events(rng, shop.pk, shop.amount, shop.amount - part, refunded_before=part)
+    del rest[1]["data"]["object"]["refunds"]
+    assert shop.deliver(rest[1]) == "queued"
+    assert reverse_all(shop) == [("", shop.amount - part, f"reverse:{shop.pk}")]
+    assert shop.deliver(rest[0]) == "reversed" and shop.deliver(rest[2]) == "reversed"
+
+
+def test_a_dispute_won_after_its_reversal_is_fulfilled_again_once_under_the_setting(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    won = dispute_closed(rng, shop.pk, shop.amount, "won")
+    assert shop.deliver(won) == "queued" and shop.field("leg") == "refulfil"
+    assert shop.attempts.start(shop.pk, "job-f", True).reason == "leg"
+    start = shop.attempts.start(shop.pk, "job-r", True, leg="refulfil")
+    stored = {k.decode(): v.decode() for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()}
+    call = refulfil_of(purchase_of(shop.pk, start.token, stored))
+    assert call.idempotency_key == f"refulfil:{shop.pk}"
+    assert shop.attempts.finish(shop.pk, start.token, "fulfilled", "{}", 1.0)[1] == "fulfilled"
+    assert shop.field("refulfilled_at") and shop.field("reinstated_at")
+    assert shop.deliver(won) == "fulfilled"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "fulfilled"
+    stats = shop.redis.hgetall(keys.STATS)
+    assert (stats[b"reinstated"], stats[b"refulfils_due"], stats[b"refulfilled"]) == (
+        b"1",
+        b"1",
+        b"1",
+    )
+    assert shop.attempts.start(shop.pk, "job-again", True, leg="refulfil").reason == "fulfilled"
+
+
+def test_a_dispute_won_while_its_reversal_runs_is_not_left_reversed_silently(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    start = shop.attempts.start(shop.pk, "job-r", True, leg="reverse")
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "in_progress"
+    assert shop.attempts.finish(shop.pk, start.token, "fulfilled", "{}", 1.0)[1] == "held"
+    assert "dispute won after its reversal" in shop.field("hold_reason")
+
+
+def test_a_malformed_reverse_on_is_refused_before_any_write(redis, redis_server, rng) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    shop.deliver(refund_events(rng, shop.pk, shop.amount, 1)[0])
+    script = shop.attempts.scripts["finish_attempt"]
+    args = {
+        "token": 1,
+        "outcome": "fulfilled",
+        "detail": "",
+        "call_ms": "",
+        "max_attempts": 5,
+        "backoff_base_ms": 1,
+        "backoff_cap_ms": 1,
+        "reverse_on": "1 sometimes",
+    }
+    with pytest.raises(ResponseError, match="reverse_on must be 0, or 1 followed by"):
+        script({"payment": keys.payment(shop.pk)}, args)
+    assert (shop.state(), shop.field("leg")) == ("queued", "reverse")
+
+
+def test_a_fulfilment_again_interrupted_is_retried_or_resolved_as_any(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    receipt = shop.field("receipt")
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    assert shop.attempt("refulfil", "interrupted") == "interrupted"
+    decide = shop.attempts.record_decision
+    assert decide(shop.pk, "retry", ("interrupted",), "ops:alice") == ("ok", "queued")
+    assert shop.attempt("refulfil", "interrupted") == "interrupted"
+    assert decide(shop.pk, "fulfilled", ("interrupted",), "ops:bob") == ("ok", "fulfilled")
+    assert shop.field("receipt") == receipt and "ops:bob" in shop.field("refulfil_receipt")
+
+
+def test_a_dispute_lost_then_won_before_the_paid_event_is_never_fulfilled(
+    redis, redis_server, rng
+) -> None:
+    """Found by the explorer (a program with disputes lost then won): the second closing
+    event overwrote the first, so the paid event that came next queued the payment and it
+    was fulfilled; a waiting one was already refunded_unfulfilled for good."""
+    shop = Shop(redis_server, rng, reverse=False)
+    for status in ("lost", "won"):
+        assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status)) == "pending"
+    assert shop.deliver(shop.paid) == "refunded_unfulfilled"
+    assert shop.field("taken_back") == "dispute"
+    assert shop.redis.llen("rq:queue:fulfilment") == 0

@@ -2,10 +2,15 @@
 once per payment after its effect, never a fulfilment after a refund (docs/REVERSAL.md)."""
 
 import itertools
+import json
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
+import time
 
+import psycopg
 import pytest
 
 from ledger import keys
@@ -14,9 +19,11 @@ from ledger.settings import load
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import after_sweeps, settled_as, state_of
+from tests.support.postgres import ORDER_SQL, make_shop
 from tests.support.processes import wait_until
 from tests.support.refunds import dispute_closed, refund_events
 from tests.support.stack import Stack
+from tests.support.stripe_api import API_KEY, EventsApi
 
 SLOW = {"FULFILMENT_TIMEOUT": "5", "LEASE_SECONDS": "12"}
 
@@ -149,3 +156,164 @@ def test_a_worker_killed_during_its_reversal_call(stack, redis, config, rng, rep
             assert (redis.hget(keys.payment(pk), "last_error") or b"").startswith(b"reversal: ")
             assert reverse.calls[pk] == 1
         assert fulfil.calls[pk] == 1
+
+
+def test_two_partial_refunds_are_each_reversed_once_with_their_amounts(stack, redis, rng) -> None:
+    """REVERSAL_PER_REFUND: the first refund's events in order, twice, reversed while the
+    payment stays fulfilled; the second's in reverse order (``charge.refunded`` listing both
+    before ``refund.created``), three times: two calls, each once, with its amount and key."""
+    with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+        s = stack(
+            FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=reverse.url, REVERSAL_PER_REFUND="true"
+        )
+        s.start_service()
+        pk, amount = paid(s, rng)
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+        part = amount // 3
+        first = refund_events(rng, pk, amount, part)
+        rest = refund_events(rng, pk, amount, amount - part, refunded_before=part)
+        rest[1]["data"]["object"]["refunds"]["data"].insert(0, first[2]["data"]["object"])
+        send_all(s, first * 2)
+        wait_until(lambda: reverse.calls[pk] == 1 and settled_as(redis, pk, "fulfilled"))
+        send_all(s, rest[::-1] * 3)
+        wait_until(lambda: settled_as(redis, pk, "reversed"))
+        after_sweeps(redis)
+        ids = [events[0]["data"]["object"]["id"] for events in (first, rest)]
+        sent = sorted(
+            (b["idempotency_key"], b["reversal"]["refund_id"], b["reversal"]["amount"])
+            for b in reverse.bodies
+        )
+        assert sent == sorted(
+            (f"reverse:{pk}:{rid}", rid, n)
+            for rid, n in zip(ids, (part, amount - part), strict=True)
+        )
+        assert (fulfil.calls[pk], reverse.calls[pk]) == (1, 2)
+        assert redis.hget(keys.payment(pk), "reversed_amount") == str(amount).encode()
+
+
+def test_a_dispute_lost_then_won_is_fulfilled_again_once(stack, redis, rng) -> None:
+    """REVERSAL_DISPUTE_WON=fulfil: reversed once for the lost dispute, then fulfilled again
+    once under its own key when it is won (each closing event twice)."""
+    with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+        s = stack(
+            FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=reverse.url, REVERSAL_DISPUTE_WON="fulfil"
+        )
+        s.start_service()
+        pk, amount = paid(s, rng)
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+        lost = dispute_closed(rng, pk, amount, "lost")
+        send_all(s, [lost, lost])
+        wait_until(lambda: settled_as(redis, pk, "reversed"))
+        won = dispute_closed(rng, pk, amount, "won")
+        send_all(s, [won, won])
+        wait_until(lambda: fulfil.calls[pk] == 2 and settled_as(redis, pk, "fulfilled"))
+        after_sweeps(redis)
+        assert (fulfil.calls[pk], reverse.calls[pk]) == (2, 1)
+        assert sorted(fulfil.idempotency_keys) == [f"fulfil:{pk}", f"refulfil:{pk}"]
+        stats = redis.hgetall(keys.STATS)
+        assert (stats[b"reinstated"], stats[b"refulfilled"]) == (b"1", b"1")
+
+
+REVERSED_SQL = (
+    "UPDATE shop_orders SET reversed = reversed + %(reversal_amount)s"
+    " WHERE payment_key = %(payment_key)s RETURNING reversed"
+)
+
+
+def test_postgresql_marks_the_order_reversed_with_the_key_or_neither(
+    stack, redis, rng, postgres_url
+) -> None:
+    """REVERSAL_SQL in the reversal's transaction: the worker is killed while its statement
+    waits on a row another session holds (the key inserted, not committed): neither the key
+    nor the mark remains; the re-run after its lease marks the order once, with its key."""
+    make_shop(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE shop_orders ADD COLUMN reversed bigint NOT NULL DEFAULT 0")
+    s = stack(
+        FULFILMENT_ACTION=postgres_url,
+        FULFILMENT_SQL=ORDER_SQL,
+        REVERSAL_ACTION=postgres_url,
+        REVERSAL_SQL=REVERSED_SQL,
+        **SLOW,
+    )
+    s.start_web()
+    s.start_sweeper()
+    worker = s.start_worker()
+    pk, amount = paid(s, rng)
+    wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+    holder = psycopg.connect(postgres_url)
+    holder.execute("SELECT * FROM shop_orders WHERE payment_key = %s FOR UPDATE", (pk,))
+    try:
+        send_all(s, refund_events(rng, pk, amount, amount))
+
+        def waiting() -> bool:
+            with psycopg.connect(postgres_url) as conn:
+                found = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                return found.fetchone() == (1,)
+
+        wait_until(waiting, what="the reversal's statement waiting on the order row")
+        worker.signal(signal.SIGKILL)
+        assert worker.proc is not None and worker.proc.wait(20) == -signal.SIGKILL
+    finally:
+        holder.rollback()
+        holder.close()
+
+    def marked() -> tuple[object, ...]:
+        with psycopg.connect(postgres_url) as conn:
+            keys_ = conn.execute(
+                "SELECT count(*) FROM webhook_ledger_effects WHERE idempotency_key = %s",
+                (f"reverse:{pk}",),
+            ).fetchone()
+            reversed_ = conn.execute("SELECT reversed FROM shop_orders").fetchall()
+        return (keys_, reversed_)
+
+    wait_until(lambda: not waiting(), what="the killed worker's transaction ended")
+    assert marked() == ((0,), [(0,)])  # neither the key nor the mark
+    s.start_worker()
+    wait_until(lambda: settled_as(redis, pk, "reversed"), timeout=60)
+    assert marked() == ((1,), [(amount,)])
+
+
+def test_refunds_and_disputes_stripe_gave_up_delivering_are_reversed_by_reconcile(
+    stack, redis, rng
+) -> None:
+    """Reconcile lists every type from the Events API (no type filter): a full refund's
+    events and a lost dispute never delivered are recorded through it (source api) and each
+    payment is reversed once, the run reporting both types."""
+    api = EventsApi().start()
+    try:
+        with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+            s = stack(
+                FULFILMENT_ACTION=fulfil.url,
+                REVERSAL_ACTION=reverse.url,
+                STRIPE_API_KEY=API_KEY,
+                STRIPE_API_BASE=api.url,
+            )
+            s.start_service()
+            (refunded, amount), (disputed, other) = paid(s, rng), paid(s, rng)
+            wait_until(lambda: settled_as(redis, refunded, "fulfilled"))
+            wait_until(lambda: settled_as(redis, disputed, "fulfilled"))
+            taken = refund_events(rng, refunded, amount, amount)
+            for event in [*taken, dispute_closed(rng, disputed, other, "lost")]:
+                api.add({**event, "created": int(time.time()) - 3600})  # within the window
+            run = subprocess.run(
+                [sys.executable, "-m", "ledgerctl.cli", "reconcile", "--apply", "--json"],
+                env=s.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, run.stderr
+            report = json.loads(run.stdout)
+            assert report["by_type"] == {
+                "refund.created": 1,
+                "charge.refunded": 1,
+                "refund.updated": 1,
+                "charge.dispute.closed": 1,
+            }
+            for pk in (refunded, disputed):
+                wait_until(lambda pk=pk: settled_as(redis, pk, "reversed"))
+            after_sweeps(redis)
+            assert [reverse.calls[pk] for pk in (refunded, disputed)] == [1, 1]
+    finally:
+        api.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from examples.actions import grant_access
 from ledger import purchase as built
+from ledger import reversals
 from ledger import settings as settings_module
 from ledger.purchase import Purchase, purchase_of
 from tests.support.processes import ROOT
@@ -47,6 +48,20 @@ def test_the_typed_purchase_has_the_fields_the_actions_receive(name: str) -> Non
     """workers/api.py's TypedDicts name exactly the fields ledger/purchase.py builds."""
     typed = getattr(api, name).__annotations__
     assert set(typed) == {f.name for f in msgspec.structs.fields(getattr(built, name))}
+
+
+def test_the_typed_reversal_has_the_fields_a_reversal_action_receives() -> None:
+    """workers/api.py's Reversal and ReversalCall name exactly the fields ledger/reversals.py
+    builds and a REVERSAL_ACTION receives (a TypedDict's own annotations leave out what it
+    inherits: the purchase's)."""
+    names = {f.name for f in msgspec.structs.fields(reversals.Reversal)}
+    assert set(api.Reversal.__annotations__) == names
+    call_names = {f.name for f in msgspec.structs.fields(reversals.ReversalCall)}
+    assert {**api.Purchase.__annotations__, **api.ReversalCall.__annotations__}.keys() == call_names
+    stored = {"reversal_refund": "re_1", "reversal_amount": "500", "rf": '{"re_1": 500}'}
+    sent = reversals.reversal_of(call(), stored).to_dict()
+    assert set(sent) == call_names and set(sent["reversal"]) == names
+    assert sent["idempotency_key"] == "reverse:pi_1:re_1" and sent["reversal"]["amount"] == 500
 
 
 def test_a_replay_safe_action_is_re_run_and_applies_once(tmp_path: Path, monkeypatch) -> None:

@@ -75,6 +75,9 @@ CASES: dict[str, tuple[str, object, str, str]] = {
         "module:function",
     ),
     "REVERSAL_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
+    "REVERSAL_SQL": ("@undo.sql", "@undo.sql", "@", "one SQL statement, or @path"),
+    "REVERSAL_PER_REFUND": ("yes", True, "each", "true or false"),
+    "REVERSAL_DISPUTE_WON": ("FULFIL", "fulfil", "refund", "one of hold, fulfil"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
     "LEASE_SECONDS": ("60", 60, "2.5", "a whole number of seconds"),
     "FULFILMENT_CONCURRENCY": ("16", 16, "0", "a whole number, from 1 to 256"),
@@ -312,6 +315,10 @@ def test_every_problem_is_a_line_of_its_own() -> None:
             "invalid setting FULFILMENT_SQL='SELECT 1': expected unset while FULFILMENT_ACTION",
         ),
         (
+            {"REVERSAL_ACTION": "shop:take_back", "REVERSAL_SQL": "SELECT 1"},
+            "invalid setting REVERSAL_SQL='SELECT 1': expected unset while REVERSAL_ACTION",
+        ),
+        (
             {"FULFILMENT_ACTION": "postgresql://u:pw@db.example:5432", "FULFILMENT_SQL": "x"},
             "invalid setting FULFILMENT_ACTION='postgresql://***@db.example:5432': no database",
         ),
@@ -410,3 +417,17 @@ def test_a_socket_per_worker_warns_unless_the_kernel_migrates_queued_connections
         sysctl.write_text(setting)
     monkeypatch.setattr(serving, "MIGRATE_REQUESTS", sysctl)
     assert (serving.reuse_port_caveat() is not None) == warns
+
+
+@pytest.mark.parametrize(
+    ("env", "mode"),
+    [
+        ({}, "0"),
+        ({"REVERSAL_PER_REFUND": "true"}, "0"),
+        ({"REVERSAL_ACTION": "shop:take_back"}, "1"),
+        ({"REVERSAL_ACTION": "shop:take_back", "REVERSAL_PER_REFUND": "true"}, "1 each"),
+        ({"REVERSAL_ACTION": "shop:take_back", "REVERSAL_DISPUTE_WON": "fulfil"}, "1 refulfil"),
+    ],
+)
+def test_the_scripts_reversal_mode(env: dict[str, str], mode: str) -> None:
+    assert load(env).reversal_mode == mode
