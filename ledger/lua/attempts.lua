@@ -2,9 +2,10 @@
 -- finish, recover or decide attempts (ledger/scripts.py ATTEMPT_SCRIPTS); the others skip
 -- them, since every call builds each helper of its text anew.
 
--- Merge fields into the JSON record of attempt `token`.
-local function update_attempt(pay, token, fields, dropped)
-  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+-- Merge fields into the JSON record of attempt `token` (`raw`: that record as the caller has
+-- just read it, false if absent; read here when not given).
+local function update_attempt(pay, token, fields, dropped, raw)
+  if raw == nil then raw = redis.call('HGET', pay, 'attempt:' .. token) end
   if not raw then return end
   local record = cjson.decode(raw)
   for k, v in pairs(fields) do record[k] = v end
@@ -95,17 +96,18 @@ end
 
 -- The worker process `caller` is about to call the downstream for attempt `token`: the
 -- attempt names it and its liveness key (keys.CALLER_PREFIX) names the call until the lease
--- ends (its watchdog ends the process before then if the call will not stop).
-local function mark_caller(pay, token, caller, now, lease_ms)
+-- ends (its watchdog ends the process before then if the call will not stop). The script
+-- writes `caller` into the attempt with the attempt's other fields; this sets the key.
+local function hold_caller(pay, token, caller, now, lease_ms)
   if caller == '' then return end
-  update_attempt(pay, token, {caller = caller})
   redis.call('SET', CALLER_PREFIX .. caller, id_of(pay, PAYMENT_PREFIX) .. ' ' .. token .. ' ' ..
     (now + lease_ms), 'PX', lease_ms)
 end
 
 -- The caller of attempt `token` if its process may still be in that call: {caller, until}.
-local function caller_in_call(pay, token, now)
-  local raw = redis.call('HGET', pay, 'attempt:' .. token)
+-- `raw`: as update_attempt's.
+local function caller_in_call(pay, token, now, raw)
+  if raw == nil then raw = redis.call('HGET', pay, 'attempt:' .. token) end
   local caller = raw and cjson.decode(raw)['caller']
   if not caller then return nil end
   local value = redis.call('GET', CALLER_PREFIX .. caller)
@@ -119,8 +121,8 @@ end
 
 -- The attempt is over (its worker returned from the call, or never made it): its process
 -- is no longer in it.
-local function release_caller(pay, token, now)
-  local in_call = caller_in_call(pay, token, now)
+local function release_caller(pay, token, now, raw)
+  local in_call = caller_in_call(pay, token, now, raw)
   if in_call then redis.call('DEL', CALLER_PREFIX .. in_call[1]) end
 end
 

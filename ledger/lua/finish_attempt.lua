@@ -13,11 +13,11 @@ if ARG.call_ms ~= '' and not tonumber(ARG.call_ms) then
 end
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
-local state = redis.call('HGET', pay, 'state')
+local held = redis.call('HMGET', pay, 'state', 'token', 'attempt:' .. token, 'leg', 'paid_at')
+local state = held[1]
 if not state then return reply{verdict = 'missing', state = ''} end
-local current = redis.call('HGET', pay, 'token')
-local record = redis.call('HGET', pay, 'attempt:' .. token)
-release_caller(pay, token, now)  -- its worker is back from the call (or never made it)
+local current, record = held[2], held[3]
+release_caller(pay, token, now, record)  -- its worker is back from the call (or never made it)
 if record and FINISHED[cjson.decode(record)['outcome']] then
   redis.call('HSET', pay, 'attempt:' .. token, record)  -- written again for WAIT (prelude)
   return reply{verdict = 'already', state = state}  -- a client retry of this same call
@@ -29,7 +29,7 @@ end
 -- A reversal's attempts are those after the token its reversal began at: an earlier token's
 -- word (a fulfilment's late receipt) is no reversal's.
 -- Likewise a fulfilment again after a dispute won (`refulfil_from`).
-local leg = redis.call('HGET', pay, 'leg')
+local leg = held[4]
 local reversing, refulfilling = leg == 'reverse', leg == 'refulfil'
 local done = reversing and 'reversed' or 'fulfilled'
 local leg_from = (reversing and redis.call('HGET', pay, 'reversal_from'))
@@ -43,7 +43,7 @@ local idle = state == 'interrupted' and current == token and outcome == 'not_cal
 if current ~= token or (state ~= 'in_progress' and not late and not idle) then
   redis.call('HINCRBY', pay, 'stale_finishes', 1)
   redis.call('HINCRBY', STATS, 'stale_finishes', 1)
-  update_attempt(pay, token, {stale = true, stale_outcome = outcome, stale_at = now})
+  update_attempt(pay, token, {stale = true, stale_outcome = outcome, stale_at = now}, nil, record)
   return reply{verdict = 'stale', state = state}
 end
 
@@ -56,14 +56,15 @@ local function settle()
   local fulfilled = outcome == 'fulfilled'
   update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
     ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil},
-    fulfilled and {'caller'} or nil)
-  redis.call('HDEL', pay, 'lease_until', 'phase')
+    fulfilled and {'caller'} or nil, record)
+  local plain = fulfilled and not reversing and not refulfilling  -- its one HDEL below has them
+  if not plain then redis.call('HDEL', pay, 'lease_until', 'phase') end
 
   if fulfilled and reversing then
     return reply{verdict = 'reversed', state = reversal_done(pay, now, detail, reverse)}
   end
   if fulfilled and refulfilling then  -- fulfilled again after a dispute won: its own receipt
-    move(pay, 'fulfilled', now)
+    move(pay, 'fulfilled', now, state)
     redis.call('HSET', pay, 'refulfil_receipt', detail, 'refulfilled_at', now)
     redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
       'next_at', 'waiting')
@@ -72,14 +73,13 @@ local function settle()
     return reply{verdict = 'fulfilled', state = 'fulfilled'}
   end
   if fulfilled then
-    move(pay, 'fulfilled', now)
-    local latency = now - tonumber(redis.call('HGET', pay, 'paid_at') or now)
+    -- A late receipt deferred by the gate leaves its waiting set here (move).
+    move(pay, 'fulfilled', now, state)
+    local latency = now - tonumber(held[5] or now)
     redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
     -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
-    local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
-    if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
-    redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
-      'next_at', 'waiting')
+    redis.call('HDEL', pay, 'lease_until', 'phase', 'last_error', 'job', 'attempt_id',
+      'replay_safe', 'sweep_seen', 'next_at', 'waiting')
     redis.call('HINCRBY', STATS, 'effects', 1)
     local bucket = 'le:inf'
     for _, bound in ipairs(LATENCY_BUCKETS_MS) do

@@ -16,11 +16,10 @@ local max_rate, park_ms = whole_arg(ARG, 'max_rate', 0), whole_arg(ARG, 'park_ms
 choice_arg(ARG, 'rate_park', BIT)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
-local state = redis.call('HGET', pay, 'state')
-local leased = state == 'in_progress'
-  and tonumber(redis.call('HGET', pay, 'lease_until') or '0') > now
-local early = state == 'retrying'
-  and tonumber(redis.call('HGET', pay, 'next_at') or '0') > now
+local held = redis.call('HMGET', pay, 'state', 'lease_until', 'next_at', 'waiting')
+local state, waiting = held[1], held[4]
+local leased = state == 'in_progress' and tonumber(held[2] or '0') > now
+local early = state == 'retrying' and tonumber(held[3] or '0') > now
 if not state then return reply{verdict = 'pass', reason = 'missing'} end
 if (state ~= 'queued' and state ~= 'retrying' and state ~= 'in_progress') or leased or early then
   local reason = leased and 'leased' or early and 'not_due' or state
@@ -35,12 +34,11 @@ local function wait(reason, at)
   if state == 'in_progress' then  -- an expired lease: the sweeper's recover handles it
     return reply{verdict = 'wait', reason = reason, until_ms = at}
   end
-  move(pay, 'retrying', now)
+  move(pay, 'retrying', now, state)
   redis.call('HSET', pay, 'next_at', at, 'waiting', reason)
   redis.call('ZADD', DUE, at, pk)
-  for _, other in ipairs({'paused', 'breaker', 'rate'}) do
-    if other ~= reason then redis.call('ZREM', WAITING_PREFIX .. other, pk) end
-  end
+  -- A payment is in the set its `waiting` names, and in no other.
+  if waiting and waiting ~= reason then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
   redis.call('ZADD', WAITING_PREFIX .. reason, 'NX', now, pk)
   return reply{verdict = 'wait', reason = reason, until_ms = at}
 end
@@ -67,9 +65,9 @@ if probe then
   redis.call('HSET', BREAKER, 'probe_until', now + probe_ms, 'probe_payment', pk)
   redis.call('HINCRBY', BREAKER, 'probes', 1)
 end
-for _, reason in ipairs({'paused', 'breaker', 'rate'}) do
-  redis.call('ZREM', WAITING_PREFIX .. reason, pk)
+if waiting then
+  redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
+  redis.call('HDEL', pay, 'waiting')
 end
-redis.call('HDEL', pay, 'waiting')
 local dirty = b[1] == 'open' or tonumber(b[4] or '0') > 0
 return reply{verdict = 'go', probe = probe, dirty = dirty}

@@ -6,15 +6,14 @@ local ARG = named(ARGV, 'token', 'lease_ms', 'caller')
 local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 local pay = KEY.payment
 local now = now_ms()
-if redis.call('HGET', pay, 'state') ~= 'in_progress'
-  or redis.call('HGET', pay, 'token') ~= ARG.token
-  or tonumber(redis.call('HGET', pay, 'lease_until') or '0') <= now then
+local held = redis.call('HMGET', pay, 'state', 'token', 'lease_until', 'leg')
+if held[1] ~= 'in_progress' or held[2] ~= ARG.token or tonumber(held[3] or '0') <= now then
   update_attempt(pay, ARG.token, {outcome = 'stale_before_call', ended = now})
   return 0
 end
 -- Refunded in full (or a dispute lost) since the lease was taken: this fulfilment is not
 -- called (an action that is not replay-safe is fenced here, so nothing was applied).
-local leg = redis.call('HGET', pay, 'leg')
+local leg = held[4]
 if leg ~= 'reverse' and taken_back(pay) then
   update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
   if leg == 'refulfil' then refulfil_withdrawn(pay, now) else never_fulfilled(pay, now) end
@@ -30,6 +29,6 @@ if twin then
   return 0
 end
 redis.call('HSET', pay, 'phase', 'calling', 'lease_until', now + lease_ms)
-update_attempt(pay, ARG.token, {calling = now})
-mark_caller(pay, ARG.token, ARG.caller, now, lease_ms)
+update_attempt(pay, ARG.token, {calling = now, caller = ARG.caller ~= '' and ARG.caller or nil})
+hold_caller(pay, ARG.token, ARG.caller, now, lease_ms)
 return 1

@@ -139,8 +139,9 @@ end
 -- that waited at the gate (gate.lua) and now leaves the way back to it (retrying, then
 -- queued) by any other path (held, failed, a person's decision) leaves its waiting set
 -- too, so no set keeps a payment that no longer waits.
-local function move(pay, to, now)
-  local from = redis.call('HGET', pay, 'state')
+-- `from`: the state the caller has just read (it is read here when not given).
+local function move(pay, to, now, from)
+  if from == nil then from = redis.call('HGET', pay, 'state') end
   if from == to then return end
   local pk = id_of(pay, PAYMENT_PREFIX)
   redis.call('HSET', pay, 'state', to)
@@ -235,21 +236,28 @@ end
 
 -- The refunded amount: the refunds counted by id, or a charge's `amount_refunded` if larger
 -- (a charge event may name a refund whose own events are still to come).
-local function refunded_amount(pay)
+-- `rf` and `rf_charge` as the hash holds them (false when absent).
+local function refund_total(rf, rf_charge)
   local total = 0
-  for _, amount in pairs(cjson.decode(redis.call('HGET', pay, 'rf') or '{}')) do
+  for _, amount in pairs(cjson.decode(rf or '{}')) do
     if amount > 0 then total = total + amount end
   end
-  return math.max(total, tonumber(redis.call('HGET', pay, 'rf_charge') or '0'))
+  return math.max(total, tonumber(rf_charge or '0'))
+end
+
+local function refunded_amount(pay)
+  local rf = redis.call('HMGET', pay, 'rf', 'rf_charge')
+  return refund_total(rf[1], rf[2])
 end
 
 -- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
--- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil.
+-- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil. Read in
+-- one command: every attempt's start, fence and finish asks.
 local function taken_back(pay)
-  local paid = tonumber(redis.call('HGET', pay, 'amount') or '')
-  if paid and paid > 0 and refunded_amount(pay) >= paid then return 'refund' end
-  local dispute = redis.call('HGET', pay, 'dispute')
-  if dispute and string.match(dispute, ' lost$') then return 'dispute' end
+  local f = redis.call('HMGET', pay, 'amount', 'rf', 'rf_charge', 'dispute')
+  local paid = tonumber(f[1] or '')
+  if paid and paid > 0 and refund_total(f[2], f[3]) >= paid then return 'refund' end
+  if f[4] and string.match(f[4], ' lost$') then return 'dispute' end
   return nil
 end
 
@@ -360,6 +368,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   local leg = redis.call('HGET', pay, 'leg')
   if leg == 'reverse' or leg == 'refulfil' then return nil end
   local why = taken_back(pay)
+  if not why and not (reverse and reverse.each) then return nil end
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
   if state == 'fulfilled' and reverse and reverse.each then
