@@ -145,12 +145,16 @@ local function move(pay, to, now, from)
   if from == to then return end
   local pk = id_of(pay, PAYMENT_PREFIX)
   redis.call('HSET', pay, 'state', to)
-  if to ~= 'queued' and to ~= 'retrying' then
-    local reason = redis.call('HGET', pay, 'waiting')
-    if reason then
-      redis.call('ZREM', WAITING_PREFIX .. reason, pk)
-      redis.call('HDEL', pay, 'waiting')
-    end
+  local left = to ~= 'queued' and to ~= 'in_progress' and to ~= 'retrying'  -- the retry loop
+  local had = {false, false}  -- waiting, retrying_since
+  if left then
+    had = redis.call('HMGET', pay, 'waiting', 'retrying_since')
+  elseif to == 'in_progress' then
+    had[1] = redis.call('HGET', pay, 'waiting')
+  end
+  if had[1] then
+    redis.call('ZREM', WAITING_PREFIX .. had[1], pk)
+    redis.call('HDEL', pay, 'waiting')
   end
   if from then
     redis.call('HINCRBY', PAYMENT_STATES, from, -1)
@@ -160,7 +164,7 @@ local function move(pay, to, now, from)
   if to == 'retrying' then
     since = tonumber(redis.call('HGET', pay, 'retrying_since')) or now
     redis.call('HSET', pay, 'retrying_since', since)
-  elseif to ~= 'queued' and to ~= 'in_progress' then
+  elseif left and had[2] then
     redis.call('HDEL', pay, 'retrying_since')
   end
   redis.call('HINCRBY', PAYMENT_STATES, to, 1)
@@ -365,10 +369,10 @@ end
 -- interrupted: nothing yet (the attempt's finish, the paid event or a person decides;
 -- `taken_back` tells them). Returns the new state or nil.
 local function take_back(pay, now, reverse, first, job_id, grace_ms)
+  local why = taken_back(pay)
+  if not why and not (reverse and reverse.each) then return nil end  -- nothing to do
   local leg = redis.call('HGET', pay, 'leg')
   if leg == 'reverse' or leg == 'refulfil' then return nil end
-  local why = taken_back(pay)
-  if not why and not (reverse and reverse.each) then return nil end
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
   if state == 'fulfilled' and reverse and reverse.each then

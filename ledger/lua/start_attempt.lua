@@ -49,9 +49,7 @@ end
 local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
 if leg ~= ARG.leg then return skip('leg') end
 -- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
-if leg == 'fulfil' and taken_back(pay) and take_back(pay, now, false) then
-  return skip('taken_back')
-end
+if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
 if leg == 'refulfil' and taken_back(pay) then  -- refunded in full since its dispute was won
   refulfil_withdrawn(pay, now)
   return skip('taken_back')
@@ -76,8 +74,8 @@ redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
--- A `calling` attempt names its caller from the start (mark_caller, in one write).
-local caller = phase == 'calling' and ARG.caller ~= '' and ARG.caller or nil
-redis.call('HSET', pay, 'attempt:' .. token, cjson.encode({started = now, outcome = 'started', caller = caller}))
+local caller = phase == 'calling' and ARG.caller ~= '' and ARG.caller or nil  -- named at once
+redis.call('HSET', pay, 'attempt:' .. token,
+  cjson.encode({started = now, outcome = 'started', caller = caller}))
 if caller then hold_caller(pay, token, caller, now, lease_ms) end
 return go(token)
