@@ -9,6 +9,7 @@ from ledger import keys, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
+from ledger.gate import Gate
 from ledger.read import payments
 from ledgerctl import samples
 from tests.support.helpers import paid_event, purchase
@@ -256,3 +257,31 @@ def test_two_records_leased_before_their_tie_call_once(redis: Redis, redis_serve
     assert held is not None and held.state == "held"
     assert (held.hold_reason or "").startswith(f"same purchase as {pi_key}")
     assert [a.outcome for a in held.attempts] == ["same_purchase"]
+
+
+FULFILLED_PATH_BUDGET = {True: 47, False: 54}
+"""Redis commands the scripts run for one payment fulfilled at the first attempt (gate,
+start_attempt, mark_calling unless replay-safe, finish_attempt; docs/FULFILMENT.md): each
+is paid on every payment, so a field read twice or a write that changes nothing shows here."""
+
+
+def script_commands(redis: Redis) -> int:
+    """Commands run since the last CONFIG RESETSTAT, less the client's own calls."""
+    own = ("cmdstat_evalsha", "cmdstat_info", "cmdstat_config|resetstat")
+    return sum(v["calls"] for k, v in redis.info("commandstats").items() if k not in own)
+
+
+def test_a_fulfilled_payment_costs_its_scripts_no_more_commands_than_budgeted(
+    redis: Redis, redis_server, rng
+) -> None:
+    for replay_safe, budget in FULFILLED_PATH_BUDGET.items():
+        attempts, warm = queued_payment(redis_server, rng)  # the scripts loaded
+        gate = Gate(attempts.redis, attempts.settings)
+        for pk in (warm, queued_payment(redis_server, rng)[1]):
+            redis.config_resetstat()
+            assert gate.admit(pk, "job-1").verdict == "go"
+            start = attempts.start(pk, "job-1", replay_safe=replay_safe)
+            assert replay_safe or attempts.mark_calling(pk, start.token)
+            done = attempts.finish(pk, start.token, "fulfilled", "{}", 5.0)
+            assert done == ("fulfilled", "fulfilled")
+        assert script_commands(redis) <= budget, replay_safe
