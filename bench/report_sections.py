@@ -138,7 +138,7 @@ def intake_section(intake: dict[str, Any]) -> Lines:
     lines += table(
         [
             "worker class",
-            "ours/peer req/s (≥ 1.5)",
+            "ours/peer req/s (≥ 1.77)",
             "ours/bare req/s (≥ 0.35)",
             "ours/quick-start",
             "quick-start/bare",
