@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ledger.reversals import is_refulfil_key
+
 BUSY_SECONDS = 10.0
 """How long the order system waits for another connection's write lock."""
 
@@ -113,13 +115,15 @@ def _into_wal(db: sqlite3.Connection) -> None:
 
 
 def _empty() -> dict[str, int]:
-    return {"calls": 0, "applied": 0, "already_applied": 0, "effects": 0}
+    return {"calls": 0, "applied": 0, "already_applied": 0, "effects": 0, "regrants": 0}
 
 
 def read_downstream(path: str) -> dict[str, Any]:
-    """Calls and applied effects per payment, plus totals."""
+    """Calls and applied effects per payment, plus totals. An order under a fulfilment
+    again's key (``refulfil:{payment_key}``, REVERSAL_DISPUTE_WON=fulfil) is the payment's
+    re-grant after its reversal, counted apart (``regrants``), not a second effect."""
     if not Path(path).exists():
-        return {"totals": {"calls": 0, "effects": 0}, "payments": {}}
+        return {"totals": {"calls": 0, "effects": 0, "regrants": 0}, "payments": {}}
     db = open_downstream(path)
     try:
         payments: dict[str, dict[str, int]] = {}
@@ -129,15 +133,15 @@ def read_downstream(path: str) -> dict[str, Any]:
             row = payments.setdefault(key, _empty())
             row["calls"] += count
             row[outcome] += count
-        for key, count in db.execute(
-            "SELECT payment_key, COUNT(*) FROM orders GROUP BY payment_key"
-        ):
-            payments.setdefault(key, _empty())["effects"] = count
+        for key, idempotency_key in db.execute("SELECT payment_key, idempotency_key FROM orders"):
+            kind = "regrants" if is_refulfil_key(idempotency_key) else "effects"
+            payments.setdefault(key, _empty())[kind] += 1
     finally:
         db.close()
     totals = {
         "calls": sum(r["calls"] for r in payments.values()),
         "effects": sum(r["effects"] for r in payments.values()),
+        "regrants": sum(r["regrants"] for r in payments.values()),
     }
     return {"totals": totals, "payments": dict(sorted(payments.items()))}
 
