@@ -115,15 +115,16 @@ def _into_wal(db: sqlite3.Connection) -> None:
 
 
 def _empty() -> dict[str, int]:
-    return {"calls": 0, "applied": 0, "already_applied": 0, "effects": 0, "regrants": 0}
+    return {"calls": 0, "applied": 0, "already_applied": 0, "effects": 0}
 
 
 def read_downstream(path: str) -> dict[str, Any]:
     """Calls and applied effects per payment, plus totals. An order under a fulfilment
     again's key (``refulfil:{payment_key}``, REVERSAL_DISPUTE_WON=fulfil) is the payment's
-    re-grant after its reversal, counted apart (``regrants``), not a second effect."""
+    re-grant after its reversal, counted apart (``regrants``, present only when there are
+    some), not a second effect."""
     if not Path(path).exists():
-        return {"totals": {"calls": 0, "effects": 0, "regrants": 0}, "payments": {}}
+        return {"totals": {"calls": 0, "effects": 0}, "payments": {}}
     db = open_downstream(path)
     try:
         payments: dict[str, dict[str, int]] = {}
@@ -134,15 +135,18 @@ def read_downstream(path: str) -> dict[str, Any]:
             row["calls"] += count
             row[outcome] += count
         for key, idempotency_key in db.execute("SELECT payment_key, idempotency_key FROM orders"):
+            row = payments.setdefault(key, _empty())
             kind = "regrants" if is_refulfil_key(idempotency_key) else "effects"
-            payments.setdefault(key, _empty())[kind] += 1
+            row[kind] = row.get(kind, 0) + 1
     finally:
         db.close()
     totals = {
         "calls": sum(r["calls"] for r in payments.values()),
         "effects": sum(r["effects"] for r in payments.values()),
-        "regrants": sum(r["regrants"] for r in payments.values()),
     }
+    regrants = sum(r.get("regrants", 0) for r in payments.values())
+    if regrants:
+        totals["regrants"] = regrants
     return {"totals": totals, "payments": dict(sorted(payments.items()))}
 
 

@@ -191,6 +191,7 @@ def payment(p: Payment) -> list[Table]:
             f"calls {d.calls} (applied {d.applied}, already applied {d.already_applied}), "
             f"effects {d.effects}"
         ) + (f", reversals {d.reversals} ({d.reversal_calls} calls)" if d.reversal_calls else "")
+        facts["downstream's own record"] += f", re-grants {d.regrants}" if d.regrants else ""
     timeline = [
         {
             "event": e.id,

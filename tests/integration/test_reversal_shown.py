@@ -168,6 +168,7 @@ def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config,
     assert d["reversal"]["reversed_amount"]["minor_units"] == t.amounts[t.refulfilled]
     assert d["reversal"]["attempts_started"] == 1 and d["reversal"]["why"] == "dispute"
     assert [a["leg"] for a in d["attempts"]] == ["fulfil", "reverse", "refulfil"]
+    assert (d["downstream"]["effects"], d["downstream"]["regrants"]) == (1, 1)
     assert all(a["ended_at"] for a in d["attempts"])
 
     assert api(client, "summary")["reversals"] == {
