@@ -18,6 +18,9 @@ WAITING = {
     "held": "held after a dispute won after the reversal: a person's job",
 }
 """The reversals waiting for a person, by state."""
+LEG_NAME = {"fulfil": "fulfilment", "reverse": "reversal", "refulfil": "fulfilment again"}
+"""What an attempt (or a payment's state) is about, in words, by its leg."""
+LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAME.items()}
 
 
 def counts(s: Summary) -> Table:

@@ -192,9 +192,11 @@ def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config,
     page = client.get(f"/ops/payments/{t.refulfilled}", headers=BASIC).get_data(as_text=True)
     assert 'id="refulfilled-at"' in page and 'id="refulfil-receipt"' in page
     assert f"refulfil:{t.refulfilled}" in page and "fulfilled again" in page
+    assert '<td data-label="of">fulfilment again</td>' in page
 
     shown = run_cli(config, "payment", t.refulfilled).stdout
     assert "fulfilled again" in shown and f"refulfil:{t.refulfilled}" in shown
+    assert "fulfilment again" in shown  # its attempt's leg
     shown = run_cli(config, "payment", t.per_refund).stdout
     assert "reversed in all" in shown and shown.count("(reversed ") == 2
     summary = run_cli(config, "summary").stdout
