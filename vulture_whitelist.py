@@ -79,6 +79,7 @@ _._child_ctor  # honcho's Process builds its Popen with it (ledgerctl/run_local.
 _.migrate_command  # webhook-ledger downstream migrate (ledgerctl/cli_downstream.py)
 _.record_effect  # tests/integration/test_database_actions.py
 _.raise_sqlstate
+_.take_back  # a REVERSAL_EFFECT, imported by name there too
 
 # pytest: plugins, hooks and marks by name.
 _.pytest_plugins

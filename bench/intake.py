@@ -61,7 +61,7 @@ FLOOR_RATIOS = {
     "ours/bare+SET rps": ("ours", "bare_set"),
 }
 CLASS_TARGETS = (
-    ("ours / peer throughput", "ours/peer rps", 1.5, True),
+    ("ours / peer throughput", "ours/peer rps", 1.77, True),
     ("ours / bare throughput", "ours/bare rps", 0.35, True),
     (
         "ours / (bare + fsync'd SET) p99 at half our peak",

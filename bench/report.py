@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT
+from bench.report_primary import fsyncs_line, primary_section
 from bench.report_sections import (
     Lines,
     durability_section,
@@ -245,6 +246,8 @@ def render(data: dict[str, Any]) -> str:
         intake_section(intake),
         durability_section(intake),
         fulfilment_section(sec.get("fulfilment")),
+        fsyncs_line(sec.get("fulfilment")),
+        primary_section(sec.get("primary")),
         memory_section(sec.get("memory")),
         scale_section(sec.get("scale")),
         workers_section(intake.get("workers")),

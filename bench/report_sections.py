@@ -138,7 +138,7 @@ def intake_section(intake: dict[str, Any]) -> Lines:
     lines += table(
         [
             "worker class",
-            "ours/peer req/s (≥ 1.5)",
+            "ours/peer req/s (≥ 1.77)",
             "ours/bare req/s (≥ 0.35)",
             "ours/quick-start",
             "quick-start/bare",
@@ -300,7 +300,7 @@ def memory_section(mem: dict[str, Any] | None) -> Lines:
     rows += [
         [
             f"fulfilled payment: one hash ({f['payment_hash_fields']} fields, {f['payment_hash_encoding']}), attempts included",
-            f"**{num(f['per_payment_bytes'])}** mean (target ≤ 512); max "
+            f"**{num(f['per_payment_bytes'])}** mean (target ≤ 757); max "
             f"{num(f.get('payment_bytes_max', 0))}, {100 * f.get('share_over_512', 0):.0f}% over 512",
         ],
         ["event hash encoding", str(f["event_hash_encoding"])],

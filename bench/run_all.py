@@ -19,13 +19,14 @@ import time
 import traceback
 from typing import Any
 
-from bench import fulfilment, hostile, intake, memory, profile, report, scale
+from bench import fulfilment, hostile, intake, memory, primary, profile, report, scale
 from bench.common import RESULTS, log, machine, write_json
 from bench.load import have_wrk
 
 SECTIONS = {
     "intake": lambda quick: intake.run(quick),
     "fulfilment": lambda quick: fulfilment.run(quick),
+    "primary": lambda quick: primary.run(quick),
     "memory": lambda quick: memory.run(quick),
     "scale": lambda quick: scale.run(quick),
     "profile": lambda quick: profile.run(quick),

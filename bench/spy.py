@@ -65,8 +65,8 @@ RECEIVER_RULES = [
     ("Prometheus metrics", r"prometheus_client|webhook/metrics\.py"),
     ("reading the body (read_body)", r"read_body"),
     (
-        "the view itself (receiver.py: Delivery, json_response, orjson.dumps)",
-        r"webhook/receiver\.py",
+        "the endpoint itself (endpoint.py: Delivery, the answer, orjson.dumps)",
+        r"webhook/endpoint\.py|webhook/receiver\.py",
     ),
     ("Flask/Werkzeug request + response", r"flask/|werkzeug/"),
     (

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ledger.reversals import is_refulfil_key
+
 BUSY_SECONDS = 10.0
 """How long the order system waits for another connection's write lock."""
 
@@ -117,7 +119,10 @@ def _empty() -> dict[str, int]:
 
 
 def read_downstream(path: str) -> dict[str, Any]:
-    """Calls and applied effects per payment, plus totals."""
+    """Calls and applied effects per payment, plus totals. An order under a fulfilment
+    again's key (``refulfil:{payment_key}``, REVERSAL_DISPUTE_WON=fulfil) is the payment's
+    re-grant after its reversal, counted apart (``regrants``, present only when there are
+    some), not a second effect."""
     if not Path(path).exists():
         return {"totals": {"calls": 0, "effects": 0}, "payments": {}}
     db = open_downstream(path)
@@ -129,16 +134,19 @@ def read_downstream(path: str) -> dict[str, Any]:
             row = payments.setdefault(key, _empty())
             row["calls"] += count
             row[outcome] += count
-        for key, count in db.execute(
-            "SELECT payment_key, COUNT(*) FROM orders GROUP BY payment_key"
-        ):
-            payments.setdefault(key, _empty())["effects"] = count
+        for key, idempotency_key in db.execute("SELECT payment_key, idempotency_key FROM orders"):
+            row = payments.setdefault(key, _empty())
+            kind = "regrants" if is_refulfil_key(idempotency_key) else "effects"
+            row[kind] = row.get(kind, 0) + 1
     finally:
         db.close()
     totals = {
         "calls": sum(r["calls"] for r in payments.values()),
         "effects": sum(r["effects"] for r in payments.values()),
     }
+    regrants = sum(r.get("regrants", 0) for r in payments.values())
+    if regrants:
+        totals["regrants"] = regrants
     return {"totals": totals, "payments": dict(sorted(payments.items()))}
 
 

@@ -97,9 +97,18 @@ def reversal_key(payment_key: str, refund_id: str | None = None) -> str:
     return f"reverse:{payment_key}:{refund_id}" if refund_id else f"reverse:{payment_key}"
 
 
+REFULFIL_PREFIX = "refulfil:"
+
+
 def refulfil_key(payment_key: str) -> str:
     """The idempotency key of a fulfilment again after a dispute won (never the first's)."""
-    return f"refulfil:{payment_key}"
+    return REFULFIL_PREFIX + payment_key
+
+
+def is_refulfil_key(idempotency_key: str) -> bool:
+    """A downstream's order or call under this key is a re-grant after a dispute won, not a
+    second effect of the payment (REVERSAL_DISPUTE_WON=fulfil)."""
+    return idempotency_key.startswith(REFULFIL_PREFIX)
 
 
 def refulfil_of(purchase: Purchase) -> Purchase:

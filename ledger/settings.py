@@ -150,6 +150,10 @@ class Settings:
     ``@path``), run in the transaction that records the reversal's key, with the purchase's
     fields and the reversal's as ``%(reversal_amount)s``, ``%(reversal_refund_id)s``...
     (e.g. the order marked reversed in the user's own database)."""
+    REVERSAL_EFFECT: str = setting("", kinds.python_target())
+    """The same as a Python function, ``module:function``, called as ``effect(conn,
+    purchase)`` inside that transaction (``purchase["reversal"]`` the reversal); what it
+    returns (JSON-able) is the reversal's receipt."""
     REVERSAL_PER_REFUND: bool = setting(False, kinds.boolean())
     """Each refund (by id) its own reversal call carrying its amount, a partial one too,
     instead of one call once the payment is refunded in full (docs/REVERSAL.md)."""
@@ -401,11 +405,17 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "runs in the built-in downstreams' transaction",
     )
     rule(
-        "REVERSAL_ACTION REVERSAL_SQL",
-        bool(s.REVERSAL_SQL)
+        "REVERSAL_SQL REVERSAL_EFFECT",
+        bool(s.REVERSAL_SQL and s.REVERSAL_EFFECT),
+        "REVERSAL_EFFECT",
+        "expected REVERSAL_SQL or REVERSAL_EFFECT, not both: one effect per reversal",
+    )
+    rule(
+        "REVERSAL_ACTION REVERSAL_SQL REVERSAL_EFFECT",
+        bool(s.REVERSAL_SQL or s.REVERSAL_EFFECT)
         and s.REVERSAL_ACTION is not None
         and s.REVERSAL_ACTION.scheme not in ("sqlite", "postgresql"),
-        "REVERSAL_SQL",
+        "REVERSAL_SQL" if s.REVERSAL_SQL else "REVERSAL_EFFECT",
         "expected unset while REVERSAL_ACTION is not sqlite:/// or postgresql://: the effect "
         "runs in the built-in downstreams' transaction",
     )

@@ -17,6 +17,7 @@ from ledger.downstream import read_tables
 from ledger.read import events as read_events
 from ledger.read import payments as read_payments
 from ledger.read.base import to_builtins
+from ledger.reversals import is_refulfil_key
 from ledger.stored import text
 from ledgerctl.bundle_files import MANIFEST, BundleFileError, parse_manifest, present, read_bounded
 from ledgerctl.bundle_reversals import check_reversals
@@ -231,11 +232,22 @@ def _check_payments(v: Verification, data: dict[str, Any], events: dict[str, Any
 def _check_downstream(
     v: Verification, data: dict[str, Any], payments: dict[str, Any], events: dict[str, Any]
 ) -> None:
-    """One effect per payment, each for a paid payment; one applied call per effect."""
+    """One effect per payment, each for a paid payment; one applied call per effect. An order
+    under a fulfilment again's key (``refulfil:``, after a dispute won) is the payment's
+    re-grant, not a second effect: at most one, on top of its effect (its reversal is
+    checked in ledgerctl/bundle_reversals.py)."""
     orders, calls = data.get("downstream_orders.json"), data.get("downstream_calls.json")
     per_payment: Counter[str] = Counter()
+    regrants: Counter[str] = Counter()
     with v.records("downstream_orders.json"):
-        per_payment = Counter(o["payment_key"] for o in orders or [])
+        for o in orders or []:
+            regrant = is_refulfil_key(o.get("idempotency_key") or "")
+            (regrants if regrant else per_payment)[o["payment_key"]] += 1
+        for pk, count in regrants.items():
+            v.expect(
+                count == 1 and per_payment[pk] == 1,
+                f"payment {pk} has {count} re-grant(s) and {per_payment[pk]} effect(s)",
+            )
         for pk, count in per_payment.items():
             v.expect(count == 1, f"payment {pk} has {count} effects")
             paid_by = payments.get(pk, {}).get("paid_by")
@@ -247,11 +259,23 @@ def _check_downstream(
     if calls is None:
         return
     with v.records("downstream_calls.json"):
-        applied = Counter(c["payment_key"] for c in calls if c["outcome"] == "applied")
-        for pk in sorted(set(applied) | set(per_payment)):
+        first: Counter[str] = Counter()
+        again: Counter[str] = Counter()
+        for c in calls:
+            if c["outcome"] == "applied":
+                (again if is_refulfil_key(c.get("idempotency_key") or "") else first)[
+                    c["payment_key"]
+                ] += 1
+        for pk in sorted(set(first) | set(per_payment)):
             v.expect(
-                applied[pk] == per_payment[pk],
-                f"payment {pk}: {applied[pk]} applied calls, {per_payment[pk]} effects",
+                first[pk] == per_payment[pk],
+                f"payment {pk}: {first[pk]} applied calls, {per_payment[pk]} effects",
+            )
+        for pk in sorted(set(again) | set(regrants)):
+            v.expect(
+                again[pk] == regrants[pk],
+                f"payment {pk}: {again[pk]} applied calls of its fulfilment again, "
+                f"{regrants[pk]} re-grant(s)",
             )
 
 

@@ -2,12 +2,16 @@
 every reversal belongs to an effect, no reversal key is recorded twice, and a payment
 refunded before its fulfilment has no effect. Checked on the ledger's payments and, with
 the built-in SQLite downstream, on its own tables (orders, calls, reversals, reversal
-calls). A reversal is named by its key (``reverse:{payment_key}``), so the rule against two
-reversals holds however many a payment may have (one per key)."""
+calls). A reversal is named by its key (``reverse:{payment_key}``, or
+``reverse:{payment_key}:{refund_id}`` for one refund), so the rule against two reversals
+holds however many a payment may have (each key once). An order under a fulfilment again's
+key (``refulfil:{payment_key}``, after a dispute won) is a re-grant, not a second effect: it
+follows a reversal of its payment (bundle.py allows one, on top of the effect)."""
 
 from collections import Counter
 from typing import Any
 
+from ledger.reversals import is_refulfil_key
 from ledgerctl.verification import Verification
 
 
@@ -64,7 +68,9 @@ def _check_downstream(
 ) -> None:
     """Each reversal key once and for a payment with an order; an order marked reversed has
     its reversal; one applied reversal call per reversal key."""
-    ordered = {o["payment_key"] for o in orders}
+    ordered = {
+        o["payment_key"] for o in orders if not is_refulfil_key(o.get("idempotency_key") or "")
+    }
     recorded = Counter(r["idempotency_key"] for r in reversals)
     for key, n in sorted(recorded.items()):
         v.expect(n == 1, f"reversal key {key} recorded {n} times")
@@ -76,6 +82,11 @@ def _check_downstream(
             "(no order) to take back",
         )
     for o in orders:
+        if is_refulfil_key(o.get("idempotency_key") or ""):
+            v.expect(
+                per_payment[o["payment_key"]] > 0,
+                f"order {o['idempotency_key']}: fulfilled again without a reversal before it",
+            )
         if o.get("reversed_at") is not None:
             v.expect(
                 per_payment[o["payment_key"]] > 0,

@@ -128,7 +128,7 @@ def payments(page: PaymentList) -> Table:
     rows = [
         {
             "payment": p.payment_key,
-            "state": p.state + (" (reversal)" if p.leg == "reverse" else ""),
+            "state": p.state + render_reversal.LEG_SUFFIX[p.leg],
             "since": p.state_since,
             "amount": p.amount.formatted if p.amount else None,
             "deliveries": p.deliveries,
@@ -191,6 +191,7 @@ def payment(p: Payment) -> list[Table]:
             f"calls {d.calls} (applied {d.applied}, already applied {d.already_applied}), "
             f"effects {d.effects}"
         ) + (f", reversals {d.reversals} ({d.reversal_calls} calls)" if d.reversal_calls else "")
+        facts["downstream's own record"] += f", re-grants {d.regrants}" if d.regrants else ""
     timeline = [
         {
             "event": e.id,
@@ -209,7 +210,7 @@ def payment(p: Payment) -> list[Table]:
     attempts = [
         {
             "token": a.token,
-            "of": "reversal" if a.leg == "reverse" else "fulfilment",
+            "of": render_reversal.LEG_NAME[a.leg],
             "outcome": _outcome(a),
             "started": a.started_at,
             "took (ms)": a.duration_ms,

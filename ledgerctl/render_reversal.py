@@ -8,6 +8,7 @@ from rich.table import Table
 
 from ledger.read.base import to_json
 from ledger.read.payments import Payment
+from ledger.read.reversal import PaymentReversal
 from ledger.read.stats import Summary
 from ledgerctl.terminal import iso, kv_table
 
@@ -17,6 +18,9 @@ WAITING = {
     "held": "held after a dispute won after the reversal: a person's job",
 }
 """The reversals waiting for a person, by state."""
+LEG_NAME = {"fulfil": "fulfilment", "reverse": "reversal", "refulfil": "fulfilment again"}
+"""What an attempt (or a payment's state) is about, in words, by its leg."""
+LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAME.items()}
 
 
 def counts(s: Summary) -> Table:
@@ -24,9 +28,12 @@ def counts(s: Summary) -> Table:
     rows: dict[str, Any] = {
         "reversals due": r.due,
         "reversed by the reversal action": r.reversed,
+        "of them, one refund's (REVERSAL_PER_REFUND)": r.refund_reversals,
         "reversed, a person's word": r.resolved_reversed,
         "refunded before any fulfilment (never called)": r.refunded_unfulfilled,
-        "disputes won after a reversal (held)": r.reinstated,
+        "disputes won after a reversal": r.reinstated,
+        "fulfilments again due (REVERSAL_DISPUTE_WON=fulfil)": r.refulfils_due,
+        "fulfilled again": r.refulfilled,
     }
     rows |= {WAITING.get(state, f"reversals {state}"): n for state, n in waits.items() if n}
     return kv_table("Refunds and disputes", rows)
@@ -55,6 +62,22 @@ def _reversal(p: Payment) -> str | None:
     return None
 
 
+def _reinstated(r: PaymentReversal) -> str | None:
+    if r.reinstated_at is None:
+        return None
+    then = "fulfilled again" if r.refulfil else "held for a person"
+    return f"{iso(r.reinstated_at)}: {then}"
+
+
+def _refulfil(p: Payment) -> str | None:
+    g = p.reversal.refulfil if p.reversal else None
+    if g is None:
+        return None
+    tries = f"key {g.idempotency_key}, {g.attempts_started} attempt(s) after token {g.after_token}"
+    done = f"done {iso(g.refulfilled_at)}" if g.refulfilled_at else f"not yet ({p.state})"
+    return f"{tries}: {done}"
+
+
 def taken_back(p: Payment) -> list[Table]:
     """The payment's refunds and dispute and its reversal; nothing when none came."""
     r = p.reversal
@@ -66,19 +89,22 @@ def taken_back(p: Payment) -> list[Table]:
         refunded += f" of {p.amount.formatted} paid" + (" (partial)" if partial else "")
     facts: dict[str, Any] = {
         "refunds": ", ".join(
-            f"{f.id} {f.amount.formatted if f.amount else 'failed or canceled'}" for f in r.refunds
+            f"{f.id} {f.amount.formatted if f.amount else 'failed or canceled'}"
+            + (f" (reversed {f.reversed.formatted})" if f.reversed else "")
+            for f in r.refunds
         ),
         "refunded": refunded,
         "a charge event's amount_refunded": charge.formatted if charge else None,
         "dispute": f"{r.dispute.id} closed {r.dispute.status}" if r.dispute else None,
         "taken back": _taken_back(p),
         "reversal": _reversal(p),
-        "reversal's last error": p.last_error if r.due else None,
+        "reversal's last error": p.last_error if p.leg == "reverse" else None,
         "reversed": r.reversed_at,
+        "reversed in all": r.reversed_amount.formatted if r.reversed_amount else None,
         "reversal's receipt": receipt(r.receipt),
-        "dispute won after it": f"{iso(r.reinstated_at)}: held for a person"
-        if r.reinstated_at
-        else None,
+        "dispute won after it": _reinstated(r),
+        "fulfilled again": _refulfil(p),
+        "receipt of its fulfilment again": receipt(r.refulfil.receipt) if r.refulfil else None,
     }
     return [kv_table("Refunds and disputes", {k: v for k, v in facts.items() if v})]
 

@@ -22,6 +22,7 @@ id, a failed one counting nothing, or a charge's ``amount_refunded``) or a dispu
 
 import json
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledgerctl import samples
@@ -142,47 +143,67 @@ def kind_of(index: int) -> str:
     return KINDS[index % len(KINDS)]
 
 
-def taken_back(events: list[Event]) -> dict[str, bool]:
-    """Payment key (PaymentIntent) -> whether these events take it back, for every payment
-    they refund or dispute; the amount paid is read from its ``charge.succeeded``."""
-    paid: dict[str, int] = {}
-    refunds: dict[str, dict[str, int]] = {}
-    charged: dict[str, int] = {}
-    lost: set[str] = set()
+@dataclass
+class _Seen:
+    """What a client's refund and dispute events say, per payment (PaymentIntent)."""
+
+    paid: dict[str, int] = field(default_factory=dict)
+    refunds: dict[str, dict[str, int]] = field(default_factory=dict)
+    charged: dict[str, int] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    disputed: set[str] = field(default_factory=set)
+
+    def counted(self, pi: str) -> list[int]:
+        return [a for a in self.refunds.get(pi, {}).values() if a > 0]
+
+    def refunded_in_full(self, pi: str) -> bool:
+        refunded = max(sum(self.counted(pi)), self.charged.get(pi, 0))
+        return pi in self.paid and refunded >= self.paid[pi]
+
+
+def _seen(events: list[Event]) -> _Seen:
+    seen = _Seen()
     for event in events:
         obj = event["data"]["object"]
         pi, kind = obj.get("payment_intent"), event["type"]
         if not isinstance(pi, str):
             continue
         if kind == "charge.succeeded":
-            paid[pi] = int(obj["amount"])
+            seen.paid[pi] = int(obj["amount"])
         elif obj.get("object") == "refund":
-            _count(refunds.setdefault(pi, {}), obj)
+            _count(seen.refunds.setdefault(pi, {}), obj)
         elif kind == "charge.refunded":
-            charged[pi] = max(charged.get(pi, 0), int(obj.get("amount_refunded") or 0))
+            seen.charged[pi] = max(seen.charged.get(pi, 0), int(obj.get("amount_refunded") or 0))
             for refund in obj.get("refunds", {}).get("data", []):
-                _count(refunds.setdefault(pi, {}), refund)
-        elif kind == "charge.dispute.closed" and obj.get("status") == "lost":
-            lost.add(pi)
-    keys = (
-        set(refunds)
-        | set(charged)
-        | lost
-        | {
-            str(e["data"]["object"].get("payment_intent"))
-            for e in events
-            if e["type"].startswith("charge.dispute.")
-        }
-    )
-    return {
-        pi: pi in lost
-        or (
-            pi in paid
-            and max(sum(a for a in refunds.get(pi, {}).values() if a > 0), charged.get(pi, 0))
-            >= paid[pi]
-        )
-        for pi in sorted(keys)
-    }
+                _count(seen.refunds.setdefault(pi, {}), refund)
+        elif kind.startswith("charge.dispute."):
+            seen.disputed.add(pi)
+            if kind == "charge.dispute.closed" and obj.get("status") == "lost":
+                seen.lost.add(pi)
+    return seen
+
+
+def taken_back(events: list[Event]) -> dict[str, bool]:
+    """Payment key (PaymentIntent) -> whether these events take it back, for every payment
+    they refund or dispute; the amount paid is read from its ``charge.succeeded``."""
+    seen = _seen(events)
+    keys = set(seen.refunds) | set(seen.charged) | seen.lost | seen.disputed
+    return {pi: pi in seen.lost or seen.refunded_in_full(pi) for pi in sorted(keys)}
+
+
+def reversals_due_each(events: list[Event]) -> dict[str, int]:
+    """With REVERSAL_PER_REFUND: payment -> reversals due (distinct keys), one per refund
+    counted (``reverse:{pk}:{refund_id}``), plus one for what remains
+    (``reverse:{pk}``) when a dispute was lost or a charge event refunded more than the
+    refunds counted, and something remains."""
+    seen = _seen(events)
+    due = {}
+    for pi in sorted(set(seen.refunds) | set(seen.charged) | seen.disputed):
+        counted = seen.counted(pi)
+        rest = seen.paid.get(pi, 0) - sum(counted)
+        more = pi in seen.lost or seen.charged.get(pi, 0) > sum(counted)
+        due[pi] = len(counted) + int(more and rest > 0)
+    return due
 
 
 def _count(found: dict[str, int], refund: dict[str, Any]) -> None:

@@ -1,9 +1,9 @@
 """The Flask app: the Stripe-facing receiver and the people-facing ops views.
 
-Reading order for one request: receiver.py (the view) -> intake.py (checks) -> verify.py
-(signature) -> ledger/events.py (payment key) -> ledger/deliveries.py + the Lua script (the
-one Redis round trip, which also enqueues the RQ job) -> workers/jobs.py. Imports the core
-(``ledger``), never ``workers``.
+Reading order for one request: endpoint.py (POST, served ahead of Flask) -> intake.py
+(checks) -> verify.py (signature) -> ledger/events.py (payment key) -> ledger/deliveries.py
++ the Lua script (the one Redis round trip, which also enqueues the RQ job) ->
+workers/jobs.py. Imports the core (``ledger``), never ``workers``.
 """
 
 import logging
@@ -33,7 +33,17 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     from flask import Flask
 
     from ledger import settings as settings_module
-    from webhook import dashboard, landing, metrics, ops, receiver, serving, store, unavailable
+    from webhook import (
+        dashboard,
+        endpoint,
+        landing,
+        metrics,
+        ops,
+        receiver,
+        serving,
+        store,
+        unavailable,
+    )
 
     app = Flask(__name__)
     # Raises SettingsError, one line per problem (gunicorn.conf.py checked them already).
@@ -48,4 +58,5 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(metrics.bp)
     unavailable.init_app(app)
+    app.wsgi_app = endpoint.StripeEndpoint(app)  # type: ignore[method-assign]
     return app

@@ -1,6 +1,7 @@
 """What refunds and lost disputes took back, on ``/metrics`` (docs/REVERSAL.md): the
-reversals due, applied and resolved by a person, the payments refunded before any effect,
-the disputes won after a reversal, and the payments that wait for a person by what they
+reversals due, applied (those of one refund too) and resolved by a person, the payments
+refunded before any effect, the disputes won after a reversal and the fulfilments again
+that followed, and the payments that wait for a person by what they
 wait on (their fulfilment or their reversal), which the alerting rules watch
 (deploy/prometheus/alerts.yml: WebhookPaymentsNeedAPerson, WebhookReversalNeedsAPerson)."""
 
@@ -27,6 +28,11 @@ def reversal_families(
         value=counts.reversed,
     )
     yield CounterMetricFamily(
+        "webhook_refund_reversals",
+        "Of the reversals applied, those of one refund (REVERSAL_PER_REFUND).",
+        value=counts.refund_reversals,
+    )
+    yield CounterMetricFamily(
         "webhook_reversals_resolved",
         "Reversals a person resolved as applied.",
         value=counts.resolved_reversed,
@@ -38,13 +44,25 @@ def reversal_families(
     )
     yield CounterMetricFamily(
         "webhook_reversals_reinstated",
-        "Reversed payments whose dispute was then won: held for a person.",
+        "Reversed payments whose dispute was then won: held for a person, or fulfilled again "
+        "(REVERSAL_DISPUTE_WON=fulfil).",
         value=counts.reinstated,
+    )
+    yield CounterMetricFamily(
+        "webhook_refulfils_due",
+        "Fulfilments again that became due after a dispute won (REVERSAL_DISPUTE_WON=fulfil).",
+        value=counts.refulfils_due,
+    )
+    yield CounterMetricFamily(
+        "webhook_refulfilled",
+        "Fulfilments again after a dispute won that the fulfilment action applied.",
+        value=counts.refulfilled,
     )
     waiting = GaugeMetricFamily(
         "webhook_payments_need_a_person",
         "Payments that wait for a person (failed, interrupted, held), by state and by leg: "
-        "fulfil (their fulfilment) or reverse (their reversal; held: a dispute won after it).",
+        "fulfil (their fulfilment, or their fulfilment again after a dispute won) or reverse "
+        "(their reversal; held: a dispute won after it).",
         labels=["state", "leg"],
     )
     split = needs_a_person(redis)

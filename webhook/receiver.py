@@ -1,26 +1,24 @@
-"""The Stripe-facing blueprint: verify, record, answer. No fulfilment happens here."""
+"""The Stripe endpoint's Flask side: the methods other than POST, requests Werkzeug refuses
+before any view, and counting a rejection. POST itself, the hot path, is served ahead of
+Flask by webhook/endpoint.py."""
 
 import hashlib
 import logging
-import time
 
 import orjson
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import HTTPException
 
-from ledger.deliveries import Delivery, LedgerUnavailable, new_request_id
-from ledger.events import classify
-from ledger.faults import fault
-from ledger.limits import REPLAY_HEADER
+from ledger.deliveries import Ledger
 from webhook.connections import client_address
 from webhook.exceptions import Rejected
 from webhook.http import json_response
-from webhook.intake import delivery_source, parse_event, read_body
-from webhook.metrics_alerting import count_unavailable
+from webhook.intake import ALLOWED_METHOD
 from webhook.store import current_settings, get_ledger
 
 bp = Blueprint("receiver", __name__)
 log = logging.getLogger("webhook.delivery")
+PATH = "/webhooks/stripe"
 LARGEST_SIZE = 10**14 - 1
 """A declared size is recorded up to this, the largest the ledger's Lua JSON (cjson, 14
 significant digits) keeps exact; a Content-Length beyond it, 2**64 or any number of
@@ -28,63 +26,17 @@ digits, is recorded as this."""
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-@bp.route("/webhooks/stripe", methods=ANY_METHOD, provide_automatic_options=False)
+@bp.route(PATH, methods=ANY_METHOD, provide_automatic_options=False)
 def stripe_webhook() -> Response:
-    started = time.perf_counter()
-    settings = current_settings()
-    body = b""
-    try:
-        body = read_body(request, settings.MAX_BODY_BYTES)
-        event, secret_index = parse_event(body, request.headers.get("Stripe-Signature"), settings)
-    except Rejected as rejected:
-        return reject(rejected, body)
-    fault("receiver_after_verify")
-    secret_label = settings.secret_labels[secret_index]
-    delivery = Delivery(
-        event=event,
-        body=body,
-        classified=classify(event, settings.policy),
-        secret_label=secret_label,
-        source=delivery_source(
-            request.headers.get("User-Agent", ""), request.headers.get(REPLAY_HEADER), secret_label
-        ),
-        request_id=new_request_id(),
-    )
-    try:
-        recorded = get_ledger().record_delivery(delivery)
-    except LedgerUnavailable as exc:
-        count_unavailable(exc.__cause__)
-        log.error(
-            orjson.dumps({"event_id": event["id"], "status": 503, "error": str(exc)}).decode()
-        )
-        return json_response({"error": "ledger_unavailable", "retry": True}, 503)
-    fault("receiver_after_record")
-    log.info(
-        orjson.dumps(
-            {
-                "event_id": event["id"],
-                "type": event["type"],
-                "payment": delivery.classified.payment_key,
-                "deliveries": recorded.deliveries,
-                "status": 200,
-                "ms": round((time.perf_counter() - started) * 1000, 2),
-            }
-        ).decode()
-    )
-    return json_response(
-        {
-            "event_id": event["id"],
-            "deliveries": recorded.deliveries,
-            "duplicate": recorded.duplicate,
-        }
-    )
+    """Any method but POST (which webhook/endpoint.py answers before Flask routes it)."""
+    return reject(Rejected("method_not_allowed", 405, f"use {ALLOWED_METHOD}"), b"")
 
 
 @bp.app_errorhandler(405)
 def method_not_allowed(error: Exception) -> Response:
     """Methods routing refuses before the view (TRACE, PROPFIND, ...): same answer, counted."""
-    if request.path == "/webhooks/stripe":
-        return reject(Rejected("method_not_allowed", 405, "use POST"), b"")
+    if request.path == PATH:
+        return reject(Rejected("method_not_allowed", 405, f"use {ALLOWED_METHOD}"), b"")
     return json_response({"error": "method_not_allowed"}, 405)
 
 
@@ -92,7 +44,7 @@ def method_not_allowed(error: Exception) -> Response:
 def bad_request(error: HTTPException) -> Response | HTTPException:
     """A request Werkzeug refuses before the view (a Host header it cannot use): on the
     Stripe endpoint the same JSON answer as any rejection, counted; elsewhere unchanged."""
-    if request.path == "/webhooks/stripe":
+    if request.path == PATH:
         detail = str(error.description or "")[:200]
         return reject(Rejected("malformed_request", 400, detail), b"")
     return error
@@ -106,12 +58,17 @@ def reject(rejected: Rejected, body: bytes) -> Response:
         request.headers.get("X-Forwarded-For"),
         current_settings().TRUSTED_PROXIES,
     )
-    count_rejection(rejected, size, body, remote, request.method)
+    count_rejection(get_ledger(), rejected, size, body, remote, request.method)
     return json_response(rejection_payload(rejected), rejected.status)
 
 
 def count_rejection(
-    rejected: Rejected, size: int, body: bytes, remote: str | None, method: str | None
+    ledger: Ledger,
+    rejected: Rejected,
+    size: int,
+    body: bytes,
+    remote: str | None,
+    method: str | None,
 ) -> None:
     """Count it by reason and keep a body-free record; log one JSON line."""
     record = {
@@ -122,7 +79,7 @@ def count_rejection(
         "remote": remote,
         "method": method,
     }
-    counted = get_ledger().record_rejection(rejected.reason, record)
+    counted = ledger.record_rejection(rejected.reason, record)
     log.info(orjson.dumps({**record, "counted": counted}).decode())
 
 

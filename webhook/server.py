@@ -174,9 +174,9 @@ class Worker(GeventWorker):
         super().load_wsgi()
         # Only here, in the worker once gevent has patched the standard library: the master
         # imports this module (to find the class) before it forks.
-        from webhook import receiver
+        from webhook import receiver, store
 
-        self.flask, self.receiver = self.wsgi, receiver
+        self.flask, self.receiver, self.store = self.wsgi, receiver, store
         settings = self.flask.extensions["settings"]
         self.connections = Connections(
             Limits(
@@ -239,8 +239,8 @@ class Worker(GeventWorker):
 
     def answer(self, client: Any, rejected: Rejected, remote: str | None, method: Any) -> None:
         """Count a rejection made outside the app and send its JSON answer."""
-        with self.flask.app_context():
-            self.receiver.count_rejection(rejected, 0, b"", remote, method)
+        ledger = self.store.ledger_of(self.flask)
+        self.receiver.count_rejection(ledger, rejected, 0, b"", remote, method)
         answer = raw_answer(rejected.status, self.receiver.rejection_payload(rejected))
         try:
             util.write_nonblock(client, answer)

@@ -18,10 +18,17 @@ def current_settings() -> Settings:
 
 def get_ledger() -> Ledger:
     """The ledger of the current app, created on first use in each process."""
-    ledger = current_app.extensions.get(EXTENSION)
+    return ledger_of(current_app)
+
+
+def ledger_of(app: Flask) -> Ledger:
+    """The ledger of ``app``, created on first use in each process (also outside a request:
+    webhook/endpoint.py serves the Stripe endpoint without Flask's contexts)."""
+    ledger = app.extensions.get(EXTENSION)
     if ledger is None:
-        ledger = Ledger(connect(current_settings()), current_settings())
-        current_app.extensions[EXTENSION] = ledger
+        settings = app.extensions["settings"]
+        ledger = Ledger(connect(settings), settings)
+        app.extensions[EXTENSION] = ledger
     return ledger
 
 

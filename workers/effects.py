@@ -145,12 +145,13 @@ def load_effect(s: Settings) -> Effect | None:
 
 
 def load_reversal_effect(s: Settings) -> Effect | None:
-    """The effect REVERSAL_SQL names for a built-in REVERSAL_ACTION (None: unset)."""
-    return (
-        Effect("REVERSAL_SQL", sql=sql_text(s.REVERSAL_SQL, "REVERSAL_SQL"))
-        if s.REVERSAL_SQL
-        else None
-    )
+    """The effect REVERSAL_SQL or REVERSAL_EFFECT names for a built-in REVERSAL_ACTION
+    (None: neither is set); raises ActionConfigError naming the setting, as load_effect."""
+    if s.REVERSAL_SQL:
+        return Effect("REVERSAL_SQL", sql=sql_text(s.REVERSAL_SQL, "REVERSAL_SQL"))
+    if s.REVERSAL_EFFECT:
+        return Effect("REVERSAL_EFFECT", function=imported(s.REVERSAL_EFFECT, "REVERSAL_EFFECT"))
+    return None
 
 
 def sample_for(effect: Effect) -> dict[str, Any]:

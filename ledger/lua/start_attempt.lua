@@ -74,8 +74,10 @@ redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
+-- The leg is kept on the attempt: the token alone cannot tell one per-refund reversal's
+-- attempts from the ones before it (the read model, ledger/read/timeline.py).
 local caller = phase == 'calling' and ARG.caller ~= '' and ARG.caller or nil  -- named at once
 redis.call('HSET', pay, 'attempt:' .. token,
-  cjson.encode({started = now, outcome = 'started', caller = caller}))
+  cjson.encode({started = now, outcome = 'started', leg = leg, caller = caller}))
 if caller then hold_caller(pay, token, caller, now, lease_ms) end
 return go(token)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.read.base import View
+from ledger.reversals import is_refulfil_key
 
 
 class DownstreamRecord(View):
@@ -14,6 +15,9 @@ class DownstreamRecord(View):
     applied: int
     already_applied: int
     effects: int
+    regrants: int
+    """Orders under its fulfilment again's key (``refulfil:``, after a dispute won): not
+    effects of their own."""
     reversal_calls: int
     reversals: int
     reversed_at: datetime | None
@@ -31,9 +35,12 @@ def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
                 (payment_key,),
             ).fetchall()
         )
-        (effects,) = db.execute(
-            "SELECT COUNT(*) FROM orders WHERE payment_key = ?", (payment_key,)
-        ).fetchone()
+        keys = [
+            k
+            for (k,) in db.execute(
+                "SELECT idempotency_key FROM orders WHERE payment_key = ?", (payment_key,)
+            )
+        ]
         reversal_calls, reversals, reversed_at = _reversals(db, payment_key)
     except sqlite3.OperationalError:  # the tables are created by the first call
         return None
@@ -43,7 +50,8 @@ def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
         calls=sum(calls.values()),
         applied=calls.get("applied", 0),
         already_applied=calls.get("already_applied", 0),
-        effects=effects,
+        effects=sum(not is_refulfil_key(k) for k in keys),
+        regrants=sum(is_refulfil_key(k) for k in keys),
         reversal_calls=reversal_calls,
         reversals=reversals,
         reversed_at=datetime.fromtimestamp(reversed_at, UTC) if reversed_at else None,

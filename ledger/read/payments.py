@@ -94,9 +94,9 @@ class PaymentRow(View):
     customer_email: str | None
     """Masked (``j***@example.com``): a list shows no whole email; the payment's purchase does."""
     leg: Leg
-    """What its state is about: ``fulfil`` (its fulfilment) or ``reverse`` (its reversal, once
+    """What its state is about: ``fulfil`` (its fulfilment), ``reverse`` (its reversal, once
     due: queued, running, retrying, failed, interrupted, reversed, or held after a dispute won
-    after it)."""
+    after it) or ``refulfil`` (its fulfilment again after that dispute won)."""
 
 
 class Payment(PaymentRow):

@@ -1,22 +1,23 @@
 """What Stripe took back from a payment and what its reversal did, as people read it: the
-refunds with their amounts (partial ones too), a closed dispute, why the payment was taken
-back, and its reversal (due, its attempts, its receipt, a dispute won after it). Read from
+refunds with their amounts (partial ones too) and what each one's reversal took back, a
+closed dispute, why the payment was taken back, its reversal (due, its attempts, its
+receipt), a dispute won after it and its fulfilment again. Read from
 the fields record_delivery.lua and the attempt scripts keep on the payment hash
 (docs/REVERSAL.md lists them); ledger/reversals.py reads the same fields into the call."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 import orjson
 
 from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
-from ledger.read.timeline import Leg, receipt_of
-from ledger.reversals import FAILED, reversal_key
+from ledger.read.timeline import LEGS, Leg, receipt_of
+from ledger.reversals import FAILED, refulfil_key, reversal_key
 from ledger.stored import count, ms_time, optional, whole
 
-REVERSAL_FIELDS = ("rf", "rf_charge", "dispute", "taken_back", "leg", "reinstated_at")
+REVERSAL_FIELDS = ("rf", "rf_charge", "dispute", "taken_back", "leg", "reinstated_at", "rv")
 """Fields whose presence means the payment has something of this view to show."""
 
 
@@ -25,6 +26,8 @@ class Refund(View):
     amount: Amount | None
     """Null for a refund that failed or was canceled: it takes nothing back."""
     counted: bool
+    reversed: Amount | None
+    """What its own reversal took back (``REVERSAL_PER_REFUND``); null until one did."""
 
 
 class Dispute(View):
@@ -32,6 +35,19 @@ class Dispute(View):
     status: str
     """As its ``charge.dispute.closed`` said: ``lost`` takes the payment back; ``won``
     after a reversal holds it for a person."""
+
+
+class Refulfil(View):
+    """A payment fulfilled again after a dispute won after its reversal: the fulfilment
+    action called once more under its own key (``leg`` refulfil)."""
+
+    after_token: int | None
+    """The fencing token it began after: its attempts are the later ones."""
+    idempotency_key: str
+    attempts_started: int
+    refulfilled_at: datetime | None
+    receipt: dict[str, Any] | None
+    """The fulfilment action's receipt of it, or a person's word (``{"resolved": ...}``)."""
 
 
 class PaymentReversal(View):
@@ -44,7 +60,8 @@ class PaymentReversal(View):
     taken_back: Literal["refund", "dispute"] | None
     """Refunded in full, or a dispute lost: the payment's effect is not (or no longer) owed."""
     due: bool
-    """Its reversal is due, running, waiting for a person, or done (``leg`` reverse)."""
+    """Its reversal is due, running, waiting for a person, or done (``leg`` reverse, or
+    refulfil: done, then a dispute won)."""
     why: str | None
     due_at: datetime | None
     after_token: int | None
@@ -55,17 +72,23 @@ class PaymentReversal(View):
     reversed_at: datetime | None
     receipt: dict[str, Any] | None
     """The reversal action's receipt, or a person's word (``{"resolved": ...}``)."""
+    reversed_amount: Amount | None
+    """What every reversal of the payment has carried (per refund and the rest)."""
     reinstated_at: datetime | None
-    """A dispute won after its reversal: held for a person since then."""
+    """A dispute won after its reversal: held for a person since then, or fulfilled again."""
+    refulfil: Refulfil | None
+    """Its fulfilment again after that dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
 
 
 def leg_of(f: dict[str, str]) -> Leg:
-    return "reverse" if f.get("leg") == "reverse" else "fulfil"
+    leg = f.get("leg")
+    return cast(Leg, leg) if leg in LEGS else "fulfil"
 
 
 def reversal_after(f: dict[str, str]) -> int | None:
-    """The token a due reversal began after (its attempts have greater tokens)."""
-    return whole(f.get("reversal_from")) if leg_of(f) == "reverse" else None
+    """The token a due (or done, then fulfilled again) reversal began after: its attempts
+    have greater tokens."""
+    return whole(f.get("reversal_from")) if leg_of(f) != "fulfil" else None
 
 
 def _amount(minor_units: int | None, currency: str | None) -> Amount | None:
@@ -85,24 +108,40 @@ def _key(payment_key: str, f: dict[str, str]) -> str:
     return reversal_key(payment_key) + (f":{refund}" if refund else "")
 
 
+def _refulfil(payment_key: str, f: dict[str, str]) -> Refulfil | None:
+    if leg_of(f) != "refulfil":
+        return None
+    after = whole(f.get("refulfil_from"))
+    return Refulfil(
+        after_token=after,
+        idempotency_key=refulfil_key(payment_key),
+        attempts_started=max(0, count(f.get("token")) - (after or 0)),
+        refulfilled_at=ms_time(f.get("refulfilled_at")),
+        receipt=receipt_of(f.get("refulfil_receipt")),
+    )
+
+
 def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | None:
     """The view of a payment hash (decoded); None when no refund or dispute touched it."""
     if not any(name in f for name in REVERSAL_FIELDS):
         return None
     currency = f.get("currency")
-    refunds = _refunds(f.get("rf"))
+    refunds, reversed_each = _refunds(f.get("rf")), _refunds(f.get("rv"))
     counted = sum(amount for amount in refunds.values() if amount > 0)
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken = f.get("taken_back")
-    due = leg_of(f) == "reverse"
+    due = leg_of(f) != "fulfil"
     after = reversal_after(f)
+    refulfil = _refulfil(payment_key, f)
+    upto = refulfil.after_token if refulfil and refulfil.after_token else count(f.get("token"))
     return PaymentReversal(
         refunds=[
             Refund(
                 id=rid,
                 amount=None if amount == FAILED else _amount(amount, currency),
                 counted=amount > 0,
+                reversed=_amount(reversed_each.get(rid), currency),
             )
             for rid, amount in sorted(refunds.items())
         ],
@@ -115,8 +154,10 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         due_at=ms_time(f.get("reversal_due_at")) if due else None,
         after_token=after,
         idempotency_key=_key(payment_key, f) if due else None,
-        attempts_started=max(0, count(f.get("token")) - after) if after is not None else 0,
+        attempts_started=max(0, upto - after) if after is not None else 0,
         reversed_at=ms_time(f.get("reversed_at")),
         receipt=receipt_of(f.get("reversal_receipt")),
+        reversed_amount=_amount(whole(f.get("reversed_amount")), currency),
         reinstated_at=ms_time(f.get("reinstated_at")),
+        refulfil=refulfil,
     )

@@ -23,8 +23,15 @@ class ReversalCounts(View):
     """Reversals a person resolved as applied."""
     refunded_unfulfilled: int
     """Payments taken back before any effect: never called."""
+    refund_reversals: int
+    """Of ``reversed``, those of one refund (REVERSAL_PER_REFUND)."""
     reinstated: int
-    """Reversed payments whose dispute was then won: held for a person."""
+    """Reversed payments whose dispute was then won: held for a person, or fulfilled again."""
+    refulfils_due: int
+    """Fulfilments again that became due after a dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
+    refulfilled: int
+    """Fulfilments again the fulfilment action applied (a person's word counts as a resolved
+    fulfilment)."""
 
 
 def reversal_counts(stats: dict[str, str]) -> ReversalCounts:
@@ -34,13 +41,17 @@ def reversal_counts(stats: dict[str, str]) -> ReversalCounts:
         reversed=count(stats.get("reversals")),
         resolved_reversed=count(stats.get("resolved_reversed")),
         refunded_unfulfilled=count(stats.get("refunded_unfulfilled")),
+        refund_reversals=count(stats.get("refund_reversals")),
         reinstated=count(stats.get("reinstated")),
+        refulfils_due=count(stats.get("refulfils_due")),
+        refulfilled=count(stats.get("refulfilled")),
     )
 
 
 class NeedsAPerson(View):
     """The payments that wait for a person (failed, interrupted, held), by what they wait
-    on: their fulfilment, or their reversal (held: a dispute won after it)."""
+    on: their fulfilment (a fulfilment again after a dispute won too: the customer is owed
+    it as the first), or their reversal (held: a dispute won after it)."""
 
     fulfil: dict[str, int]
     reverse: dict[str, int]

@@ -10,8 +10,9 @@ import orjson
 from ledger.read.base import View
 from ledger.stored import count, ms_time, optional, whole
 
-Leg = Literal["fulfil", "reverse"]
-"""Which action a payment's state or an attempt is about: its fulfilment, or its reversal."""
+Leg = Literal["fulfil", "reverse", "refulfil"]
+"""Which action a payment's state or an attempt is about: its fulfilment, its reversal, or
+its fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
 LEGS: tuple[Leg, ...] = get_args(Leg)
 FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
@@ -45,7 +46,9 @@ class Attempt(View):
     caller: str | None
     """The worker process that was fenced to call (``host:pid:nonce``)."""
     leg: Leg
-    """``fulfil``, or ``reverse`` for an attempt of its reversal (after ``reversal_from``)."""
+    """``fulfil``, ``reverse`` for an attempt of its reversal, ``refulfil`` for one of its
+    fulfilment again after a dispute won: as its record names it (start_attempt.lua), else by
+    its token (after ``reversal_from`` or ``refulfil_from``)."""
 
 
 class Resolution(View):
@@ -82,27 +85,35 @@ def timeline(
 
 def attempts_of(f: dict[str, str]) -> list[Attempt]:
     """The attempts of a payment hash (decoded), by token. A fulfilled attempt's end is the
-    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there), or for an
-    attempt of its reversal its ``reversed_at``."""
+    payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there), for an attempt
+    of its reversal its ``reversed_at``, of its fulfilment again ``refulfilled_at``."""
     found = []
-    reversal_from = whole(f.get("reversal_from"))
+    began = {"reverse": whole(f.get("reversal_from")), "refulfil": whole(f.get("refulfil_from"))}
     for name, value in f.items():
         label, _, token = name.partition(":")
         if label == "attempt" and token.isascii() and token.isdigit():
             record, n = _json_object(value), int(token)
-            leg = _leg(record, n, reversal_from)
-            ended_at = f.get("reversed_at" if leg == "reverse" else "fulfilled_at")
-            found.append(_attempt(n, record, ended_at, leg))
+            leg = _leg(record, n, began)
+            found.append(_attempt(n, record, f.get(ENDED_AT[leg]), leg))
     return sorted(found, key=lambda a: a.token)
 
 
-def _leg(record: dict[str, Any], token: int, reversal_from: int | None) -> Leg:
-    """The leg its record names, else by its token: after the one the payment's reversal
-    began after (``reversal_from``) it is the reversal's."""
+ENDED_AT: dict[Leg, str] = {
+    "fulfil": "fulfilled_at",
+    "reverse": "reversed_at",
+    "refulfil": "refulfilled_at",
+}
+"""Where the end of an attempt that applied is kept, by its leg (lua/finish_attempt.lua)."""
+
+
+def _leg(record: dict[str, Any], token: int, began: dict[str, int | None]) -> Leg:
+    """The leg its record names, else by its token: after the one the payment's latest leg
+    began after (``reversal_from``, ``refulfil_from``) it is that leg's."""
     named = record.get("leg")
     if named in LEGS:
         return cast(Leg, named)
-    return "reverse" if reversal_from is not None and token > reversal_from else "fulfil"
+    after = [(start, leg) for leg, start in began.items() if start is not None and token > start]
+    return cast(Leg, max(after)[1]) if after else "fulfil"
 
 
 def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None, leg: Leg) -> Attempt:

@@ -147,8 +147,10 @@ def run(args: argparse.Namespace) -> int:
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
     db = report.downstream_db(settings, args.downstream_db)
     acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
-    taken = takebacks.taken_back([by_id[i] for i in sorted(acked_ids)])
-    undo = report.Undo(taken, settings.reversal_on, report.reversal_db(settings, db))
+    sent = [by_id[i] for i in sorted(acked_ids)]
+    each = takebacks.reversals_due_each(sent) if settings.REVERSAL_PER_REFUND else None
+    taken = takebacks.taken_back(sent)
+    undo = report.Undo(taken, settings.reversal_on, report.reversal_db(settings, db), each)
     layers, findings, reversals = report.build(
         answers, before, after, recorded, paid, redis, db, undo
     )

@@ -39,12 +39,14 @@ UNFULFILLABLE = ("refunded_unfulfilled", "held")
 @dataclass(frozen=True)
 class Undo:
     """What the run took back: payment -> taken back, for each payment refunded or disputed
-    (ledgerctl/takebacks.py), whether the server reverses (REVERSAL_ACTION), and the SQLite
-    file of its reversals, if any."""
+    (ledgerctl/takebacks.py), whether the server reverses (REVERSAL_ACTION), the SQLite
+    file of its reversals, if any, and with REVERSAL_PER_REFUND the reversals due per payment
+    (one per refund: ``takebacks.reversals_due_each``)."""
 
     taken: dict[str, bool]
     reversal_on: bool
     db: str | None
+    expected_keys: dict[str, int] | None = None
 
 
 def event_counts(redis: Redis, event_ids: list[str]) -> dict[str, int]:
@@ -110,15 +112,18 @@ def reversal_db(settings: Settings, db: str | None) -> str | None:
 
 def downstream_effects(
     db: str | None, payment_keys: list[str], states: dict[str, str]
-) -> tuple[str, dict[str, int], int]:
-    """Effects per payment from the downstream's own record when it keeps one."""
+) -> tuple[str, dict[str, int], int, dict[str, int]]:
+    """Effects per payment from the downstream's own record when it keeps one, its calls,
+    and its re-grants per payment (a fulfilment again after a dispute won: not an effect)."""
     if db:
         data = read_downstream(db)["payments"]
         rows = {pk: data.get(pk, {}) for pk in payment_keys}
         effects = {pk: int(r.get("effects", 0)) for pk, r in rows.items()}
-        return "downstream (sqlite)", effects, sum(int(r.get("calls", 0)) for r in rows.values())
+        regrants = {pk: int(r.get("regrants", 0)) for pk, r in rows.items()}
+        calls = sum(int(r.get("calls", 0)) for r in rows.values())
+        return "downstream (sqlite)", effects, calls, regrants
     effects = {pk: int(states.get(pk) == "fulfilled") for pk in payment_keys}
-    return "ledger (no downstream record)", effects, -1
+    return "ledger (no downstream record)", effects, -1, {}
 
 
 def delta(after: Counters, before: Counters, name: str) -> int:
@@ -142,7 +147,7 @@ def build(
     acked = Counter(a.event_id for a in answers if a.kind == "valid" and a.acked)
     pks = sorted(paid | set(undo.taken))
     states = payment_states(redis, pks)
-    source, effects, calls = downstream_effects(db, pks, states)
+    source, effects, calls, regrants = downstream_effects(db, pks, states)
     rejected = {
         k: v - before.rejected_by_reason.get(k, 0)
         for k, v in after.rejected_by_reason.items()
@@ -150,7 +155,9 @@ def build(
     }
     recorded_reversals = read_reversals(undo.db)
     reversals, fulfil_calls = recorded_reversals or (from_ledger(states), None)
-    undone = check_reversals(undo.taken, undo.reversal_on, effects, states, reversals, fulfil_calls)
+    undone = check_reversals(
+        undo.taken, undo.reversal_on, effects, states, reversals, fulfil_calls, undo.expected_keys
+    )
     expected = {
         pk
         for pk in paid
@@ -168,7 +175,8 @@ def build(
         },
         "payments": dict(Counter(states[pk] for pk in sorted(paid))),
         "attempts": attempts_of(redis, sorted(paid)),
-        "downstream": {"source": source, "calls": calls, "effects": sum(effects.values())},
+        "downstream": {"source": source, "calls": calls, "effects": sum(effects.values())}
+        | ({"regrants": sum(regrants.values())} if any(regrants.values()) else {}),
     }
     if undo.taken:
         layers["reversals"] = {
@@ -178,7 +186,7 @@ def build(
             "reversed": undone.reversed,
             "refunded_unfulfilled": len(undone.refunded_unfulfilled),
         }
-    return layers, check(acked, recorded, expected, effects, states), undone
+    return layers, check(acked, recorded, expected, effects, states, regrants), undone
 
 
 def secret_refused(answers: list[Answer]) -> int:

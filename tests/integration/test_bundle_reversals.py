@@ -2,7 +2,9 @@
 every reversal belongs to an effect, no reversal key is recorded twice, a payment refunded
 before its fulfilment has no effect. Exported from a real ledger (tests/support/
 reversal_ledger.py: the SQLite downstream for both actions), then doctored one relation at
-a time (the manifest rewritten, so only the rule can fail)."""
+a time (the manifest rewritten, so only the rule can fail). With each refund reversed on its
+own and a dispute won fulfilled again (``taken_again``): per-refund keys are distinct
+reversals, and the second order (``refulfil:{pk}``) is a re-grant, not a second effect."""
 
 import json
 from collections.abc import Callable
@@ -11,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from ledger.downstream import read_downstream
 from ledgerctl.bundle import add_to_manifest, export, verify
-from tests.support.reversal_ledger import Taken
+from tests.support.reversal_ledger import Taken, TakenAgain
 
 
 @pytest.fixture
@@ -113,5 +116,98 @@ def test_each_reversal_rule_fails_on_a_doctored_bundle(
     doctor, expected = case
     doctor(bundle, taken)
     failures = verify(bundle).failures
+    assert any(expected in f for f in failures), failures
+    assert not any("manifest" in f or "not as an export writes" in f for f in failures)
+
+
+@pytest.fixture
+def bundle_again(redis: Any, config: dict[str, object], taken_again: TakenAgain, tmp_path: Path):
+    downstream = str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///")
+    counts = export(redis, tmp_path / "bundle", downstream)
+    assert counts["downstream_reversals.json"] == 3  # two refunds' and the lost dispute's
+    assert counts["downstream_orders.json"] == 3  # two effects and one re-grant
+    return tmp_path / "bundle"
+
+
+def test_per_refund_keys_and_a_regrant_pass(
+    bundle_again: Path, config: dict[str, object], taken_again: TakenAgain
+) -> None:
+    t = taken_again
+    assert verify(bundle_again).failures == []
+    reversals = json.loads((bundle_again / "downstream_reversals.json").read_text())
+    assert {r["idempotency_key"] for r in reversals} == {
+        f"reverse:{t.per_refund}:{rid}" for rid in t.refunds
+    } | {f"reverse:{t.refulfilled}"}
+    orders = json.loads((bundle_again / "downstream_orders.json").read_text())
+    assert sorted(o["idempotency_key"] for o in orders if o["payment_key"] == t.refulfilled) == [
+        f"fulfil:{t.refulfilled}",
+        f"refulfil:{t.refulfilled}",
+    ]
+    # the replay's checker reads the same file: one effect and one re-grant
+    down = read_downstream(str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+    row = down["payments"][t.refulfilled]
+    assert (row["effects"], row["regrants"]) == (1, 1)
+    assert down["payments"][t.per_refund]["effects"] == 1
+
+
+def _a_second_regrant(bundle: Path, t: TakenAgain) -> None:
+    again = f"refulfil:{t.refulfilled}"
+
+    def order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        copy = dict(next(r for r in rows if r["idempotency_key"] == again))
+        return [*rows, dict(copy, idempotency_key=again + "-x")]
+
+    doctored(bundle, "downstream_orders.json", order)
+
+
+def _a_regrant_without_its_reversal(bundle: Path, t: TakenAgain) -> None:
+    doctored(
+        bundle,
+        "downstream_reversals.json",
+        lambda rows: [r for r in rows if r["payment_key"] != t.refulfilled],
+    )
+
+
+def _a_regrant_call_applied_twice(bundle: Path, t: TakenAgain) -> None:
+    again = f"refulfil:{t.refulfilled}"
+
+    def call(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        copy = next(r for r in rows if r["idempotency_key"] == again)
+        return [*rows, dict(copy, id=len(rows) + 1)]
+
+    doctored(bundle, "downstream_calls.json", call)
+
+
+def _a_refund_s_key_twice(bundle: Path, t: TakenAgain) -> None:
+    doctored(
+        bundle,
+        "downstream_reversals.json",
+        lambda rows: [*rows, next(r for r in rows if r["payment_key"] == t.per_refund)],
+    )
+
+
+AGAIN: dict[str, tuple[Callable[[Path, TakenAgain], None], str]] = {
+    "a second re-grant": (_a_second_regrant, "has 2 re-grant(s) and 1 effect(s)"),
+    "a re-grant without its reversal": (
+        _a_regrant_without_its_reversal,
+        "fulfilled again without a reversal before it",
+    ),
+    "a re-grant's call applied twice": (
+        _a_regrant_call_applied_twice,
+        "2 applied calls of its fulfilment again, 1 re-grant(s)",
+    ),
+    "a refund's reversal key twice": (_a_refund_s_key_twice, "recorded 2 times"),
+}
+
+
+@pytest.mark.parametrize("case", AGAIN.values(), ids=list(AGAIN))
+def test_each_regrant_and_per_refund_rule_fails_on_a_doctored_bundle(
+    bundle_again: Path,
+    taken_again: TakenAgain,
+    case: tuple[Callable[[Path, TakenAgain], None], str],
+) -> None:
+    doctor, expected = case
+    doctor(bundle_again, taken_again)
+    failures = verify(bundle_again).failures
     assert any(expected in f for f in failures), failures
     assert not any("manifest" in f or "not as an export writes" in f for f in failures)

@@ -20,7 +20,7 @@ from tests.support.postgres import USER_PASSWORD
 from tests.support.processes import free_port
 from workers import postgres_schema
 from workers.actions import build_action, build_reversal_action, unusable
-from workers.effects import for_sqlite
+from workers.effects import for_sqlite, sql_params
 from workers.exceptions import PermanentDownstreamError, TransientDownstreamError
 from workers.postgres_action import PostgresAction
 
@@ -317,3 +317,88 @@ def test_sqlite_adds_each_reversal_to_its_order_and_runs_reversal_sql(tmp_path: 
     reverse(reversal_call("pi_s", 4, None, 1500))  # what remains
     assert db.execute(order).fetchall() == [(2000, 1)]
     assert db.execute("SELECT * FROM taken").fetchall() == [("pi_s", 500), ("pi_s", 1500)]
+
+
+REVERSALS: list[str] = []
+"""Reversal keys :func:`take_back` was called with, in this process."""
+
+
+def take_back(conn: Any, purchase: dict[str, Any]) -> dict[str, Any]:
+    """A REVERSAL_EFFECT: the order marked with what the reversal takes back, through the
+    open transaction's connection; refused (raises) past the amount paid."""
+    REVERSALS.append(purchase["idempotency_key"])
+    reversal = purchase["reversal"]
+    sql = REVERSAL_SQL if not isinstance(conn, sqlite3.Connection) else for_sqlite(REVERSAL_SQL)
+    row = conn.execute(sql, sql_params(purchase)).fetchone()
+    return {"reversed": row[0], "why": reversal["why"], "refund": reversal["refund_id"]}
+
+
+def reversal_effect_for(url: str) -> Any:
+    s = settings_module.load(
+        {},
+        FULFILMENT_ACTION=url,
+        REVERSAL_ACTION=url,
+        REVERSAL_EFFECT=f"{__name__}:take_back",
+        FULFILMENT_SQL=ORDER_SQL,
+        FULFILMENT_TIMEOUT="2",
+    )
+    assert unusable(s) is None
+    return build_action(s), build_reversal_action(s)
+
+
+def test_a_python_reversal_effect_runs_once_in_the_transaction_of_its_key(shop) -> None:
+    """REVERSAL_EFFECT, REVERSAL_SQL's Python form: it gets the purchase with its reversal,
+    commits with the reversal's key (a re-run answers the first receipt without calling it
+    again), and one that raises leaves neither its key nor its mark."""
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE shop_orders ADD COLUMN reversed int NOT NULL DEFAULT 0"
+            " CHECK (reversed <= amount)"
+        )
+    REVERSALS.clear()
+    fulfil, reverse = reversal_effect_for(shop)
+    fulfil(call("pi_e"))
+    first = reverse(reversal_call("pi_e", 2, "re_1", 500))
+    receipt = {"reversed": 500, "why": "refund", "refund": "re_1"}
+    assert first == {"outcome": "applied", "receipt": receipt}
+    assert reverse(reversal_call("pi_e", 3, "re_1", 500)) == {
+        "outcome": "already_applied",
+        "receipt": receipt,
+    }
+    with pytest.raises(PermanentDownstreamError, match="CheckViolation"):
+        reverse(reversal_call("pi_e", 4, None, 1501))  # more than remains: refused
+    assert reverse(reversal_call("pi_e", 5, None, 1500))["receipt"]["reversed"] == 2000
+    assert REVERSALS == ["reverse:pi_e:re_1", "reverse:pi_e", "reverse:pi_e"]
+    assert rows(shop, "SELECT reversed FROM shop_orders") == [(2000,)]
+    assert rows(shop, "SELECT idempotency_key FROM webhook_ledger_effects ORDER BY 1") == [
+        ("fulfil:pi_e",),
+        ("reverse:pi_e",),
+        ("reverse:pi_e:re_1",),
+    ]
+
+
+def test_a_python_reversal_effect_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "downstream.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE shop_orders (payment_key TEXT, amount INTEGER, currency TEXT,"
+        " reversed INTEGER NOT NULL DEFAULT 0 CHECK (reversed <= amount))"
+    )
+    db.commit()
+    REVERSALS.clear()
+    fulfil, reverse = reversal_effect_for(f"sqlite:///{path}")
+    fulfil(call("pi_q"))
+    assert reverse(reversal_call("pi_q", 2, None, 2000))["receipt"]["reversed"] == 2000
+    assert reverse(reversal_call("pi_q", 3, None, 2000))["outcome"] == "already_applied"
+    assert REVERSALS == ["reverse:pi_q"]
+    assert db.execute("SELECT reversed FROM shop_orders").fetchall() == [(2000,)]
+    order = "SELECT reversed_amount, reversed_at IS NOT NULL FROM orders"
+    assert db.execute(order).fetchall() == [(2000, 1)]
+
+
+def test_a_reversal_effect_that_cannot_be_imported_is_refused_naming_it(shop) -> None:
+    s = settings_module.load(
+        {}, FULFILMENT_ACTION=shop, REVERSAL_ACTION=shop, REVERSAL_EFFECT="shop_missing:undo"
+    )
+    found = unusable(s)
+    assert found is not None and found[0] == "REVERSAL_EFFECT" and "import" in found[1]

@@ -440,3 +440,28 @@ def test_a_dispute_lost_then_won_before_the_paid_event_is_never_fulfilled(
     assert shop.deliver(shop.paid) == "refunded_unfulfilled"
     assert shop.field("taken_back") == "dispute"
     assert shop.redis.llen("rq:queue:fulfilment") == 0
+
+
+def test_each_attempt_record_names_its_leg(redis, redis_server, rng) -> None:
+    """The read model labels an attempt by the leg its record names (the token alone cannot
+    tell the attempts of several per-refund reversals from a fulfilment's)."""
+    shop = per_refund_shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    for part in (shop.amount // 4, shop.amount // 4):
+        shop.deliver(refund_events(rng, shop.pk, shop.amount, part)[0])
+        assert len(reverse_all(shop)) == 1 and shop.state() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert len(reverse_all(shop)) == 1 and shop.state() == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    assert shop.attempt("refulfil") == "fulfilled"
+    records = {
+        int(k.split(b":")[1]): json.loads(v)
+        for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()
+        if k.startswith(b"attempt:")
+    }
+    assert [records[t].get("leg") for t in sorted(records)] == [
+        "fulfil",
+        "reverse",
+        "reverse",
+        "reverse",
+        "refulfil",
+    ]

@@ -263,6 +263,7 @@ def test_the_cli_prints_the_objects_the_api_answers(client, config, one_of_every
         "applied": 1,
         "already_applied": 0,
         "effects": 1,
+        "regrants": 0,
         "reversal_calls": 0,
         "reversals": 0,
         "reversed_at": None,

@@ -2,7 +2,8 @@
 (the payment's reversal object, the summary's counts), the dashboard (the overview, the
 payment page, the list of what needs a person), ``webhook-ledger`` and ``/metrics``, on a
 ledger the real scripts, the real job and the built-in SQLite downstream (for both actions)
-brought there (tests/support/reversal_ledger.py; docs/REVERSAL.md)."""
+brought there (tests/support/reversal_ledger.py; docs/REVERSAL.md), with each refund its own
+reversal and a dispute won fulfilled again too (``taken_again``)."""
 
 import json
 from typing import Any
@@ -65,7 +66,10 @@ def test_the_summary_counts_reversals_and_who_waits_on_what(client, taken) -> No
         "reversed": 2,
         "resolved_reversed": 0,
         "refunded_unfulfilled": 1,
+        "refund_reversals": 0,
         "reinstated": 1,
+        "refulfils_due": 0,
+        "refulfilled": 0,
     }
     assert s["payments_by_state"]["reversed"] == 1
     assert s["payments_by_state"]["refunded_unfulfilled"] == 1
@@ -142,3 +146,63 @@ def test_metrics_count_reversals_and_split_who_waits_by_leg(client, taken) -> No
     }
     states = {dict(k)["state"]: v for k, v in m["webhook_payments"].items()}
     assert states["reversed"] == 1 and states["refunded_unfulfilled"] == 1
+
+
+def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config, taken_again):
+    t = taken_again
+    p = api(client, f"payments/{t.per_refund}")
+    assert (p["state"], p["leg"]) == ("fulfilled", "fulfil")
+    rv = p["reversal"]
+    shown = {f["id"]: f["reversed"]["minor_units"] for f in rv["refunds"]}
+    assert shown == t.refunds and rv["reversed_amount"]["minor_units"] == sum(t.refunds.values())
+    assert rv["taken_back"] is None and rv["refulfil"] is None
+    # each reversal's attempt is labelled by the leg its record names, not by its token
+    assert [a["leg"] for a in p["attempts"]] == ["fulfil", "reverse", "reverse"]
+
+    d = api(client, f"payments/{t.refulfilled}")
+    assert (d["state"], d["leg"]) == ("fulfilled", "refulfil")
+    g = d["reversal"]["refulfil"]
+    assert g["idempotency_key"] == f"refulfil:{t.refulfilled}" and g["refulfilled_at"]
+    assert g["attempts_started"] == 1 and g["after_token"] == 2
+    assert g["receipt"]["outcome"] == "applied"  # the SQLite downstream's
+    assert d["reversal"]["reversed_amount"]["minor_units"] == t.amounts[t.refulfilled]
+    assert d["reversal"]["attempts_started"] == 1 and d["reversal"]["why"] == "dispute"
+    assert [a["leg"] for a in d["attempts"]] == ["fulfil", "reverse", "refulfil"]
+    assert (d["downstream"]["effects"], d["downstream"]["regrants"]) == (1, 1)
+    assert all(a["ended_at"] for a in d["attempts"])
+
+    assert api(client, "summary")["reversals"] == {
+        "due": 3,
+        "reversed": 3,
+        "resolved_reversed": 0,
+        "refunded_unfulfilled": 0,
+        "refund_reversals": 2,
+        "reinstated": 1,
+        "refulfils_due": 1,
+        "refulfilled": 1,
+    }
+    overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
+    assert 'id="reversals-refund_reversals">2<' in overview
+    assert 'id="reversals-refulfils_due">1<' in overview
+    assert 'id="reversals-refulfilled">1<' in overview
+
+    page = client.get(f"/ops/payments/{t.per_refund}", headers=BASIC).get_data(as_text=True)
+    assert 'id="reversed-amount"' in page
+    assert all(f'id="refund-reversed-{rid}"' in page for rid in t.refunds)
+    page = client.get(f"/ops/payments/{t.refulfilled}", headers=BASIC).get_data(as_text=True)
+    assert 'id="refulfilled-at"' in page and 'id="refulfil-receipt"' in page
+    assert f"refulfil:{t.refulfilled}" in page and "fulfilled again" in page
+    assert '<td data-label="of">fulfilment again</td>' in page
+
+    shown = run_cli(config, "payment", t.refulfilled).stdout
+    assert "fulfilled again" in shown and f"refulfil:{t.refulfilled}" in shown
+    assert "fulfilment again" in shown  # its attempt's leg
+    shown = run_cli(config, "payment", t.per_refund).stdout
+    assert "reversed in all" in shown and shown.count("(reversed ") == 2
+    summary = run_cli(config, "summary").stdout
+    assert "fulfilled again" in summary and "one refund's" in summary
+
+    m = scrape(client)
+    assert m["webhook_refund_reversals_total"][()] == 2
+    assert m["webhook_refulfils_due_total"][()] == 1
+    assert m["webhook_refulfilled_total"][()] == 1

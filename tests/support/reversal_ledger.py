@@ -61,3 +61,42 @@ def taken(fulfilment: Any, redis: Any, config: dict[str, object], rng: random.Ra
     assert attempts.recover(i) == "interrupted"
     amounts = {r: r_amount, p: p_amount, d: d_amount, u: u_amount, i: i_amount}
     return Taken(r, p, d, u, i, amounts)
+
+
+class TakenAgain(msgspec.Struct):
+    """Payment keys of the ledger with REVERSAL_PER_REFUND and REVERSAL_DISPUTE_WON=fulfil."""
+
+    per_refund: str
+    refunds: dict[str, int]
+    """The per-refund payment's refunds: id -> amount, each reversed on its own."""
+    refulfilled: str
+    amounts: dict[str, int]
+
+
+@pytest.fixture
+def taken_again(
+    fulfilment: Any, redis: Any, config: dict[str, object], rng: random.Random
+) -> TakenAgain:
+    """Two partial refunds reversed one by one, the payment still fulfilled; a dispute lost,
+    reversed, then won and fulfilled again."""
+    f = fulfilment(
+        REVERSAL_ACTION=config["FULFILMENT_ACTION"],
+        REVERSAL_PER_REFUND="true",
+        REVERSAL_DISPUTE_WON="fulfil",
+    )
+    (p, p_amount), (d, d_amount) = paid(f, rng), paid(f, rng)
+    f.work()
+    refunds = {}
+    for part in (p_amount // 4, p_amount // 5):
+        events = refund_events(rng, p, p_amount, part, refunded_before=sum(refunds.values()))
+        refunds[events[0]["data"]["object"]["id"]] = part
+        for event in events:
+            f.deliver(event)
+        f.work()
+    f.deliver(dispute_closed(rng, d, d_amount, "lost"))
+    f.work()
+    assert settled_as(redis, d, "reversed")
+    f.deliver(dispute_closed(rng, d, d_amount, "won"))
+    f.work()
+    assert settled_as(redis, p, "fulfilled") and settled_as(redis, d, "fulfilled")
+    return TakenAgain(p, refunds, d, {p: p_amount, d: d_amount})

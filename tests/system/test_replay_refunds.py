@@ -11,10 +11,10 @@ def tables(env: dict[str, str]) -> sqlite3.Connection:
     return sqlite3.connect(env["FULFILMENT_ACTION"].removeprefix("sqlite:///"))
 
 
-def reversing(stack, tmp_path, broken: bool = False):
+def reversing(stack, tmp_path, broken: bool = False, **more: str):
     """The service with REVERSAL_ACTION the built-in SQLite downstream of its effects, or
     (``broken``) a reversal that ignores its key, into the same file."""
-    s = stack(TMP_REPORT=str(tmp_path / "report.json"))
+    s = stack(TMP_REPORT=str(tmp_path / "report.json"), **more)
     orders = s.env["FULFILMENT_ACTION"]
     s.env["REVERSAL_ACTION"] = "tests.support.broken_actions:reverse_twice" if broken else orders
     s.env["BROKEN_DB"] = orders.removeprefix("sqlite:///")
@@ -47,6 +47,21 @@ def test_refunds_and_disputes_after_fulfilment_are_reversed_once(stack, redis, t
     assert len(keys) == 9 and all(k.startswith("reverse:pi_") for k in keys)
     why = dict(db.execute("SELECT reversal ->> 'why', COUNT(*) FROM reversals GROUP BY 1"))
     assert why == {"refund": 6, "dispute": 3}
+
+
+def test_each_refund_reversed_on_its_own_is_one_reversal_per_refund(stack, redis, tmp_path):
+    """REVERSAL_PER_REFUND: the partial refunds are reversed too, and two partials are two
+    reversals (``reverse:{pk}:{refund_id}``), each once; ``--expect-once`` expects one per
+    refund, not one per payment."""
+    s, url = reversing(stack, tmp_path, REVERSAL_PER_REFUND="true")
+    status, report = replay(s.env, url, "--scenario", "refunds", "--seed", "5", "--expect-once")
+    assert status == 0 and report["findings"]["passed"], report["findings"]
+    assert report["findings"]["reversals"]["twice"] == []
+    db = tables(s.env)
+    keys = [k for (k,) in db.execute("SELECT idempotency_key FROM reversals")]
+    # three of each: full (1), partial (1), two partials (2) by refund; dispute lost (1)
+    assert len(keys) == len(set(keys)) == 15
+    assert sum(k.count(":") == 2 for k in keys) == 12
 
 
 def test_refunds_racing_fulfilment_never_fulfil_after_and_reverse_what_was(

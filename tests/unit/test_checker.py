@@ -31,3 +31,16 @@ def test_interrupted_is_surfaced_not_failed() -> None:
 def test_missing_effect_and_stray_effect() -> None:
     found = check(ACKED, RECORDED, {"pi_1"}, {"pi_9": 1}, {"pi_1": "failed"})
     assert found.unfulfilled == ["pi_1"] and found.unexpected == ["pi_9"] and not found.ok
+
+
+def test_a_regrant_after_a_dispute_won_is_not_a_second_effect() -> None:
+    """REVERSAL_DISPUTE_WON=fulfil: one effect plus one re-grant (``refulfil:{pk}``) is
+    right; two re-grants, or a re-grant without its effect, is duplicated work."""
+    ok = check(ACKED, RECORDED, {"pi_1"}, {"pi_1": 1}, {"pi_1": "fulfilled"}, {"pi_1": 1})
+    assert ok.ok and ok.duplicated == []
+    twice = check(ACKED, RECORDED, {"pi_1"}, {"pi_1": 1}, {}, {"pi_1": 2})
+    assert twice.duplicated == [{"payment": "pi_1", "effects": 1, "regrants": 2}]
+    alone = check(ACKED, RECORDED, {"pi_1"}, {}, {}, {"pi_1": 1})
+    assert alone.duplicated == [{"payment": "pi_1", "effects": 0, "regrants": 1}]
+    stray = check(ACKED, RECORDED, {"pi_1"}, {"pi_1": 1}, {}, {"pi_9": 1})
+    assert stray.unexpected == ["pi_9"] and not stray.ok

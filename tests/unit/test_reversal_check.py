@@ -108,3 +108,39 @@ def test_per_refund_keys_are_checked_by_the_count_due() -> None:
         expected_keys=due,
     )
     assert [t["payment"] for t in found.twice] == ["pi_b"] and not found.missing
+
+
+def test_per_refund_reversals_due_are_one_per_refund_and_each_key_once() -> None:
+    """With REVERSAL_PER_REFUND the replay expects one key per refund counted
+    (``reverse:{pk}:{refund_id}``), plus one for what a lost dispute leaves."""
+    rng = random.Random(5)
+    payments = [samples.payment_events(rng) for _ in takebacks.KINDS]
+    sent = [e for events in payments for e in events]
+    for n, events in enumerate(payments):
+        sent += takebacks.for_payment(rng, events, takebacks.kind_of(n))
+    due = takebacks.reversals_due_each(sent)
+    by_kind = {
+        takebacks.kind_of(n): due.get(p[2]["data"]["object"]["id"]) for n, p in enumerate(payments)
+    }
+    assert by_kind == {
+        "none": None,
+        "full": 1,
+        "partial": 1,
+        "partials": 2,
+        "dispute_lost": 1,
+        "dispute_won": 0,
+    }
+    partials = next(
+        p[2]["data"]["object"]["id"]
+        for n, p in enumerate(payments)
+        if takebacks.kind_of(n) == "partials"
+    )
+    taken = takebacks.taken_back(sent)
+    two = {partials: Reversals(keys=2, applied=2, calls=2)}
+    each = check_reversals(
+        {partials: taken[partials]}, True, {partials: 1}, {partials: "reversed"}, two,
+        expected_keys=due,
+    )  # fmt: skip
+    assert each.ok and each.reversed == 1
+    # without the count due per refund the two keys would read as one reversal twice
+    assert check_reversals({partials: True}, True, {partials: 1}, {}, two).twice

@@ -76,6 +76,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     ),
     "REVERSAL_REPLAY_SAFE": ("yes", True, "ture", "true or false"),
     "REVERSAL_SQL": ("@undo.sql", "@undo.sql", "@", "one SQL statement, or @path"),
+    "REVERSAL_EFFECT": ("shop.effects:undo", "shop.effects:undo", "shop.effects", "module:"),
     "REVERSAL_PER_REFUND": ("yes", True, "each", "true or false"),
     "REVERSAL_DISPUTE_WON": ("FULFIL", "fulfil", "refund", "one of hold, fulfil"),
     "FULFILMENT_TIMEOUT": ("5", 5.0, "inf", "above 0"),
@@ -317,6 +318,14 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"REVERSAL_ACTION": "shop:take_back", "REVERSAL_SQL": "SELECT 1"},
             "invalid setting REVERSAL_SQL='SELECT 1': expected unset while REVERSAL_ACTION",
+        ),
+        (
+            {"REVERSAL_ACTION": "shop:take_back", "REVERSAL_EFFECT": "shop:undo"},
+            "invalid setting REVERSAL_EFFECT=shop:undo: expected unset while REVERSAL_ACTION",
+        ),
+        (
+            {"REVERSAL_SQL": "SELECT 1", "REVERSAL_EFFECT": "shop:undo"},
+            "invalid setting REVERSAL_EFFECT=shop:undo: expected REVERSAL_SQL or",
         ),
         (
             {"FULFILMENT_ACTION": "postgresql://u:pw@db.example:5432", "FULFILMENT_SQL": "x"},
