@@ -188,7 +188,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         capacity = {name: sustained(wd, factory, name, rounds) for name in CAPACITY}
         half = {n: c["sustained_payments_per_s"]["median"] / 2 for n, c in capacity.items()}
         latency = {  # today's worker at half its own rate beside the new one at half its own
-            CAPACITY[0]: latency_at(wd, factory, CAPACITY[0], max(half[CAPACITY[0]], 5), rounds),
+            # (the lower of half its sustained rate and half what a 100 ms downstream allows)
+            # One call at a time: 2 workers x (1 s / 100 ms) = 20 payments/s at most, half is 10.
+            CAPACITY[0]: latency_at(wd, factory, CAPACITY[0], min(half[CAPACITY[0]], 10), rounds),
             f"2xBatchWorker({LATENCY_SLOTS})": latency_at(
                 wd, factory, f"2xBatchWorker({LATENCY_SLOTS})", half[CAPACITY[1]], rounds
             ),
