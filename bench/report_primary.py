@@ -53,7 +53,7 @@ def primary_section(p: dict[str, Any] | None) -> Lines:
     lat = p["latency_100ms_downstream_at_half"]
     lines += [
         "",
-        "First paid delivery → fulfilled with a downstream answering in 100 ms, each at half its own sustained rate:",
+        "First paid delivery → fulfilled with a downstream answering in 100 ms: one call at a time at half of the 20/s two workers carry with it, BatchWorker at half of its sustained rate above:",
         "",
     ]
     lines += table(

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         # Merge into the previous full run: the other sections keep their results.
         previous = json.loads(latest.read_text())
         if previous.get("quick") == args.quick:
-            rerun = {name: data["machine"]["date"] for name in data["sections"]}
+            when = f"{data['machine']['date']} on git {data['machine']['git']}"
+            rerun = {name: when for name in data["sections"]}
             previous["sections"].update(data["sections"])
             previous["section_seconds"].update(data["section_seconds"])
             previous.setdefault("rerun", {}).update(rerun)

@@ -147,7 +147,8 @@ RUN_HEADER = re.compile(
 
 def renderer_headings() -> list[str]:
     """The fixed start of every '### ' heading bench/report.py and its sections can write."""
-    sources = [Path(report.__file__), Path(report.__file__).with_name("report_sections.py")]
+    here = Path(report.__file__)
+    sources = [here, *(here.with_name(f"{n}.py") for n in ("report_sections", "report_primary"))]
     heads = re.findall(r'"(### [^"{]+)', "".join(p.read_text() for p in sources))
     assert heads, "bench/report.py writes no headings?"
     return heads
