@@ -322,12 +322,24 @@ local function next_reversal(pay)
   return nil
 end
 
+-- A payment queued for its next leg gets its job: with captured RQ commands from ARGV[first]
+-- it is enqueued now (due again after the grace), else the sweeper enqueues one at once
+-- (recover.lua: a queued payment without a job).
+local function enqueue_leg(pay, pk, now, first, job_id, grace_ms)
+  if first then
+    redis.call('HSET', pay, 'job', job_id)
+    run_commands(first)
+    redis.call('ZADD', DUE, now + grace_ms, pk)
+  else
+    redis.call('HDEL', pay, 'job')
+    redis.call('ZADD', DUE, now, pk)
+  end
+end
+
 -- The fulfilled payment's reversal is due: the same machinery as fulfilment (`leg` =
 -- reverse: queued, in_progress, retrying, failed and interrupted are the reversal's), with
 -- a fresh attempt budget. `refund` names the refund it is for (nil: the whole payment, or
--- what remains of it) and `amount` what it takes back. With captured RQ commands from
--- ARGV[first] the job is enqueued now, else the sweeper enqueues one at once (recover.lua: a
--- queued payment without a job).
+-- what remains of it) and `amount` what it takes back.
 local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, amount)
   local pk = id_of(pay, PAYMENT_PREFIX)
   local token = redis.call('HGET', pay, 'token') or 0
@@ -340,14 +352,7 @@ local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, am
   end
   move(pay, 'queued', now)
   redis.call('HINCRBY', STATS, 'reversals_due', 1)
-  if first then
-    redis.call('HSET', pay, 'job', job_id)
-    run_commands(first)
-    redis.call('ZADD', DUE, now + grace_ms, pk)
-  else
-    redis.call('HDEL', pay, 'job')
-    redis.call('ZADD', DUE, now, pk)
-  end
+  enqueue_leg(pay, pk, now, first, job_id, grace_ms)
 end
 
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`).
@@ -425,15 +430,7 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
     redis.call('HSET', pay, 'leg', 'refulfil', 'refulfil_from', token, 'budget_base', token)
     move(pay, 'queued', now)
     redis.call('HINCRBY', STATS, 'refulfils_due', 1)
-    local pk = id_of(pay, PAYMENT_PREFIX)
-    if first then
-      redis.call('HSET', pay, 'job', job_id)
-      run_commands(first)
-      redis.call('ZADD', DUE, now + grace_ms, pk)
-    else
-      redis.call('HDEL', pay, 'job')
-      redis.call('ZADD', DUE, now, pk)
-    end
+    enqueue_leg(pay, id_of(pay, PAYMENT_PREFIX), now, first, job_id, grace_ms)
     return 'queued'
   end
   move(pay, 'held', now)

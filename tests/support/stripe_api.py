@@ -90,17 +90,7 @@ class EventsApi:
     def endpoint_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
         """One page of the webhook endpoints, in Stripe's list format."""
         self.endpoint_pages += 1
-        found = self.webhook_endpoints
-        if "starting_after" in query:
-            ids = [e["id"] for e in found]
-            found = found[ids.index(query["starting_after"][0]) + 1 :]
-        limit = min(100, int(query.get("limit", ["10"])[0]))
-        return {
-            "object": "list",
-            "url": "/v1/webhook_endpoints",
-            "has_more": len(found) > limit,
-            "data": found[:limit],
-        }
+        return list_page(self.webhook_endpoints, query, "/v1/webhook_endpoints")
 
     def fail_for(self, status: int, seconds: float) -> None:
         """Answer every Checkout request with ``status`` for ``seconds`` from the first one
@@ -175,16 +165,7 @@ class EventsApi:
         )
         if query.get("delivery_success") == ["false"]:
             found = [e for e in found if e["id"] not in self.delivered]
-        if "starting_after" in query:
-            ids = [e["id"] for e in found]
-            found = found[ids.index(query["starting_after"][0]) + 1 :]
-        limit = min(100, int(query.get("limit", ["10"])[0]))
-        return {
-            "object": "list",
-            "url": "/v1/events",
-            "has_more": len(found) > limit,
-            "data": found[:limit],
-        }
+        return list_page(found, query, "/v1/events")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -235,3 +216,12 @@ class EventsApi:
                 pass
 
         return Handler
+
+
+def list_page(found: list[dict[str, Any]], query: dict[str, list[str]], url: str) -> dict[str, Any]:
+    """One page of ``found`` in Stripe's list format (``starting_after``, ``limit``)."""
+    if "starting_after" in query:
+        ids = [e["id"] for e in found]
+        found = found[ids.index(query["starting_after"][0]) + 1 :]
+    limit = min(100, int(query.get("limit", ["10"])[0]))
+    return {"object": "list", "url": url, "has_more": len(found) > limit, "data": found[:limit]}
