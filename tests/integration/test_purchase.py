@@ -138,7 +138,8 @@ def test_an_older_downstream_file_gains_the_purchase_columns(tmp_path) -> None:
     old.close()
     db = open_downstream(path)
     columns = [r[1] for r in db.execute("PRAGMA table_info(orders)")]
-    assert columns[-4:] == ["client_reference_id", "customer", "purchase", "reversed_at"]
+    added = ["client_reference_id", "customer", "purchase", "reversed_at", "reversed_amount"]
+    assert columns[-5:] == added
     assert db.execute("SELECT payment_key, purchase FROM orders").fetchall() == [("pi_old", None)]
     db.close()
     open_downstream(path).close()  # a second opening finds nothing to add
