@@ -13,6 +13,7 @@ from typing import Any
 from redis import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, TimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -39,6 +40,11 @@ def options(settings: Settings) -> dict[str, Any]:
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
         "retry_on_error": [ConnectionError, TimeoutError],
         "health_check_interval": 30,
+        # redis-py's default ("auto", RESP3) also turns off the pool's refusal to hand out a
+        # connection holding a reply nobody read (readable bytes could be a maintenance
+        # push), so the next command would read that reply as its own. Maintenance
+        # notifications come from Redis Enterprise and Cloud; the ledger does without them.
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
     }
 
 

@@ -137,17 +137,16 @@ class Script:
         to queue it on (sent with :meth:`execute`, which loads it where it is missing)."""
         if not self.function:
             return self.registered(keys=keys, args=args, client=client)
-        client = self.redis if client is None else client
         call = (self.function, len(keys), *keys, *args)
-        if isinstance(client, Pipeline):  # only queued here
+        if client is not None:  # a pipeline: only queued here
             return client.fcall(*call)
         try:
-            return client.fcall(*call)
+            return self.redis.fcall(*call)
         except ResponseError as exc:
             if not missing(exc):
                 raise
-        self.load(client)
-        return client.fcall(*call)
+        self.load()
+        return self.redis.fcall(*call)
 
     def load(self, client: Any = None) -> None:
         """Give the server this script: its function (FUNCTION LOAD; one already there is
