@@ -41,6 +41,7 @@ _.noop_action
 _.exit_worker
 _.apply_twice
 _.reverse_twice
+_.regrant_twice
 _.insert_order
 
 # msgspec and the ledger's Redis hashes write struct fields by name: fields no Python code

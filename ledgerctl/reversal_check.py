@@ -9,7 +9,11 @@ For every payment the client saw refunded or disputed (``ledgerctl.takebacks.tak
 - taken back, with REVERSAL_ACTION set: as many reversals as effects (one), each reversal
   key applied once; no effect (refunded before its fulfilment: ``refunded_unfulfilled``)
   means no call of either action;
-- not taken back (a partial refund, a dispute won), or REVERSAL_ACTION unset: no reversal.
+- not taken back (a partial refund, a dispute won), or REVERSAL_ACTION unset: no reversal;
+- reversed for a lost dispute that was then won (``takebacks.won_after_loss``): with
+  REVERSAL_DISPUTE_WON=fulfil, one re-grant (an order under ``refulfil:{payment_key}``, or
+  without the downstream's record the payment ``fulfilled`` again); with the default
+  (``hold``) held, waiting for a person; never left ``reversed``.
 
 A reversal is counted by its key (the ``reversals`` table keeps one row per key, and its
 ``reversal_calls`` say how many calls applied one), so no key is applied twice and a
@@ -19,7 +23,7 @@ due, e.g. one per refund counted).
 """
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,16 +56,39 @@ class ReversalFindings:
     """Taken back and waiting for a person (surfaced, not hidden)."""
     refunded_unfulfilled: list[str] = field(default_factory=list)
     """Taken back before any effect: not expected to be fulfilled."""
+    not_regranted: list[str] = field(default_factory=list)
+    """Reversed for a lost dispute, then won, and neither fulfilled again nor waiting for a
+    person: no re-grant under REVERSAL_DISPUTE_WON=fulfil, left ``reversed`` under hold."""
+    won_after_loss: int = 0
+    """Payments reversed for a lost dispute, then won."""
+    regranted: int = 0
+    """Of those, the ones fulfilled again (a re-grant)."""
     reversed: int = 0
     taken_back: int = 0
     checks: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.twice or self.missing or self.orphaned or self.called_after_refund)
+        return not (
+            self.twice
+            or self.missing
+            or self.orphaned
+            or self.called_after_refund
+            or self.not_regranted
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class Regrant:
+    """What follows a reversal for a lost dispute that was then won: whether the server
+    fulfils it again (REVERSAL_DISPUTE_WON=fulfil) and the re-grants per payment the
+    downstream recorded (None: it keeps no record; a payment ``fulfilled`` again counts)."""
+
+    on: bool = False
+    counted: Mapping[str, int] | None = None
 
 
 def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]] | None:
@@ -104,12 +131,15 @@ def check_reversals(
     reversals: Mapping[str, Reversals],
     fulfil_calls: Mapping[str, int] | None = None,
     expected_keys: Mapping[str, int] | None = None,
+    won_after_loss: Collection[str] = (),
+    regrant: Regrant | None = None,
 ) -> ReversalFindings:
     """``taken``: payment -> taken back, for every payment the client refunded or disputed;
     ``effects``: fulfilment effects per payment; ``states``: the ledger's; ``reversals``: per
     payment; ``fulfil_calls``: downstream fulfilment calls per payment, when known;
     ``expected_keys``: reversal keys due per payment with an effect, instead of one per
-    payment taken back."""
+    payment taken back; ``won_after_loss``: payments whose dispute was lost, then won;
+    ``regrant``: what follows their reversal."""
     found = ReversalFindings()
     for pk, back in sorted(taken.items()):
         found.checks += 1
@@ -128,9 +158,25 @@ def check_reversals(
             found.for_a_person.append(pk)
         elif got.keys < expected:
             found.missing.append(pk)
+        if pk in won_after_loss and expected and got.keys >= expected:
+            _won_after_reversal(found, pk, state, regrant or Regrant())
         if state == "refunded_unfulfilled":
             found.refunded_unfulfilled.append(pk)
             called = (fulfil_calls or {}).get(pk, 0) + got.calls
             if called or effect:
                 found.called_after_refund.append({"payment": pk, "calls": called})
     return found
+
+
+def _won_after_reversal(found: ReversalFindings, pk: str, state: str, regrant: Regrant) -> None:
+    """A payment reversed for a lost dispute, then won: fulfilled again once (checked for
+    twice by the effects' checker), held or stopped for a person, or not re-granted (never
+    left reversed silently, whatever REVERSAL_DISPUTE_WON says)."""
+    found.won_after_loss += 1
+    counted = regrant.counted
+    again = counted.get(pk, 0) if counted is not None else int(state == "fulfilled")
+    found.regranted += min(again, 1)
+    if state in WAITING_FOR_A_PERSON:
+        found.for_a_person.append(pk)
+    elif (regrant.on and not again) or state == "reversed":
+        found.not_regranted.append(pk)

@@ -15,9 +15,18 @@ kind of take-back, by its index (so every kind comes in a run of six):
 - ``dispute_won``: ``charge.dispute.created``, ``funds_withdrawn``, ``funds_reinstated``,
   ``closed`` won (nothing taken back).
 
+One kind is only sent when asked for (``OTHER_KINDS``, the replay's ``--refund-kinds``):
+
+- ``dispute_lost_won``: the events of ``dispute_lost`` now and, once the payment is settled
+  (its effect reversed), the same dispute won (:func:`won_later`: ``funds_reinstated`` and
+  ``closed`` won, 30 days on): with REVERSAL_DISPUTE_WON=fulfil the payment is fulfilled
+  again once (a re-grant), else held for a person.
+
 :func:`taken_back` reads the events a client had acknowledged, independently of the
 ledger's own code, into which payments Stripe took back: refunded in full (the refunds by
 id, a failed one counting nothing, or a charge's ``amount_refunded``) or a dispute lost.
+
+:func:`won_after_loss` reads which payments' disputes were closed lost and then won.
 """
 
 import json
@@ -28,6 +37,10 @@ from typing import Any
 from ledgerctl import samples
 
 KINDS = ("none", "full", "partial", "partials", "dispute_lost", "dispute_won")
+"""The kinds each payment gets in turn by default."""
+OTHER_KINDS = ("dispute_lost_won",)
+WON_LATER_S = 30 * 86400
+"""How long after its loss a dispute lost then won is closed again, won."""
 Event = dict[str, Any]
 
 
@@ -134,13 +147,34 @@ def for_payment(rng: random.Random, events: list[Event], kind: str) -> list[Even
     if kind == "partials":
         first = refund_events(rng, charge, amount // 2, before)
         return first + refund_events(rng, charge, amount - amount // 2, before)
+    if kind == "dispute_lost_won":
+        return dispute_events(rng, charge, "lost")
     if kind.startswith("dispute_"):
         return dispute_events(rng, charge, kind.removeprefix("dispute_"))
     return []
 
 
-def kind_of(index: int) -> str:
-    return KINDS[index % len(KINDS)]
+def later_for_payment(rng: random.Random, sent: list[Event], kind: str) -> list[Event]:
+    """What ``kind`` sends once the events :func:`for_payment` gave (``sent``) are settled:
+    for ``dispute_lost_won``, its dispute won; else nothing."""
+    return won_later(rng, sent) if kind == "dispute_lost_won" else []
+
+
+def won_later(rng: random.Random, lost: list[Event]) -> list[Event]:
+    """The dispute of ``lost`` (its events, the last ``charge.dispute.closed`` lost) won after
+    all: ``charge.dispute.funds_reinstated`` and ``charge.dispute.closed`` with status won,
+    the same dispute, ``WON_LATER_S`` after its loss."""
+    closed = lost[-1]
+    at = int(closed["created"]) + WON_LATER_S
+    dispute = {**closed["data"]["object"], "status": "won"}
+    return [
+        _event(rng, event_type, dispute, at + n)
+        for n, event_type in enumerate(("charge.dispute.funds_reinstated", "charge.dispute.closed"))
+    ]
+
+
+def kind_of(index: int, kinds: tuple[str, ...] = KINDS) -> str:
+    return kinds[index % len(kinds)]
 
 
 @dataclass
@@ -152,6 +186,8 @@ class _Seen:
     charged: dict[str, int] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
     disputed: set[str] = field(default_factory=set)
+    closed: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    """Per payment, each ``charge.dispute.closed``'s (created, status)."""
 
     def counted(self, pi: str) -> list[int]:
         return [a for a in self.refunds.get(pi, {}).values() if a > 0]
@@ -180,6 +216,9 @@ def _seen(events: list[Event]) -> _Seen:
             seen.disputed.add(pi)
             if kind == "charge.dispute.closed" and obj.get("status") == "lost":
                 seen.lost.add(pi)
+            if kind == "charge.dispute.closed":
+                closing = (int(event.get("created") or 0), str(obj.get("status")))
+                seen.closed.setdefault(pi, []).append(closing)
     return seen
 
 
@@ -189,6 +228,17 @@ def taken_back(events: list[Event]) -> dict[str, bool]:
     seen = _seen(events)
     keys = set(seen.refunds) | set(seen.charged) | seen.lost | seen.disputed
     return {pi: pi in seen.lost or seen.refunded_in_full(pi) for pi in sorted(keys)}
+
+
+def won_after_loss(events: list[Event]) -> set[str]:
+    """The payments (PaymentIntents) whose dispute was closed lost and later (by the events'
+    ``created``) closed won: taken back, then won (REVERSAL_DISPUTE_WON says what follows)."""
+    won = set()
+    for pi, closings in _seen(events).closed.items():
+        statuses = [status for _, status in sorted(closings)]
+        if statuses[-1] == "won" and "lost" in statuses:
+            won.add(pi)
+    return won
 
 
 def reversals_due_each(events: list[Event]) -> dict[str, int]:

@@ -72,13 +72,19 @@ def plan_for(
 
 
 def waves(args: argparse.Namespace, items: list[sources.Item], rng: random.Random) -> list[Any]:
-    """What is sent, in turn: the events, then (``--refunds``) the payments' refunds and
-    disputes once they are fulfilled, or each right after its payment's own events
-    (``--race-refunds``)."""
-    later = sources.refunds_and_disputes(items, rng) if args.refunds else {}
-    if args.race_refunds:
-        return [sources.right_after(items, later)]
-    return [wave for wave in (items, [i for group in later.values() for i in group]) if wave]
+    """What is sent, in turn, each wave once the one before is settled: the events, then
+    (``--refunds``) the payments' refunds and disputes, or each right after its payment's own
+    events (``--race-refunds``), then what follows them (a dispute lost, then won)."""
+    later = (
+        sources.refunds_and_disputes(items, rng, tuple(args.refund_kinds)) if args.refunds else []
+    )
+    first, then = (later[0], later[1:]) if later else ({}, [])
+    sent = [sources.right_after(items, first)] if args.race_refunds else [items, flat(first)]
+    return [wave for wave in sent + [flat(more) for more in then] if wave]
+
+
+def flat(by_payment: dict[str, list[sources.Item]]) -> list[sources.Item]:
+    return [item for group in by_payment.values() for item in group]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,7 +156,14 @@ def run(args: argparse.Namespace) -> int:
     sent = [by_id[i] for i in sorted(acked_ids)]
     each = takebacks.reversals_due_each(sent) if settings.REVERSAL_PER_REFUND else None
     taken = takebacks.taken_back(sent)
-    undo = report.Undo(taken, settings.reversal_on, report.reversal_db(settings, db), each)
+    undo = report.Undo(
+        taken,
+        settings.reversal_on,
+        report.reversal_db(settings, db),
+        each,
+        frozenset(takebacks.won_after_loss(sent)),
+        settings.REVERSAL_DISPUTE_WON == "fulfil",
+    )
     layers, findings, reversals = report.build(
         answers, before, after, recorded, paid, redis, db, undo
     )
@@ -228,6 +241,8 @@ def print_failing(
             console.print(line(failing, "reversal", item))
         for pk in reversals.missing + reversals.for_a_person:
             console.print(line(failing, "reversal", pk))
+        for pk in reversals.not_regranted:
+            console.print(line(failing, "not re-granted after its dispute was won", pk))
     if unacked:
         console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 

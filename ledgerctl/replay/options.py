@@ -12,6 +12,7 @@ from typing import Any
 from ledger import settings as settings_module
 from ledger.redact import mask_secret
 from ledger.setting_fields import exit_with
+from ledgerctl import takebacks
 from ledgerctl.banner import web_port
 from ledgerctl.replay.client import Poster
 from ledgerctl.replay.sending import PROBES, Shape
@@ -42,7 +43,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--scenario",
-        help="case-study, multi-event, storm, refunds or refund-race (ledgerctl/replay/scenarios/)",
+        help="case-study, multi-event, storm, refunds, refund-race or dispute-won "
+        "(ledgerctl/replay/scenarios/)",
     )
     src = p.add_argument_group("sources")
     src.add_argument(
@@ -65,6 +67,15 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         help="each payment sent is also refunded or disputed, in turn: not at all, in full, in "
         "part, in two parts adding up to it, a dispute lost, a dispute won; sent once the "
         "payments are fulfilled",
+    )
+    src.add_argument(
+        "--refund-kinds",
+        nargs="+",
+        default=list(takebacks.KINDS),
+        choices=takebacks.KINDS + takebacks.OTHER_KINDS,
+        metavar="KIND",
+        help="with --refunds: the kinds given in turn (default: the six above); "
+        "dispute_lost_won: a dispute lost and, once its reversal is settled, won",
     )
     src.add_argument(
         "--race-refunds",

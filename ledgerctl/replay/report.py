@@ -20,6 +20,7 @@ from ledgerctl.checker import Findings, check
 from ledgerctl.replay.options import WHERE
 from ledgerctl.replay.sending import Answer
 from ledgerctl.reversal_check import (
+    Regrant,
     ReversalFindings,
     check_reversals,
     from_ledger,
@@ -40,13 +41,17 @@ UNFULFILLABLE = ("refunded_unfulfilled", "held")
 class Undo:
     """What the run took back: payment -> taken back, for each payment refunded or disputed
     (ledgerctl/takebacks.py), whether the server reverses (REVERSAL_ACTION), the SQLite
-    file of its reversals, if any, and with REVERSAL_PER_REFUND the reversals due per payment
-    (one per refund: ``takebacks.reversals_due_each``)."""
+    file of its reversals, if any, with REVERSAL_PER_REFUND the reversals due per payment
+    (one per refund: ``takebacks.reversals_due_each``), the payments whose dispute was lost,
+    then won (``takebacks.won_after_loss``), and whether the server fulfils those again
+    (REVERSAL_DISPUTE_WON=fulfil)."""
 
     taken: dict[str, bool]
     reversal_on: bool
     db: str | None
     expected_keys: dict[str, int] | None = None
+    won_after_loss: frozenset[str] = frozenset()
+    refulfil_on: bool = False
 
 
 def event_counts(redis: Redis, event_ids: list[str]) -> dict[str, int]:
@@ -155,8 +160,17 @@ def build(
     }
     recorded_reversals = read_reversals(undo.db)
     reversals, fulfil_calls = recorded_reversals or (from_ledger(states), None)
+    regrant = Regrant(undo.refulfil_on, regrants if db else None)
     undone = check_reversals(
-        undo.taken, undo.reversal_on, effects, states, reversals, fulfil_calls, undo.expected_keys
+        undo.taken,
+        undo.reversal_on,
+        effects,
+        states,
+        reversals,
+        fulfil_calls,
+        undo.expected_keys,
+        undo.won_after_loss,
+        regrant,
     )
     expected = {
         pk
@@ -185,7 +199,11 @@ def build(
             "taken back": undone.taken_back,
             "reversed": undone.reversed,
             "refunded_unfulfilled": len(undone.refunded_unfulfilled),
-        }
+        } | (
+            {"won after loss": undone.won_after_loss, "re-granted": undone.regranted}
+            if undone.won_after_loss
+            else {}
+        )
     return layers, check(acked, recorded, expected, effects, states, regrants), undone
 
 
@@ -250,7 +268,12 @@ def table(
             "reversals",
             f"checks {reversals.checks}  reversed twice {len(reversals.twice)}  missing "
             f"{len(reversals.missing)}  orphaned {len(reversals.orphaned)}  called after refund "
-            f"{len(reversals.called_after_refund)}  for a person {len(reversals.for_a_person)}",
+            f"{len(reversals.called_after_refund)}  for a person {len(reversals.for_a_person)}"
+            + (
+                f"  not re-granted {len(reversals.not_regranted)}"
+                if reversals.won_after_loss
+                else ""
+            ),
         )
     return out
 

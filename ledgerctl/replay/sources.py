@@ -95,17 +95,26 @@ def generated(
                 yield event, samples.encode(event)
 
 
-def refunds_and_disputes(items: list[Item], rng: random.Random) -> dict[str, list[Item]]:
+def refunds_and_disputes(
+    items: list[Item], rng: random.Random, kinds: tuple[str, ...] = takebacks.KINDS
+) -> list[dict[str, list[Item]]]:
     """For the n-th payment among ``items`` (by its ``charge.succeeded``), by its
-    PaymentIntent, the refunds or dispute of ``takebacks.kind_of(n)``: full, partial, two
-    partials, dispute lost or won, or none."""
+    PaymentIntent, the refunds or dispute of ``takebacks.kind_of(n, kinds)``: full, partial,
+    two partials, dispute lost or won, or none; then, in a second wave sent once the first is
+    settled, what follows them (a dispute lost, then won: ``takebacks.later_for_payment``).
+    The waves that have events."""
     charges = [event for event, _ in items if event.get("type") == "charge.succeeded"]
-    out: dict[str, list[Item]] = {}
+    first: dict[str, list[Item]] = {}
+    then: dict[str, list[Item]] = {}
     for n, charge in enumerate(charges):
-        events = takebacks.for_payment(rng, [charge], takebacks.kind_of(n))
+        kind = takebacks.kind_of(n, kinds)
+        events = takebacks.for_payment(rng, [charge], kind)
+        later = takebacks.later_for_payment(rng, events, kind)
         pi = str(charge["data"]["object"]["payment_intent"])
-        out.setdefault(pi, []).extend((event, samples.encode(event)) for event in events)
-    return out
+        for wave, sent in ((first, events), (then, later)):
+            if sent:
+                wave.setdefault(pi, []).extend((event, samples.encode(event)) for event in sent)
+    return [wave for wave in (first, then) if wave]
 
 
 def right_after(items: list[Item], later: dict[str, list[Item]]) -> list[Item]:

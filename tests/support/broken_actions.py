@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from ledger.downstream import open_downstream
+from ledger.reversals import is_refulfil_key
 
 
 def exit_worker(call: dict[str, Any]) -> dict[str, Any]:
@@ -18,27 +19,37 @@ def apply_twice(call: dict[str, Any]) -> dict[str, Any]:
     db = open_downstream(os.environ["BROKEN_DB"])
     try:
         for copy in (1, 2):
-            key = f"{call['idempotency_key']}#{copy}"
-            db.execute(
-                "INSERT INTO orders (idempotency_key, payment_key, amount, currency, token, at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    key,
-                    call["payment_key"],
-                    call["amount"],
-                    call["currency"],
-                    call["token"],
-                    time.time(),
-                ),
-            )
-            db.execute(
-                "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
-                " VALUES (?, ?, ?, ?, 'applied')",
-                (call["payment_key"], key, call["token"], time.time()),
-            )
+            _apply(db, call, f"{call['idempotency_key']}#{copy}")
     finally:
         db.close()
     return {"broken": True}
+
+
+def regrant_twice(call: dict[str, Any]) -> dict[str, Any]:
+    """Applies a payment's fulfilment once by its key, but a fulfilment again after a dispute
+    won (``refulfil:{payment_key}``) as two order rows (a downstream that ignores that key)."""
+    key = call["idempotency_key"]
+    db = open_downstream(os.environ["BROKEN_DB"])
+    try:
+        for copy in (key, f"{key}#2") if is_refulfil_key(key) else (key,):
+            _apply(db, call, copy, "INSERT OR IGNORE")
+    finally:
+        db.close()
+    return {"broken": True}
+
+
+def _apply(db: sqlite3.Connection, call: dict[str, Any], key: str, insert: str = "INSERT") -> None:
+    """One order row under ``key`` (``INSERT OR IGNORE``: none if it has one) and the call."""
+    db.execute(
+        f"{insert} INTO orders (idempotency_key, payment_key, amount, currency, token, at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (key, call["payment_key"], call["amount"], call["currency"], call["token"], time.time()),
+    )
+    db.execute(
+        "INSERT INTO calls (payment_key, idempotency_key, token, at, outcome)"
+        " VALUES (?, ?, ?, ?, 'applied')",
+        (call["payment_key"], key, call["token"], time.time()),
+    )
 
 
 def insert_order(call: dict[str, Any]) -> dict[str, Any]:

@@ -4,11 +4,23 @@ payment's reversal, read from the built-in SQLite downstream's own tables."""
 
 import sqlite3
 
+from ledger import keys
 from tests.support.replay import replay
 
 
 def tables(env: dict[str, str]) -> sqlite3.Connection:
     return sqlite3.connect(env["FULFILMENT_ACTION"].removeprefix("sqlite:///"))
+
+
+def orders_keyed(db: sqlite3.Connection, prefix: str) -> set[str]:
+    """The payments with an order under ``{prefix}{payment_key}`` (one at most: the key is
+    the table's primary key); an order under any other key with that prefix fails."""
+    found = set()
+    for pk, key in db.execute("SELECT payment_key, idempotency_key FROM orders"):
+        if key.startswith(prefix):
+            assert key == f"{prefix}{pk}"
+            found.add(pk)
+    return found
 
 
 def reversing(stack, tmp_path, broken: bool = False, **more: str):
@@ -110,3 +122,82 @@ def test_expect_once_fails_on_a_double_reversal(stack, redis, tmp_path) -> None:
     assert status == 1
     twice = report["findings"]["reversals"]["twice"]
     assert [t["reversals"] for t in twice] == [2]  # the second payment is refunded in full
+
+
+def test_a_dispute_lost_reversed_then_won_is_granted_again_once(stack, redis, tmp_path) -> None:
+    """REVERSAL_DISPUTE_WON=fulfil, the dispute-won scenario: 12 payments, three each with no
+    dispute, a dispute lost, a dispute won, a dispute lost and (once reversed) won; every
+    event three times, shuffled. Each payment has one order, each lost dispute one reversal,
+    each dispute won after its loss one re-grant (``refulfil:{pk}``), counted apart."""
+    s, url = reversing(stack, tmp_path, REVERSAL_DISPUTE_WON="fulfil")
+    status, report = replay(s.env, url, "--scenario", "dispute-won", "--seed", "5", "--expect-once")
+    assert status == 0 and report["findings"]["passed"], report["findings"]
+    assert report["layers"]["payments"] == {"fulfilled": 9, "reversed": 3}
+    assert report["layers"]["reversals"] == {
+        "source": "downstream (sqlite)",
+        "refunded or disputed": 9,
+        "taken back": 6,
+        "reversed": 6,
+        "refunded_unfulfilled": 0,
+        "won after loss": 3,
+        "re-granted": 3,
+    }
+    downstream = report["layers"]["downstream"]
+    assert (downstream["effects"], downstream["regrants"]) == (12, 3)
+    db = tables(s.env)
+    first, again = orders_keyed(db, "fulfil:"), orders_keyed(db, "refulfil:")
+    assert len(first) == 12 and len(again) == 3
+    reversed_for = dict(db.execute("SELECT payment_key, reversal ->> 'why' FROM reversals"))
+    assert len(reversed_for) == 6 and set(reversed_for.values()) == {"dispute"}
+    assert again < set(reversed_for)
+    applied = "SELECT COUNT(*) FROM reversal_calls WHERE outcome = 'applied'"
+    assert db.execute(applied).fetchone() == (6,)
+    stats = redis.hgetall(keys.STATS)
+    counted = [stats[name] for name in (b"reinstated", b"refulfils_due", b"refulfilled")]
+    assert counted == [b"3", b"3", b"3"]
+
+
+def test_by_default_a_dispute_won_after_its_reversal_is_held_for_a_person(
+    stack, redis, tmp_path
+) -> None:
+    """REVERSAL_DISPUTE_WON=hold (the default): the same replay leaves the payments reversed
+    then won held for a person, never re-granted; ``--expect-once`` names them (waiting for a
+    person, as an interrupted payment is) and exits 1."""
+    s, url = reversing(stack, tmp_path)
+    status, report = replay(
+        s.env, url, "--scenario", "dispute-won", "--seed", "5", "--expect-once", expect=1
+    )
+    assert report["layers"]["payments"] == {"fulfilled": 6, "reversed": 3, "held": 3}
+    found = report["findings"]["reversals"]
+    assert (found["won_after_loss"], found["regranted"], found["not_regranted"]) == (3, 0, [])
+    assert len(found["for_a_person"]) == 3 and found["twice"] == found["missing"] == []
+    for pk in found["for_a_person"]:
+        reason = redis.hget(keys.payment(pk), "hold_reason").decode()
+        assert reason.startswith("dispute won after its reversal")
+    db = tables(s.env)
+    assert orders_keyed(db, "refulfil:") == set()
+    assert len(orders_keyed(db, "fulfil:")) == 12
+    assert db.execute("SELECT COUNT(*) FROM reversals").fetchone() == (6,)
+
+
+def test_expect_once_fails_on_a_re_grant_applied_twice(stack, redis, tmp_path) -> None:
+    """A fulfilment downstream that applies a re-grant after a dispute won twice (two rows
+    under ``refulfil:`` keys): one payment, lost, reversed, then won."""
+    s = stack(TMP_REPORT=str(tmp_path / "report.json"), REVERSAL_DISPUTE_WON="fulfil")
+    orders = s.env["FULFILMENT_ACTION"]
+    s.env.update(
+        FULFILMENT_ACTION="tests.support.broken_actions:regrant_twice",
+        REVERSAL_ACTION=orders,
+        BROKEN_DB=orders.removeprefix("sqlite:///"),
+    )
+    url = f"{s.start_service().url}/webhooks/stripe"
+    status, report = replay(
+        s.env,
+        url,
+        "--generate", "1", "--refunds", "--refund-kinds", "dispute_lost_won",
+        "--downstream-db", s.env["BROKEN_DB"], "--expect-once",
+        expect=1,
+    )  # fmt: skip
+    [twice] = report["findings"]["duplicated"]
+    assert (twice["effects"], twice["regrants"]) == (1, 2)
+    assert report["findings"]["reversals"]["regranted"] == 1

@@ -4,7 +4,7 @@ of what was taken back reads Stripe's refund and dispute events as Stripe means 
 import random
 
 from ledgerctl import samples, takebacks
-from ledgerctl.reversal_check import Reversals, check_reversals
+from ledgerctl.reversal_check import Regrant, Reversals, check_reversals
 
 ONE = Reversals(keys=1, applied=1, calls=1)
 
@@ -144,3 +144,52 @@ def test_per_refund_reversals_due_are_one_per_refund_and_each_key_once() -> None
     assert each.ok and each.reversed == 1
     # without the count due per refund the two keys would read as one reversal twice
     assert check_reversals({partials: True}, True, {partials: 1}, {}, two).twice
+
+
+def test_a_dispute_lost_then_won_is_taken_back_then_won_later_the_same_dispute() -> None:
+    """``dispute_lost_won``: the lost dispute's events now, the same dispute closed won in a
+    later wave (30 days on); the client reads it as taken back and won after its loss."""
+    rng = random.Random(6)
+    events = samples.payment_events(rng)
+    pi = events[2]["data"]["object"]["id"]
+    lost = takebacks.for_payment(rng, events, "dispute_lost_won")
+    assert [(e["type"], e["data"]["object"]["status"]) for e in lost][-1] == (
+        "charge.dispute.closed", "lost",
+    )  # fmt: skip
+    won = takebacks.later_for_payment(rng, lost, "dispute_lost_won")
+    assert [(e["type"], e["data"]["object"]["status"]) for e in won] == [
+        ("charge.dispute.funds_reinstated", "won"), ("charge.dispute.closed", "won"),
+    ]  # fmt: skip
+    assert {e["data"]["object"]["id"] for e in lost + won} == {lost[0]["data"]["object"]["id"]}
+    assert min(e["created"] for e in won) > max(e["created"] for e in lost)
+    assert takebacks.later_for_payment(rng, lost, "dispute_lost") == []
+    assert takebacks.taken_back(events + lost + won) == {pi: True}
+    assert takebacks.won_after_loss(events + won + lost) == {pi}  # by created, not by order
+    assert takebacks.won_after_loss(events + lost) == set()
+    never_lost = takebacks.for_payment(rng, events, "dispute_won")
+    assert takebacks.won_after_loss(events + never_lost) == set()
+
+
+def test_a_dispute_won_after_its_reversal_is_re_granted_once_or_waits_for_a_person() -> None:
+    """Reversed for its lost dispute, then won: under REVERSAL_DISPUTE_WON=fulfil one re-grant
+    is expected (none: not re-granted); held (the default, hold) waits for a person; left
+    reversed is not re-granted either way; a lost dispute never won asks for nothing."""
+    taken = {"pi_again": True, "pi_none": True, "pi_held": True, "pi_lost": True}
+    won = {"pi_again", "pi_none", "pi_held"}
+    effects = dict.fromkeys(taken, 1)
+    states = {"pi_again": "fulfilled", "pi_none": "reversed", "pi_held": "held",
+              "pi_lost": "reversed"}  # fmt: skip
+    reversed_once = dict.fromkeys(taken, ONE)
+    fulfil = Regrant(on=True, counted={"pi_again": 1})
+    found = check_reversals(taken, True, effects, states, reversed_once, None, None, won, fulfil)
+    assert found.not_regranted == ["pi_none"] and found.for_a_person == ["pi_held"]
+    assert (found.won_after_loss, found.regranted, found.reversed) == (3, 1, 4)
+    assert not found.ok
+    hold = check_reversals(taken, True, effects, states, reversed_once, None, None, won)
+    assert hold.for_a_person == ["pi_held"] and hold.not_regranted == ["pi_none"]
+    resolved = {**states, "pi_none": "fulfilled"}  # a person granted it again by hand
+    assert check_reversals(taken, True, effects, resolved, reversed_once, None, None, won).ok
+    unrecorded = Regrant(on=True)  # no downstream record: fulfilled again counts
+    by_state = check_reversals(taken, True, effects, states, reversed_once, None, None, won,
+                               unrecorded)  # fmt: skip
+    assert by_state.not_regranted == ["pi_none"] and by_state.regranted == 1
