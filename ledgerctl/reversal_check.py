@@ -12,7 +12,7 @@ For every payment the client saw refunded or disputed (``ledgerctl.takebacks.tak
 - not taken back (a partial refund, a dispute won), or REVERSAL_ACTION unset: no reversal;
 - reversed for a lost dispute that was then won (``takebacks.won_after_loss``): with
   REVERSAL_DISPUTE_WON=fulfil, one re-grant (an order under ``refulfil:{payment_key}``, or
-  without the downstream's record the payment ``fulfilled`` again); with the default
+  without the downstream's record the ledger's ``refulfilled_at``); with the default
   (``hold``) held, waiting for a person; never left ``reversed``.
 
 A reversal is counted by its key (the ``reversals`` table keeps one row per key, and its
@@ -22,6 +22,7 @@ deployment that reverses each refund on its own passes ``expected_keys`` (paymen
 due, e.g. one per refund counted).
 """
 
+import json
 import sqlite3
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
@@ -84,11 +85,11 @@ class ReversalFindings:
 @dataclass(frozen=True)
 class Regrant:
     """What follows a reversal for a lost dispute that was then won: whether the server
-    fulfils it again (REVERSAL_DISPUTE_WON=fulfil) and the re-grants per payment the
-    downstream recorded (None: it keeps no record; a payment ``fulfilled`` again counts)."""
+    fulfils it again (REVERSAL_DISPUTE_WON=fulfil) and the re-grants per payment (the
+    downstream's ``refulfil:`` orders, or the ledger's ``refulfilled_at``)."""
 
     on: bool = False
-    counted: Mapping[str, int] | None = None
+    counted: Mapping[str, int] = field(default_factory=dict)
 
 
 def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]] | None:
@@ -121,6 +122,21 @@ def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]
 def from_ledger(states: Mapping[str, str]) -> dict[str, Reversals]:
     """Without the downstream's record: a payment ``reversed`` in the ledger counts one."""
     return {pk: Reversals(1, 1, 1) for pk, state in states.items() if state == "reversed"}
+
+
+def from_marks(marks: Mapping[str, Mapping[str, str]]) -> dict[str, Reversals]:
+    """Without the downstream's record, from each payment's hash (``rv``, ``reversed_amount``,
+    ``reversed_at``), whatever its state now: one reversal per refund reversed on its own,
+    and one more when the reversals carried more than those (the whole payment, or what
+    remained of it)."""
+    found = {}
+    for pk, mark in marks.items():
+        each = json.loads(mark.get("rv") or "{}")
+        n = len(each) + int(int(mark.get("reversed_amount") or 0) > sum(each.values()))
+        n = n or int("reversed_at" in mark)
+        if n:
+            found[pk] = Reversals(n, n, n)
+    return found
 
 
 def check_reversals(
@@ -173,8 +189,7 @@ def _won_after_reversal(found: ReversalFindings, pk: str, state: str, regrant: R
     twice by the effects' checker), held or stopped for a person, or not re-granted (never
     left reversed silently, whatever REVERSAL_DISPUTE_WON says)."""
     found.won_after_loss += 1
-    counted = regrant.counted
-    again = counted.get(pk, 0) if counted is not None else int(state == "fulfilled")
+    again = regrant.counted.get(pk, 0)
     found.regranted += min(again, 1)
     if state in WAITING_FOR_A_PERSON:
         found.for_a_person.append(pk)

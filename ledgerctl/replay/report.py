@@ -23,7 +23,7 @@ from ledgerctl.reversal_check import (
     Regrant,
     ReversalFindings,
     check_reversals,
-    from_ledger,
+    from_marks,
     read_reversals,
 )
 from ledgerctl.terminal import line, literal
@@ -115,11 +115,27 @@ def reversal_db(settings: Settings, db: str | None) -> str | None:
     return action.target if action is not None and action.scheme == "sqlite" else db
 
 
+MARKS = ("fulfilled_at", "refulfilled_at", "reversed_at", "rv", "reversed_amount")
+"""What a payment's hash keeps of what was done to it, whatever its state now (LEDGER.md)."""
+
+
+def ledger_marks(redis: Redis, payment_keys: list[str]) -> dict[str, dict[str, str]]:
+    pipe = redis.pipeline(transaction=False)
+    for pk in payment_keys:
+        pipe.hmget(keys.payment(pk), *MARKS)
+    return {
+        pk: {name: v.decode() for name, v in zip(MARKS, values, strict=True) if v is not None}
+        for pk, values in zip(payment_keys, pipe.execute(), strict=True)
+    }
+
+
 def downstream_effects(
-    db: str | None, payment_keys: list[str], states: dict[str, str]
+    db: str | None, payment_keys: list[str], marks: dict[str, dict[str, str]]
 ) -> tuple[str, dict[str, int], int, dict[str, int]]:
     """Effects per payment from the downstream's own record when it keeps one, its calls,
-    and its re-grants per payment (a fulfilment again after a dispute won: not an effect)."""
+    and its re-grants per payment (a fulfilment again after a dispute won: not an effect);
+    without one, the ledger's marks (``fulfilled_at``, ``refulfilled_at``: a payment reversed
+    since had its effect)."""
     if db:
         data = read_downstream(db)["payments"]
         rows = {pk: data.get(pk, {}) for pk in payment_keys}
@@ -127,8 +143,9 @@ def downstream_effects(
         regrants = {pk: int(r.get("regrants", 0)) for pk, r in rows.items()}
         calls = sum(int(r.get("calls", 0)) for r in rows.values())
         return "downstream (sqlite)", effects, calls, regrants
-    effects = {pk: int(states.get(pk) == "fulfilled") for pk in payment_keys}
-    return "ledger (no downstream record)", effects, -1, {}
+    effects = {pk: int("fulfilled_at" in marks[pk]) for pk in payment_keys}
+    regrants = {pk: int("refulfilled_at" in marks[pk]) for pk in payment_keys}
+    return "ledger (no downstream record)", effects, -1, regrants
 
 
 def delta(after: Counters, before: Counters, name: str) -> int:
@@ -152,15 +169,16 @@ def build(
     acked = Counter(a.event_id for a in answers if a.kind == "valid" and a.acked)
     pks = sorted(paid | set(undo.taken))
     states = payment_states(redis, pks)
-    source, effects, calls, regrants = downstream_effects(db, pks, states)
+    marks = ledger_marks(redis, pks)
+    source, effects, calls, regrants = downstream_effects(db, pks, marks)
     rejected = {
         k: v - before.rejected_by_reason.get(k, 0)
         for k, v in after.rejected_by_reason.items()
         if v - before.rejected_by_reason.get(k, 0)
     }
     recorded_reversals = read_reversals(undo.db)
-    reversals, fulfil_calls = recorded_reversals or (from_ledger(states), None)
-    regrant = Regrant(undo.refulfil_on, regrants if db else None)
+    reversals, fulfil_calls = recorded_reversals or (from_marks(marks), None)
+    regrant = Regrant(undo.refulfil_on, regrants)
     undone = check_reversals(
         undo.taken,
         undo.reversal_on,
@@ -264,16 +282,14 @@ def table(
         ),
     )
     if reversals is not None and reversals.checks:
+        won = reversals.won_after_loss
+        regrants = f"  not re-granted {len(reversals.not_regranted)}" if won else ""
         out.add_row(
             "reversals",
             f"checks {reversals.checks}  reversed twice {len(reversals.twice)}  missing "
             f"{len(reversals.missing)}  orphaned {len(reversals.orphaned)}  called after refund "
             f"{len(reversals.called_after_refund)}  for a person {len(reversals.for_a_person)}"
-            + (
-                f"  not re-granted {len(reversals.not_regranted)}"
-                if reversals.won_after_loss
-                else ""
-            ),
+            + regrants,
         )
     return out
 

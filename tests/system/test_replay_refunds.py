@@ -5,6 +5,7 @@ payment's reversal, read from the built-in SQLite downstream's own tables."""
 import sqlite3
 
 from ledger import keys
+from tests.support.downstream_server import CountingDownstream
 from tests.support.replay import replay
 
 
@@ -201,3 +202,28 @@ def test_expect_once_fails_on_a_re_grant_applied_twice(stack, redis, tmp_path) -
     [twice] = report["findings"]["duplicated"]
     assert (twice["effects"], twice["regrants"]) == (1, 2)
     assert report["findings"]["reversals"]["regranted"] == 1
+
+
+def test_without_a_downstream_record_the_ledger_says_what_was_reversed_and_re_granted(
+    stack, redis, tmp_path
+) -> None:
+    """HTTP actions, no SQLite record to read: ``--expect-once`` reads each payment's effect,
+    reversal and re-grant from the ledger's own marks, not from its state alone (a payment
+    reversed had its effect; one fulfilled again was reversed before)."""
+    with CountingDownstream() as fulfil, CountingDownstream() as reverse:
+        s = stack(
+            TMP_REPORT=str(tmp_path / "report.json"),
+            FULFILMENT_ACTION=fulfil.url,
+            REVERSAL_ACTION=reverse.url,
+            REVERSAL_DISPUTE_WON="fulfil",
+        )
+        url = f"{s.start_service().url}/webhooks/stripe"
+        status, report = replay(
+            s.env, url, "--scenario", "dispute-won", "--seed", "5", "--expect-once"
+        )
+    assert status == 0 and report["findings"]["passed"], report["findings"]
+    assert report["layers"]["reversals"]["source"] == "ledger"
+    assert report["layers"]["reversals"]["re-granted"] == 3
+    downstream = report["layers"]["downstream"]
+    assert (downstream["effects"], downstream["regrants"]) == (12, 3)
+    assert (fulfil.calls.total(), reverse.calls.total()) == (15, 6)

@@ -4,7 +4,7 @@ of what was taken back reads Stripe's refund and dispute events as Stripe means 
 import random
 
 from ledgerctl import samples, takebacks
-from ledgerctl.reversal_check import Regrant, Reversals, check_reversals
+from ledgerctl.reversal_check import Regrant, Reversals, check_reversals, from_marks
 
 ONE = Reversals(keys=1, applied=1, calls=1)
 
@@ -189,7 +189,18 @@ def test_a_dispute_won_after_its_reversal_is_re_granted_once_or_waits_for_a_pers
     assert hold.for_a_person == ["pi_held"] and hold.not_regranted == ["pi_none"]
     resolved = {**states, "pi_none": "fulfilled"}  # a person granted it again by hand
     assert check_reversals(taken, True, effects, resolved, reversed_once, None, None, won).ok
-    unrecorded = Regrant(on=True)  # no downstream record: fulfilled again counts
-    by_state = check_reversals(taken, True, effects, states, reversed_once, None, None, won,
-                               unrecorded)  # fmt: skip
-    assert by_state.not_regranted == ["pi_none"] and by_state.regranted == 1
+
+
+def test_without_a_downstream_record_the_ledger_marks_count_the_reversals() -> None:
+    """A payment's hash keeps its reversals whatever its state now: one per refund reversed on
+    its own (``rv``), one more for what the reversals carried beyond those."""
+    marks = {
+        "pi_whole": {"reversed_at": "1", "reversed_amount": "500"},
+        "pi_again": {"reversed_at": "1", "reversed_amount": "500", "refulfilled_at": "2"},
+        "pi_two": {"rv": '{"re_a": 200, "re_b": 300}', "reversed_amount": "500"},
+        "pi_rest": {"reversed_at": "1", "rv": '{"re_a": 200}', "reversed_amount": "500"},
+        "pi_before": {"reversed_at": "1"},
+        "pi_none": {"fulfilled_at": "1"},
+    }  # fmt: skip
+    found = {pk: r.keys for pk, r in from_marks(marks).items()}
+    assert found == {"pi_whole": 1, "pi_again": 1, "pi_two": 2, "pi_rest": 2, "pi_before": 1}
