@@ -59,6 +59,7 @@ from bench.gevent_drain import (
     GEVENT,
     GEVENT_BATCH,
     INSTANT_GEVENT,
+    NOOP_GEVENT,
     SLOW_GEVENT,
     gevent_rq_worker,
     os_threads,
@@ -232,6 +233,9 @@ class Fulfilment:
                 ),
                 f"ours, no-op downstream, {BATCHES}": self._drain(
                     redis, {**free, **slots}, "ours", BATCH, self.n_simple
+                ),
+                NOOP_GEVENT: self._drain(
+                    redis, {**free, **slots}, "ours", GEVENT_BATCH, self.n_simple
                 ),
                 "ours 2xSimpleWorker": self._drain(redis, env, "ours", SIMPLE, self.n_simple),
                 "ours, PostgreSQL action, 2xSimpleWorker": self._drain(

@@ -16,9 +16,14 @@ GEVENT = "gevent:"
 GEVENT_BATCH = GEVENT + BATCH
 SLOW_GEVENT = f"{SLOW_BATCH} on gevent"
 INSTANT_GEVENT = f"ours {BATCHES} on gevent"
+NOOP_GEVENT = f"ours, no-op downstream, {BATCHES} on gevent"
 RATIOS = {  # name: (gevent variant, the same on threads)
     "100 ms downstream BatchWorker gevent/threads": (SLOW_GEVENT, SLOW_BATCH),
     "BatchWorker gevent/threads": (INSTANT_GEVENT, f"ours {BATCHES}"),
+    "no-op downstream BatchWorker gevent/threads": (
+        NOOP_GEVENT,
+        f"ours, no-op downstream, {BATCHES}",
+    ),
 }
 
 
