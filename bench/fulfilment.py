@@ -197,8 +197,9 @@ class Fulfilment:
                 states = payment_states(client)
                 result["payment_states"] = {k: v for k, v in states.items() if v}
                 result["fulfilled"] = states.get("fulfilled", 0)
-                if result["fulfilled"] != n:
-                    log(f"  WARNING: {result['fulfilled']} of {n} payments fulfilled: {states}")
+                result["attempts"] = int(client.hget(keys.STATS, "attempts_started") or 0)
+                if result["fulfilled"] != n or result["attempts"] != n:
+                    log(f"  WARNING: {n} payments, {result['attempts']} attempts: {states}")
             client.close()
             return result
 
