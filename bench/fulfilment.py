@@ -55,6 +55,16 @@ from bench.drain import (
     redis_work_per_job,
 )
 from bench.events import EventFactory
+from bench.gevent_drain import (
+    GEVENT,
+    GEVENT_BATCH,
+    INSTANT_GEVENT,
+    NOOP_GEVENT,
+    SLOW_GEVENT,
+    gevent_rq_worker,
+    os_threads,
+)
+from bench.gevent_drain import ratios as gevent_ratios
 from bench.latency import first_fulfilled
 from bench.recording import recorder
 from bench.stats import alternate, column, spread, target
@@ -121,7 +131,10 @@ class Fulfilment:
             job_ids = [text(j) for j in client.lrange(queue_key, 0, -1)]
             assert len(job_ids) == n, (len(job_ids), n)
             client.rename(queue_key, HELD)
-            procs = [rq_worker(env, worker_class, burst=False) for _ in range(2)]
+            if worker_class.startswith(GEVENT):
+                procs = [gevent_rq_worker(env, worker_class) for _ in range(2)]
+            else:
+                procs = [rq_worker(env, worker_class, burst=False) for _ in range(2)]
             try:
                 deadline = time.monotonic() + 30
                 while client.scard(f"rq:workers:{QUEUE}") < 2:
@@ -151,6 +164,7 @@ class Fulfilment:
                     time.sleep(0.01)
                 done_wall = time.time() - released
                 cpu = meter.stop()
+                threads = [os_threads(p.pid) for p in procs]
                 after = client.info("stats")
                 tracing.close()
             finally:
@@ -172,6 +186,7 @@ class Fulfilment:
                 **({"fsyncs_per_job": synced["fsyncs"] / n} if count_fsyncs else {}),
                 "statuses": statuses,
                 "worker_cpu_us_per_job": cpu["workers"] / n * 1e6,
+                "worker_os_threads": threads,
                 "redis_cpu_us_per_job": cpu["redis"] / n * 1e6,
                 "other_cores": max(0.0, cpu["machine"] - cpu["workers"] - cpu["redis"]) / done_wall,
                 **redis_work_per_job(
@@ -182,8 +197,9 @@ class Fulfilment:
                 states = payment_states(client)
                 result["payment_states"] = {k: v for k, v in states.items() if v}
                 result["fulfilled"] = states.get("fulfilled", 0)
-                if result["fulfilled"] != n:
-                    log(f"  WARNING: {result['fulfilled']} of {n} payments fulfilled: {states}")
+                result["attempts"] = int(client.hget(keys.STATS, "attempts_started") or 0)
+                if result["fulfilled"] != n or result["attempts"] != n:
+                    log(f"  WARNING: {n} payments, {result['attempts']} attempts: {states}")
             client.close()
             return result
 
@@ -207,11 +223,20 @@ class Fulfilment:
             variants = {
                 SLOW_TODAY: self._drain(redis, http, "ours", SIMPLE, self.n_slow),
                 SLOW_BATCH: self._drain(redis, {**http, **slots}, "ours", BATCH, self.n_simple),
+                SLOW_GEVENT: self._drain(
+                    redis, {**http, **slots}, "ours", GEVENT_BATCH, self.n_simple
+                ),
                 f"ours {BATCHES}": self._drain(
                     redis, {**env, **slots}, "ours", BATCH, self.n_simple
                 ),
+                INSTANT_GEVENT: self._drain(
+                    redis, {**env, **slots}, "ours", GEVENT_BATCH, self.n_simple
+                ),
                 f"ours, no-op downstream, {BATCHES}": self._drain(
                     redis, {**free, **slots}, "ours", BATCH, self.n_simple
+                ),
+                NOOP_GEVENT: self._drain(
+                    redis, {**free, **slots}, "ours", GEVENT_BATCH, self.n_simple
                 ),
                 "ours 2xSimpleWorker": self._drain(redis, env, "ours", SIMPLE, self.n_simple),
                 "ours, PostgreSQL action, 2xSimpleWorker": self._drain(
@@ -255,7 +280,7 @@ class Fulfilment:
                 }
                 for name, rs in runs.items()
             },
-            "ratios": ratios(runs),
+            "ratios": {**ratios(runs), **gevent_ratios(runs)},
             "fsyncs_counted": {name: r["fsyncs_per_job"] for name, r in counted.items()},
         }
 
@@ -300,6 +325,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     bench = Fulfilment(quick)
     try:
         drain = bench.drain()
+        if os.environ.get("BENCH_ONLY"):  # some variants: the drain alone, no targets
+            return {"section": "fulfilment", "quick": quick, "drain": drain}
         rate = drain["summary"]["ours 2xSimpleWorker"]["rate"]["median"]
         latency = first_fulfilled(bench.wd, bench.factory, quick, rate)
     finally:
