@@ -29,6 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
+
+from ledger import keys
+
 WAITING_FOR_A_PERSON = ("interrupted", "held", "failed")
 
 
@@ -119,9 +123,18 @@ def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]
     return found, calls
 
 
-def from_ledger(states: Mapping[str, str]) -> dict[str, Reversals]:
-    """Without the downstream's record: a payment ``reversed`` in the ledger counts one."""
-    return {pk: Reversals(1, 1, 1) for pk, state in states.items() if state == "reversed"}
+MARKS = ("fulfilled_at", "refulfilled_at", "reversed_at", "rv", "reversed_amount")
+"""What a payment's hash keeps of what was done to it, whatever its state now (LEDGER.md)."""
+
+
+def ledger_marks(redis: Redis, payment_keys: list[str]) -> dict[str, dict[str, str]]:
+    pipe = redis.pipeline(transaction=False)
+    for pk in payment_keys:
+        pipe.hmget(keys.payment(pk), *MARKS)
+    return {
+        pk: {name: v.decode() for name, v in zip(MARKS, values, strict=True) if v is not None}
+        for pk, values in zip(payment_keys, pipe.execute(), strict=True)
+    }
 
 
 def from_marks(marks: Mapping[str, Mapping[str, str]]) -> dict[str, Reversals]:

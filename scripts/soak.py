@@ -42,6 +42,7 @@ from ledger import keys
 from ledger.downstream import read_downstream
 from ledger.stored import decode_hash
 from ledgerctl import samples
+from ledgerctl.reversal_check import ledger_marks
 from tests.support.postgres import ORDER_SQL, PostgresServer, make_shop, orders_per_payment
 from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
 from tests.support.soak_refunds import SETTLED, Refunds, summary
@@ -299,8 +300,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pipe.hget(keys.event(event_id), "n")
         recorded = {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
         effects, calls = service.effects()
+        marks = ledger_marks(redis, sorted(states))
         found, undone = client.refunds.check(
-            client.acked, recorded, client.paid, effects, states, service.reversals_db
+            client.acked, recorded, client.paid, effects, states, marks, service.reversals_db
         )
         breaker = decode_hash(redis.hgetall(keys.BREAKER))
         refunded = int(redis.hget(keys.STATS, "attempts_refunded") or 0)

@@ -24,6 +24,7 @@ from ledgerctl.reversal_check import (
     ReversalFindings,
     check_reversals,
     from_marks,
+    ledger_marks,
     read_reversals,
 )
 from ledgerctl.terminal import line, literal
@@ -113,20 +114,6 @@ def reversal_db(settings: Settings, db: str | None) -> str | None:
     downstream, else the effects' one (``--downstream-db``, or FULFILMENT_ACTION's)."""
     action = settings.REVERSAL_ACTION
     return action.target if action is not None and action.scheme == "sqlite" else db
-
-
-MARKS = ("fulfilled_at", "refulfilled_at", "reversed_at", "rv", "reversed_amount")
-"""What a payment's hash keeps of what was done to it, whatever its state now (LEDGER.md)."""
-
-
-def ledger_marks(redis: Redis, payment_keys: list[str]) -> dict[str, dict[str, str]]:
-    pipe = redis.pipeline(transaction=False)
-    for pk in payment_keys:
-        pipe.hmget(keys.payment(pk), *MARKS)
-    return {
-        pk: {name: v.decode() for name, v in zip(MARKS, values, strict=True) if v is not None}
-        for pk, values in zip(payment_keys, pipe.execute(), strict=True)
-    }
 
 
 def downstream_effects(

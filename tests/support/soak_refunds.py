@@ -10,11 +10,12 @@ payment's own batch, shuffled among its events, racing its fulfilment.
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from ledgerctl import samples, takebacks
 from ledgerctl.checker import Findings, check
-from ledgerctl.reversal_check import ReversalFindings, check_reversals, from_ledger, read_reversals
+from ledgerctl.reversal_check import ReversalFindings, check_reversals, from_marks, read_reversals
 
 RACE_EVERY = 4
 """One round of six payments in this many sends its take-backs with the payment's events."""
@@ -60,14 +61,16 @@ class Refunds:
         paid: set[str],
         effects: dict[str, int],
         states: dict[str, str],
+        marks: Mapping[str, Mapping[str, str]],
         reversals_db: str | None,
     ) -> tuple[Findings, ReversalFindings]:
         """The checker over effects (a payment refunded before its fulfilment is not
         expected to have one) and over reversals (REVERSAL_ACTION is set when
-        ``reversals_db`` is given)."""
+        ``reversals_db`` is given; without its record, counted from the payments' ``marks``:
+        ``reversal_check.ledger_marks``)."""
         taken = takebacks.taken_back([self.events[i] for i in sorted(acked) if i in self.events])
         read = read_reversals(reversals_db)
-        reversals, calls = read or (from_ledger(states), None)
+        reversals, calls = read or (from_marks(marks), None)
         undone = check_reversals(taken, reversals_db is not None, effects, states, reversals, calls)
         expected = {
             pk
