@@ -221,8 +221,10 @@ def test_unacknowledged_deliveries_fail_expect_once(stack, redis, tmp_path) -> N
 
 def test_generated_checkout_purchases_name_their_orders(stack, redis, tmp_path) -> None:
     """``--checkout``: each session names its order, and each action gets it (the purchase,
-    stored by the built-in downstream)."""
-    s = stack(TMP_REPORT=str(tmp_path / "r.json"))
+    stored by the built-in downstream). The session's event comes last, as Stripe sends it:
+    a worker may take the payment before it, so the deployment waits for sessions, as one
+    selling through Checkout does (CHECKOUT_WAIT_SECONDS)."""
+    s = stack(TMP_REPORT=str(tmp_path / "r.json"), CHECKOUT_WAIT_SECONDS="30")
     url = f"{s.start_web().url}/webhooks/stripe"
     s.start_worker()
     s.start_sweeper()
