@@ -45,7 +45,7 @@ from ledgerctl import samples
 from ledgerctl.reversal_check import ledger_marks
 from tests.support.postgres import ORDER_SQL, PostgresServer, make_shop, orders_per_payment
 from tests.support.processes import Gunicorn, RedisServer, RqWorker, Sweeper, children, service_env
-from tests.support.soak_refunds import SETTLED, Refunds, summary
+from tests.support.soak_refunds import SETTLED, Refunds, held_reasons, summary
 
 WORKER_FAULTS = "after_lease,before_action,after_action,during_record"
 FAST = {
@@ -301,6 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         recorded = {e: int(n or 0) for e, n in zip(event_ids, pipe.execute(), strict=True)}
         effects, calls = service.effects()
         marks = ledger_marks(redis, sorted(states))
+        held = held_reasons(redis, states)
         found, undone = client.refunds.check(
             client.acked, recorded, client.paid, effects, states, marks, service.reversals_db
         )
@@ -327,6 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "attempts_refunded": refunded,
         },
         "states": dict(Counter(states.values())),
+        "held_reasons": held,
         "findings": found.as_dict(),
         "reversals": summary(undone, client.refunds.kinds),
         "lost": len(found.lost),

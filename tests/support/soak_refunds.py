@@ -9,10 +9,14 @@ payment's own batch, shuffled among its events, racing its fulfilment.
 """
 
 import random
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from redis import Redis
+
+from ledger import keys
 from ledgerctl import samples, takebacks
 from ledgerctl.checker import Findings, check
 from ledgerctl.reversal_check import ReversalFindings, check_reversals, from_marks, read_reversals
@@ -78,6 +82,20 @@ class Refunds:
             if not (taken.get(pk) and not effects.get(pk) and states.get(pk) in UNFULFILLABLE)
         }
         return check(acked, recorded, expected, effects, states), undone
+
+
+STRIPE_ID = re.compile(r"\b[a-z]{2,4}_[A-Za-z0-9]+")
+
+
+def held_reasons(redis: Redis, states: Mapping[str, str]) -> dict[str, int]:
+    """Why the payments left ``held`` wait for a person: each reason with its Stripe ids
+    taken out, and how many give it."""
+    held = sorted(pk for pk, state in states.items() if state == "held")
+    pipe = redis.pipeline(transaction=False)
+    for pk in held:
+        pipe.hget(keys.payment(pk), "hold_reason")
+    reasons = Counter(STRIPE_ID.sub("…", (reason or b"").decode()) for reason in pipe.execute())
+    return dict(reasons.most_common())
 
 
 def summary(undone: ReversalFindings, kinds: Counter[str]) -> dict[str, Any]:
