@@ -1,7 +1,7 @@
 """Settings declared as dataclass fields: :func:`setting` (default, kind, masking) with the
 field's docstring under it; read from the environment with one line per problem, the
 refusal to start that prints them, and the Markdown table of docs/CONFIGURATION.md, all
-from that one declaration. Used by ledger/settings.py (the service's), webhook/serving.py
+from that one declaration. Used by ledger/setting_list.py (the service's), webhook/serving.py
 (the web process's) and ledgerctl/run_local.py (scripts/run.sh's). Standard library only,
 as setting_kinds.py.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The settings table of docs/CONFIGURATION.md, rendered from the one declaration of each
-setting: the service's (ledger/settings.py), the web process's (webhook/serving.py) and
+setting: the service's (ledger/setting_list.py), the web process's (webhook/serving.py) and
 scripts/run.sh's (ledgerctl/run_local.py).
 
     .venv/bin/python scripts/settings_table.py --write docs/CONFIGURATION.md
