@@ -77,6 +77,10 @@ class BatchWorker(InFlightWorker):
             while not self._stop_requested and (max_jobs is None or ran < max_jobs):
                 self.maintain()
                 free = self.take_slots()
+                if self._stop_requested:  # asked while every slot was busy: no new job
+                    for _unused in range(free):
+                        self.slots.release()
+                    break
                 wanted = free if max_jobs is None else min(free, max_jobs - ran)
                 jobs = self.take(wanted, block=not burst)
                 for _unused in range(free - len(jobs)):

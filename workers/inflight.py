@@ -55,6 +55,9 @@ class InFlightWorker(SimpleWorker):
             return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         while not self.slots.acquire(timeout=SLOT_WAIT_SECONDS):
             self.heartbeat()
+        if self._stop_requested:  # asked while every slot was busy: no new job
+            self.slots.release()
+            return None
         try:
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         except BaseException:
