@@ -164,7 +164,14 @@ class BatchWorker(InFlightWorker):
         if self.pool is None:
             self.run(job)
         else:
-            self.pool.submit(self.run, job)
+            self.pool.submit(self.run_in_thread, job)
+
+    def run_in_thread(self, job: Job) -> None:
+        """:meth:`run` in a pool thread, whose future nothing reads: its errors logged here."""
+        try:
+            self.run(job)
+        except BaseException:
+            log.exception("job %s: its end not recorded", job.id)
 
     def run(self, job: Job) -> None:
         """One job to its end; its slot is free again after, however it ended."""
@@ -187,6 +194,8 @@ class BatchWorker(InFlightWorker):
             with self.lock:
                 self.in_flight -= 1
                 last = self.in_flight == 0
-            if last:
-                self.set_state(WorkerStatus.IDLE)
-            self.slots.release()
+            try:
+                if last:
+                    self.set_state(WorkerStatus.IDLE)
+            finally:  # a Redis error above must not take the slot with it
+                self.slots.release()

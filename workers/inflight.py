@@ -81,9 +81,13 @@ class InFlightWorker(SimpleWorker):
         except Exception:  # RQ's own bookkeeping failed (Redis): the sweeper finds the job
             log.exception("job %s: RQ's bookkeeping failed", job.id)
         finally:
-            if not self.executions:
-                self.set_state(WorkerStatus.IDLE)
-            self.slots.release()
+            try:
+                if not self.executions:
+                    self.set_state(WorkerStatus.IDLE)
+            except Exception:  # Redis: it must not take the slot with it
+                log.exception("job %s: the worker's idle state not written", job.id)
+            finally:
+                self.slots.release()
 
     def teardown(self) -> None:
         if self.pool is not None:
