@@ -178,3 +178,28 @@ def test_a_stop_request_takes_no_new_job_and_lets_the_calls_in_flight_finish(
         assert {pk: state_of(redis, pk) for pk in called} == {pk: "fulfilled" for pk in called}
         assert {state_of(redis, pk) for pk in payments if pk not in called} == {"queued"}
         assert redis.llen("rq:queue:fulfilment") == n - SLOTS
+
+
+def test_the_sqlite_action_works_on_after_the_worker_started_again_on_a_redis_error(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    # fulfilment-worker starts a fresh BatchWorker in the same process when its loop quits
+    # on a Redis error (here writes refused for want of replicas, as while Redis fails
+    # over): the fresh worker's slot threads must each call SQLite in a thread of their own.
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    argv = [str(BIN / "fulfilment-worker")]
+    s.parts.add(Spawned(spawn(argv, s.env, tmp_path / "worker.log")))
+    before = send_payments(s, rng, 2 * SLOTS)
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in before))
+    (first,) = redis.smembers("rq:workers:fulfilment")
+    redis.config_set("min-replicas-to-write", 1)
+    try:
+        wait_until(lambda: "NOREPLICAS" in (tmp_path / "worker.log").read_text(errors="replace"))
+    finally:
+        redis.config_set("min-replicas-to-write", 0)
+    wait_until(lambda: redis.smembers("rq:workers:fulfilment") - {first}, what="a fresh worker")
+    after = send_payments(s, rng, 2 * SLOTS)
+    wait_until(lambda: all(state_of(redis, pk) not in ("queued", "in_progress") for pk in after))
+    errors = {pk: redis.hget(keys.payment(pk), "last_error") for pk in after}
+    assert {state_of(redis, pk) for pk in after} == {"fulfilled"}, errors
