@@ -159,7 +159,7 @@ def test_a_stop_request_takes_no_new_job_and_lets_the_calls_in_flight_finish(
     # take another job when a slot frees (a platform's SIGKILL follows its grace period,
     # and a call cut by it ends `interrupted` when the action is not replay-safe).
     n = 2 * SLOTS
-    with CountingDownstream(delays=[2.0] * n) as downstream:
+    with CountingDownstream(delays=[3.0] * n) as downstream:
         s = stack(
             FULFILMENT_ACTION=downstream.url,
             FULFILMENT_CONCURRENCY=str(SLOTS),
