@@ -20,6 +20,7 @@ layers enforce ``FULFILMENT_TIMEOUT``:
 """
 
 import faulthandler
+import os
 import queue
 import signal
 import sys
@@ -104,10 +105,10 @@ def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
 
 
 class Helper:
-    """The one thread a calling thread's downstream calls run in, kept for its life: an
-    action's per-thread state (SQLite's connection, which refuses other threads) is built
-    and used in the same thread every time. A call past its deadline is waited for (or ends
-    the process), so the helper is free whenever its caller asks."""
+    """The one thread a calling thread's downstream calls run in, kept for the life of the
+    process: an action's per-thread state (SQLite's connection, which refuses other threads)
+    is built and used in the same thread every time. A call past its deadline is waited for
+    (or ends the process), so the helper is free whenever its caller asks."""
 
     def __init__(self) -> None:
         self.calls: queue.SimpleQueue[Call[Any]] = queue.SimpleQueue()
@@ -133,13 +134,17 @@ class Call(Generic[T]):
         self.done.set()
 
 
-_helpers = threading.local()
+_helpers: dict[tuple[int, int], Helper] = {}
+"""By process and thread id, as workers.jobs.context keys the action: a thread that takes the
+id of one that ended (a fresh worker's pool after a Redis error: workers/worker.py) is given
+that one's action, whose per-thread state lives in that one's helper."""
 
 
 def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
-    helper = getattr(_helpers, "helper", None)
+    caller = (os.getpid(), threading.get_ident())
+    helper = _helpers.get(caller)
     if helper is None:
-        helper = _helpers.helper = Helper()
+        helper = _helpers[caller] = Helper()
     call = Call(fn)
     helper.calls.put(call)
     if not call.done.wait(seconds):

@@ -77,6 +77,10 @@ class BatchWorker(InFlightWorker):
             while not self._stop_requested and (max_jobs is None or ran < max_jobs):
                 self.maintain()
                 free = self.take_slots()
+                if self._stop_requested:  # asked while every slot was busy: no new job
+                    for _unused in range(free):
+                        self.slots.release()
+                    break
                 wanted = free if max_jobs is None else min(free, max_jobs - ran)
                 jobs = self.take(wanted, block=not burst)
                 for _unused in range(free - len(jobs)):
@@ -160,7 +164,14 @@ class BatchWorker(InFlightWorker):
         if self.pool is None:
             self.run(job)
         else:
-            self.pool.submit(self.run, job)
+            self.pool.submit(self.run_in_thread, job)
+
+    def run_in_thread(self, job: Job) -> None:
+        """:meth:`run` in a pool thread, whose future nothing reads: its errors logged here."""
+        try:
+            self.run(job)
+        except BaseException:
+            log.exception("job %s: its end not recorded", job.id)
 
     def run(self, job: Job) -> None:
         """One job to its end; its slot is free again after, however it ended."""
@@ -183,6 +194,8 @@ class BatchWorker(InFlightWorker):
             with self.lock:
                 self.in_flight -= 1
                 last = self.in_flight == 0
-            if last:
-                self.set_state(WorkerStatus.IDLE)
-            self.slots.release()
+            try:
+                if last:
+                    self.set_state(WorkerStatus.IDLE)
+            finally:  # a Redis error above must not take the slot with it
+                self.slots.release()

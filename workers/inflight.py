@@ -55,6 +55,9 @@ class InFlightWorker(SimpleWorker):
             return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         while not self.slots.acquire(timeout=SLOT_WAIT_SECONDS):
             self.heartbeat()
+        if self._stop_requested:  # asked while every slot was busy: no new job
+            self.slots.release()
+            return None
         try:
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         except BaseException:
@@ -78,9 +81,13 @@ class InFlightWorker(SimpleWorker):
         except Exception:  # RQ's own bookkeeping failed (Redis): the sweeper finds the job
             log.exception("job %s: RQ's bookkeeping failed", job.id)
         finally:
-            if not self.executions:
-                self.set_state(WorkerStatus.IDLE)
-            self.slots.release()
+            try:
+                if not self.executions:
+                    self.set_state(WorkerStatus.IDLE)
+            except Exception:  # Redis: it must not take the slot with it
+                log.exception("job %s: the worker's idle state not written", job.id)
+            finally:
+                self.slots.release()
 
     def teardown(self) -> None:
         if self.pool is not None:

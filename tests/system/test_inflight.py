@@ -7,6 +7,7 @@ flight: each of those is a worker that died during its call, re-run when the act
 replay-safe, ``interrupted`` when not, and none is lost or called twice when it must not be.
 """
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
@@ -148,3 +149,57 @@ def test_the_batch_worker_serves_every_queue_it_is_given(
     wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in payments))
     wait_until(ran.exists, what="the other queue's job run")
     wait_until(lambda: not redis.keys("rq:job:*"), what="finished jobs deleted")
+
+
+@pytest.mark.parametrize("worker_class", [WORKER, "workers.inflight.InFlightWorker"])
+def test_a_stop_request_takes_no_new_job_and_lets_the_calls_in_flight_finish(
+    stack, redis: Redis, rng, worker_class: str
+) -> None:
+    # SIGTERM while every slot is busy and more jobs wait on the queue: the worker must not
+    # take another job when a slot frees (a platform's SIGKILL follows its grace period,
+    # and a call cut by it ends `interrupted` when the action is not replay-safe).
+    n = 2 * SLOTS
+    with CountingDownstream(delays=[3.0] * n) as downstream:
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_CONCURRENCY=str(SLOTS),
+            FULFILMENT_TIMEOUT="5",
+            LEASE_SECONDS="8",
+        )
+        s.start_web()
+        payments = send_payments(s, rng, n)
+        worker = s.start_worker(worker_class)
+        wait_until(lambda: sum(downstream.in_flight.values()) == SLOTS, what="every slot busy")
+        worker.signal(signal.SIGTERM)
+        assert worker.proc is not None
+        assert worker.proc.wait(30) == 0
+        called = set(downstream.calls)
+        assert len(called) == SLOTS, f"{len(called)} calls after a stop with {SLOTS} in flight"
+        assert {pk: state_of(redis, pk) for pk in called} == {pk: "fulfilled" for pk in called}
+        assert {state_of(redis, pk) for pk in payments if pk not in called} == {"queued"}
+        assert redis.llen("rq:queue:fulfilment") == n - SLOTS
+
+
+def test_the_sqlite_action_works_on_after_the_worker_started_again_on_a_redis_error(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    # fulfilment-worker starts a fresh BatchWorker in the same process when its loop quits
+    # on a Redis error (here writes refused for want of replicas, as while Redis fails
+    # over): the fresh worker's slot threads must each call SQLite in a thread of their own.
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s.start_web()
+    argv = [str(BIN / "fulfilment-worker")]
+    s.parts.add(Spawned(spawn(argv, s.env, tmp_path / "worker.log")))
+    before = send_payments(s, rng, 2 * SLOTS)
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in before))
+    (first,) = redis.smembers("rq:workers:fulfilment")
+    redis.config_set("min-replicas-to-write", 1)
+    try:
+        wait_until(lambda: "NOREPLICAS" in (tmp_path / "worker.log").read_text(errors="replace"))
+    finally:
+        redis.config_set("min-replicas-to-write", 0)
+    wait_until(lambda: redis.smembers("rq:workers:fulfilment") - {first}, what="a fresh worker")
+    after = send_payments(s, rng, 2 * SLOTS)
+    wait_until(lambda: all(state_of(redis, pk) not in ("queued", "in_progress") for pk in after))
+    errors = {pk: redis.hget(keys.payment(pk), "last_error") for pk in after}
+    assert {state_of(redis, pk) for pk in after} == {"fulfilled"}, errors

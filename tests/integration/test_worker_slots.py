@@ -1,0 +1,61 @@
+"""A worker with many slots frees a job's slot after the job however its end went: a Redis
+error while the worker writes its own idle state (refused here because its hash was turned
+into a string, as a write is refused when Redis fails under it) must not take the slot with
+it, silently, in a pool thread. With every slot lost the worker would heartbeat on and take
+no job, and nothing would say why. (With one slot the error reaches the worker's loop, which
+ends and is started again: workers/worker.py.)"""
+
+import logging
+
+import pytest
+from redis import Redis
+from rq import Queue
+from rq.worker import WorkerStatus
+
+from tests.support.processes import RedisServer
+from workers.dispatch import BatchWorker
+from workers.inflight import InFlightWorker
+
+SLOTS = 2
+
+
+def spoil(key: str, url: str) -> None:
+    """The job: the worker's hash becomes a string, so the worker's next write to it fails."""
+    redis = Redis.from_url(url)
+    redis.delete(key)
+    redis.set(key, "spoiled")
+
+
+def test_a_redis_error_after_a_batch_job_keeps_its_slot_and_is_logged(
+    redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = Queue("fulfilment", connection=redis)
+    worker = BatchWorker([queue], connection=redis, concurrency=SLOTS)
+    worker.register_birth()
+    queue.enqueue(spoil, worker.key, redis_server.url, result_ttl=0)
+    (job,) = worker.take(1, block=False)
+    assert worker.slots.acquire(blocking=False)
+    with caplog.at_level(logging.WARNING):
+        worker.start(job)
+        assert worker.pool is not None
+        worker.pool.shutdown(wait=True)
+    assert worker.in_flight == 0 and redis.get(worker.key) == b"spoiled"
+    assert sum(worker.slots.acquire(blocking=False) for _ in range(SLOTS)) == SLOTS
+    assert "WRONGTYPE" in caplog.text
+
+
+def test_a_redis_error_after_an_rq_job_keeps_its_slot_and_is_logged(
+    redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = Queue("fulfilment", connection=redis)
+    worker = InFlightWorker([queue], connection=redis, concurrency=SLOTS)
+    worker.register_birth()
+    worker.set_state(WorkerStatus.BUSY)
+    job = queue.enqueue(spoil, worker.key, redis_server.url, result_ttl=0)
+    assert worker.slots.acquire(blocking=False)
+    with caplog.at_level(logging.WARNING):
+        worker.execute_job(job, queue)
+        assert worker.pool is not None
+        worker.pool.shutdown(wait=True)
+    assert sum(worker.slots.acquire(blocking=False) for _ in range(SLOTS)) == SLOTS
+    assert "WRONGTYPE" in caplog.text
