@@ -271,10 +271,14 @@ def _hold(event: Obj, account: str, policy: Policy) -> str:
 
 
 def _fingerprint(obj: Obj, event: Obj, unlinked: bool) -> str:
-    """``kind|mode:customer:currency:amount``; the customer is empty for a guest."""
+    """``kind|mode:customer:currency:amount``; the customer is empty for a guest. '' for
+    an amount or currency record_delivery.lua's ``fp_parts`` cannot read (ASCII letters, a
+    whole number from 0): it would refuse the whole delivery."""
     customer = obj.get("customer")
     amount, currency = paid_amount(obj), obj.get("currency")
-    if amount is None or not isinstance(currency, str) or not currency.isalpha():
+    if amount is None or amount < 0 or not isinstance(currency, str):
+        return ""
+    if not (currency.isascii() and currency.isalpha()):
         return ""
     if not isinstance(customer, str) or not customer or ":" in customer:
         customer = ""  # a guest: compared by mode, currency and amount only

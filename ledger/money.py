@@ -6,7 +6,7 @@ HUF and TWD keep two decimals in the API although their ISO exponent or payouts 
 The lists are Stripe's "zero-decimal" and "three-decimal" currencies.
 """
 
-from typing import Any
+from typing import Any, TypeGuard
 
 ZERO_DECIMAL = frozenset("bif clp djf gnf jpy kmf krw mga pyg rwf ugx vnd vuv xaf xof xpf".split())
 THREE_DECIMAL = frozenset("bhd jod kwd omr tnd".split())
@@ -34,7 +34,12 @@ def paid_amount(obj: dict[str, Any]) -> int | None:
     ``amount`` if it is a whole number."""
     for name in ("amount_received", "amount_captured", "amount_total", "amount_paid"):
         value = obj.get(name)
-        if isinstance(value, int) and value:
+        if _whole(value) and value:
             return value
     fallback = obj.get("amount")
-    return fallback if isinstance(fallback, int) else None
+    return fallback if _whole(fallback) else None
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    """A JSON whole number (``true`` is an int to Python, not to JSON)."""
+    return isinstance(value, int) and not isinstance(value, bool)

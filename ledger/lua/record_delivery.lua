@@ -267,8 +267,16 @@ end
 
 -- The payment's paid fields, once, and its fingerprint: found by a payment of the other
 -- kind (FP_PREFIX) and, while nothing ties it to the rest of its purchase, listed untied.
+-- A thin paid event carries no amount: the first new paid event that does gives it then.
+-- Returns true when this event gave an amount to a payment paid before.
 local function mark_paid(d)
-  if redis.call('HSETNX', d.pay, 'paid_at', d.now) == 0 then return end
+  if redis.call('HSETNX', d.pay, 'paid_at', d.now) == 0 then
+    if d.known or ARG.amount == '' or redis.call('HGET', d.pay, 'amount') ~= '' then
+      return false
+    end
+    redis.call('HSET', d.pay, 'amount', ARG.amount, 'currency', ARG.currency)
+    return true
+  end
   redis.call('HSET', d.pay, 'paid_by', d.id, 'paid_type', ARG.type, 'amount', ARG.amount,
     'currency', ARG.currency, 'livemode', ARG.livemode)
   if d.fingerprint == '' then return end
@@ -365,9 +373,14 @@ local function join_payment(d, state, held_for, grace_ms, purchase, taken)
     return moved or state, (moved == 'queued' and own_job) and 1 or 0
   end
   if not d.paid then return state, 0 end
-  mark_paid(d)
-  if state ~= 'pending' then return state, 0 end
-  return queue_or_hold(d, held_for, grace_ms)
+  local amount_given = mark_paid(d)
+  if state == 'pending' then return queue_or_hold(d, held_for, grace_ms) end
+  if not amount_given then return state, 0 end
+  -- Refunds recorded while the amount was unknown may take it back now.
+  local own_job = d.key == d.pk and ARG.job_id ~= ''
+  local moved = take_back(d.pay, d.now, reversal_arg(ARG), own_job and (ARGC + 1) or nil,
+    ARG.job_id, grace_ms)
+  return moved or state, (moved == 'queued' and own_job) and 1 or 0
 end
 
 local replay = replayed()

@@ -282,3 +282,25 @@ def test_each_row_through_the_receiver(client, redis, row: Row) -> None:
     else:
         assert answer.status_code == 400 and answer.get_json()["error"] == row.reason
         assert stats(redis)[f"rejected:{row.reason}"] == 1
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [{"amount_received": -5}, {"currency": "usdé"}, {"amount_received": True}],
+    ids=["negative amount", "non-ASCII currency", "boolean amount"],
+)
+def test_a_paid_event_no_fingerprint_fits_is_recorded_not_answered_503(
+    config, redis, rng, odd: dict[str, object]
+) -> None:
+    """With FULFIL_UNLINKED_INVOICES, a paid event's amount and currency make its fingerprint;
+    values no fingerprint can carry (record_delivery.lua's fp_parts) make none, so the event
+    is recorded: a 503 would be answered to every retry of it for as long as Stripe retries."""
+    from webhook import create_app
+
+    client = create_app({**config, "FULFIL_UNLINKED_INVOICES": "true"}).test_client()
+    event = samples.event_of_type(rng, "payment_intent.succeeded")
+    event["data"]["object"].update(odd)
+    body = samples.encode(event)
+    answer = post(client, body, signed_headers(body))
+    assert answer.status_code == 200, answer.get_json()
+    assert stats(redis)["deliveries"] == 1

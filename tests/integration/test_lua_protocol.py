@@ -53,12 +53,15 @@ from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.clock import StepWatch
 from ledger.deliveries import Delivery, Ledger, new_request_id
-from ledger.events import classify
+from ledger.events import classify, data_object
 from ledger.gate import Admission, Gate, Health
+from ledger.money import paid_amount
 from ledger.read import payments
 from ledger.reversals import taken_of
 from ledger.scripts import Script
+from ledger.setting_list import PAID
 from ledgerctl import samples
+from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
 from tests.support.refunds import dispute_closed, refund_events
@@ -91,6 +94,8 @@ LOOP = {"queued", "in_progress", "retrying"}
 TAKING = ("refund.", "charge.refunded", "charge.dispute.closed")
 """The event types that take a payment back (its refund events, a dispute closed)."""
 PAYING = "payment_intent.succeeded"
+THIN_PAYING = "v1.payment_intent.succeeded"
+"""A thin paid event: no amount, which the payment's first snapshot paid event gives."""
 SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_unfulfilled"}
 
 
@@ -165,6 +170,7 @@ class Protocol(RuleBasedStateMachine):
             REVERSAL_REPLAY_SAFE=reversal_replay_safe,
             REVERSAL_PER_REFUND=per_refund,
             REVERSAL_DISPUTE_WON=dispute_won,
+            PAID_EVENT_TYPES=(*PAID, THIN_PAYING),
             **reversal,
         )
         self.ledger = Ledger(self.redis, self.settings, clock_key=CLOCK)
@@ -174,6 +180,7 @@ class Protocol(RuleBasedStateMachine):
         self.events, self.purchases = event_pool(random.Random(seed))
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
+        self.amounts: dict[str, int] = {}  # pk -> the amount its first paid event with one said
         self.workers: list[Worker | None] = [None] * WORKERS
         self.calls: Counter[str] = Counter()  # every downstream call
         self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
@@ -221,12 +228,21 @@ class Protocol(RuleBasedStateMachine):
         self.seen.setdefault(event["id"], body)
         if first and c.paid and not c.hold:
             self.paid.add(answer.payment_key)
+        if first and c.paid:
+            self.paid_by(answer.payment_key, event)
         if first and c.role == "refund":
             self.took_back(answer.payment_key, event)
         pk = answer.payment_key
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
         if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
             self.refunded_first.add(pk)
+
+    def paid_by(self, pk: str, event: dict[str, Any]) -> None:
+        """The model's own account of what was paid: the first paid event that says (a thin
+        one does not)."""
+        amount = paid_amount(data_object(event))
+        if amount is not None:
+            self.amounts.setdefault(pk, amount)
 
     def took_back(self, pk: str, event: dict[str, Any]) -> None:
         """The model's own account of what Stripe took back (not the ledger's): a refund
@@ -241,7 +257,7 @@ class Protocol(RuleBasedStateMachine):
             self.won.add(pk)
 
     def taken_back(self, pk: str) -> bool:
-        amount = int(self.redis.hget(keys.payment(pk), "amount") or 0)
+        amount = self.amounts.get(pk, 0)
         charged = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
         counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
         return pk in self.lost or (amount > 0 and max(counted, charged) >= amount)
@@ -262,6 +278,8 @@ class Protocol(RuleBasedStateMachine):
         self.seen.setdefault(delivery.event["id"], delivery.body)
         if first and not delivery.classified.hold:
             self.paid.add(answer.payment_key)
+        if first and delivery.classified.paid:
+            self.paid_by(answer.payment_key, delivery.event)
 
     @rule(part=st.integers(0, 5))
     def deliver_part_of_a_purchase(self, part: int) -> None:
@@ -325,6 +343,29 @@ class Protocol(RuleBasedStateMachine):
                 self.worker_fulfils_the_next_job()
         self.terminal_stays_terminal_unless_a_person_acts()
         self.deliver(closing[pk]["won"])
+
+    @rule(index=st.integers(0, 10), refund_first=st.booleans())
+    def paid_by_a_thin_event_first(self, index: int, refund_first: bool) -> None:
+        """A payment not recorded yet paid first by its thin event (no amount), then refunded
+        in full by a charge event and given its amount by its snapshot paid event, in either
+        order, before any worker takes its job."""
+        thin = [i for i, (e, _) in enumerate(self.events) if e["type"] == THIN_PAYING]
+        chosen = thin[index % len(thin)]
+        pk = self.events[chosen][0]["related_object"]["id"]
+        if self.state(pk):
+            return
+        objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(self.events)]
+        paying, paid = next(
+            (i, o["amount_received"]) for i, t, o in objects if t == PAYING and o["id"] == pk
+        )
+        full = next(
+            i
+            for i, t, o in objects
+            if t == "charge.refunded" and o["payment_intent"] == pk and o["amount_refunded"] == paid
+        )
+        TALLY["paid_by_a_thin_event_first"] += 1
+        for i in (chosen, full, paying) if refund_first else (chosen, paying, full):
+            self.deliver(i)
 
     @precondition(lambda self: None in self.workers)
     @rule()
@@ -702,7 +743,7 @@ class Protocol(RuleBasedStateMachine):
         kept = self.__dict__.setdefault("rv_seen", {}).get(pk, {})
         assert all(per_refund.get(r) == a for r, a in kept.items()), f"{pk}: rv lost {kept}"
         self.rv_seen[pk] = per_refund
-        paid = int(fields.get(b"amount", 0))
+        paid = int(fields.get(b"amount") or 0)
         assert reversed_amount <= paid, f"{pk}: {reversed_amount} reversed of {paid} paid"
         if fields.get(b"state") == b"reversed":
             assert b"reversal_from" in fields, f"{pk}: reversed without a reversal due"
@@ -907,7 +948,7 @@ class Protocol(RuleBasedStateMachine):
         if not self.per_refund:
             return []
         fields = self.redis.hmget(keys.payment(pk), "rv", "reversed_amount", "amount")
-        done, total, paid = json.loads(fields[0] or b"{}"), int(fields[1] or 0), int(fields[2])
+        done, total, paid = json.loads(fields[0] or b"{}"), int(fields[1] or 0), int(fields[2] or 0)
         counted = [r for r, a in self.refunds.get(pk, {}).items() if a > 0]
         return [] if total >= paid else [r for r in counted if r not in done]
 
@@ -1047,6 +1088,7 @@ def event_pool(
         del unlisted["data"]["object"]["refunds"]
         events += first + rest + [unlisted]
         events += [dispute_closed(rng, pi, paid, status) for status in ("lost", "won")]
+        events.append(thin_event(rng, THIN_PAYING, payment_intent(pi)))
         pool += [(e, samples.encode(e)) for e in events]
         purchases.append(frozenset({pi}))
     twin = json.loads(pool[2][1])

@@ -20,6 +20,7 @@ from tests.integration.test_intake import assert_rejected
 from tests.integration.test_ops import BASIC
 from tests.support.constants import SECRET
 from tests.support.helpers import signed_headers, state_of, stats
+from tests.support.refunds import refund_events
 from webhook import create_app
 
 QUEUE = "rq:queue:fulfilment"
@@ -159,3 +160,26 @@ def test_a_broken_thin_event_is_not_a_stripe_event(
 ) -> None:
     event = {**thin_event(rng, "v1.payment_intent.succeeded", payment_intent("pi_1")), **broken}
     assert_rejected(post(client, event), redis, "not_a_stripe_event")
+
+
+@pytest.mark.parametrize("refunded_before_snapshot", [False, True])
+def test_a_payment_paid_by_a_thin_event_first_is_refunded_by_its_snapshot_amount(
+    config: dict[str, object],
+    redis: Redis,
+    rng: random.Random,
+    refunded_before_snapshot: bool,
+) -> None:
+    """A thin paid event carries no amount: the snapshot paid event after it gives it, so a
+    refund in full before fulfilment, recorded before or after that snapshot, is seen as one
+    and the payment is never fulfilled."""
+    paid_types = ("payment_intent.succeeded", "v1.payment_intent.succeeded")
+    client = create_app({**config, "PAID_EVENT_TYPES": paid_types}).test_client()
+    snapshot = samples.payment_events(rng)[2]
+    pi, amount = snapshot["data"]["object"]["id"], snapshot["data"]["object"]["amount_received"]
+    thin = thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi))
+    refunds = refund_events(rng, pi, amount, amount)
+    later = [*refunds, snapshot] if refunded_before_snapshot else [snapshot, *refunds]
+    for event in [thin, *later]:
+        assert post(client, event).status_code == 200
+    assert redis.hmget(keys.payment(pi), "amount", "currency") == [str(amount).encode(), b"usd"]
+    assert state_of(redis, pi) == "refunded_unfulfilled"
