@@ -134,14 +134,19 @@ class Call(Generic[T]):
         self.done.set()
 
 
+def calling_thread() -> tuple[int, int]:
+    """The process and thread id that key both a thread's action (workers.jobs.context) and
+    its helper: a thread that takes the id of one that ended (a fresh worker's pool after a
+    Redis error: workers/worker.py) is given that one's action, whose per-thread state lives
+    in that one's helper."""
+    return os.getpid(), threading.get_ident()
+
+
 _helpers: dict[tuple[int, int], Helper] = {}
-"""By process and thread id, as workers.jobs.context keys the action: a thread that takes the
-id of one that ended (a fresh worker's pool after a Redis error: workers/worker.py) is given
-that one's action, whose per-thread state lives in that one's helper."""
 
 
 def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
-    caller = (os.getpid(), threading.get_ident())
+    caller = calling_thread()
     helper = _helpers.get(caller)
     if helper is None:
         helper = _helpers[caller] = Helper()

@@ -77,14 +77,13 @@ class BatchWorker(InFlightWorker):
             while not self._stop_requested and (max_jobs is None or ran < max_jobs):
                 self.maintain()
                 free = self.take_slots()
-                if self._stop_requested:  # asked while every slot was busy: no new job
-                    for _unused in range(free):
-                        self.slots.release()
-                    break
+                stopping = self._stop_requested  # asked while every slot was busy: no new job
                 wanted = free if max_jobs is None else min(free, max_jobs - ran)
-                jobs = self.take(wanted, block=not burst)
+                jobs = [] if stopping else self.take(wanted, block=not burst)
                 for _unused in range(free - len(jobs)):
                     self.slots.release()
+                if stopping:
+                    break
                 if not jobs and burst:
                     if self.in_flight == 0:
                         break

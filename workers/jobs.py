@@ -8,7 +8,6 @@ a worker.
 """
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -28,7 +27,7 @@ from ledger.replication import NotReplicated
 from ledger.replies import Start
 from ledger.reversals import refulfil_of, reversal_of
 from workers.actions import Action, build_action, build_reversal_action
-from workers.deadline import DeadlineExceeded, call_within
+from workers.deadline import DeadlineExceeded, call_within, calling_thread
 from workers.exceptions import (
     AmbiguousDownstreamError,
     FulfilmentError,
@@ -88,7 +87,7 @@ def context() -> Context:
     """Settings, Redis and the action, built once per process and thread from the
     environment: each of a worker's calls in flight (workers/inflight.py) has its own
     client, action (an HTTP session, a database connection) and liveness key."""
-    return _context(os.getpid(), threading.get_ident())
+    return _context(*calling_thread())
 
 
 def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purchase:
