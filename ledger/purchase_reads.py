@@ -6,32 +6,49 @@ never reads again:
   (CHECKOUT_WAIT_SECONDS): the payment waits for the session's event up to that long, then
   looks the session up by its PaymentIntent through the API (with STRIPE_API_KEY), and is
   fulfilled without a session if there is none;
-- the session's line items (CHECKOUT_LINE_ITEMS), every page.
+- the session's line items (CHECKOUT_LINE_ITEMS), every page;
+- the PaymentIntent of a payment only a thin event paid (``v1.payment_intent.succeeded``
+  listed in PAID_EVENT_TYPES, with STRIPE_API_KEY): a thin event carries no object, so it is
+  read once and recorded as a synthetic paid record (:func:`intent_delivery`), which gives the
+  payment its amount (refunds recorded meanwhile judged then, as for a snapshot paid event
+  that comes late) and its purchase fields (customer, email, metadata, charge).
 
 While Stripe's API does not answer (429, 5xx, nothing, no request slot in time) the payment
 waits in the ledger without a call and without spending an attempt (lua/stripe_wait.lua),
 never touching the downstream's circuit breaker. When it refuses the key (401, 403), that is
 a configuration error: the job fails the payment with it, without a call."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 from redis import Redis
 
 from ledger import keys, limits
 from ledger.clock import now_ms
-from ledger.purchase import pack_line_items
+from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
+from ledger.events import classify
+from ledger.landing import RECORD_PREFIX
+from ledger.purchase import pack_line_items, stored_fields
 from ledger.purchase_fields import purchase_fields
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import whole
-from ledger.stripe_api import StripeApi, StripeRefused, StripeUnavailable
+from ledger.stripe_api import StripeApi, StripeNotFound, StripeRefused, StripeUnavailable
 
 WAITING_STATES = ("queued", "retrying")
 """States in which a payment is still to be called: only then is Stripe asked."""
 
 NO_SESSION = "p_no_cs"
 """Kept once the API was asked for a late session and had none: never asked again."""
+
+INTENT_READ = "p_pi_read"
+"""Kept once a thin-only payment's PaymentIntent was read (found or not): never read again."""
+
+THIN_PAID = "v1.payment_intent.succeeded"
+INTENT_EVENT = "payment_intent.succeeded"
+"""The event whose rule a retrieved PaymentIntent is classified by."""
+INTENT_RECORD_TYPE = "payment_intent.retrieved"
 
 
 @dataclass(frozen=True)
@@ -54,10 +71,15 @@ class PurchaseReads:
         self.api = StripeApi(redis, settings, clock_key) if settings.STRIPE_API_KEY else None
         self.keep = Script(redis, "keep_purchase", clock_key)
         self.wait = Script(redis, "stripe_wait", clock_key)
+        self.ledger = Ledger(redis, settings, clock_key) if reads_intents(settings) else None
 
     @staticmethod
     def wanted(settings: Settings) -> bool:
-        return settings.CHECKOUT_LINE_ITEMS or settings.CHECKOUT_WAIT_SECONDS > 0
+        return (
+            settings.CHECKOUT_LINE_ITEMS
+            or settings.CHECKOUT_WAIT_SECONDS > 0
+            or reads_intents(settings)
+        )
 
     def prepare(self, payment_key: str, stored: dict[str, str]) -> Ready:
         """Read what the purchase still needs, keep it, and add it to ``stored`` (the
@@ -65,6 +87,8 @@ class PurchaseReads:
         if stored.get("state") not in WAITING_STATES:
             return GO
         try:
+            if self._amount_unknown(payment_key, stored):
+                self._read_intent(payment_key, stored)
             if self._session_late(payment_key, stored):
                 late = self._wait_for_session(payment_key, stored)
                 if late is not None:
@@ -78,6 +102,32 @@ class PurchaseReads:
         except StripeRefused as exc:
             return Ready("refused", detail=str(exc))
         return GO
+
+    def _amount_unknown(self, payment_key: str, stored: dict[str, str]) -> bool:
+        """Paid only by a thin event (no amount yet), its PaymentIntent not read yet, to be
+        fulfilled (a reversal's amount was set when it became due)."""
+        return (
+            self.ledger is not None
+            and not stored.get("leg")
+            and payment_key.startswith("pi_")
+            and not stored.get("amount")
+            and INTENT_READ not in stored
+        )
+
+    def _read_intent(self, payment_key: str, stored: dict[str, str]) -> None:
+        """Read the PaymentIntent, record it (its amount and purchase fields), and refresh
+        ``stored`` from the payment, which that record may have taken back."""
+        if self.api is None or self.ledger is None:  # never: reads_intents needs the key
+            return
+        account = stored.get("account", "")
+        try:
+            intent: dict[str, Any] | None = self.api.payment_intent(payment_key, account)
+        except StripeNotFound:
+            intent = None
+        if intent is not None and intent.get("id") == payment_key:
+            self.ledger.record_delivery(intent_delivery(intent, self.settings, account))
+        self._keep(payment_key, {INTENT_READ: "1"}, stored)
+        stored.update(stored_fields(self.redis, payment_key))
 
     def _session_late(self, payment_key: str, stored: dict[str, str]) -> bool:
         """A PaymentIntent's payment that names neither a session nor an invoice (a renewal
@@ -145,3 +195,30 @@ class PurchaseReads:
             "detail": detail,
         }
         return int(self.wait({"payment": keys.payment(payment_key)}, args))
+
+
+def reads_intents(settings: Settings) -> bool:
+    """Whether a thin event may pay a payment and Stripe's API can be asked what it paid."""
+    return bool(settings.STRIPE_API_KEY) and THIN_PAID in settings.PAID_EVENT_TYPES
+
+
+def intent_delivery(intent: dict[str, Any], settings: Settings, account: str = "") -> Delivery:
+    """What the ledger records of a PaymentIntent read from Stripe's API for a payment its
+    thin event paid: a synthetic record, as the landing page's (ledger/landing.py): id
+    ``evt_api_{pi}``, type ``payment_intent.retrieved``, source ``api`` (no delivery
+    counted), classified by ``payment_intent.succeeded``'s rule whatever PAID_EVENT_TYPES
+    lists (the thin event that paid it was listed), so record_delivery.lua gives the payment
+    its amount and purchase fields."""
+    event: dict[str, Any] = {
+        "id": RECORD_PREFIX + str(intent["id"]),
+        "object": "event",
+        "type": INTENT_RECORD_TYPE,
+        "created": intent.get("created"),
+        "livemode": intent.get("livemode") is True,
+        "data": {"object": intent},
+    }
+    if account:
+        event["account"] = account
+    policy = replace(settings.policy, paid_types=settings.policy.paid_types | {INTENT_EVENT})
+    classified = classify({**event, "type": INTENT_EVENT}, policy)
+    return Delivery(event, orjson.dumps(event), classified, "", API_SOURCE, new_request_id())

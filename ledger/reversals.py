@@ -80,9 +80,10 @@ class Reversal(msgspec.Struct, kw_only=True, frozen=True):
     refund_id: str | None
     """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
     what remains of it."""
-    amount: int
+    amount: int | None
     """What this reversal takes back: the refund's amount, else what remains of the payment
-    (the amount paid less what earlier reversals of it carried)."""
+    (the amount paid less what earlier reversals of it carried); None when the amount paid is
+    not known (a payment only a thin event paid, then a dispute lost): what remains of it."""
 
 
 class ReversalCall(Purchase, kw_only=True, frozen=True):
@@ -140,6 +141,6 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
             dispute_id=dispute_id or None,
             dispute_status=status or None,
             refund_id=refund_id,
-            amount=whole(stored.get("reversal_amount")) or 0,
+            amount=whole(stored.get("reversal_amount")),
         ),
     )

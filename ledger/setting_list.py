@@ -202,8 +202,9 @@ class Settings:
     STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
     """The key reconcile reads Stripe's events with, and workers and the landing page's
     trigger (``/ops/api/checkout-sessions/{id}/fulfil``) Checkout Sessions and their line
-    items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS; a restricted key that can read events
-    and Checkout Sessions will do); ``scripts/run.sh --stripe-cli`` gives it and
+    items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS), and the PaymentIntent of a payment only
+    a thin event paid (its amount and purchase); a restricted key that can read events,
+    Checkout Sessions and PaymentIntents will do; ``scripts/run.sh --stripe-cli`` gives it and
     STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
     """Where reconcile, the workers and the landing page's trigger find Stripe's API (tests
@@ -220,9 +221,10 @@ class Settings:
     and the payment is fulfilled without a session if there is none. A deployment that sells
     through Checkout sets it; at 0 no payment waits."""
     STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
-    """Requests per second to Stripe's API for purchases (line items, late sessions, the
-    landing page's sessions), shared by every worker and web process on every host (Stripe
-    allows about 100 read requests a second live, 25 in test mode)."""
+    """Requests per second to Stripe's API for purchases (line items, late sessions, a thin
+    event's PaymentIntent, the landing page's sessions), shared by every worker and web
+    process on every host (Stripe allows about 100 read requests a second live, 25 in test
+    mode)."""
 
     @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:

@@ -143,6 +143,12 @@ class StripeApi:
         )
         return dict(found.data[0].to_dict()) if found.data else None
 
+    def payment_intent(self, payment_intent: str, account: str = "") -> dict[str, Any]:
+        """A PaymentIntent as Stripe's API answers it now."""
+        intents = self.client.v1.payment_intents
+        found = self._call(lambda: intents.retrieve(payment_intent, None, self._options(account)))
+        return dict(found.to_dict())
+
     def session(
         self, session_id: str, account: str = "", expand: tuple[str, ...] = ()
     ) -> dict[str, Any]:

@@ -173,8 +173,9 @@ class Reversal(TypedDict):
     refund_id: str | None
     """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
     what remains of it."""
-    amount: int
-    """What this reversal takes back: the refund's amount, else what remains."""
+    amount: int | None
+    """What this reversal takes back: the refund's amount, else what remains; None when the
+    amount paid is not known (only a thin event paid it): what remains, whatever it is."""
 
 
 class ReversalCall(Purchase):

@@ -80,7 +80,8 @@ class SqliteAction:
 
     def reverse(self, call: ReversalCall) -> Receipt:
         """The reversal: its key recorded once, its amount added to the order's
-        ``reversed_amount`` (``reversed_at`` once that reaches the order's amount) and
+        ``reversed_amount`` (``reversed_at`` once that reaches the order's amount, or at
+        once for a reversal of what remains when the amount paid is not known) and
         REVERSAL_SQL run, in one transaction; each call logged."""
         db = self.connection()
         amount = call.reversal.amount
@@ -101,12 +102,18 @@ class SqliteAction:
             outcome = "applied" if inserted else "already_applied"
             key = call.idempotency_key
             if inserted:
-                db.execute(
-                    "UPDATE orders SET reversed_amount = COALESCE(reversed_amount, 0) + ?,"
-                    " reversed_at = CASE WHEN COALESCE(reversed_amount, 0) + ? >= amount"
-                    " THEN ? ELSE reversed_at END"
-                    " WHERE payment_key = ? AND idempotency_key = ?",
-                    (amount, amount, now, call.payment_key, idempotency_key(call.payment_key)),
+                db.execute(  # an amount not known (None) is what remains: all of it
+                    "UPDATE orders SET reversed_amount = COALESCE(reversed_amount, 0)"
+                    " + COALESCE(:amount, 0), reversed_at = CASE WHEN :amount IS NULL"
+                    " OR COALESCE(reversed_amount, 0) + :amount >= amount"
+                    " THEN :now ELSE reversed_at END"
+                    " WHERE payment_key = :pk AND idempotency_key = :key",
+                    {
+                        "amount": amount,
+                        "now": now,
+                        "pk": call.payment_key,
+                        "key": idempotency_key(call.payment_key),
+                    },
                 )
             receipt = self._effect(db, call, key) if inserted else self._first_receipt(db, key)
             row = db.execute(

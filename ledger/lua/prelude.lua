@@ -249,11 +249,6 @@ local function refund_total(rf, rf_charge)
   return math.max(total, tonumber(rf_charge or '0'))
 end
 
-local function refunded_amount(pay)
-  local rf = redis.call('HMGET', pay, 'rf', 'rf_charge')
-  return refund_total(rf[1], rf[2])
-end
-
 -- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
 -- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil. Read in
 -- one command: every attempt's start, fence and finish asks.
@@ -293,21 +288,31 @@ local function reversal_arg(args)
   return mode
 end
 
+-- What remains of a payment to take back: the amount paid less what its reversals carried,
+-- or '' when the amount paid is not known (a payment only a thin event paid: it carries none;
+-- a reversal of "what remains" then says so rather than 0).
+local function remaining(pay)
+  local paid = tonumber(redis.call('HGET', pay, 'amount') or '')
+  if not paid then return '' end
+  return paid - tonumber(redis.call('HGET', pay, 'reversed_amount') or '0')
+end
+
 -- The next reversal of a payment whose refunds are reversed one by one (REVERSAL_PER_REFUND):
 -- why, the refund id (nil: what remains of the payment) and the amount, or nil. A dispute
 -- lost takes what remains in one reversal; else each refund counted (amount > 0) and not yet
 -- reversed, by id (its amount, never more than what remains); else, refunded in full by an
 -- amount no known refund accounts for (a `charge.refunded` without its refunds listed), what
--- remains.
+-- remains. With the amount paid not known (remaining: ''), a dispute lost still takes back
+-- what remains and each refund its own amount.
 local function next_reversal(pay)
-  local paid = tonumber(redis.call('HGET', pay, 'amount') or '') or 0
-  local rest = paid - tonumber(redis.call('HGET', pay, 'reversed_amount') or '0')
+  local rest = remaining(pay)
+  local known = rest ~= ''
   local dispute = redis.call('HGET', pay, 'dispute')
   if dispute and string.match(dispute, ' lost$') then
-    if rest > 0 then return 'dispute', nil, rest end
+    if not known or rest > 0 then return 'dispute', nil, rest end
     return nil
   end
-  if rest <= 0 then return nil end
+  if known and rest <= 0 then return nil end
   local done = cjson.decode(redis.call('HGET', pay, 'rv') or '{}')
   local refunds = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
   local ids = {}
@@ -316,9 +321,10 @@ local function next_reversal(pay)
   end
   if #ids > 0 then
     table.sort(ids)
-    return 'refund', ids[1], math.min(refunds[ids[1]], rest)
+    local amount = refunds[ids[1]]
+    return 'refund', ids[1], known and math.min(amount, rest) or amount
   end
-  if paid > 0 and refunded_amount(pay) >= paid and rest > 0 then return 'refund', nil, rest end
+  if known and taken_back(pay) == 'refund' then return 'refund', nil, rest end
   return nil
 end
 
@@ -403,9 +409,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
     return 'refunded_unfulfilled'
   end
   if state == 'fulfilled' and reverse then
-    local paid = tonumber(redis.call('HGET', pay, 'amount') or '') or 0
-    begin_reversal(pay, why, now, first, job_id, grace_ms, nil,
-      paid - tonumber(redis.call('HGET', pay, 'reversed_amount') or '0'))
+    begin_reversal(pay, why, now, first, job_id, grace_ms, nil, remaining(pay))
     return 'queued'
   end
   return nil

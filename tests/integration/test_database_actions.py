@@ -319,6 +319,23 @@ def test_sqlite_adds_each_reversal_to_its_order_and_runs_reversal_sql(tmp_path: 
     assert db.execute("SELECT * FROM taken").fetchall() == [("pi_s", 500), ("pi_s", 1500)]
 
 
+def test_sqlite_reverses_what_remains_when_the_amount_paid_is_not_known(tmp_path: Path) -> None:
+    """Paid only by a thin event (no amount), then a dispute lost: the reversal's amount is
+    None (what remains, not known), and the order is marked reversed with nothing added."""
+    path = tmp_path / "downstream.sqlite3"
+    url = f"sqlite:///{path}"
+    s = settings_module.load({}, FULFILMENT_ACTION=url, REVERSAL_ACTION=url)
+    thin = {"livemode": "0", "events": "evt_thin"}
+    build_action(s)(purchase_of("pi_t", 1, thin))
+    stored = {"dispute": "dp_1 lost", "reversal_why": "dispute", "reversal_amount": ""}
+    sent = reversal_of(purchase_of("pi_t", 2, thin), stored)
+    assert (sent.amount, sent.reversal.amount, sent.reversal.why) == (None, None, "dispute")
+    reverse = build_reversal_action(s)
+    assert reverse is not None and reverse(sent)["outcome"] == "applied"
+    order = "SELECT amount, reversed_amount, reversed_at IS NOT NULL FROM orders"
+    assert sqlite3.connect(path).execute(order).fetchall() == [(None, 0, 1)]
+
+
 REVERSALS: list[str] = []
 """Reversal keys :func:`take_back` was called with, in this process."""
 

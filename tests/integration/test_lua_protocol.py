@@ -56,10 +56,12 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify, data_object
 from ledger.gate import Admission, Gate, Health
 from ledger.money import paid_amount
+from ledger.purchase_reads import intent_delivery
 from ledger.read import payments
 from ledger.reversals import taken_of
 from ledger.scripts import Script
 from ledger.setting_list import PAID
+from ledger.stored import whole
 from ledgerctl import samples
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import purchase
@@ -112,7 +114,7 @@ class Worker:
     outcome: str = ""  # set once it has called
     admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
     refund: str = ""  # the refund its reversal is for ("": the whole payment, or the rest)
-    amount: int = 0  # what its reversal takes back
+    amount: int | None = 0  # what its reversal takes back (None: what remains, not known)
 
 
 class Protocol(RuleBasedStateMachine):
@@ -222,8 +224,30 @@ class Protocol(RuleBasedStateMachine):
     def deliver(self, index: int) -> None:
         event, body = self.events[index % len(self.events)]
         c = classify(event, self.settings.policy)
-        delivery = Delivery(event, body, c, "primary", "stripe", new_request_id())
+        self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
+
+    @rule(index=st.integers(0, 10))
+    def worker_reads_a_thin_payments_intent(self, index: int) -> None:
+        """A worker, before the gate, reads the PaymentIntent of a payment only its thin event
+        paid from Stripe's API and records it (ledger/purchase_reads.py): the payment's
+        amount, and refunds recorded meanwhile judged then."""
+        thin = [e for e, _ in self.events if e["type"] == THIN_PAYING]
+        pk = thin[index % len(thin)]["related_object"]["id"]
+        leg, amount = self.redis.hmget(keys.payment(pk), "leg", "amount")
+        if self.state(pk) not in ("queued", "retrying") or leg or amount:
+            return
+        intent = next(
+            data_object(e)
+            for e, _ in self.events
+            if e["type"] == PAYING and e["data"]["object"]["id"] == pk
+        )
+        TALLY["intents_read"] += 1
+        self.record(intent_delivery(intent, self.settings))
+
+    def record(self, delivery: Delivery) -> None:
+        event, c = delivery.event, delivery.classified
         answer = self.ledger.record_delivery(delivery)
+        body = delivery.body
         first = event["id"] not in self.seen
         self.seen.setdefault(event["id"], body)
         if first and c.paid and not c.hold:
@@ -389,7 +413,7 @@ class Protocol(RuleBasedStateMachine):
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
-                worker.refund, worker.amount = (due[0] or b"").decode(), int(due[1] or 0)
+                worker.refund, worker.amount = (due[0] or b"").decode(), whole(due[1])
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
@@ -454,7 +478,11 @@ class Protocol(RuleBasedStateMachine):
         pk, key = w.payment, (w.payment, w.refund)
         effect = self.applied[pk] > 0 or pk in self.resolved_done
         assert effect, f"{pk}: a reversal called without an effect"
-        assert w.amount > 0, f"{pk}: a reversal of nothing"
+        if w.amount is None:  # what remains, of an amount paid no event said
+            assert pk not in self.amounts, f"{pk}: paid {self.amounts[pk]}, reversed unknown"
+            assert not w.refund, f"{pk}: {w.refund} reversed without its amount"
+        else:
+            assert w.amount > 0, f"{pk}: a reversal of nothing"
         if w.refund:
             assert self.per_refund, f"{pk}: a reversal of one refund without REVERSAL_PER_REFUND"
             assert self.refunds.get(pk, {}).get(w.refund, 0) > 0, f"{pk}: {w.refund} not counted"
@@ -465,10 +493,10 @@ class Protocol(RuleBasedStateMachine):
             self.reversal_maybe_applied.add(key)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             if not self.reversals_applied[key]:
-                self.reversed_total[pk] += w.amount
+                self.reversed_total[pk] += w.amount or 0
             self.reversals_applied[key] += 1
-            paid = int(self.redis.hget(keys.payment(pk), "amount") or 0)
-            assert self.reversed_total[pk] <= paid, f"{pk}: reversed more than was paid"
+            paid = self.amounts.get(pk)
+            assert paid is None or self.reversed_total[pk] <= paid, f"{pk}: reversed more than paid"
         w.outcome = outcome
 
     def refulfil_call(self, w: Worker, outcome: str, hit: bool) -> None:
@@ -734,7 +762,8 @@ class Protocol(RuleBasedStateMachine):
         ]
         per_refund = json.loads(fields.get(b"rv", b"{}"))
         reversed_amount = int(fields.get(b"reversed_amount", 0))
-        rest = int(reversed_amount > sum(per_refund.values()))
+        unknown = fields.get(b"amount", b"") == b""  # a reversal of what remains carries 0
+        rest = int(reversed_amount > sum(per_refund.values()) or unknown)
         again = int(b"refulfilled_at" in fields)
         assert len(done) <= 1 + len(per_refund) + rest + again, f"{pk}: too many recorded effects"
         if not per_refund and not again:
@@ -743,8 +772,8 @@ class Protocol(RuleBasedStateMachine):
         kept = self.__dict__.setdefault("rv_seen", {}).get(pk, {})
         assert all(per_refund.get(r) == a for r, a in kept.items()), f"{pk}: rv lost {kept}"
         self.rv_seen[pk] = per_refund
-        paid = int(fields.get(b"amount") or 0)
-        assert reversed_amount <= paid, f"{pk}: {reversed_amount} reversed of {paid} paid"
+        paid = whole(fields.get(b"amount"))  # None: not known, only a thin event paid it
+        assert paid is None or reversed_amount <= paid, f"{pk}: {reversed_amount} of {paid} paid"
         if fields.get(b"state") == b"reversed":
             assert b"reversal_from" in fields, f"{pk}: reversed without a reversal due"
 
@@ -948,9 +977,9 @@ class Protocol(RuleBasedStateMachine):
         if not self.per_refund:
             return []
         fields = self.redis.hmget(keys.payment(pk), "rv", "reversed_amount", "amount")
-        done, total, paid = json.loads(fields[0] or b"{}"), int(fields[1] or 0), int(fields[2] or 0)
+        done, total, paid = json.loads(fields[0] or b"{}"), int(fields[1] or 0), whole(fields[2])
         counted = [r for r, a in self.refunds.get(pk, {}).items() if a > 0]
-        return [] if total >= paid else [r for r in counted if r not in done]
+        return [] if paid is not None and total >= paid else [r for r in counted if r not in done]
 
     def tally_the_gate(self) -> None:
         breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
@@ -1351,3 +1380,51 @@ def test_a_late_reversal_receipt_deferred_by_the_gate_leaves_its_waiting_set(
     m.waiting_sets_hold_the_payments_that_wait()
     m.teardown()
     assert TALLY["refund_reversals"] >= 1
+
+
+@pytest.mark.parametrize("per_refund", [False, True])
+def test_a_payment_only_a_thin_event_paid_is_reversed_for_what_remains(
+    protocol_redis: RedisServer, per_refund: bool
+) -> None:
+    """Found by the explorer (seed 303, thin events in the pool): paid only by its thin event
+    (no amount), fulfilled, then a dispute closed lost. Its reversal carried `amount` 0, a
+    reversal of nothing; with REVERSAL_PER_REFUND it was never due. Now its amount is None
+    (what remains, not known), and with REVERSAL_PER_REFUND a refund before it is reversed
+    for its own amount first."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=per_refund)
+    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
+    pk = m.events[thin][0]["related_object"]["id"]
+    m.deliver(thin)
+    m.worker_fulfils_the_next_job()
+    assert m.state(pk) == "fulfilled" and pk not in m.amounts
+    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
+    if per_refund:
+        partial = next(
+            i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk
+        )
+        m.deliver(partial)
+        m.worker_takes_a_job()
+        worker = m.workers[0]
+        assert worker is not None and worker.refund and worker.amount and worker.amount > 0
+        m.worker_fences(0)
+        m.worker_calls(0, "ok", True)
+        m.worker_finishes(0)
+        assert m.state(pk) == "fulfilled"
+    lost = next(
+        i
+        for i, t, o in objects
+        if t == "charge.dispute.closed" and o["payment_intent"] == pk and o["status"] == "lost"
+    )
+    m.deliver(lost)
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse"
+    assert (worker.refund, worker.amount) == ("", None)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    assert m.state(pk) == "reversed"
+    m.teardown()

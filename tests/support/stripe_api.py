@@ -6,7 +6,8 @@ It keeps what the Events API needs for reconcile (``GET /v1/events``): newest fi
 and ``delivery_success``, a bearer key, and Stripe's error shape for a wrong key. And what a
 purchase needs of Checkout: ``GET /v1/checkout/sessions/{id}``, its ``/line_items`` over as
 many pages as ``limit`` makes (a retrieved session expands its PaymentIntent and its
-first 10 line items when asked), and ``GET /v1/checkout/sessions?payment_intent=``. It can
+first 10 line items when asked), and ``GET /v1/checkout/sessions?payment_intent=``; and
+``GET /v1/payment_intents/{id}`` (``intents``, for a payment a thin event paid). It can
 answer 429 or 500 to those for a while, and 403 (a key without that permission). Sessions are
 added in the test's process (``add_session``) or over HTTP (``PUT
 /standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``). And the account's
@@ -44,7 +45,7 @@ class EventsApi:
         """PaymentIntents a session's ``expand[]=payment_intent`` gives (else its id stays)."""
         self.line_items: dict[str, list[dict[str, Any]]] = {}
         self.checkout_requests: Counter[str] = Counter()
-        """Checkout requests by path, the failed ones included."""
+        """Requests for Checkout Sessions and PaymentIntents by path, the failed ones included."""
         self.failing: tuple[int, float] | None = None
         self.fails_until = 0.0
         self.forbidden = False
@@ -97,8 +98,8 @@ class EventsApi:
         (so the window does not run out while the workers start)."""
         self.failing = (status, seconds)
 
-    def checkout(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
-        """A Checkout request's status and answer."""
+    def refused(self, path: str) -> tuple[int, dict[str, Any]] | None:
+        """Counted; 403 when ``forbidden``, the ``failing`` status while it lasts."""
         self.checkout_requests[path] += 1
         if self.forbidden:
             return 403, {"error": {"type": "invalid_request_error", "message": "not permitted"}}
@@ -107,6 +108,17 @@ class EventsApi:
         if self.failing and time.monotonic() < self.fails_until:
             kind = "invalid_request_error" if self.failing[0] == 429 else "api_error"
             return self.failing[0], {"error": {"type": kind, "message": "try again later"}}
+        return None
+
+    def intent(self, path: str) -> tuple[int, dict[str, Any]]:
+        """``GET /v1/payment_intents/{id}``: one of ``intents``."""
+        found = self.intents.get(path.removeprefix("/v1/payment_intents/"))
+        if found is None:
+            return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing"}}
+        return 200, found
+
+    def checkout(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """A Checkout request's status and answer."""
         parts = path.removeprefix("/v1/checkout/sessions").strip("/").split("/")
         if parts == [""]:
             pi = query.get("payment_intent", [""])[0]
@@ -179,8 +191,13 @@ class EventsApi:
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
                     error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
                     return self.answer(401, {"error": error})
+                stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents/")
+                if url.path.startswith(stripe_objects) and (refused := api.refused(url.path)):
+                    return self.answer(*refused)
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
+                if url.path.startswith("/v1/payment_intents/"):
+                    return self.answer(*api.intent(url.path))
                 if url.path == "/v1/webhook_endpoints" and api.forbidden:
                     error = {"type": "invalid_request_error", "message": "not permitted"}
                     return self.answer(403, {"error": error})
