@@ -39,6 +39,8 @@ _.death_penalty_class
 _.noop
 _.noop_action
 _.exit_worker
+_.exit_in_action
+_.interrupt_in_action
 _.apply_twice
 _.reverse_twice
 _.regrant_twice

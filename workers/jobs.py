@@ -110,6 +110,14 @@ def run_action(
     except (TransientDownstreamError, PermanentDownstreamError) as exc:
         # The one place an error becomes the stored last_error / attempt detail.
         return outcome_of(exc, action.replay_safe), redact(str(exc)), health_of(exc)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The user's code (a module:function, FULFILMENT_EFFECT) exiting: unknown how far it
+        # got, as any error it raises. Let through, it would end a one-slot worker's loop
+        # with exit code 0, as a clean stop, and the payment would wait out its lease.
+        # (RQ's second stop signal landing in the call ends it the same way; the worker
+        # stops after, as asked.)
+        error = AmbiguousDownstreamError(f"the call ended with {exc!r}")
+        return outcome_of(error, action.replay_safe), redact(str(error)), health_of(error)
     return "fulfilled", encode_receipt(receipt), health_of(None)
 
 
