@@ -59,7 +59,7 @@ class Context:
 
 
 @cache
-def _context(pid: int, thread: int) -> Context:
+def _context(pid: int, thread: str) -> Context:
     s = settings_module.load()
     reversal: Action | None = None
     try:
@@ -84,9 +84,10 @@ def _context(pid: int, thread: int) -> Context:
 
 
 def context() -> Context:
-    """Settings, Redis and the action, built once per process and thread from the
-    environment: each of a worker's calls in flight (workers/inflight.py) has its own
-    client, action (an HTTP session, a database connection) and liveness key."""
+    """Settings, Redis and the action, built once per process and slot (its thread's name:
+    workers.deadline.calling_thread) from the environment: each of a worker's calls in
+    flight (workers/inflight.py) has its own client, action (an HTTP session, a database
+    connection) and liveness key."""
     return _context(*calling_thread())
 
 
