@@ -39,6 +39,9 @@ _.death_penalty_class
 _.noop
 _.noop_action
 _.exit_worker
+_.slot_state
+_.exit_in_action
+_.interrupt_in_action
 _.apply_twice
 _.reverse_twice
 _.regrant_twice

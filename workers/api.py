@@ -28,9 +28,9 @@ an action, not replay-safe (default)   at most once: the payment waits as ``inte
                                        for a person (``webhook-ledger resolve``)
 =====================================  ===================================================
 
-The exceptions, whoever raises them (anything else an action raises means "unknown how far
-it got": retried only when replay-safe, else ``interrupted``; anything else an effect
-raises is rolled back, so it is retried):
+The exceptions, whoever raises them (anything else an action raises, ``sys.exit()`` and
+KeyboardInterrupt included, means "unknown how far it got": retried only when replay-safe,
+else ``interrupted``; anything else an effect raises is rolled back, so it is retried):
 
 - :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
   ``failed``.

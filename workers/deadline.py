@@ -105,10 +105,11 @@ def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
 
 
 class Helper:
-    """The one thread a calling thread's downstream calls run in, kept for the life of the
-    process: an action's per-thread state (SQLite's connection, which refuses other threads)
-    is built and used in the same thread every time. A call past its deadline is waited for
-    (or ends the process), so the helper is free whenever its caller asks."""
+    """The one thread a calling thread's downstream calls run in (a slot's, across fresh
+    workers: :func:`calling_thread`), kept for the life of the process: an action's
+    per-thread state (SQLite's connection, which refuses other threads) is built and used in
+    the same thread every time. A call past its deadline is waited for (or ends the
+    process), so the helper is free whenever its caller asks."""
 
     def __init__(self) -> None:
         self.calls: queue.SimpleQueue[Call[Any]] = queue.SimpleQueue()
@@ -134,15 +135,18 @@ class Call(Generic[T]):
         self.done.set()
 
 
-def calling_thread() -> tuple[int, int]:
-    """The process and thread id that key both a thread's action (workers.jobs.context) and
-    its helper: a thread that takes the id of one that ended (a fresh worker's pool after a
-    Redis error: workers/worker.py) is given that one's action, whose per-thread state lives
-    in that one's helper."""
-    return os.getpid(), threading.get_ident()
+def calling_thread() -> tuple[int, str]:
+    """The process and thread name that key both a thread's action (workers.jobs.context)
+    and its helper. A worker's pool names its threads by slot (``fulfil_0``, ``fulfil_1``,
+    ...: workers/inflight.py), so a fresh worker's pool after a Redis error
+    (workers/worker.py) is given the slots' actions, whose per-thread state lives in their
+    helpers: one of each per slot for the life of the process. Not the thread's id: a new
+    thread does not always take the id of one that ended, and each fresh worker left an
+    action, its Redis client and its helper thread behind."""
+    return os.getpid(), threading.current_thread().name
 
 
-_helpers: dict[tuple[int, int], Helper] = {}
+_helpers: dict[tuple[int, str], Helper] = {}
 
 
 def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:

@@ -45,6 +45,8 @@ class InFlightWorker(SimpleWorker):
         self.slots = threading.BoundedSemaphore(self.concurrency)
         self.pool: ThreadPoolExecutor | None = None
         if self.concurrency > 1:
+            # Its threads are named by slot (fulfil_0, ...): the names key each slot's action
+            # and helper, kept across fresh workers (workers.deadline.calling_thread).
             self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fulfil")
             self.death_penalty_class = TimerDeathPenalty  # SIGALRM reaches the main thread only
 

@@ -59,7 +59,7 @@ class Context:
 
 
 @cache
-def _context(pid: int, thread: int) -> Context:
+def _context(pid: int, thread: str) -> Context:
     s = settings_module.load()
     reversal: Action | None = None
     try:
@@ -84,9 +84,10 @@ def _context(pid: int, thread: int) -> Context:
 
 
 def context() -> Context:
-    """Settings, Redis and the action, built once per process and thread from the
-    environment: each of a worker's calls in flight (workers/inflight.py) has its own
-    client, action (an HTTP session, a database connection) and liveness key."""
+    """Settings, Redis and the action, built once per process and slot (its thread's name:
+    workers.deadline.calling_thread) from the environment: each of a worker's calls in
+    flight (workers/inflight.py) has its own client, action (an HTTP session, a database
+    connection) and liveness key."""
     return _context(*calling_thread())
 
 
@@ -110,6 +111,14 @@ def run_action(
     except (TransientDownstreamError, PermanentDownstreamError) as exc:
         # The one place an error becomes the stored last_error / attempt detail.
         return outcome_of(exc, action.replay_safe), redact(str(exc)), health_of(exc)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The user's code (a module:function, FULFILMENT_EFFECT) exiting: unknown how far it
+        # got, as any error it raises. Let through, it would end a one-slot worker's loop
+        # with exit code 0, as a clean stop, and the payment would wait out its lease.
+        # (RQ's second stop signal landing in the call ends it the same way; the worker
+        # stops after, as asked.)
+        error = AmbiguousDownstreamError(f"the call ended with {exc!r}")
+        return outcome_of(error, action.replay_safe), redact(str(error)), health_of(error)
     return "fulfilled", encode_receipt(receipt), health_of(None)
 
 

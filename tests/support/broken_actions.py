@@ -2,6 +2,7 @@
 
 import os
 import sqlite3
+import sys
 import time
 from typing import Any
 
@@ -122,3 +123,13 @@ def reverse_twice(call: dict[str, Any]) -> dict[str, Any]:
     finally:
         db.close()
     return {"broken": True}
+
+
+def exit_in_action(call: dict[str, Any]) -> dict[str, Any]:
+    """Merchant code that calls ``sys.exit()`` (SystemExit, exit code 0) in the action."""
+    sys.exit()
+
+
+def interrupt_in_action(call: dict[str, Any]) -> dict[str, Any]:
+    """Merchant code that raises KeyboardInterrupt in the action."""
+    raise KeyboardInterrupt

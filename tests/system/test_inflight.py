@@ -17,6 +17,7 @@ from redis import Redis
 from rq import Queue
 
 from ledger import keys
+from ledger.read import payments
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
 from tests.support.processes import BIN, spawn, wait_until
@@ -203,3 +204,40 @@ def test_the_sqlite_action_works_on_after_the_worker_started_again_on_a_redis_er
     wait_until(lambda: all(state_of(redis, pk) not in ("queued", "in_progress") for pk in after))
     errors = {pk: redis.hget(keys.payment(pk), "last_error") for pk in after}
     assert {state_of(redis, pk) for pk in after} == {"fulfilled"}, errors
+
+
+def start_again(redis: Redis, log: Path) -> None:
+    """Writes refused (as while Redis fails over) until fulfilment-worker's loop quits on
+    it, then accepted again; returns once a fresh worker has registered."""
+    before = redis.smembers("rq:workers:fulfilment")
+    refused = log.read_text(errors="replace").count("NOREPLICAS")
+    redis.config_set("min-replicas-to-write", 1)
+    try:
+        wait_until(lambda: log.read_text(errors="replace").count("NOREPLICAS") > refused)
+    finally:
+        redis.config_set("min-replicas-to-write", 0)
+    wait_until(lambda: redis.smembers("rq:workers:fulfilment") - before, what="a fresh worker")
+
+
+def test_a_worker_started_again_keeps_one_action_and_helper_per_slot(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    # Each fresh worker's slot threads are given the slots' actions (each with its Redis
+    # client) and helper threads, however many times the worker is started again: the
+    # process keeps one of each per slot, not one more per fresh worker.
+    s = stack(
+        FULFILMENT_ACTION="tests.support.probe_action:slot_state",
+        FULFILMENT_CONCURRENCY=str(SLOTS),
+    )
+    s.start_web()
+    log = tmp_path / "worker.log"
+    s.parts.add(Spawned(spawn([str(BIN / "fulfilment-worker")], s.env, log)))
+    receipts = []
+    for restart in range(4):
+        if restart:
+            start_again(redis, log)
+        batch = send_payments(s, rng, 2 * SLOTS)
+        wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk in batch))  # noqa: B023
+        receipts += [getattr(payments.payment(redis, pk), "receipt", {}) for pk in batch]
+    assert max(r["contexts"] for r in receipts) == SLOTS, receipts
+    assert max(r["helpers"] for r in receipts) == SLOTS, receipts

@@ -4,6 +4,9 @@ alive are the ones alive. Real gunicorn, RQ workers and sweeper; the downstream 
 call and never dedupes."""
 
 import signal
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
 
 import pytest
 
@@ -13,7 +16,7 @@ from ledger.read.stats import Workers
 from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, settled_as, state_of
-from tests.support.processes import wait_until
+from tests.support.processes import BIN, spawn, wait_until
 
 
 def pay(stack, rng, **env: str):
@@ -78,6 +81,46 @@ def test_a_job_that_kills_its_worker_ends_for_a_person(
     assert pk in [p.payment_key for p in payments.payments(redis, payments.ATTENTION)]
 
 
+@dataclass
+class Spawned:
+    proc: Popen
+
+
+def ends_interrupted(redis, pk: str, worker: Popen) -> bool:
+    """The payment's attempt ends ``interrupted`` by the call's error, its worker alive."""
+    ended = ("interrupted", "fulfilled", "failed")
+    wait_until(lambda: worker.poll() is not None or state_of(redis, pk) in ended)
+    assert worker.poll() is None
+    record = payments.payment(redis, pk)
+    assert record is not None and "the call ended with" in (record.last_error or "")
+    return state_of(redis, pk) == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("action", "slots"),
+    [("exit_in_action", 1), ("exit_in_action", 4), ("interrupt_in_action", 1)],
+)
+def test_an_action_that_exits_is_an_error_of_the_action(
+    action: str, slots: int, stack, redis, rng, tmp_path: Path
+) -> None:
+    """``sys.exit()`` (or KeyboardInterrupt) in the user's code must neither end the worker
+    as a clean stop (exit code 0: its supervisor and a platform would not start it again)
+    nor leave the payment to its lease: the attempt ends at once, as any error of the action
+    (no sweeper runs here), and the same worker takes the next payment."""
+    s = stack(
+        FULFILMENT_ACTION=f"tests.support.broken_actions:{action}",
+        FULFILMENT_CONCURRENCY=str(slots),
+        LEASE_SECONDS="60",
+    )
+    s.start_web()
+    worker = spawn([str(BIN / "fulfilment-worker")], s.env, tmp_path / "worker.log")
+    s.parts.add(Spawned(worker))
+    for event in (samples.payment_events(rng)[2], samples.payment_events(rng)[2]):
+        assert s.send(samples.encode(event)).status_code == 200
+        assert ends_interrupted(redis, payment_key_of(event), worker)
+    assert "starting another" not in (tmp_path / "worker.log").read_text()  # workers/supervise.py
+
+
 def test_a_killed_worker_is_not_counted_alive(stack, redis) -> None:
     """RQ keeps a killed worker's registration for minutes (until its key expires); the
     summary counts the workers alive from their heartbeat and their Redis connection."""
@@ -94,3 +137,23 @@ def test_a_killed_worker_is_not_counted_alive(stack, redis) -> None:
     wait_until(lambda: workers().alive == 1, what="the killed one no longer alive")
     seen = workers()
     assert (seen.alive, seen.registered) == (1, 2)  # its registration is still there
+
+
+def test_a_cold_shutdown_in_a_call_still_stops_the_worker(stack, redis, rng) -> None:
+    """RQ's second stop signal (a second after the first) raises SystemExit wherever the
+    main thread is: in a one-slot worker's call, the call ends as ambiguous and is recorded
+    at once, and the worker stops as asked."""
+    with CountingDownstream(delays=[6.0]) as downstream:
+        env = {"FULFILMENT_ACTION": downstream.url, "FULFILMENT_TIMEOUT": "8"}
+        s, pk = pay(stack, rng, **env, LEASE_SECONDS="60")
+        worker = s.start_worker("workers.dispatch.BatchWorker")
+        wait_until(lambda: downstream.in_flight.get(pk), what="the call in flight")
+        assert worker.proc is not None
+
+        def stopped() -> bool:
+            worker.signal(signal.SIGTERM)
+            return worker.proc is not None and worker.proc.poll() is not None
+
+        wait_until(stopped, interval=0.2, what="the worker stopped")
+        assert worker.proc.returncode == 0 and settled_as(redis, pk, "interrupted")
+        assert downstream.calls[pk] == 1
