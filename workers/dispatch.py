@@ -51,6 +51,8 @@ class BatchWorker(InFlightWorker):
         """Jobs run to their end and their result TTL, deleted (or kept that long, marked
         ``finished``: RQ_RESULT_TTL) with the next take."""
         self.in_flight = 0
+        self.state_lock = threading.Lock()
+        """Held while the busy/idle state is written (:meth:`show_state`)."""
         self.beat_at = 0.0
 
     def _shutdown(self) -> None:
@@ -159,7 +161,7 @@ class BatchWorker(InFlightWorker):
             self.in_flight += 1
             first = self.in_flight == 1
         if first:
-            self.set_state(WorkerStatus.BUSY)
+            self.show_state()
         if self.pool is None:
             self.run(job)
         else:
@@ -195,6 +197,15 @@ class BatchWorker(InFlightWorker):
                 last = self.in_flight == 0
             try:
                 if last:
-                    self.set_state(WorkerStatus.IDLE)
+                    self.show_state()
             finally:  # a Redis error above must not take the slot with it
                 self.slots.release()
+
+    def show_state(self) -> None:
+        """Busy or idle, as the count of jobs in flight is when written: called on each turn
+        between none and one, one writer at a time, so an ending job's idle never lands after
+        the next job's busy (which left the worker shown idle while that job ran)."""
+        with self.state_lock:
+            with self.lock:
+                busy = self.in_flight > 0
+            self.set_state(WorkerStatus.BUSY if busy else WorkerStatus.IDLE)

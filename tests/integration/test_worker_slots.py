@@ -6,13 +6,15 @@ no job, and nothing would say why. (With one slot the error reaches the worker's
 ends and is started again: workers/worker.py.)"""
 
 import logging
+import threading
+from typing import Any
 
 import pytest
 from redis import Redis
 from rq import Queue
 from rq.worker import WorkerStatus
 
-from tests.support.processes import RedisServer
+from tests.support.processes import RedisServer, wait_until
 from workers.dispatch import BatchWorker
 from workers.inflight import InFlightWorker
 
@@ -59,3 +61,39 @@ def test_a_redis_error_after_an_rq_job_keeps_its_slot_and_is_logged(
         worker.pool.shutdown(wait=True)
     assert sum(worker.slots.acquire(blocking=False) for _ in range(SLOTS)) == SLOTS
     assert "WRONGTYPE" in caplog.text
+
+
+class HeldIdle(BatchWorker):
+    """Holds a finishing job's idle write until the next job is in flight: the order in which
+    the two writes can reach Redis when the last job ends as the next one starts."""
+
+    held = idle_written = False
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        in_pool = threading.current_thread() is not threading.main_thread()
+        if state == WorkerStatus.IDLE and in_pool and not self.held:
+            self.held = True
+            wait_until(lambda: self.in_flight == 1, what="the next job in flight")
+            super().set_state(state, pipeline)
+            self.idle_written = True
+            return
+        super().set_state(state, pipeline)
+
+
+def test_a_job_ending_as_the_next_starts_leaves_the_worker_busy(redis: Redis) -> None:
+    """Before, the ending job's idle could land after the next job's busy, and the worker
+    showed idle (dashboard, `webhook_workers_busy`) for as long as that job ran."""
+    queue = Queue("fulfilment", connection=redis)
+    worker = HeldIdle([queue], connection=redis, concurrency=SLOTS)
+    worker.register_birth()
+    for seconds in (0, 2):
+        queue.enqueue("time.sleep", seconds, result_ttl=0)
+        (job,) = worker.take(1, block=False)
+        assert worker.slots.acquire(blocking=False)
+        worker.start(job)
+        wait_until(lambda: worker.held, what="the first job's idle write held")
+    wait_until(lambda: worker.idle_written, what="the idle write")
+    assert worker.in_flight == 1 and redis.hget(worker.key, "state") == b"busy"
+    assert worker.pool is not None
+    worker.pool.shutdown(wait=True)
+    assert redis.hget(worker.key, "state") == b"idle"
