@@ -5,6 +5,7 @@ in the ledger), and every request first takes a slot under STRIPE_API_MAX_RATE, 
 shared by every worker on every host (lua/stripe_rate.lua)."""
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -160,14 +161,24 @@ class StripeApi:
         return dict(found.to_dict())
 
 
-def key_refused(settings: Settings) -> str | None:
-    """Why Stripe's API refuses STRIPE_API_KEY for reading Checkout Sessions (401, 403), or
-    None: checked when a worker starts with CHECKOUT_LINE_ITEMS on. No answer says nothing
-    about the key: the payments wait for the API then."""
-    try:
-        client_of(settings).v1.checkout.sessions.list({"limit": 1})
-    except (stripe.AuthenticationError, stripe.PermissionError) as exc:
-        return f"Stripe's API refused it ({exc.http_status}) for reading Checkout Sessions"
-    except stripe.StripeError:
+def key_refused(settings: Settings, sessions: bool, intents: bool) -> str | None:
+    """Why Stripe's API refuses STRIPE_API_KEY (401, 403) for what a worker reads with it:
+    Checkout Sessions (``sessions``: CHECKOUT_LINE_ITEMS), PaymentIntents (``intents``: a thin
+    event may pay), or None: checked when a worker starts. No answer says nothing about the
+    key: the payments wait for the API then."""
+    if not (sessions or intents):
         return None
+    client = client_of(settings)
+    reads: list[tuple[str, Callable[[Any], object]]] = []
+    if sessions:
+        reads.append(("Checkout Sessions", client.v1.checkout.sessions.list))
+    if intents:
+        reads.append(("PaymentIntents", client.v1.payment_intents.list))
+    for name, read in reads:
+        try:
+            read({"limit": 1})
+        except (stripe.AuthenticationError, stripe.PermissionError) as exc:
+            return f"Stripe's API refused it ({exc.http_status}) for reading {name}"
+        except stripe.StripeError:
+            continue
     return None

@@ -22,6 +22,7 @@ import requests
 from ledger import limits
 from ledger import settings as settings_module
 from ledger.purchase import Purchase
+from ledger.purchase_reads import reads_intents
 from ledger.redact import origin, redact
 from ledger.setting_fields import refuse
 from ledger.setting_kinds import ActionSpec
@@ -275,7 +276,7 @@ def settings_or_exit() -> Settings:
     found = unusable(s)
     if found:
         refuse(s, *found)
-    refused = key_refused(s) if s.CHECKOUT_LINE_ITEMS else None
+    refused = key_refused(s, s.CHECKOUT_LINE_ITEMS, reads_intents(s))
     if refused:
         refuse(s, "STRIPE_API_KEY", refused)
     return s

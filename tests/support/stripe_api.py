@@ -111,7 +111,10 @@ class EventsApi:
         return None
 
     def intent(self, path: str) -> tuple[int, dict[str, Any]]:
-        """``GET /v1/payment_intents/{id}``: one of ``intents``."""
+        """``GET /v1/payment_intents/{id}``: one of ``intents``; ``/v1/payment_intents``: all."""
+        if path == "/v1/payment_intents":
+            listed = list(self.intents.values())
+            return 200, {"object": "list", "url": path, "has_more": False, "data": listed}
         found = self.intents.get(path.removeprefix("/v1/payment_intents/"))
         if found is None:
             return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing"}}
@@ -191,12 +194,12 @@ class EventsApi:
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
                     error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
                     return self.answer(401, {"error": error})
-                stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents/")
+                stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents")
                 if url.path.startswith(stripe_objects) and (refused := api.refused(url.path)):
                     return self.answer(*refused)
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
-                if url.path.startswith("/v1/payment_intents/"):
+                if url.path.startswith("/v1/payment_intents"):
                     return self.answer(*api.intent(url.path))
                 if url.path == "/v1/webhook_endpoints" and api.forbidden:
                     error = {"type": "invalid_request_error", "message": "not permitted"}

@@ -119,18 +119,26 @@ def test_a_key_stripe_refuses_fails_the_payment_without_a_call(
     assert "Stripe's API refused STRIPE_API_KEY (403)" in error, error
 
 
-def test_a_worker_refuses_to_start_with_a_key_stripe_refuses(config, stripe_api) -> None:
+@pytest.mark.parametrize("reads", ["Checkout Sessions", "PaymentIntents"])
+def test_a_worker_refuses_to_start_with_a_key_stripe_refuses(config, stripe_api, reads) -> None:
+    """For line items, or for a thin-paid payment's PaymentIntent (a thin event may pay)."""
     stripe_api.forbidden = True
+    if reads == "Checkout Sessions":
+        given = with_line_items(stripe_api)
+    else:
+        paid = "payment_intent.succeeded,v1.payment_intent.succeeded"
+        given = {"PAID_EVENT_TYPES": paid, "STRIPE_API_KEY": API_KEY}
+        given |= {"STRIPE_API_BASE": stripe_api.url}
     env = {
         "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
         "REDIS_URL": str(config["REDIS_URL"]),
         "STRIPE_WEBHOOK_SECRET": "whsec_x",
-        **with_line_items(stripe_api),
+        **given,
     }
     argv = ["rq", "worker", "-w", "rq.worker.SimpleWorker", "-c", "workers.rq_config", "--burst"]
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     lines = (done.stdout + done.stderr).splitlines()
     assert done.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith("invalid setting STRIPE_API_KEY=") and "403" in lines[0]
-    assert API_KEY not in lines[0]
+    assert f"for reading {reads}" in lines[0] and API_KEY not in lines[0]
