@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.support.ha",  # the replicated ledger: cluster
     "tests.support.ha_service",  # the service on it: exits
     "tests.support.stripe_cli",  # the real Stripe CLI and a stand-in of Stripe
+    "tests.support.stripe_api",  # a stand-in of Stripe's API: stripe_api
     "tests.support.postgres",  # a real PostgreSQL: the user's database of the PostgreSQL action
 ]
 

@@ -4,7 +4,6 @@ is recorded once as source ``api`` and fulfilled once whichever trigger came fir
 unknown or unpaid one fulfils nothing; the state is answered for polling."""
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +18,6 @@ from tests.support.inprocess import Fulfilment
 from tests.support.purchases import ORDER, checkout_purchase, line_items
 from tests.support.stripe_api import API_KEY, EventsApi
 from webhook import create_app
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 @pytest.fixture

@@ -226,21 +226,34 @@ class Protocol(RuleBasedStateMachine):
         c = classify(event, self.settings.policy)
         self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
 
-    @rule(index=st.integers(0, 10))
-    def worker_reads_a_thin_payments_intent(self, index: int) -> None:
+    @rule(index=st.integers(0, 10), refund_first=st.booleans())
+    def worker_reads_a_thin_payments_intent(self, index: int, refund_first: bool) -> None:
         """A worker, before the gate, reads the PaymentIntent of a payment only its thin event
         paid from Stripe's API and records it (ledger/purchase_reads.py): the payment's
-        amount, and refunds recorded meanwhile judged then."""
-        thin = [e for e, _ in self.events if e["type"] == THIN_PAYING]
-        pk = thin[index % len(thin)]["related_object"]["id"]
+        amount, and refunds recorded meanwhile judged then. A payment not recorded yet is
+        paid by its thin event first (and, ``refund_first``, refunded in full by a charge
+        event, which says nothing yet without the amount)."""
+        thin = [i for i, (e, _) in enumerate(self.events) if e["type"] == THIN_PAYING]
+        chosen = thin[index % len(thin)]
+        pk = self.events[chosen][0]["related_object"]["id"]
+        objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(self.events)]
+        intent = next(o for _, t, o in objects if t == PAYING and o["id"] == pk)
+        if not self.state(pk):
+            self.deliver(chosen)
+            if refund_first:
+                paid = intent["amount_received"]
+                self.deliver(
+                    next(
+                        i
+                        for i, t, o in objects
+                        if t == "charge.refunded"
+                        and o["payment_intent"] == pk
+                        and o["amount_refunded"] == paid
+                    )
+                )
         leg, amount = self.redis.hmget(keys.payment(pk), "leg", "amount")
         if self.state(pk) not in ("queued", "retrying") or leg or amount:
             return
-        intent = next(
-            data_object(e)
-            for e, _ in self.events
-            if e["type"] == PAYING and e["data"]["object"]["id"] == pk
-        )
         TALLY["intents_read"] += 1
         self.record(intent_delivery(intent, self.settings))
 

@@ -65,13 +65,6 @@ def test_the_documented_schemas_are_exactly_the_code_s() -> None:
 
 
 @pytest.fixture
-def stripe_api() -> Any:
-    api = EventsApi().start()
-    yield api
-    api.stop()
-
-
-@pytest.fixture
 def config(config: dict[str, object], stripe_api: EventsApi) -> dict[str, object]:
     """The suite's, reading Checkout Sessions from the stand-in of Stripe's API."""
     return {**config, "STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": stripe_api.url}

@@ -5,10 +5,8 @@ currency, customer and metadata; a refund in full recorded meanwhile is seen the
 nothing is called; while the API does not answer the payment waits without an attempt."""
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from redis import Redis
 
 from ledger import keys
@@ -23,13 +21,6 @@ from tests.support.refunds import refund_events
 from tests.support.stripe_api import API_KEY, EventsApi
 
 THIN = "v1.payment_intent.succeeded"
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 def paid_by_its_thin_event(

@@ -20,9 +20,12 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import pytest
 
 from tests.support.processes import serving_thread
 
@@ -245,3 +248,11 @@ def list_page(found: list[dict[str, Any]], query: dict[str, list[str]], url: str
         found = found[ids.index(query["starting_after"][0]) + 1 :]
     limit = min(100, int(query.get("limit", ["10"])[0]))
     return {"object": "list", "url": url, "has_more": len(found) > limit, "data": found[:limit]}
+
+
+@pytest.fixture
+def stripe_api() -> Iterator[EventsApi]:
+    """The stand-in, on a free loopback port for the test."""
+    api = EventsApi().start()
+    yield api
+    api.stop()

@@ -4,7 +4,6 @@ session up by its PaymentIntent through Stripe's API (the local stand-in), and o
 fulfilled, without a session if there is none; one call either way."""
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from redis import Redis
@@ -22,13 +21,6 @@ from tests.support.purchases import (
     purchase_validator,
 )
 from tests.support.stripe_api import API_KEY, EventsApi
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 def settings_for(stripe_api: EventsApi, wait_s: int) -> dict[str, str]:

@@ -10,11 +10,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 import requests
 from redis import Redis
 
@@ -28,13 +26,6 @@ from tests.support.purchases import ORDER, checkout_purchase, line_items, purcha
 from tests.support.stripe_api import API_KEY, EventsApi
 
 CALLS = 50
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 def with_stripe(stripe_api: EventsApi) -> dict[str, str]:

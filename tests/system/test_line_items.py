@@ -5,7 +5,6 @@ attempt or touching the downstream's breaker; a key Stripe refuses is named at s
 on the payment."""
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from tests.support.purchases import checkout_purchase, line_items, purchase_vali
 from tests.support.stripe_api import API_KEY, EventsApi
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 def checkout(stripe_api: EventsApi, rng, count: int) -> tuple[list[dict], str, str]:

@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
@@ -100,15 +99,6 @@ def test_prometheus_raises_the_alerts_of_a_failed_payment_and_forged_requests(
     )
     quiet = {"WebhookLedgerUnavailable", "WebhookWorkersDown", "WebhookMetricsDown"}
     assert not quiet & {a["labels"]["alertname"] for a in alerts}
-
-
-@pytest.fixture
-def stripe_api() -> Any:
-    api = EventsApi()
-    api.thread.start()
-    yield api
-    api.server.shutdown()
-    api.server.server_close()
 
 
 def test_every_metric_the_rules_and_dashboard_use_is_exported(

@@ -7,7 +7,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,6 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``webhook-ledger ARGS`` in its own process, as a person or a cron job runs it."""
     argv = [sys.executable, "-m", "ledgerctl.cli", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True)
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 @pytest.fixture

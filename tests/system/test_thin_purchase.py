@@ -2,9 +2,6 @@
 `v1.payment_intent.succeeded` paid carries what its PaymentIntent says, read once from
 Stripe's API (the local stand-in) by a real worker behind a real gunicorn."""
 
-from collections.abc import Iterator
-
-import pytest
 from redis import Redis
 
 from ledgerctl import samples
@@ -16,13 +13,6 @@ from tests.support.purchases import purchase_validator
 from tests.support.stripe_api import API_KEY, EventsApi
 
 THIN = "v1.payment_intent.succeeded"
-
-
-@pytest.fixture
-def stripe_api() -> Iterator[EventsApi]:
-    api = EventsApi().start()
-    yield api
-    api.stop()
 
 
 def test_a_thin_paid_payment_is_fulfilled_with_its_payment_intent(
