@@ -228,15 +228,19 @@ class Protocol(RuleBasedStateMachine):
         c = classify(event, self.settings.policy)
         self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
 
-    @rule(index=st.integers(0, 10))
-    def worker_reads_a_thin_payments_intent(self, index: int) -> None:
+    @rule(index=st.integers(0, 10), stale=st.booleans())
+    def worker_reads_a_thin_payments_intent(self, index: int, stale: bool) -> None:
         """A worker, before the gate, reads the PaymentIntent of a payment only its thin event
         paid from Stripe's API and records it (ledger/purchase_reads.py): the payment's
-        amount, and refunds recorded meanwhile judged then."""
+        amount, and refunds recorded meanwhile judged then. The worker judged the payment
+        (queued or retrying, no leg, no amount) before its read, unleased: ``stale``, its
+        record lands after anything else happened to it since (another worker's, a refund, a
+        dispute, a person), in whatever state it is now."""
         thin = [e for e, _ in self.events if e["type"] == THIN_PAYING]
         pk = thin[index % len(thin)]["related_object"]["id"]
         leg, amount = self.redis.hmget(keys.payment(pk), "leg", "amount")
-        if self.state(pk) not in ("queued", "retrying") or leg or amount:
+        waiting = self.state(pk) in ("queued", "retrying") and not leg and not amount
+        if not (waiting or (stale and pk in self.paid)):
             return
         intent = next(
             data_object(e)
