@@ -1484,3 +1484,32 @@ def test_a_thin_paid_payments_amount_known_after_its_reversal_of_what_remains_wa
     assert m.state(pk) == "reversed"
     m.one_effect_per_payment()
     m.teardown()
+
+
+def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_reversed(
+    protocol_redis: RedisServer,
+) -> None:
+    """Paid only by its thin event, fulfilled, refunded in full in two refunds, each reversed
+    on its own (REVERSAL_PER_REFUND) while the amount paid was not known; then the
+    PaymentIntent's own paid event (or a worker's read of it) gives the amount: the payment
+    is taken back in full with every refund reversed, and is ``reversed``, not left
+    ``fulfilled`` and taken back."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=True)
+    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
+    pk = m.events[thin][0]["related_object"]["id"]
+    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
+    m.deliver(thin)
+    m.worker_fulfils_the_next_job()
+    created = [i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk]
+    assert len(created) == 2  # the two refunds that make the whole amount
+    for refund in created:
+        m.deliver(refund)
+        m.worker_fulfils_the_next_job()
+        assert m.state(pk) == "fulfilled"
+    assert m.redis.hget(keys.payment(pk), "amount") == b""
+    m.deliver(next(i for i, t, o in objects if t == PAYING and o["id"] == pk))
+    assert m.state(pk) == "reversed"
+    m.teardown()
