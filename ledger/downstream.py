@@ -67,7 +67,8 @@ ADDED_ORDER_COLUMNS = {
 is the whole purchase (ledger/purchase.py) as JSON; ``reversed_amount`` what its reversals
 (REVERSAL_ACTION; one per refund with REVERSAL_PER_REFUND) took back, each added in the
 transaction that recorded the reversal's key in ``reversals``, and ``reversed_at`` when that
-reached the order's amount (each reversal call is logged in ``reversal_calls``)."""
+reached the order's amount or a reversal of the whole payment or what remains was recorded
+(each reversal call is logged in ``reversal_calls``)."""
 
 
 def open_downstream(path: str | Path) -> sqlite3.Connection:

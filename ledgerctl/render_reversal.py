@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ledger.read.base import to_json
 from ledger.read.payments import Payment
-from ledger.read.reversal import PaymentReversal
+from ledger.read.reversal import PaymentReversal, Refund
 from ledger.read.stats import Summary
 from ledgerctl.terminal import iso, kv_table
 
@@ -78,6 +78,14 @@ def _refulfil(p: Payment) -> str | None:
     return f"{tries}: {done}"
 
 
+def _refund_amount(f: Refund) -> str:
+    if f.amount:
+        return f.amount.formatted
+    if f.counted:
+        return f"{f.minor_units} minor units (currency not known)"
+    return "failed or canceled"
+
+
 def taken_back(p: Payment) -> list[Table]:
     """The payment's refunds and dispute and its reversal; nothing when none came."""
     r = p.reversal
@@ -89,7 +97,7 @@ def taken_back(p: Payment) -> list[Table]:
         refunded += f" of {p.amount.formatted} paid" + (" (partial)" if partial else "")
     facts: dict[str, Any] = {
         "refunds": ", ".join(
-            f"{f.id} {f.amount.formatted if f.amount else 'failed or canceled'}"
+            f"{f.id} {_refund_amount(f)}"
             + (f" (reversed {f.reversed.formatted})" if f.reversed else "")
             for f in r.refunds
         ),

@@ -123,7 +123,7 @@ def read_reversals(db: str | None) -> tuple[dict[str, Reversals], dict[str, int]
     return found, calls
 
 
-MARKS = ("fulfilled_at", "refulfilled_at", "reversed_at", "rv", "reversed_amount")
+MARKS = ("fulfilled_at", "refulfilled_at", "reversed_at", "rv", "reversed_amount", "rest_reversed")
 """What a payment's hash keeps of what was done to it, whatever its state now (LEDGER.md)."""
 
 
@@ -138,14 +138,16 @@ def ledger_marks(redis: Redis, payment_keys: list[str]) -> dict[str, dict[str, s
 
 
 def from_marks(marks: Mapping[str, Mapping[str, str]]) -> dict[str, Reversals]:
-    """Without the downstream's record, from each payment's hash (``rv``, ``reversed_amount``,
-    ``reversed_at``), whatever its state now: one reversal per refund reversed on its own,
-    and one more when the reversals carried more than those (the whole payment, or what
-    remained of it)."""
+    """Without the downstream's record, from each payment's hash (``rv``, ``rest_reversed``,
+    ``reversed_amount``, ``reversed_at``), whatever its state now: one reversal per refund
+    reversed on its own, and those of the whole payment or what remained of it as counted
+    (or, recorded before they were, one when the reversals carried more than the refunds':
+    one of what remains with the amount paid not known carried nothing)."""
     found = {}
     for pk, mark in marks.items():
         each = json.loads(mark.get("rv") or "{}")
-        n = len(each) + int(int(mark.get("reversed_amount") or 0) > sum(each.values()))
+        beyond = int(int(mark.get("reversed_amount") or 0) > sum(each.values()))
+        n = len(each) + max(int(mark.get("rest_reversed") or 0), beyond)
         n = n or int("reversed_at" in mark)
         if n:
             found[pk] = Reversals(n, n, n)

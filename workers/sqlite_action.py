@@ -81,8 +81,9 @@ class SqliteAction:
     def reverse(self, call: ReversalCall) -> Receipt:
         """The reversal: its key recorded once, its amount added to the order's
         ``reversed_amount`` (``reversed_at`` once that reaches the order's amount, or at
-        once for a reversal of what remains when the amount paid is not known) and
-        REVERSAL_SQL run, in one transaction; each call logged."""
+        once for a reversal of the whole payment or what remains: one fulfilled before its
+        amount was known has none) and REVERSAL_SQL run, in one transaction; each call
+        logged."""
         db = self.connection()
         amount = call.reversal.amount
         try:
@@ -104,12 +105,13 @@ class SqliteAction:
             if inserted:
                 db.execute(  # an amount not known (None) is what remains: all of it
                     "UPDATE orders SET reversed_amount = COALESCE(reversed_amount, 0)"
-                    " + COALESCE(:amount, 0), reversed_at = CASE WHEN :amount IS NULL"
+                    " + COALESCE(:amount, 0), reversed_at = CASE WHEN :refund IS NULL"
                     " OR COALESCE(reversed_amount, 0) + :amount >= amount"
                     " THEN :now ELSE reversed_at END"
                     " WHERE payment_key = :pk AND idempotency_key = :key",
                     {
                         "amount": amount,
+                        "refund": call.reversal.refund_id,
                         "now": now,
                         "pk": call.payment_key,
                         "key": idempotency_key(call.payment_key),

@@ -131,13 +131,15 @@ end
 -- with none left, the payment is `reversed` when taken back (refunded in full and every
 -- refund reversed, or a dispute lost) and `fulfilled` again otherwise (a partial refund: the
 -- effect stays for what was not refunded). A whole-payment (or remaining) reversal makes it
--- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Returns the
--- new state.
+-- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Each is
+-- counted (`rest_reversed`): one whose amount was not known carries none, so
+-- `reversed_amount` alone cannot tell it happened. Returns the new state.
 local function reversal_done(pay, now, receipt, reverse)
   local pk = id_of(pay, PAYMENT_PREFIX)
   local refund = redis.call('HGET', pay, 'reversal_refund')
   local amount = tonumber(redis.call('HGET', pay, 'reversal_amount') or '0') or 0
   redis.call('HINCRBY', pay, 'reversed_amount', amount)
+  if not refund then redis.call('HINCRBY', pay, 'rest_reversed', 1) end
   redis.call('HSET', pay, 'reversal_receipt', receipt, 'reversed_at', now)
   local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
   if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end

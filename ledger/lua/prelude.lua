@@ -388,9 +388,19 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   if why then redis.call('HSET', pay, 'taken_back', why) end
   if state == 'fulfilled' and reverse and reverse.each then
     local next_why, refund, amount = next_reversal(pay)
-    if not next_why then return nil end
-    begin_reversal(pay, next_why, now, first, job_id, grace_ms, refund, amount)
-    return 'queued'
+    if next_why then
+      begin_reversal(pay, next_why, now, first, job_id, grace_ms, refund, amount)
+      return 'queued'
+    end
+    -- Taken back with nothing left to reverse: its refunds were all reversed while the
+    -- amount paid was not known (a thin event paid it), and the amount that came since
+    -- shows they carried all of it. Reversed, as its last reversal would have left it.
+    if why and redis.call('HEXISTS', pay, 'reversed_at') == 1 then
+      redis.call('HSET', pay, 'leg', 'reverse')
+      move(pay, 'reversed', now)
+      return 'reversed'
+    end
+    return nil
   end
   if not why then return nil end
   local pk = id_of(pay, PAYMENT_PREFIX)

@@ -24,7 +24,11 @@ REVERSAL_FIELDS = ("rf", "rf_charge", "dispute", "taken_back", "leg", "reinstate
 class Refund(View):
     id: str
     amount: Amount | None
-    """Null for a refund that failed or was canceled: it takes nothing back."""
+    """Null for a refund that failed or was canceled (it takes nothing back), or whose
+    payment's currency is not known (only a thin event paid it: ``minor_units`` says)."""
+    minor_units: int | None
+    """What it takes back in the currency's smallest unit; null when it failed or was
+    canceled."""
     counted: bool
     reversed: Amount | None
     """What its own reversal took back (``REVERSAL_PER_REFUND``); null until one did."""
@@ -140,6 +144,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
             Refund(
                 id=rid,
                 amount=None if amount == FAILED else _amount(amount, currency),
+                minor_units=None if amount == FAILED else amount,
                 counted=amount > 0,
                 reversed=_amount(reversed_each.get(rid), currency),
             )

@@ -336,6 +336,28 @@ def test_sqlite_reverses_what_remains_when_the_amount_paid_is_not_known(tmp_path
     assert sqlite3.connect(path).execute(order).fetchall() == [(None, 0, 1)]
 
 
+def test_sqlite_marks_reversed_an_order_fulfilled_before_its_amount_was_known(
+    tmp_path: Path,
+) -> None:
+    """Fulfilled while only its thin event had paid it (the order's amount NULL), its amount
+    known later (a snapshot paid event), then refunded in full: the reversal of the whole
+    payment carries the amount, and the order is marked reversed (a reversal of what
+    remains takes back all of it, whatever the order's amount says)."""
+    path = tmp_path / "downstream.sqlite3"
+    url = f"sqlite:///{path}"
+    s = settings_module.load({}, FULFILMENT_ACTION=url, REVERSAL_ACTION=url)
+    thin = {"livemode": "0", "events": "evt_thin"}
+    build_action(s)(purchase_of("pi_l", 1, thin))
+    paid = {**thin, "amount": "2000", "currency": "usd"}
+    stored = {"rf_charge": "2000", "reversal_why": "refund", "reversal_amount": "2000"}
+    sent = reversal_of(purchase_of("pi_l", 2, paid), stored)
+    assert (sent.reversal.refund_id, sent.reversal.amount) == (None, 2000)
+    reverse = build_reversal_action(s)
+    assert reverse is not None and reverse(sent)["outcome"] == "applied"
+    order = "SELECT amount, reversed_amount, reversed_at IS NOT NULL FROM orders"
+    assert sqlite3.connect(path).execute(order).fetchall() == [(None, 2000, 1)]
+
+
 REVERSALS: list[str] = []
 """Reversal keys :func:`take_back` was called with, in this process."""
 

@@ -63,6 +63,7 @@ from ledger.scripts import Script
 from ledger.setting_list import PAID
 from ledger.stored import whole
 from ledgerctl import samples
+from ledgerctl.reversal_check import from_marks, ledger_marks
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
@@ -183,6 +184,7 @@ class Protocol(RuleBasedStateMachine):
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
         self.amounts: dict[str, int] = {}  # pk -> the amount its first paid event with one said
+        self.known_late: set[str] = set()  # amounts known after a reversal was due without
         self.workers: list[Worker | None] = [None] * WORKERS
         self.calls: Counter[str] = Counter()  # every downstream call
         self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
@@ -226,13 +228,18 @@ class Protocol(RuleBasedStateMachine):
         c = classify(event, self.settings.policy)
         self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
 
-    @rule(index=st.integers(0, 10), refund_first=st.booleans())
-    def worker_reads_a_thin_payments_intent(self, index: int, refund_first: bool) -> None:
+    @rule(index=st.integers(0, 10), refund_first=st.booleans(), stale=st.booleans())
+    def worker_reads_a_thin_payments_intent(
+        self, index: int, refund_first: bool, stale: bool
+    ) -> None:
         """A worker, before the gate, reads the PaymentIntent of a payment only its thin event
         paid from Stripe's API and records it (ledger/purchase_reads.py): the payment's
         amount, and refunds recorded meanwhile judged then. A payment not recorded yet is
         paid by its thin event first (and, ``refund_first``, refunded in full by a charge
-        event, which says nothing yet without the amount)."""
+        event, which says nothing yet without the amount). The worker judged the payment
+        (queued or retrying, no leg, no amount) before its read, unleased: ``stale``, its
+        record lands after anything else happened to it since (another worker's, a refund, a
+        dispute, a person), in whatever state it is now."""
         thin = [i for i, (e, _) in enumerate(self.events) if e["type"] == THIN_PAYING]
         chosen = thin[index % len(thin)]
         pk = self.events[chosen][0]["related_object"]["id"]
@@ -252,7 +259,8 @@ class Protocol(RuleBasedStateMachine):
                     )
                 )
         leg, amount = self.redis.hmget(keys.payment(pk), "leg", "amount")
-        if self.state(pk) not in ("queued", "retrying") or leg or amount:
+        waiting = self.state(pk) in ("queued", "retrying") and not leg and not amount
+        if not (waiting or (stale and pk in self.paid)):
             return
         TALLY["intents_read"] += 1
         self.record(intent_delivery(intent, self.settings))
@@ -278,8 +286,10 @@ class Protocol(RuleBasedStateMachine):
         """The model's own account of what was paid: the first paid event that says (a thin
         one does not)."""
         amount = paid_amount(data_object(event))
-        if amount is not None:
-            self.amounts.setdefault(pk, amount)
+        if amount is not None and pk not in self.amounts:
+            self.amounts[pk] = amount
+            if self.redis.hget(keys.payment(pk), "reversal_amount") == b"":
+                self.known_late.add(pk)  # its reversal was due before: what remains, unknown
 
     def took_back(self, pk: str, event: dict[str, Any]) -> None:
         """The model's own account of what Stripe took back (not the ledger's): a refund
@@ -492,7 +502,8 @@ class Protocol(RuleBasedStateMachine):
         effect = self.applied[pk] > 0 or pk in self.resolved_done
         assert effect, f"{pk}: a reversal called without an effect"
         if w.amount is None:  # what remains, of an amount paid no event said
-            assert pk not in self.amounts, f"{pk}: paid {self.amounts[pk]}, reversed unknown"
+            known = pk in self.amounts and pk not in self.known_late
+            assert not known, f"{pk}: paid {self.amounts.get(pk)}, reversed unknown"
             assert not w.refund, f"{pk}: {w.refund} reversed without its amount"
         else:
             assert w.amount > 0, f"{pk}: a reversal of nothing"
@@ -775,8 +786,7 @@ class Protocol(RuleBasedStateMachine):
         ]
         per_refund = json.loads(fields.get(b"rv", b"{}"))
         reversed_amount = int(fields.get(b"reversed_amount", 0))
-        unknown = fields.get(b"amount", b"") == b""  # a reversal of what remains carries 0
-        rest = int(reversed_amount > sum(per_refund.values()) or unknown)
+        rest = int(fields.get(b"rest_reversed", 0))  # of the whole payment or what remains
         again = int(b"refulfilled_at" in fields)
         assert len(done) <= 1 + len(per_refund) + rest + again, f"{pk}: too many recorded effects"
         if not per_refund and not again:
@@ -1439,5 +1449,82 @@ def test_a_payment_only_a_thin_event_paid_is_reversed_for_what_remains(
     m.worker_fences(0)
     m.worker_calls(0, "ok", True)
     m.worker_finishes(0)
+    assert m.state(pk) == "reversed"
+    # the checker without a downstream's record counts both (that of what remains carried 0)
+    assert from_marks(ledger_marks(m.redis, [pk]))[pk].keys == 1 + per_refund
+    m.teardown()
+
+
+@pytest.mark.parametrize("per_refund", [False, True])
+def test_a_thin_paid_payments_amount_known_after_its_reversal_of_what_remains_was_due(
+    protocol_redis: RedisServer, per_refund: bool
+) -> None:
+    """Paid only by its thin event, fulfilled, a dispute closed lost: its reversal of what
+    remains is due with its amount not known (None). The PaymentIntent's own paid event then
+    comes late and gives the payment its amount, before the reversal is called, and after it
+    is done: the call still carries None (its amount was fixed when it became due), and the
+    reversal done stays one recorded effect, whatever the payment's amount says now."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=per_refund)
+    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
+    pk = m.events[thin][0]["related_object"]["id"]
+    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
+    paying = next(i for i, t, o in objects if t == PAYING and o["id"] == pk)
+    m.deliver(thin)
+    m.worker_fulfils_the_next_job()
+    if per_refund:
+        partial = next(
+            i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk
+        )
+        m.deliver(partial)
+        m.worker_fulfils_the_next_job()
+        assert m.state(pk) == "fulfilled"
+    lost = next(
+        i
+        for i, t, o in objects
+        if t == "charge.dispute.closed" and o["payment_intent"] == pk and o["status"] == "lost"
+    )
+    m.deliver(lost)
+    m.deliver(paying)  # late: the amount is known from now on
+    assert pk in m.amounts
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse"
+    assert (worker.refund, worker.amount) == ("", None)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    assert m.state(pk) == "reversed"
+    m.one_effect_per_payment()
+    m.teardown()
+
+
+def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_reversed(
+    protocol_redis: RedisServer,
+) -> None:
+    """Paid only by its thin event, fulfilled, refunded in full in two refunds, each reversed
+    on its own (REVERSAL_PER_REFUND) while the amount paid was not known; then the
+    PaymentIntent's own paid event (or a worker's read of it) gives the amount: the payment
+    is taken back in full with every refund reversed, and is ``reversed``, not left
+    ``fulfilled`` and taken back."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=True)
+    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
+    pk = m.events[thin][0]["related_object"]["id"]
+    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
+    m.deliver(thin)
+    m.worker_fulfils_the_next_job()
+    created = [i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk]
+    assert len(created) == 2  # the two refunds that make the whole amount
+    for refund in created:
+        m.deliver(refund)
+        m.worker_fulfils_the_next_job()
+        assert m.state(pk) == "fulfilled"
+    assert m.redis.hget(keys.payment(pk), "amount") == b""
+    m.deliver(next(i for i, t, o in objects if t == PAYING and o["id"] == pk))
     assert m.state(pk) == "reversed"
     m.teardown()

@@ -18,8 +18,8 @@ from ledger.read.events import RelatedObject
 from ledgerctl import samples
 from tests.integration.test_intake import assert_rejected
 from tests.integration.test_ops import BASIC
-from tests.support.constants import SECRET
-from tests.support.helpers import signed_headers, state_of, stats
+from tests.support.constants import BEARER, SECRET
+from tests.support.helpers import run_cli, signed_headers, state_of, stats
 from tests.support.refunds import refund_events
 from webhook import create_app
 
@@ -183,3 +183,23 @@ def test_a_payment_paid_by_a_thin_event_first_is_refunded_by_its_snapshot_amount
         assert post(client, event).status_code == 200
     assert redis.hmget(keys.payment(pi), "amount", "currency") == [str(amount).encode(), b"usd"]
     assert state_of(redis, pi) == "refunded_unfulfilled"
+
+
+def test_a_refund_of_a_payment_only_a_thin_event_paid_is_shown_counted(
+    config: dict[str, object], redis: Redis, rng: random.Random
+) -> None:
+    """Paid only by its thin event (no amount, no currency), then refunded in part: the
+    refund is counted, and the payment's page and ``webhook-ledger payment`` say so in minor
+    units rather than calling it failed or canceled."""
+    paid_types = ("payment_intent.succeeded", "v1.payment_intent.succeeded")
+    client = create_app({**config, "PAID_EVENT_TYPES": paid_types}).test_client()
+    pi = samples.random_id(rng, "pi")
+    created = refund_events(rng, pi, 2000, 500)[0]
+    for event in (thin_event(rng, "v1.payment_intent.succeeded", payment_intent(pi)), created):
+        assert post(client, event).status_code == 200
+    shown = client.get(f"/ops/api/payments/{pi}", headers=BEARER).get_json()["reversal"]
+    assert [(f["amount"], f["counted"]) for f in shown["refunds"]] == [(None, True)]
+    page = client.get(f"/ops/payments/{pi}", headers=BASIC).get_data(as_text=True)
+    assert "failed or canceled" not in page and "500 minor units" in page
+    cli = run_cli(config, "payment", pi)
+    assert "failed or canceled" not in cli.stdout and "500 minor units" in cli.stdout

@@ -200,7 +200,16 @@ def test_without_a_downstream_record_the_ledger_marks_count_the_reversals() -> N
         "pi_two": {"rv": '{"re_a": 200, "re_b": 300}', "reversed_amount": "500"},
         "pi_rest": {"reversed_at": "1", "rv": '{"re_a": 200}', "reversed_amount": "500"},
         "pi_before": {"reversed_at": "1"},
+        "pi_unknown": {"reversed_at": "1", "rv": '{"re_a": 200}', "reversed_amount": "200",
+                       "rest_reversed": "1"},
         "pi_none": {"fulfilled_at": "1"},
     }  # fmt: skip
     found = {pk: r.keys for pk, r in from_marks(marks).items()}
-    assert found == {"pi_whole": 1, "pi_again": 1, "pi_two": 2, "pi_rest": 2, "pi_before": 1}
+    assert found == {
+        "pi_whole": 1,
+        "pi_again": 1,
+        "pi_two": 2,
+        "pi_rest": 2,
+        "pi_before": 1,
+        "pi_unknown": 2,
+    }
