@@ -29,12 +29,12 @@ from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.purchase import pack_line_items
 from ledger.purchase_fields import purchase_fields
+from ledger.read.events import SESSION_RECORD
 from ledger.read.sessions import SessionFulfilment, session_fulfilment
 from ledger.settings import Settings
 from ledger.stripe_api import StripeApi, StripeNotFound
 
 RECORD_PREFIX = "evt_api_"
-RECORD_TYPE = "checkout.session.retrieved"
 SESSION_EVENT = "checkout.session.completed"
 """The event whose rule (ledger/events.py) a retrieved session is classified by."""
 SESSION_ID = re.compile(r"cs_[A-Za-z0-9_]{1,240}", re.ASCII)
@@ -111,12 +111,18 @@ def session_record(session: dict[str, Any]) -> dict[str, Any]:
         if isinstance(obj.get(name), dict):
             obj[name] = obj[name].get("id")
     obj.pop("line_items", None)
+    return api_record(obj, SESSION_RECORD)
+
+
+def api_record(obj: dict[str, Any], record_type: str) -> dict[str, Any]:
+    """An object read from Stripe's API, shaped as the event the ledger records it as:
+    ``evt_api_{id}`` of type ``record_type``, the object its ``data.object``."""
     return {
-        "id": RECORD_PREFIX + str(session["id"]),
+        "id": RECORD_PREFIX + str(obj["id"]),
         "object": "event",
-        "type": RECORD_TYPE,
-        "created": session.get("created"),
-        "livemode": session.get("livemode") is True,
+        "type": record_type,
+        "created": obj.get("created"),
+        "livemode": obj.get("livemode") is True,
         "data": {"object": obj},
     }
 

@@ -28,9 +28,10 @@ from ledger import keys, limits
 from ledger.clock import now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
-from ledger.landing import RECORD_PREFIX
+from ledger.landing import api_record
 from ledger.purchase import pack_line_items, stored_fields
 from ledger.purchase_fields import purchase_fields
+from ledger.read.events import INTENT_RECORD
 from ledger.scripts import Script
 from ledger.settings import Settings
 from ledger.stored import whole
@@ -48,7 +49,6 @@ INTENT_READ = "p_pi_read"
 THIN_PAID = "v1.payment_intent.succeeded"
 INTENT_EVENT = "payment_intent.succeeded"
 """The event whose rule a retrieved PaymentIntent is classified by."""
-INTENT_RECORD_TYPE = "payment_intent.retrieved"
 
 
 @dataclass(frozen=True)
@@ -209,14 +209,7 @@ def intent_delivery(intent: dict[str, Any], settings: Settings, account: str = "
     counted), classified by ``payment_intent.succeeded``'s rule whatever PAID_EVENT_TYPES
     lists (the thin event that paid it was listed), so record_delivery.lua gives the payment
     its amount and purchase fields."""
-    event: dict[str, Any] = {
-        "id": RECORD_PREFIX + str(intent["id"]),
-        "object": "event",
-        "type": INTENT_RECORD_TYPE,
-        "created": intent.get("created"),
-        "livemode": intent.get("livemode") is True,
-        "data": {"object": intent},
-    }
+    event = api_record(intent, INTENT_RECORD)
     if account:
         event["account"] = account
     policy = replace(settings.policy, paid_types=settings.policy.paid_types | {INTENT_EVENT})

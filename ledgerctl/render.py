@@ -98,7 +98,7 @@ def event(e: Event) -> list[Any]:
         "deliveries": e.deliveries,
         "first recorded": e.first_recorded_at,
         "last delivery": e.last_delivered_at,
-        "recorded from": "Stripe's Events API (reconcile)" if e.origin == "api" else "webhook",
+        "recorded from": e.recorded_from,
         "payment": f"{e.payment_key} ({e.role}{', pays it' if e.pays else ''})"
         if e.payment_key
         else None,

@@ -29,6 +29,12 @@ EVENT_FIELDS = (
 """What a row of the list (and a payment's timeline) reads of each event hash."""
 
 
+SESSION_RECORD = "checkout.session.retrieved"
+"""A Checkout Session read from Stripe's API for the landing page's trigger (ledger/landing.py)."""
+INTENT_RECORD = "payment_intent.retrieved"
+"""A thin-paid payment's PaymentIntent read by a worker (ledger/purchase_reads.py)."""
+
+
 class EventRow(View):
     id: str
     type: str
@@ -42,6 +48,17 @@ class EventRow(View):
     secret_label: str | None
     livemode: bool
     conflicts: int
+
+    @property
+    def recorded_from(self) -> str:
+        """Where the record came from, as people read it."""
+        if self.origin != "api":
+            return "webhook"
+        if self.type == SESSION_RECORD:
+            return "Stripe's API: the Checkout Session, read for the landing page's trigger"
+        if self.type == INTENT_RECORD:
+            return "Stripe's API: the PaymentIntent its thin event paid, read by a worker"
+        return "Stripe's Events API (reconcile)"
 
 
 class RelatedObject(View):

@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from redis import Redis
 
 from ledger import keys, landing
+from ledger.read.events import SESSION_RECORD
 from ledgerctl import samples
 from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import cli_ok, payment_key_of, run_cli, signed_headers, state_of
@@ -65,8 +66,10 @@ def test_a_paid_session_is_recorded_once_and_fulfilled_once(
         "recorded": True,
     }
     record = redis.hgetall(keys.event(landing.RECORD_PREFIX + cs))
-    assert record[b"origin"] == b"api" and record[b"type"] == landing.RECORD_TYPE.encode()
+    assert record[b"origin"] == b"api" and record[b"type"] == SESSION_RECORD.encode()
     assert record[b"n"] == b"0" and record[b"pk"] == pk.encode()
+    page = ops.get(f"/ops/events/{landing.RECORD_PREFIX + cs}", headers=BEARER)
+    assert "the Checkout Session, read for the landing page" in page.text
     again = ops.post(url(cs), headers=BEARER)
     assert again.status_code == 200 and again.json["recorded"] is False
     assert stripe_api.checkout_requests[f"/v1/checkout/sessions/{cs}"] == 1  # known paid: no read

@@ -11,7 +11,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.downstream import open_downstream
-from ledger.read import payments
+from ledger.read import events, payments
 from ledgerctl import samples
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import settled_as
@@ -59,6 +59,9 @@ def test_the_call_carries_what_the_payment_intent_says(
     timeline = payments.payment(redis, pk)
     assert timeline is not None and timeline.deliveries == 1  # the API's record is none
     assert [e.id for e in timeline.events][1:] == [f"evt_api_{pk}"]
+    record = events.event(redis, f"evt_api_{pk}")
+    assert record is not None and record.type == "payment_intent.retrieved"
+    assert record.recorded_from.startswith("Stripe's API: the PaymentIntent its thin event paid")
 
 
 def test_a_refund_in_full_before_the_read_is_seen_and_nothing_is_called(
