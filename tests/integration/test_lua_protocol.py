@@ -228,6 +228,21 @@ class Protocol(RuleBasedStateMachine):
         c = classify(event, self.settings.policy)
         self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
 
+    def pool_events(self, event_type: str, pk: str, **fields: object) -> list[int]:
+        """Indexes of the pool's events of ``event_type`` for payment ``pk`` (a PaymentIntent's
+        own events by its id, the others by their ``payment_intent``) whose object has
+        ``fields``."""
+        return [
+            i
+            for i, (e, _) in enumerate(self.events)
+            if e["type"] == event_type
+            and (o := data_object(e)).get("id" if event_type == PAYING else "payment_intent") == pk
+            and all(o.get(k) == v for k, v in fields.items())
+        ]
+
+    def pool_event(self, event_type: str, pk: str, **fields: object) -> int:
+        return self.pool_events(event_type, pk, **fields)[0]
+
     @rule(index=st.integers(0, 10), refund_first=st.booleans(), stale=st.booleans())
     def worker_reads_a_thin_payments_intent(
         self, index: int, refund_first: bool, stale: bool
@@ -243,21 +258,12 @@ class Protocol(RuleBasedStateMachine):
         thin = [i for i, (e, _) in enumerate(self.events) if e["type"] == THIN_PAYING]
         chosen = thin[index % len(thin)]
         pk = self.events[chosen][0]["related_object"]["id"]
-        objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(self.events)]
-        intent = next(o for _, t, o in objects if t == PAYING and o["id"] == pk)
+        intent = data_object(self.events[self.pool_event(PAYING, pk)][0])
         if not self.state(pk):
             self.deliver(chosen)
             if refund_first:
                 paid = intent["amount_received"]
-                self.deliver(
-                    next(
-                        i
-                        for i, t, o in objects
-                        if t == "charge.refunded"
-                        and o["payment_intent"] == pk
-                        and o["amount_refunded"] == paid
-                    )
-                )
+                self.deliver(self.pool_event("charge.refunded", pk, amount_refunded=paid))
         leg, amount = self.redis.hmget(keys.payment(pk), "leg", "amount")
         waiting = self.state(pk) in ("queued", "retrying") and not leg and not amount
         if not (waiting or (stale and pk in self.paid)):
@@ -401,15 +407,9 @@ class Protocol(RuleBasedStateMachine):
         pk = self.events[chosen][0]["related_object"]["id"]
         if self.state(pk):
             return
-        objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(self.events)]
-        paying, paid = next(
-            (i, o["amount_received"]) for i, t, o in objects if t == PAYING and o["id"] == pk
-        )
-        full = next(
-            i
-            for i, t, o in objects
-            if t == "charge.refunded" and o["payment_intent"] == pk and o["amount_refunded"] == paid
-        )
+        paying = self.pool_event(PAYING, pk)
+        paid = data_object(self.events[paying][0])["amount_received"]
+        full = self.pool_event("charge.refunded", pk, amount_refunded=paid)
         TALLY["paid_by_a_thin_event_first"] += 1
         for i in (chosen, full, paying) if refund_first else (chosen, paying, full):
             self.deliver(i)
@@ -1405,6 +1405,32 @@ def test_a_late_reversal_receipt_deferred_by_the_gate_leaves_its_waiting_set(
     assert TALLY["refund_reversals"] >= 1
 
 
+def fulfilled_by_its_thin_event(server: RedisServer, per_refund: bool) -> tuple[Protocol, str]:
+    """A program driven by hand, REVERSAL_ACTION set: a payment paid only by its thin event
+    (no amount), fulfilled."""
+    Protocol.server = server
+    Protocol.redis = Redis.from_url(server.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=per_refund)
+    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
+    pk = m.events[thin][0]["related_object"]["id"]
+    m.deliver(thin)
+    m.worker_fulfils_the_next_job()
+    return m, pk
+
+
+def reverses_what_remains_not_known(m: Protocol) -> None:
+    """Worker 0 takes the reversal due, of what remains with its amount not known (None),
+    and calls it with success."""
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse"
+    assert (worker.refund, worker.amount) == ("", None)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+
+
 @pytest.mark.parametrize("per_refund", [False, True])
 def test_a_payment_only_a_thin_event_paid_is_reversed_for_what_remains(
     protocol_redis: RedisServer, per_refund: bool
@@ -1414,21 +1440,10 @@ def test_a_payment_only_a_thin_event_paid_is_reversed_for_what_remains(
     reversal of nothing; with REVERSAL_PER_REFUND it was never due. Now its amount is None
     (what remains, not known), and with REVERSAL_PER_REFUND a refund before it is reversed
     for its own amount first."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=per_refund)
-    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
-    pk = m.events[thin][0]["related_object"]["id"]
-    m.deliver(thin)
-    m.worker_fulfils_the_next_job()
+    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund)
     assert m.state(pk) == "fulfilled" and pk not in m.amounts
-    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
     if per_refund:
-        partial = next(
-            i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk
-        )
-        m.deliver(partial)
+        m.deliver(m.pool_event("refund.created", pk))
         m.worker_takes_a_job()
         worker = m.workers[0]
         assert worker is not None and worker.refund and worker.amount and worker.amount > 0
@@ -1436,19 +1451,8 @@ def test_a_payment_only_a_thin_event_paid_is_reversed_for_what_remains(
         m.worker_calls(0, "ok", True)
         m.worker_finishes(0)
         assert m.state(pk) == "fulfilled"
-    lost = next(
-        i
-        for i, t, o in objects
-        if t == "charge.dispute.closed" and o["payment_intent"] == pk and o["status"] == "lost"
-    )
-    m.deliver(lost)
-    m.worker_takes_a_job()
-    worker = m.workers[0]
-    assert worker is not None and worker.leg == "reverse"
-    assert (worker.refund, worker.amount) == ("", None)
-    m.worker_fences(0)
-    m.worker_calls(0, "ok", True)
-    m.worker_finishes(0)
+    m.deliver(m.pool_event("charge.dispute.closed", pk, status="lost"))
+    reverses_what_remains_not_known(m)
     assert m.state(pk) == "reversed"
     # the checker without a downstream's record counts both (that of what remains carried 0)
     assert from_marks(ledger_marks(m.redis, [pk]))[pk].keys == 1 + per_refund
@@ -1464,38 +1468,15 @@ def test_a_thin_paid_payments_amount_known_after_its_reversal_of_what_remains_wa
     comes late and gives the payment its amount, before the reversal is called, and after it
     is done: the call still carries None (its amount was fixed when it became due), and the
     reversal done stays one recorded effect, whatever the payment's amount says now."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=per_refund)
-    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
-    pk = m.events[thin][0]["related_object"]["id"]
-    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
-    paying = next(i for i, t, o in objects if t == PAYING and o["id"] == pk)
-    m.deliver(thin)
-    m.worker_fulfils_the_next_job()
+    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund)
     if per_refund:
-        partial = next(
-            i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk
-        )
-        m.deliver(partial)
+        m.deliver(m.pool_event("refund.created", pk))
         m.worker_fulfils_the_next_job()
         assert m.state(pk) == "fulfilled"
-    lost = next(
-        i
-        for i, t, o in objects
-        if t == "charge.dispute.closed" and o["payment_intent"] == pk and o["status"] == "lost"
-    )
-    m.deliver(lost)
-    m.deliver(paying)  # late: the amount is known from now on
+    m.deliver(m.pool_event("charge.dispute.closed", pk, status="lost"))
+    m.deliver(m.pool_event(PAYING, pk))  # late: the amount is known from now on
     assert pk in m.amounts
-    m.worker_takes_a_job()
-    worker = m.workers[0]
-    assert worker is not None and worker.leg == "reverse"
-    assert (worker.refund, worker.amount) == ("", None)
-    m.worker_fences(0)
-    m.worker_calls(0, "ok", True)
-    m.worker_finishes(0)
+    reverses_what_remains_not_known(m)
     assert m.state(pk) == "reversed"
     m.one_effect_per_payment()
     m.teardown()
@@ -1509,22 +1490,14 @@ def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_
     PaymentIntent's own paid event (or a worker's read of it) gives the amount: the payment
     is taken back in full with every refund reversed, and is ``reversed``, not left
     ``fulfilled`` and taken back."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=True)
-    thin = next(i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING)
-    pk = m.events[thin][0]["related_object"]["id"]
-    objects = [(i, e["type"], data_object(e)) for i, (e, _) in enumerate(m.events)]
-    m.deliver(thin)
-    m.worker_fulfils_the_next_job()
-    created = [i for i, t, o in objects if t == "refund.created" and o["payment_intent"] == pk]
+    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund=True)
+    created = m.pool_events("refund.created", pk)
     assert len(created) == 2  # the two refunds that make the whole amount
     for refund in created:
         m.deliver(refund)
         m.worker_fulfils_the_next_job()
         assert m.state(pk) == "fulfilled"
     assert m.redis.hget(keys.payment(pk), "amount") == b""
-    m.deliver(next(i for i, t, o in objects if t == PAYING and o["id"] == pk))
+    m.deliver(m.pool_event(PAYING, pk))
     assert m.state(pk) == "reversed"
     m.teardown()
