@@ -118,8 +118,11 @@ class ThinRule:
 
 # Only a PaymentIntent's own id is its payment key: a thin charge, session or invoice event
 # names an id the ledger could not tie to its PaymentIntent without fetching the object.
+THIN_PAID = "v1.payment_intent.succeeded"
+"""The one thin type that may pay (when PAID_EVENT_TYPES lists it): it names its PaymentIntent."""
+
 THIN_RULES: dict[str, ThinRule] = {
-    "v1.payment_intent.succeeded": ThinRule("payment_intent", "paid"),
+    THIN_PAID: ThinRule("payment_intent", "paid"),
     "v1.payment_intent.payment_failed": ThinRule("payment_intent", "failed"),
     "v1.payment_intent.canceled": ThinRule("payment_intent", "failed"),
     "v1.payment_intent.": ThinRule("payment_intent", "info"),

@@ -27,7 +27,7 @@ from redis import Redis
 from ledger import keys, limits
 from ledger.clock import now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
-from ledger.events import classify
+from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
 from ledger.purchase import pack_line_items, stored_fields
 from ledger.purchase_fields import purchase_fields
@@ -46,7 +46,6 @@ NO_SESSION = "p_no_cs"
 INTENT_READ = "p_pi_read"
 """Kept once a thin-only payment's PaymentIntent was read (found or not): never read again."""
 
-THIN_PAID = "v1.payment_intent.succeeded"
 INTENT_EVENT = "payment_intent.succeeded"
 """The event whose rule a retrieved PaymentIntent is classified by."""
 
