@@ -27,10 +27,14 @@ first ones within a second, later ones spanning a Redis failover (a few seconds)
 
 
 def scenario(name: str) -> dict[str, Any]:
-    try:
-        text = resources.files("ledgerctl.replay").joinpath("scenarios", f"{name}.json").read_text()
-    except FileNotFoundError:
-        raise SystemExit(f"unknown scenario {name!r}") from None
+    """A scenario's options; an unknown name exits 2 with one line naming the known ones."""
+    scenarios = resources.files("ledgerctl.replay").joinpath("scenarios")
+    known = sorted(
+        f.name.removesuffix(".json") for f in scenarios.iterdir() if f.name.endswith(".json")
+    )
+    if name not in known:
+        exit_with([f"unknown scenario {name!r}: one of {', '.join(known)}"])
+    text = scenarios.joinpath(f"{name}.json").read_text()
     return {k: v for k, v in json.loads(text).items() if k != "description"}
 
 
