@@ -12,7 +12,8 @@ a payment taken back (refunded in full, a dispute lost) is not reversed exactly 
 reversal has no effect to take back, an acknowledged delivery is missing from the ledger
 or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
 2 usage error (a --secret that is not whsec_…, an event file that is missing or holds no
-events, an unknown --scenario), before anything is sent; 3 Redis unreachable.
+events, an unknown --scenario, a --json file that cannot be written), before anything is
+sent; 3 Redis unreachable.
 """
 
 import argparse
@@ -92,6 +93,8 @@ def flat(by_payment: dict[str, list[sources.Item]]) -> list[sources.Item]:
 def run(args: argparse.Namespace) -> int:
     settings = settings_module.load_or_exit()  # a wrong setting: one line each, exit 2
     secret = signing_secret(args)  # not a whsec_ secret: one line, exit 2
+    if args.json_path:
+        options.check_writable("--json", args.json_path)  # else one line, exit 2
     shape = options.shape(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)

@@ -38,6 +38,20 @@ def scenario(name: str) -> dict[str, Any]:
     return {k: v for k, v in json.loads(text).items() if k != "description"}
 
 
+def check_writable(option: str, path: Path) -> None:
+    """Exit 2 with one line unless ``path`` can be written (its folder made if missing):
+    checked before anything is sent, so a run's report is never lost at its end."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        why = "a folder" if path.is_dir() else "" if os.access(path.parent, os.W_OK) else "denied"
+    except FileExistsError:
+        why = f"{path.parent} is not a folder"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    if why:
+        exit_with([f"{option} {path}: cannot write there ({why})"])
+
+
 def parser(description: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter

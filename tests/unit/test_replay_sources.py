@@ -1,6 +1,6 @@
-"""scripts/replay_events.py refuses an input it cannot send, before sending anything: one
-line naming the file (and line) or the scenario, exit code 2 (a usage error), never a
-traceback."""
+"""scripts/replay_events.py refuses an input it cannot send, or a report it could not write,
+before sending anything: one line naming the file (and line) or the scenario, exit code 2
+(a usage error), never a traceback."""
 
 from pathlib import Path
 
@@ -57,3 +57,12 @@ def test_a_missing_event_file_is_named_in_one_line(
 def test_an_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     said = refusal(capsys, "--scenario", "case-stduy")
     assert "unknown scenario 'case-stduy'" in said and "case-study" in said
+
+
+def test_a_report_it_could_not_write_is_refused_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    report = tmp_path / "a-file" / "run.json"
+    said = refusal(capsys, "--scenario", "case-study", "--json", str(report))
+    assert f"--json {report}: cannot write there" in said
