@@ -164,7 +164,13 @@ def sweep(ctx: Context, loop: bool, as_json: bool) -> None:
 @click.pass_obj
 def export(ctx: Context, directory: Path, as_json: bool) -> None:
     """Write the ledger (and the SQLite downstream's record) as an evidence bundle."""
-    counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.sqlite_downstream))
+    try:
+        counts = run(lambda: export_bundle(ctx.redis, directory, ctx.settings.sqlite_downstream))
+    except OSError as exc:  # a parent that is a file, no permission, a full disk
+        where = exc.filename or directory
+        raise click.BadParameter(
+            f"cannot write {where}: {exc.strerror}", param_hint="'DIRECTORY'"
+        ) from exc
     if as_json:
         emit({"directory": str(directory), "records": counts}, True)
         return

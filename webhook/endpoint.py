@@ -63,7 +63,10 @@ class StripeEndpoint:
 
     def serves(self, environ: dict[str, Any]) -> bool:
         """A POST to the Stripe endpoint that Flask's routing would take (its Host too)."""
-        if environ.get("PATH_INFO") != PATH:
+        path = environ.get("PATH_INFO") or ""
+        # Werkzeug's routing drops a path's leading slashes: //webhooks/stripe (an endpoint
+        # URL joined from https://host/ and /webhooks/stripe) is its route too.
+        if path != PATH and "/" + path.lstrip("/") != PATH:
             return False
         if environ.get("REQUEST_METHOD", "GET").upper() != ALLOWED_METHOD:
             return False

@@ -157,10 +157,11 @@ class LedgerCollector(Collector):
         stats = {text(k): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
         deferred = CounterMetricFamily(
             "webhook_fulfilment_deferred",
-            "Times a job deferred its payment instead of calling, by reason.",
+            "Times a job deferred its payment instead of calling, by reason: paused, "
+            "breaker, rate (the gate), stripe_api, checkout_session (their purchase).",
             labels=["reason"],
         )
-        for reason in (*keys.WAIT_REASONS, keys.STRIPE_WAIT):  # stripe_api: its line items
+        for reason in (*keys.WAIT_REASONS, *fulfilment.PURCHASE_WAITS):
             deferred.add_metric([reason], stats.get(f"deferred:{reason}", 0))
         yield deferred
         yield CounterMetricFamily(

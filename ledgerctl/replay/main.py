@@ -11,7 +11,9 @@ when a payment's effect count is not exactly 1 (0 for one refunded before its fu
 a payment taken back (refunded in full, a dispute lost) is not reversed exactly once or a
 reversal has no effect to take back, an acknowledged delivery is missing from the ledger
 or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
-2 usage error (a --secret that is not whsec_…); 3 Redis unreachable.
+2 usage error (a --secret that is not whsec_…, an event file that is missing or holds no
+events, an unknown --scenario, a --json file that cannot be written), before anything is
+sent; 3 Redis unreachable.
 """
 
 import argparse
@@ -34,6 +36,7 @@ from ledger import settings as settings_module
 from ledger.connection import connect
 from ledger.events import classify
 from ledger.redact import redact
+from ledger.setting_fields import exit_with
 from ledger.settings import Settings, fingerprint
 from ledgerctl import takebacks
 from ledgerctl.checker import Findings
@@ -90,11 +93,16 @@ def flat(by_payment: dict[str, list[sources.Item]]) -> list[sources.Item]:
 def run(args: argparse.Namespace) -> int:
     settings = settings_module.load_or_exit()  # a wrong setting: one line each, exit 2
     secret = signing_secret(args)  # not a whsec_ secret: one line, exit 2
+    if args.json_path:
+        options.check_writable("--json", args.json_path)  # else one line, exit 2
     shape = options.shape(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     redis = connect(settings)
-    items = collect(args, redis, rng)
+    try:
+        items = collect(args, redis, rng)
+    except sources.BadSource as exc:  # before anything is sent
+        exit_with([str(exc)])
     if not items:
         console.print("no events to send")
         return 2

@@ -27,11 +27,29 @@ first ones within a second, later ones spanning a Redis failover (a few seconds)
 
 
 def scenario(name: str) -> dict[str, Any]:
-    try:
-        text = resources.files("ledgerctl.replay").joinpath("scenarios", f"{name}.json").read_text()
-    except FileNotFoundError:
-        raise SystemExit(f"unknown scenario {name!r}") from None
+    """A scenario's options; an unknown name exits 2 with one line naming the known ones."""
+    scenarios = resources.files("ledgerctl.replay").joinpath("scenarios")
+    known = sorted(
+        f.name.removesuffix(".json") for f in scenarios.iterdir() if f.name.endswith(".json")
+    )
+    if name not in known:
+        exit_with([f"unknown scenario {name!r}: one of {', '.join(known)}"])
+    text = scenarios.joinpath(f"{name}.json").read_text()
     return {k: v for k, v in json.loads(text).items() if k != "description"}
+
+
+def check_writable(option: str, path: Path) -> None:
+    """Exit 2 with one line unless ``path`` can be written (its folder made if missing):
+    checked before anything is sent, so a run's report is never lost at its end."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        why = "a folder" if path.is_dir() else "" if os.access(path.parent, os.W_OK) else "denied"
+    except FileExistsError:
+        why = f"{path.parent} is not a folder"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    if why:
+        exit_with([f"{option} {path}: cannot write there ({why})"])
 
 
 def parser(description: str = "") -> argparse.ArgumentParser:

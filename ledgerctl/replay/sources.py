@@ -21,34 +21,73 @@ from ledgerctl import samples, takebacks
 Item = tuple[dict[str, Any], bytes]
 
 
+class BadSource(ValueError):
+    """An event file the script cannot send: missing, unreadable, not JSON, or holding
+    something that is not an event; its message names the file (and line or item)."""
+
+
 def _from_text(text: str) -> Iterator[Item]:
-    stripped = text.strip()
-    if not stripped:
-        return
-    if stripped.startswith("["):
-        for event in json.loads(stripped):
-            yield event, samples.encode(event)
+    """One JSON event (its bytes as they are), a JSON array of events, or JSON Lines."""
+    if not text.strip():
         return
     try:
-        event = json.loads(stripped)
-    except json.JSONDecodeError:
-        for line in stripped.splitlines():
-            if line.strip():
-                yield json.loads(line), line.strip().encode()
+        whole = json.loads(text)
+    except json.JSONDecodeError as error:
+        yield from _json_lines(text, error)
         return
-    yield event, text.encode()
+    if isinstance(whole, list):
+        for event in whole:
+            yield event, samples.encode(event)
+        return
+    yield whole, text.encode()
+
+
+def _json_lines(text: str, whole_error: json.JSONDecodeError) -> Iterator[Item]:
+    """One event per line. A first line that is no JSON either means the file was meant as
+    one JSON document, so that document's error is the one named."""
+    read_one = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as error:
+            where, why = (number, error.msg) if read_one else (whole_error.lineno, whole_error.msg)
+            raise BadSource(f"line {where}: not JSON ({why})") from None
+        read_one = True
+        yield event, line.strip().encode()
 
 
 def from_files(paths: list[Path]) -> Iterator[Item]:
-    """A JSON event (bytes kept as they are), a JSON array, JSON Lines, or folders of them."""
+    """A JSON event (bytes kept as they are), a JSON array, JSON Lines, or folders of them;
+    BadSource for a path that is not there or a file that holds something else."""
     for path in paths:
+        if not path.exists():
+            raise BadSource(f"{path}: no such file or folder")
         files = (
             sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
             if path.is_dir()
             else [path]
         )
         for file in files:
-            yield from _from_text(file.read_text())
+            yield from _events_of(file)
+
+
+def _events_of(file: Path) -> list[Item]:
+    try:
+        content = file.read_bytes().decode()
+    except UnicodeDecodeError as error:
+        raise BadSource(f"{file}: not UTF-8 (byte {error.start})") from None
+    except OSError as error:
+        raise BadSource(f"{file}: cannot be read ({error.strerror})") from None
+    try:
+        items = list(_from_text(content))
+    except BadSource as error:
+        raise BadSource(f"{file}: {error}") from None
+    for number, (event, _) in enumerate(items, 1):
+        if not (isinstance(event, dict) and isinstance(event.get("id"), str)):
+            raise BadSource(f"{file}: item {number} is not an event (a JSON object with an id)")
+    return items
 
 
 def from_ledger(

@@ -15,6 +15,7 @@ from ledgerctl import samples
 from tests.support.constants import OLD_SECRET, SECRET
 from tests.support.helpers import STRIPE_UA, ledger_keys, paid_event, signed_headers, stats
 from tests.unit.test_verify import ROWS, Row, header_for
+from webhook.receiver import PATH
 
 NO_EVENT_KEYS = {keys.STATS, keys.REJECTIONS}
 
@@ -204,6 +205,22 @@ def test_accepted_delivery_answer(client, redis, rng) -> None:
     assert first.get_json() == {"event_id": event["id"], "deliveries": 1, "duplicate": False}
     assert again.get_json() == {"event_id": event["id"], "deliveries": 2, "duplicate": True}
     assert first.mimetype == "application/json"
+
+
+@pytest.mark.parametrize("path", ["//webhooks/stripe", "///webhooks/stripe"])
+def test_a_delivery_to_the_path_with_its_leading_slash_doubled_is_recorded(
+    client, redis, rng, path: str
+) -> None:
+    """An endpoint URL joined from ``https://host/`` and ``/webhooks/stripe``: Flask's routing
+    reads ``//webhooks/stripe`` as the endpoint's path, so a signed POST there is a delivery,
+    never a 405 telling a POST to use POST."""
+    event, body = paid_event(rng)
+    answer = client.post(
+        PATH, data=body, headers=signed_headers(body), environ_overrides={"PATH_INFO": path}
+    )
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json() == {"event_id": event["id"], "deliveries": 1, "duplicate": False}
+    assert stats(redis)["deliveries"] == 1 and "rejected" not in stats(redis)
 
 
 def test_same_id_different_bytes_is_counted_and_flagged(client, redis, rng) -> None:

@@ -77,7 +77,8 @@ def test_payments_waiting_for_their_purchase_are_shown_beside_the_gate_s(
     fulfilment, redis: Redis, rng, config, client
 ) -> None:
     """webhook_fulfilment_waiting, the dashboard's gate card, ``fulfilment status`` and the
-    API count the payments waiting for Stripe's API and for their Checkout Session too."""
+    API count the payments waiting for Stripe's API and for their Checkout Session too, and
+    webhook_fulfilment_deferred_total each such deferral by its reason."""
     f: Fulfilment = fulfilment()
     first, second = checkout_purchase(rng), checkout_purchase(rng)
     for event in (*first[:3], *second[:3]):
@@ -94,6 +95,8 @@ def test_payments_waiting_for_their_purchase_are_shown_beside_the_gate_s(
     scraped = client.get("/metrics", headers=BEARER).get_data(as_text=True)
     assert 'webhook_fulfilment_waiting{reason="stripe_api"} 1.0' in scraped
     assert 'webhook_fulfilment_waiting{reason="checkout_session"} 1.0' in scraped
+    assert 'webhook_fulfilment_deferred_total{reason="stripe_api"} 1.0' in scraped
+    assert 'webhook_fulfilment_deferred_total{reason="checkout_session"} 1.0' in scraped
     page = client.get("/ops/", headers=BASIC).get_data(as_text=True)
     assert 'id="waiting-stripe_api">1<' in page and 'id="waiting-checkout_session">1<' in page
     shown = run_cli(config, "fulfilment", "status")

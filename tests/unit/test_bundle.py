@@ -1,6 +1,7 @@
 """``webhook-ledger verify`` passes only a whole, self-consistent bundle: every file listed
 with its hash, every relation checked on every file present, and nothing read from outside
-the bundle directory, from a non-regular file, or past a size bound."""
+the bundle directory, from a non-regular file, or past a size bound; ``export`` names what
+it cannot write, never with a traceback."""
 
 import hashlib
 import json
@@ -295,3 +296,18 @@ def test_any_bundle_is_verified_without_a_traceback(
     listed_names = {line[66:] for line in "\n".join(lines).splitlines() if len(line) > 66}
     for name in written - listed_names:
         assert f"{name}: in the bundle but not listed in {MANIFEST}" in result.failures
+
+
+@pytest.mark.parametrize(
+    ("directory", "unwritable"),
+    [("under-a-file/bundle", "under-a-file/bundle"), ("taken", "taken/events.json")],
+    ids=["a parent that is a file", "a bundle file's name taken by a folder"],
+)
+def test_export_where_it_cannot_write_says_so_never_a_traceback(
+    config, redis, tmp_path: Path, directory: str, unwritable: str
+) -> None:
+    (tmp_path / "under-a-file").write_text("not a folder")
+    (tmp_path / "taken" / "events.json").mkdir(parents=True)
+    exported = run_cli(config, "export", str(tmp_path / directory))
+    assert cli_ok(exported, 2), exported.output
+    assert f"cannot write {tmp_path / unwritable}" in exported.output
