@@ -5,6 +5,7 @@ its own answers (503 ledger_unavailable for a delivery, 400 for a forgery)."""
 
 import logging
 import random
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from ledgerctl import samples
 from tests.support.constants import BASIC, BEARER, OPS_TOKEN
 from tests.support.helpers import signed_headers
 from tests.support.inprocess import app_without_redis
+from tests.support.processes import ROOT
 from webhook.http import csrf_token
 
 API = ["summary", "events", "events/evt_1", "payments", "payments/pi_1", "rejections", "series"]
@@ -45,6 +47,15 @@ def test_api_answers_503_json(
     assert "Connection refused" in body["message"]
     assert answer.headers["Retry-After"] == "5"
     no_traceback(caplog)
+
+
+def test_operating_md_shows_the_fields_the_api_answers(down: FlaskClient) -> None:
+    """docs/OPERATING.md (Health) quotes the 503 body: its fields are the answer's."""
+    text = (ROOT / "docs" / "OPERATING.md").read_text()
+    example = re.search(r'`(\{"error": "ledger_unavailable",.*?\})`', text, re.S)
+    assert example is not None, "OPERATING.md no longer quotes the 503 body"
+    body = down.get("/ops/api/summary", headers=BEARER).get_json()
+    assert set(re.findall(r'"(\w+)":', example[1])) == set(body)
 
 
 @pytest.mark.parametrize("page", PAGES)
