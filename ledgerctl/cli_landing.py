@@ -14,7 +14,7 @@ from ledger.read.sessions import SessionFulfilment
 from ledger.stripe_api import StripeApi, StripeRefused, StripeUnavailable
 from ledgerctl.cli_fulfilment import who
 from ledgerctl.context import EXIT_NOT_FOUND, EXIT_STRIPE, Context, emit, json_option, run
-from ledgerctl.terminal import kv_table, say
+from ledgerctl.terminal import kv_table, literal, say
 
 
 @click.command("fulfil-session")
@@ -42,7 +42,9 @@ def fulfil_session(ctx: Context, session_id: str, check: bool, as_json: bool) ->
         say(Text("Not fulfilled:", "red"), str(exc))
         sys.exit(EXIT_NOT_FOUND)
     except (StripeUnavailable, StripeRefused) as exc:
-        say(Text("Stripe's API:", "red"), str(exc))
+        message = literal(exc)  # it names Stripe's API (or STRIPE_API_MAX_RATE) itself
+        message.stylize("red")
+        say(message)
         sys.exit(EXIT_STRIPE)
     emit(found, as_json, kv_table(f"Checkout Session {session_id}", rows(found)))
 

@@ -24,7 +24,13 @@ from ledger.read.fulfilment import Fulfilment
 from webhook.store import current_attempts, current_settings, get_redis
 
 MAX_OFFSET = 10_000
-RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:[0-5]\d)", re.ASCII)
+"""A time the API takes (datetime.fromisoformat checks each field's range but an offset's
+minutes: it reads +05:60 as +06:00)."""
+LOCAL_TIME = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(:\d\d(\.\d+)?)?", re.ASCII)
+"""A browser's datetime-local value, which the dashboard also takes."""
+LEAP_SECOND = re.compile(r"(?<=[T ]\d\d:\d\d:)60", re.ASCII)
+"""A seconds field of 60 (in the time upper-cased), which a datetime cannot hold."""
 PROBLEM_STATUS = {
     "unknown_decision": 400,
     "bad_argument": 400,
@@ -153,10 +159,10 @@ def time_arg(name: str, strict: bool = True) -> int | None:
     if given is None or (given == "" and not strict):
         return None
     wanted = "an RFC 3339 time such as 2026-01-02T03:04:05Z"
-    if strict and not RFC3339.fullmatch(given):
+    if not (RFC3339.fullmatch(given) or (not strict and LOCAL_TIME.fullmatch(given))):
         raise BadArgument(name, wanted)
     try:  # a leap second is the second before it here
-        moment = datetime.fromisoformat(given.upper().replace(":60", ":59"))
+        moment = datetime.fromisoformat(LEAP_SECOND.sub("59", given.upper()))
     except ValueError:
         raise BadArgument(name, wanted) from None
     if moment.tzinfo is None:

@@ -1,14 +1,20 @@
-"""Redis down while the web process runs: every page and API that reads the ledger answers
-503 with what is wrong, never a traceback or a generic 500. The Stripe endpoint answers its
-own 503 (``ledger_unavailable``, so Stripe retries) in receiver.py; rejections are still
-answered, their count lost (ledger/deliveries.py)."""
+"""Redis down (or refusing writes) while the web process runs: every page and API that uses
+the ledger answers 503 with what is wrong, never a traceback or a generic 500. The Stripe
+endpoint answers its own 503 (``ledger_unavailable``, so Stripe retries) in endpoint.py;
+rejections are still answered, their count lost (ledger/deliveries.py)."""
 
 import logging
 from datetime import UTC, datetime, timedelta
 
 import orjson
 from flask import Flask, Response, render_template, request
-from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, TimeoutError
+from redis.exceptions import (
+    ConnectionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+)
 
 from ledger.deliveries import LedgerUnavailable
 from ledger.read.base import Problem
@@ -18,7 +24,8 @@ from webhook.store import current_settings
 
 log = logging.getLogger("webhook.ops")
 UNAVAILABLE = (ConnectionError, TimeoutError, ReadOnlyError, OutOfMemoryError, LedgerUnavailable)
-"""What means the ledger cannot be read or written now (another Redis error is a bug: 500)."""
+"""What means the ledger cannot be read or written now, with MISCONF (:func:`not_persisting`);
+another Redis error is a bug: 500."""
 RETRY_AFTER_S = 5
 
 
@@ -39,6 +46,16 @@ def answer(exc: Exception) -> Response:
     return response
 
 
+def not_persisting(exc: ResponseError) -> Response:
+    """MISCONF: Redis refuses writes while it cannot persist them (its last RDB save or AOF
+    write failed: a full disk), which redis-py raises as a plain ResponseError. Any other
+    ResponseError goes on to Flask's 500."""
+    if not str(exc).startswith("MISCONF "):
+        raise exc
+    return answer(exc)
+
+
 def init_app(app: Flask) -> None:
     for kind in UNAVAILABLE:
         app.register_error_handler(kind, answer)
+    app.register_error_handler(ResponseError, not_persisting)  # its subclasses above are answered

@@ -16,6 +16,7 @@ from ledgerctl import samples
 from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import cli_ok, payment_key_of, run_cli, signed_headers, state_of
 from tests.support.inprocess import Fulfilment
+from tests.support.processes import free_port
 from tests.support.purchases import ORDER, checkout_purchase, line_items
 from tests.support.stripe_api import API_KEY, EventsApi
 from webhook import create_app
@@ -171,6 +172,14 @@ def test_the_cli_fulfils_a_session(landing_config, redis: Redis, rng, stripe_api
     assert cli_ok(run_cli(landing_config, "fulfil-session", "cs_test_none"), 1)
     check = run_cli(landing_config, "fulfil-session", cs, "--check", "--json")
     assert cli_ok(check) and json.loads(check.output)["payment_key"] == pk
+
+
+def test_the_cli_says_stripe_s_api_did_not_answer_once(config, redis: Redis) -> None:
+    unreachable = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {**config, "STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": unreachable}
+    done = run_cli(env, "fulfil-session", "cs_test_a1")
+    assert cli_ok(done, 4)
+    assert done.output == "Stripe's API: APIConnectionError\n"
 
 
 @pytest.mark.parametrize(("items", "pages_read"), [(3, 0), (25, 1)])

@@ -112,6 +112,23 @@ def test_events_paging_and_time_filter(client, redis, rng) -> None:
     assert client.get("/ops/api/events?since=yesterday", headers=BEARER).status_code == 400
 
 
+@pytest.mark.parametrize(
+    "since", ["2026-01-02T03:60:05Z", "2026-01-02T03:04:05+05:60", "2026-01-02T03:60:60Z"]
+)
+def test_only_the_seconds_may_be_60(client, redis, rng, since: str) -> None:
+    """A leap second (seconds 60) is read as the second before it; a minute of 60, in the
+    time or its offset, is no time: 400 with the reason, on the dashboard too."""
+    deliver(client, rng)
+    bad = client.get("/ops/api/events", query_string={"since": since}, headers=BEARER)
+    assert bad.status_code == 400 and bad.get_json()["error"] == "bad_argument"
+    assert bad.get_json()["message"].startswith("since must be an RFC 3339 time")
+    page = client.get("/ops/events", query_string={"since": since.rstrip("Z")}, headers=BASIC)
+    assert page.status_code == 400
+    for leap, found in (("2000-12-31T23:59:60Z", 1), ("2999-12-31T23:59:60Z", 0)):
+        read = client.get("/ops/api/events", query_string={"since": leap}, headers=BEARER)
+        assert read.status_code == 200 and len(read.get_json()["events"]) == found
+
+
 def test_openapi_documents_every_api_route(app) -> None:
     spec = yaml.safe_load(Path(app.root_path, "openapi.yaml").read_text())
     documented = {"/ops/api" + p.replace("{", "<").replace("}", ">") for p in spec["paths"]}

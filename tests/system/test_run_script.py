@@ -4,6 +4,7 @@ secret; a "ready" line follows once /readyz answers; Ctrl-C stops every process,
 the output goes through a pipe whose reader has exited. And the README's commands exist
 as written."""
 
+import json
 import os
 import re
 import shutil
@@ -141,6 +142,19 @@ def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, che
     # A socket in each worker: gunicorn's own line names none, the service's names them.
     assert f"Listening at: http://127.0.0.1:{port} (a socket in each worker)" in out
     assert len(re.findall(rf"Worker \d+ listening at: http://127.0.0.1:{port}", out)) == 2
+
+
+def test_the_ops_api_answers_the_local_token_as_operating_md_says(run_sh, checkout) -> None:
+    """OPERATING.md's command for the ops API beside scripts/run.sh, run as written (the port
+    moved): the name it sources from var/dev.env is the token the service takes."""
+    running, port = run_sh()
+    shown = re.search(r"`(\. var/dev\.env; curl [^`]+)`", (ROOT / "docs/OPERATING.md").read_text())
+    assert shown is not None, "OPERATING.md shows no command for the local ops token"
+    command = " ".join(shown[1].split()).replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    env = {"PATH": os.environ["PATH"]}  # a new terminal: no OPS_TOKEN
+    done = subprocess.run(["bash", "-c", command], cwd=checkout, env=env, capture_output=True)
+    assert done.returncode == 0 and "fulfilment" in json.loads(done.stdout), done.stdout
+    running.ctrl_c_stops_everything()
 
 
 def test_ctrl_c_stops_everything_when_the_output_reader_has_exited(run_sh) -> None:
