@@ -52,10 +52,13 @@ class Attempts:
         replay_safe: bool,
         execution: str | None = None,
         leg: str = "fulfil",
+        settles: bool = False,
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
         retry of this very call (answered ``go`` again) from a second run of the same job.
-        ``leg``: the job's action, ``fulfil`` or ``reverse`` (skipped when the other is due)."""
+        ``leg``: the job's action, ``fulfil``, ``reverse``, ``refulfil`` or ``settle``
+        (skipped when another is due). ``settles``: the action can settle a payment taken
+        back after an attempt that may have applied (docs/REVERSAL.md)."""
         return self._replicated(
             "start_attempt",
             {"payment": keys.payment(payment_key)},
@@ -64,6 +67,7 @@ class Attempts:
                 "execution": execution or f"{job_id}:{os.urandom(6).hex()}",
                 "lease_ms": self.settings.lease_ms,
                 "replay_safe": int(replay_safe),
+                "settles": int(settles),
                 "caller": self.caller,
                 "leg": leg,
             },

@@ -72,8 +72,8 @@ class Ledger:
         c = delivery.classified
         try:
             # Offered with every paid delivery; the script runs it for the payment's first.
-            # With REVERSAL_ACTION, a refund's too: the script runs it if a reversal is due.
-            due = c.paid or (c.role == "refund" and self.settings.reversal_on)
+            # A refund's too: the script runs it if a reversal or a settlement is due.
+            due = c.paid or c.role == "refund"
             job = self.jobs.prepare(c.payment_key) if due and c.payment_key else NO_JOB
             named_keys, args = self.delivery_call(delivery, job.job_id)
             return replicated(self.record_script, named_keys, args, self.settings, job.commands)

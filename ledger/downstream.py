@@ -47,6 +47,12 @@ CREATE TABLE IF NOT EXISTS reversals (
     at REAL NOT NULL,
     reversal TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS voids (
+    idempotency_key TEXT PRIMARY KEY,
+    payment_key TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS reversal_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     payment_key TEXT NOT NULL,

@@ -56,11 +56,11 @@ def migrate_command(ctx: Context) -> None:
         say("FULFILMENT_ACTION is neither sqlite:/// nor postgresql://: nothing to migrate")
         sys.exit(EXIT_NOT_FOUND)
     try:
-        created = migrate(action.target)
+        done = migrate(action.target)
     except psycopg.Error as exc:
         say(masked(f"cannot migrate: {type(exc).__name__}: {exc}".splitlines()[0], action.target))
         sys.exit(EXIT_DATABASE)
-    say(f"{TABLE}: {'created' if created else 'already there'}")
+    say(f"{TABLE}: {done}")
 
 
 COMMANDS = (downstream,)

@@ -18,7 +18,12 @@ WAITING = {
     "held": "held after a dispute won after the reversal: a person's job",
 }
 """The reversals waiting for a person, by state."""
-LEG_NAME = {"fulfil": "fulfilment", "reverse": "reversal", "refulfil": "fulfilment again"}
+LEG_NAME = {
+    "fulfil": "fulfilment",
+    "reverse": "reversal",
+    "refulfil": "fulfilment again",
+    "settle": "settlement",
+}
 """What an attempt (or a payment's state) is about, in words, by its leg."""
 LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAME.items()}
 
@@ -34,6 +39,9 @@ def counts(s: Summary) -> Table:
         "disputes won after a reversal": r.reinstated,
         "fulfilments again due (REVERSAL_DISPUTE_WON=fulfil)": r.refulfils_due,
         "fulfilled again": r.refulfilled,
+        "settlements due (an answer lost, then taken back)": r.settles_due,
+        "settled: no effect, key voided": r.settled_voided,
+        "settled: the effect found": r.settled_applied,
     }
     rows |= {WAITING.get(state, f"reversals {state}"): n for state, n in waits.items() if n}
     return kv_table("Refunds and disputes", rows)

@@ -226,7 +226,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.acked, recorded, client.paid, effects, states, marks, service.reversals_db
         )
         breaker = decode_hash(redis.hgetall(keys.BREAKER))
-        refunded = int(redis.hget(keys.STATS, "attempts_refunded") or 0)
+        stats = decode_hash(redis.hgetall(keys.STATS))
+        refunded = int(stats.get("attempts_refunded", 0))
     finally:
         service.heal()
         faults["self_inflicted_worker_kill"] += service.self_inflicted
@@ -249,12 +250,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "states": dict(Counter(states.values())),
         "held_reasons": held,
+        # taken back after a call with no answer, settled by a built-in action (REVERSAL.md)
+        "settlements": {k: int(stats.get(k, 0)) for k in SETTLEMENT_COUNTS},
         "findings": found.as_dict(),
         "reversals": summary(undone, client.refunds.kinds),
         "lost": len(found.lost),
         "duplicated": len(found.duplicated),
         "workdir": str(workdir),
     }
+
+
+SETTLEMENT_COUNTS = ("settles_due", "settled_voided", "settled_applied")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,6 +58,21 @@ def reversal_families(
         "Fulfilments again after a dispute won that the fulfilment action applied.",
         value=counts.refulfilled,
     )
+    yield CounterMetricFamily(
+        "webhook_settlements_due",
+        "Payments taken back after an attempt of a built-in action that may have applied: "
+        "settled by the action (its key found, or voided) instead of held for a person.",
+        value=counts.settles_due,
+    )
+    settled = CounterMetricFamily(
+        "webhook_settlements",
+        "Settlements done, by what they found: voided (no effect: refunded_unfulfilled) or "
+        "applied (the effect: fulfilled, then taken back).",
+        labels=["outcome"],
+    )
+    settled.add_metric(["voided"], counts.settled_voided)
+    settled.add_metric(["applied"], counts.settled_applied)
+    yield settled
     waiting = GaugeMetricFamily(
         "webhook_payments_need_a_person",
         "Payments that wait for a person (failed, interrupted, held), by state and by leg: "

@@ -48,6 +48,13 @@ class Action(Protocol):
     def __call__(self, purchase: Purchase) -> Receipt: ...
 
 
+def settler(action: Action) -> Callable[[Purchase], Receipt] | None:
+    """The action's ``settle`` (the built-in SQLite and PostgreSQL actions): after an attempt
+    that may have applied, the payment taken back, it finds the payment's key or voids it in
+    one transaction (docs/REVERSAL.md). None for an action that cannot."""
+    return getattr(action, "settle", None)
+
+
 class HttpAction:
     """POST the payment as JSON with a stable Idempotency-Key header, to FULFILMENT_ACTION's
     URL and nowhere else: a redirect is never followed (requests follows 3xx by default,

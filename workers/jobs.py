@@ -9,6 +9,7 @@ a worker.
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -26,7 +27,7 @@ from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
 from ledger.reversals import refulfil_of, reversal_of
-from workers.actions import Action, build_action, build_reversal_action
+from workers.actions import Action, Receipt, build_action, build_reversal_action, settler
 from workers.deadline import DeadlineExceeded, call_within, calling_thread
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -35,6 +36,10 @@ from workers.exceptions import (
     TransientDownstreamError,
 )
 from workers.gating import admit, health_of, rate_wait_until, report
+
+LEGS = ("reverse", "refulfil", "settle")
+"""The legs besides the fulfilment (``leg`` in the payment hash: docs/LEDGER.md)."""
+LEG_WORD = {"reverse": "reversal", "settle": "settlement"}
 
 
 @dataclass(frozen=True)
@@ -99,13 +104,18 @@ def build_call(payment_key: str, start: Start, stored: dict[str, str]) -> Purcha
 
 
 def run_action(
-    action: Action, call: Purchase, timeout: float, kill_after: float
+    action: Action,
+    call: Purchase,
+    timeout: float,
+    kill_after: float,
+    settle: Callable[[Purchase], Receipt] | None = None,
 ) -> tuple[str, str, Health]:
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
     ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
-    a detail string and what it says about the downstream as a whole."""
+    a detail string and what it says about the downstream as a whole. With ``settle`` (the
+    action's, for a settlement) that is called instead: ``voided`` when it voided the key."""
     try:
-        receipt = call_within(timeout, lambda: action(call), kill_after)
+        receipt = call_within(timeout, lambda: (settle or action)(call), kill_after)
     except DeadlineExceeded as exc:
         return outcome_of(exc, action.replay_safe), f"deadline: {exc}", health_of(exc)
     except (TransientDownstreamError, PermanentDownstreamError) as exc:
@@ -119,6 +129,8 @@ def run_action(
         # stops after, as asked.)
         error = AmbiguousDownstreamError(f"the call ended with {exc!r}")
         return outcome_of(error, action.replay_safe), redact(str(error)), health_of(error)
+    if settle is not None and receipt.get("outcome") == "voided":
+        return "voided", encode_receipt(receipt), health_of(None)
     return "fulfilled", encode_receipt(receipt), health_of(None)
 
 
@@ -147,7 +159,7 @@ def fulfil(
     ``job_id`` started at ``entered`` (time.monotonic()) with RQ timeout ``job_timeout``."""
     ctx = context()
     stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
-    leg = stored.get("leg", "") if stored.get("leg") in ("reverse", "refulfil") else "fulfil"
+    leg = stored.get("leg", "") if stored.get("leg") in LEGS else "fulfil"
     if ctx.action is None:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
@@ -155,7 +167,11 @@ def fulfil(
     if action is None:  # REVERSAL_ACTION unset since the reversal became due
         detail = "a reversal is due and REVERSAL_ACTION is not set"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
-    ready = ctx.reads.prepare(payment_key, stored) if ctx.reads else None  # before the gate
+    if leg == "settle" and settler(action) is None:  # FULFILMENT_ACTION changed since
+        detail = "settlement: the fulfilment action cannot settle a payment (not built-in)"
+        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+    reads = ctx.reads if leg == "fulfil" else None  # a settlement needs no purchase read
+    ready = reads.prepare(payment_key, stored) if reads else None  # before the gate
     if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
         return {"payment": payment_key, "verdict": "wait", "reason": ready.reason}
     if ready and ready.verdict == "refused":
@@ -168,7 +184,8 @@ def fulfil(
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
-    start = ctx.attempts.start(payment_key, job_id, action.replay_safe, leg=leg)
+    settles = settler(action) is not None
+    start = ctx.attempts.start(payment_key, job_id, action.replay_safe, leg=leg, settles=settles)
     if start.verdict != "go":
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
@@ -189,11 +206,12 @@ def fulfil(
         return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
-    if leg != "fulfil":  # a reversal, or a fulfilment again after a dispute won: own key
+    if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
         call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call)
-    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after)
-    if leg == "reverse" and outcome != "fulfilled":
-        detail = f"reversal: {detail}"  # which action failed, wherever its error is shown
+    settle = settler(action) if leg == "settle" else None
+    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after, settle)
+    if leg in ("reverse", "settle") and outcome != "fulfilled":
+        detail = f"{LEG_WORD[leg]}: {detail}"  # which call failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
@@ -223,7 +241,9 @@ def failed_without_call(
     """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
     STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
     person (retry once the setting is fixed) instead of sitting queued."""
-    start = ctx.attempts.start(payment_key, job_id, replay_safe=False, leg=leg)
+    # A settlement's payment keeps saying its effect may have applied (held, never taken
+    # for one refunded before any effect: lua/prelude.lua may_have_applied).
+    start = ctx.attempts.start(payment_key, job_id, replay_safe=leg == "settle", leg=leg)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)

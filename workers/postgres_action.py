@@ -55,7 +55,16 @@ _INSERT_KEY = (
     " VALUES (%(idempotency_key)s, %(payment_key)s, %(token)s)"
     " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
 )
-_FIRST_RECEIPT = f"SELECT receipt FROM {TABLE} WHERE idempotency_key = %(idempotency_key)s"
+_FIRST_RECEIPT = (
+    f"SELECT receipt, voided_at IS NOT NULL FROM {TABLE}"
+    " WHERE idempotency_key = %(idempotency_key)s"
+)
+_VOID_KEY = (
+    f"INSERT INTO {TABLE} (idempotency_key, payment_key, token, voided_at)"
+    " VALUES (%(idempotency_key)s, %(payment_key)s, %(token)s, now())"
+    " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key"
+)
+VOIDED = "postgresql: voided: the payment was taken back before this key applied"
 _STORE_RECEIPT = (
     f"UPDATE {TABLE} SET receipt = %(receipt)s WHERE idempotency_key = %(idempotency_key)s"
 )
@@ -112,13 +121,23 @@ class PostgresAction:
         self._pool = None
 
     def __call__(self, purchase: Any) -> Receipt:
+        return self._transaction(self._apply, purchase)
+
+    def settle(self, purchase: Any) -> Receipt:
+        """After an attempt that may have applied, the payment taken back: its key found
+        (``already_applied``, the first receipt) or, absent, inserted voided in the same
+        statement (``voided``): the primary key orders it against any attempt still running,
+        which then finds it voided and applies nothing."""
+        return self._transaction(self._settle, purchase)
+
+    def _transaction(self, body: Any, purchase: Any) -> Receipt:
         deadline = time.monotonic() + self.timeout
         stage = "connecting"
         try:
             with self.pool().connection(timeout=self.timeout * CONNECT_SHARE) as conn:
                 stage = "applying"
                 with conn.transaction():
-                    receipt = self._apply(conn, purchase, deadline)
+                    receipt = body(conn, purchase, deadline)
                     stage = "committing"
         except PoolTimeout as exc:
             why = f"postgresql: no connection within {self.timeout * CONNECT_SHARE:g} s"
@@ -133,20 +152,33 @@ class PostgresAction:
         return receipt
 
     def _apply(self, conn: psycopg.Connection, call: Any, deadline: float) -> Receipt:
-        left_ms = max(1, int((deadline - time.monotonic()) * DATABASE_SHARE * 1000))
-        # lock_timeout a little shorter: a statement waiting on a lock says so
-        conn.execute(_SET_DEADLINE, {"ms": str(left_ms), "lock_ms": str(max(1, left_ms * 9 // 10))})
-        params = sql_params(call)
+        params = self._keyed(conn, call, deadline)
         key = {"idempotency_key": params["idempotency_key"]}
-        inserted = conn.execute(
-            _INSERT_KEY, {**key, "payment_key": params["payment_key"], "token": params["token"]}
-        ).fetchone()
-        if inserted is None:
+        if conn.execute(_INSERT_KEY, params).fetchone() is None:
             first = conn.execute(_FIRST_RECEIPT, key).fetchone()
+            if first and first[1]:
+                raise PermanentDownstreamError(VOIDED)
             return {"outcome": "already_applied", "receipt": first[0] if first else None}
         receipt = self.effect.run(conn, call) if self.effect is not None else {}
         conn.execute(_STORE_RECEIPT, {**key, "receipt": Jsonb(receipt)})
         return {"outcome": "applied", "receipt": receipt}
+
+    def _settle(self, conn: psycopg.Connection, call: Any, deadline: float) -> Receipt:
+        params = self._keyed(conn, call, deadline)
+        if conn.execute(_VOID_KEY, params).fetchone() is not None:
+            return {"outcome": "voided"}
+        first = conn.execute(_FIRST_RECEIPT, params).fetchone()
+        if first and first[1]:  # voided by a settlement before (its answer lost)
+            return {"outcome": "voided"}
+        return {"outcome": "already_applied", "receipt": first[0] if first else None}
+
+    def _keyed(self, conn: psycopg.Connection, call: Any, deadline: float) -> dict[str, Any]:
+        """The deadline set in the transaction; the key's parameters."""
+        left_ms = max(1, int((deadline - time.monotonic()) * DATABASE_SHARE * 1000))
+        # lock_timeout a little shorter: a statement waiting on a lock says so
+        conn.execute(_SET_DEADLINE, {"ms": str(left_ms), "lock_ms": str(max(1, left_ms * 9 // 10))})
+        p = sql_params(call)
+        return {k: p[k] for k in ("idempotency_key", "payment_key", "token")}
 
 
 def failure(exc: psycopg.Error, committing: bool, url: str) -> FulfilmentError:

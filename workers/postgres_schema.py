@@ -10,6 +10,11 @@ One row per payment whose effect committed; the row and the effect commit togeth
     token           bigint NOT NULL    -- the fencing token of the attempt that applied it
     receipt         jsonb              -- what the effect returned; a re-run answers it
     applied_at      timestamptz NOT NULL DEFAULT now()
+    voided_at       timestamptz        -- set: no effect, the key voided by a settlement
+
+A settlement (a payment taken back after an attempt that may have applied) inserts the key
+with ``voided_at`` when no effect holds it: the primary key then decides, against any late
+attempt, whether the effect applied (docs/REVERSAL.md).
 """
 
 from urllib.parse import urlsplit
@@ -26,9 +31,12 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     payment_key text NOT NULL,
     token bigint NOT NULL,
     receipt jsonb,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    voided_at timestamptz
 )
 """
+ADDED_COLUMNS = {"voided_at": "timestamptz"}
+"""Columns a table made before them lacks: ``migrate`` adds them."""
 MIGRATE_LOCK = 0x7765626C  # 'webl': two migrations at once wait for each other
 CHECK_CONNECT_SECONDS = 5
 EXPLAINED = "planned with EXPLAIN: one SELECT, INSERT, UPDATE, DELETE, MERGE or VALUES"
@@ -41,15 +49,29 @@ def masked(text: str, url: str) -> str:
     return text.replace(password, MASK) if len(password) >= 3 else text
 
 
-def migrate(url: str) -> bool:
-    """Create the table when it is missing (idempotent); True when it was created."""
+def migrate(url: str) -> str:
+    """Create the table when it is missing, or add the columns it lacks (idempotent); says
+    which: ``created``, ``added <columns>`` or ``already there``."""
     with psycopg.connect(url, connect_timeout=CHECK_CONNECT_SECONDS) as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
         present = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
         if present and present[0] is not None:
-            return False
+            lacking = _missing_columns(conn)
+            for name in lacking:
+                conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {ADDED_COLUMNS[name]}")
+            return f"added {', '.join(lacking)}" if lacking else "already there"
         conn.execute(SCHEMA)
-    return True
+    return "created"
+
+
+def _missing_columns(conn: psycopg.Connection) -> list[str]:
+    found = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+        " AND NOT attisdropped",
+        (TABLE,),
+    ).fetchall()
+    have = {row[0] for row in found}
+    return [name for name in ADDED_COLUMNS if name not in have]
 
 
 def problem(
@@ -67,6 +89,10 @@ def problem(
             if not found or found[0] is None:
                 why = f"the table {TABLE} is missing: run 'webhook-ledger downstream migrate'"
                 return setting, why
+            lacking = _missing_columns(conn)
+            if lacking:
+                why = f"the table {TABLE} lacks {', '.join(lacking)}: run 'webhook-ledger"
+                return setting, why + " downstream migrate'"
             conn.rollback()
             if effect is not None and effect.sql:
                 try:

@@ -45,6 +45,8 @@ class SqliteAction:
         try:
             now = time.time()
             db.execute("BEGIN IMMEDIATE")
+            if _voided(db, p["idempotency_key"]):
+                raise PermanentDownstreamError(VOIDED)
             inserted = db.execute(
                 "INSERT OR IGNORE INTO orders (idempotency_key, payment_key, amount, currency,"
                 " token, at, client_reference_id, customer, purchase)"
@@ -77,6 +79,34 @@ class SqliteAction:
                 db.rollback()
         found = {"outcome": outcome, "call_id": row.lastrowid}
         return found if self.effect is None else {**found, "receipt": receipt}
+
+    def settle(self, purchase: Any) -> Receipt:
+        """After an attempt that may have applied, the payment taken back: its order found
+        (``already_applied``, with the first receipt) or, absent, its key voided in the same
+        transaction (``voided``), so no attempt can apply it after (the write lock orders
+        this against any call's own)."""
+        db = self.connection()
+        p = sql_params(purchase)
+        key = p["idempotency_key"]
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            found = db.execute("SELECT 1 FROM orders WHERE idempotency_key = ?", (key,))
+            if found.fetchone() is not None:
+                receipt = {"outcome": "already_applied", "receipt": self._first_receipt(db, key)}
+            else:
+                db.execute(
+                    "INSERT OR IGNORE INTO voids (idempotency_key, payment_key, token, at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (key, p["payment_key"], p["token"], time.time()),
+                )
+                receipt = {"outcome": "voided"}
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:  # nothing was committed
+            raise TransientDownstreamError(f"sqlite: {exc}") from exc
+        finally:
+            if db.in_transaction:
+                db.rollback()
+        return receipt
 
     def reverse(self, call: ReversalCall) -> Receipt:
         """The reversal: its key recorded once, its amount added to the order's
@@ -157,6 +187,14 @@ class SqliteAction:
             "SELECT receipt FROM receipts WHERE idempotency_key = ?", (key,)
         ).fetchone()
         return json.loads(found[0]) if found else None
+
+
+VOIDED = "sqlite: voided: the payment was taken back before this key applied"
+
+
+def _voided(db: sqlite3.Connection, key: str) -> bool:
+    found = db.execute("SELECT 1 FROM voids WHERE idempotency_key = ?", (key,))
+    return found.fetchone() is not None
 
 
 def problem(

@@ -45,6 +45,16 @@ local function leg_word(pay)
   return redis.call('HGET', pay, 'leg') == 'reverse' and 'reversal: ' or ''
 end
 
+-- A settlement (leg `settle`) given up: an attempt failed for good or the budget is spent.
+-- Held for a person as if its action could not settle (`settle_gave_up`: not settled again
+-- until a person's retry, operator.lua).
+local function settle_given_up(pay, now)
+  redis.call('HDEL', pay, 'leg', 'lease_until', 'phase')
+  redis.call('HSET', pay, 'settle_gave_up', '1')
+  return hold_taken_back(pay, taken_back(pay), now, ', and its action could not settle it ' ..
+    '(last_error)')
+end
+
 -- The lease of the current attempt has expired: its worker died or stalled. Returns
 -- 'interrupted' (the call may have happened and the action is not replay-safe), 'spent'
 -- (that was the last attempt of the budget: the payment now waits for a person, so a job
@@ -65,6 +75,12 @@ local function expire_lease(pay, now, max_attempts)
     return 'interrupted'
   end
   if attempts_used(pay) >= max_attempts then
+    if redis.call('HGET', pay, 'leg') == 'settle' then
+      redis.call('HSET', pay, 'last_error', 'settlement: worker died (or stalled past its ' ..
+        'lease) ' .. deaths .. ' times; attempt budget of ' .. max_attempts .. ' spent')
+      settle_given_up(pay, now)
+      return 'spent'
+    end
     local to = replay_safe and 'failed' or 'interrupted'
     move(pay, to, now)
     redis.call('HSET', pay, 'last_error', leg_word(pay) ..

@@ -1,5 +1,6 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
--- outcome: fulfilled|retry|failed|interrupted|not_called; detail: the receipt or the error.
+-- outcome: fulfilled|retry|failed|interrupted|not_called, or for a settlement (leg `settle`)
+-- voided (fulfilled: it found the effect); detail: the receipt or the error.
 -- verdict: the outcome recorded, 'stale', 'already' or 'missing'; state: the payment's.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
@@ -30,7 +31,7 @@ end
 -- word (a fulfilment's late receipt) is no reversal's.
 -- Likewise a fulfilment again after a dispute won (`refulfil_from`).
 local leg = held[4]
-local reversing, refulfilling = leg == 'reverse', leg == 'refulfil'
+local reversing, refulfilling, settling = leg == 'reverse', leg == 'refulfil', leg == 'settle'
 local done = reversing and 'reversed' or 'fulfilled'
 local leg_from = (reversing and redis.call('HGET', pay, 'reversal_from'))
   or (refulfilling and redis.call('HGET', pay, 'refulfil_from')) or '0'
@@ -47,7 +48,11 @@ if current ~= token or (state ~= 'in_progress' and not late and not idle) then
   return reply{verdict = 'stale', state = state}
 end
 
-local function settle()
+if outcome == 'voided' and not settling then
+  refuse('outcome voided is a settlement\'s, and ' .. pk .. ' is not being settled')
+end
+
+local function record_outcome()
   redis.call('HINCRBY', STATS, 'attempts_finished', 1)
   redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)
   -- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
@@ -71,6 +76,16 @@ local function settle()
     redis.call('HINCRBY', STATS, 'refulfilled', 1)
     redis.call('ZREM', DUE, pk)
     return reply{verdict = 'fulfilled', state = 'fulfilled'}
+  end
+  if outcome == 'voided' then  -- settled: no effect under its key, and none can come now
+    redis.call('HDEL', pay, 'leg', 'last_error', 'attempt_id', 'replay_safe', 'waiting')
+    redis.call('HINCRBY', STATS, 'settled_voided', 1)
+    never_fulfilled(pay, now)
+    return reply{verdict = 'voided', state = 'refunded_unfulfilled'}
+  end
+  if fulfilled and settling then  -- settled: the effect was there, a fulfilment after all
+    redis.call('HDEL', pay, 'leg')
+    redis.call('HINCRBY', STATS, 'settled_applied', 1)
   end
   if fulfilled then
     -- A late receipt deferred by the gate leaves its waiting set here (move).
@@ -104,6 +119,7 @@ local function settle()
     retry_later(pay, used, backoff, now)
     return reply{verdict = 'retry', state = 'retrying'}
   end
+  if settling then return reply{verdict = outcome, state = settle_given_up(pay, now)} end
   move(pay, 'failed', now)
   redis.call('HINCRBY', STATS, 'dead_letters', 1)
   redis.call('ZREM', DUE, pk)
@@ -113,8 +129,8 @@ end
 -- A refund in full (or a lost dispute, or with REVERSAL_PER_REFUND any refund) recorded while
 -- the call ran: an effect is reversed (REVERSAL_ACTION), a payment left waiting without one is
 -- never fulfilled.
-local answer = settle()
-if not reversing then
+local answer = record_outcome()
+if not reversing and not (settling and outcome ~= 'fulfilled') then
   local moved = take_back(pay, now, reverse)
   if moved then answer[2] = moved end
 end

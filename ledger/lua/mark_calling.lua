@@ -14,7 +14,7 @@ end
 -- Refunded in full (or a dispute lost) since the lease was taken: this fulfilment is not
 -- called (an action that is not replay-safe is fenced here, so nothing was applied).
 local leg = held[4]
-if leg ~= 'reverse' and taken_back(pay) then
+if leg ~= 'reverse' and leg ~= 'settle' and taken_back(pay) then
   update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
   if leg == 'refulfil' then refulfil_withdrawn(pay, now) else never_fulfilled(pay, now) end
   return 0

@@ -71,7 +71,9 @@ if ARG.decision == 'fulfilled' then
   local moved = take_back(pay, now, reverse, ARGC + 1, ARG.job_id, grace_ms)
   return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
--- A fresh attempt budget for the retry.
+-- A fresh attempt budget for the retry; a settlement that gave up may run again (its cause
+-- fixed: the attempt's start settles a payment taken back, lua/prelude.lua take_back).
 redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
+redis.call('HDEL', pay, 'settle_gave_up')
 requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'operator')
 return reply{verdict = 'ok', state = 'queued'}

@@ -186,8 +186,9 @@ end
 -- (leased|calling), replay_safe, job, next_at, last_error, receipt, fulfilled_at, and one
 -- `attempt:{token}` JSON record per attempt (in the hash: a key each would cost more).
 -- not_called: the worker stalled after its fence past the call's window and did not call.
+-- voided: a settlement (leg `settle`) found no effect under the payment's key and voided it.
 local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true,
-  not_called = true}
+  not_called = true, voided = true}
 
 -- Purchases Stripe tied late: two payment records of one purchase point at each other
 -- (`same_purchase_as`). Only one of them may ever call the downstream. A record is engaged
@@ -370,12 +371,41 @@ local function never_fulfilled(pay, now)
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
 end
 
+-- Taken back after an attempt of a replay-safe action that may have applied it, and not
+-- settled by the action itself: held for a person, who checks the downstream.
+local function hold_taken_back(pay, why, now, because)
+  move(pay, 'held', now)
+  redis.call('HSET', pay, 'hold_reason', (why == 'dispute' and 'dispute lost' or
+    'refunded in full') .. ' after an attempt of a replay-safe action that may have applied ' ..
+    'it' .. (because or '') .. ': check the downstream (resolve as fulfilled if it applied: ' ..
+    'with REVERSAL_ACTION it is then reversed)')
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  return 'held'
+end
+
+-- The same, by an action that settles it (`settles`, from its attempts' start: the built-in
+-- SQLite and PostgreSQL actions): `leg` = settle, one call that finds the payment's key
+-- (the effect applied: fulfilled, then taken back as any fulfilled payment) or voids it in
+-- the same transaction (no attempt can apply it after: `refunded_unfulfilled`), with a fresh
+-- attempt budget; given up, held as above. Returns the new state.
+local function settle_or_hold(pay, why, now, first, job_id, grace_ms)
+  local can = redis.call('HMGET', pay, 'settles', 'settle_gave_up')
+  if can[1] ~= '1' or can[2] then return hold_taken_back(pay, why, now) end
+  local token = redis.call('HGET', pay, 'token') or 0
+  redis.call('HSET', pay, 'leg', 'settle', 'settle_from', token, 'budget_base', token)
+  move(pay, 'queued', now)
+  redis.call('HINCRBY', STATS, 'settles_due', 1)
+  enqueue_leg(pay, id_of(pay, PAYMENT_PREFIX), now, first, job_id, grace_ms)
+  return 'queued'
+end
+
 -- What a refund in full or a lost dispute does to the payment now, by its state (its
 -- fulfilment leg only: a reversal under way or done, or a fulfilment again after a dispute
 -- won, is not begun again). Not fulfilled and waiting (queued, retrying, held, failed) with
 -- no effect possible: `refunded_unfulfilled`, never called; one that may have an effect (a
--- replay-safe attempt ran): held for a person. Fulfilled: its reversal is due when `reverse`
--- (reversal_arg: REVERSAL_ACTION set); with `reverse.each` each refund's own reversal is due
+-- replay-safe attempt ran): settled by its action, else held for a person. Fulfilled: its
+-- reversal is due when `reverse` (reversal_arg: REVERSAL_ACTION set); with `reverse.each` each refund's own reversal is due
 -- as soon as it is recorded (next_reversal), a partial one too. In progress, pending,
 -- interrupted: nothing yet (the attempt's finish, the paid event or a person decides;
 -- `taken_back` tells them). Returns the new state or nil.
@@ -383,7 +413,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   local why = taken_back(pay)
   if not why and not (reverse and reverse.each) then return nil end  -- nothing to do
   local leg = redis.call('HGET', pay, 'leg')
-  if leg == 'reverse' or leg == 'refulfil' then return nil end
+  if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
   if state == 'fulfilled' and reverse and reverse.each then
@@ -403,17 +433,9 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
     return nil
   end
   if not why then return nil end
-  local pk = id_of(pay, PAYMENT_PREFIX)
   if state == 'queued' or state == 'retrying' or state == 'held' or state == 'failed' then
     if may_have_applied(pay) then
-      move(pay, 'held', now)
-      redis.call('HSET', pay, 'hold_reason', (why == 'refund' and 'refunded in full' or
-        'dispute lost') .. ' after an attempt of a replay-safe action that may have applied ' ..
-        'it: check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION ' ..
-        'it is then reversed)')
-      redis.call('HDEL', pay, 'next_at', 'sweep_seen')
-      redis.call('ZREM', DUE, pk)
-      return 'held'
+      return settle_or_hold(pay, why, now, first, job_id, grace_ms)
     end
     never_fulfilled(pay, now)
     return 'refunded_unfulfilled'

@@ -38,7 +38,13 @@ if state == 'queued' then
   if status == 'failed' then
     -- The job crashed before it could take a lease (e.g. an action that cannot be loaded).
     local failures = redis.call('HINCRBY', pay, 'job_failures', 1)
-    if failures >= max_attempts then
+    if failures >= max_attempts and redis.call('HGET', pay, 'leg') == 'settle' then
+      redis.call('HSET', pay, 'last_error', 'settlement: the job failed ' .. failures ..
+        ' times before it could start an attempt; see the worker log and RQ failed jobs')
+      settle_given_up(pay, now)
+      redis.call('ZREM', DUE, pk)
+      return 'spent'
+    elseif failures >= max_attempts then
       move(pay, 'failed', now)
       redis.call('HSET', pay, 'last_error', 'the fulfilment job failed ' .. failures ..
         ' times before it could start an attempt; see the worker log and RQ failed jobs')

@@ -4,11 +4,13 @@
 -- verdict: go (with the token and what the call needs: amount, currency, livemode, events)
 -- | skip (with its reason) | missing
 local KEY = named(KEYS, 'payment')
-local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'caller', 'leg')
+local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'settles', 'caller',
+  'leg')
 local reply = replies('verdict', 'token', 'reason', 'amount', 'currency', 'livemode', 'events')
 local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 choice_arg(ARG, 'replay_safe', BIT)
-choice_arg(ARG, 'leg', {fulfil = true, reverse = true, refulfil = true})
+choice_arg(ARG, 'settles', BIT)
+choice_arg(ARG, 'leg', {fulfil = true, reverse = true, refulfil = true, settle = true})
 local pay = KEY.payment
 local now = now_ms()
 local state = redis.call('HGET', pay, 'state')
@@ -50,6 +52,12 @@ local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
 if leg ~= ARG.leg then return skip('leg') end
 -- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
 if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
+-- Its refund failed since (or its dispute was won): no longer taken back, fulfilled after all.
+if leg == 'settle' and not taken_back(pay) then
+  redis.call('HDEL', pay, 'leg', 'job', 'taken_back')
+  redis.call('ZADD', DUE, now, id_of(pay, PAYMENT_PREFIX))  -- the sweeper's job
+  return skip('not_taken_back')
+end
 if leg == 'refulfil' and taken_back(pay) then  -- refunded in full since its dispute was won
   refulfil_withdrawn(pay, now)
   return skip('taken_back')
@@ -70,7 +78,8 @@ move(pay, 'in_progress', now, state)
 -- so the attempt is `calling` from the start (one round trip less per job).
 local phase = ARG.replay_safe == '1' and 'calling' or 'leased'
 redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
-  'replay_safe', ARG.replay_safe, 'job', ARG.job_id, 'attempt_id', ARG.execution)
+  'replay_safe', ARG.replay_safe, 'settles', ARG.settles, 'job', ARG.job_id,
+  'attempt_id', ARG.execution)
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))

@@ -84,6 +84,10 @@ class PaymentReversal(View):
     """Its fulfilment again after that dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
 
 
+AFTER_REVERSAL = ("reverse", "refulfil")
+"""The legs of a payment whose reversal is due or done (a settlement's is not)."""
+
+
 def leg_of(f: dict[str, str]) -> Leg:
     leg = f.get("leg")
     return cast(Leg, leg) if leg in LEGS else "fulfil"
@@ -92,7 +96,7 @@ def leg_of(f: dict[str, str]) -> Leg:
 def reversal_after(f: dict[str, str]) -> int | None:
     """The token a due (or done, then fulfilled again) reversal began after: its attempts
     have greater tokens."""
-    return whole(f.get("reversal_from")) if leg_of(f) != "fulfil" else None
+    return whole(f.get("reversal_from")) if leg_of(f) in AFTER_REVERSAL else None
 
 
 def _amount(minor_units: int | None, currency: str | None) -> Amount | None:
@@ -135,7 +139,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken = f.get("taken_back")
-    due = leg_of(f) != "fulfil"
+    due = leg_of(f) in AFTER_REVERSAL
     after = reversal_after(f)
     refulfil = _refulfil(payment_key, f)
     upto = refulfil.after_token if refulfil and refulfil.after_token else count(f.get("token"))

@@ -32,6 +32,13 @@ class ReversalCounts(View):
     refulfilled: int
     """Fulfilments again the fulfilment action applied (a person's word counts as a resolved
     fulfilment)."""
+    settles_due: int
+    """Settlements that became due: taken back after an attempt of a built-in action that may
+    have applied (docs/REVERSAL.md)."""
+    settled_voided: int
+    """Settlements that found no effect and voided the payment's key: refunded_unfulfilled."""
+    settled_applied: int
+    """Settlements that found the effect: fulfilled, then taken back as any fulfilled one."""
 
 
 def reversal_counts(stats: dict[str, str]) -> ReversalCounts:
@@ -45,6 +52,9 @@ def reversal_counts(stats: dict[str, str]) -> ReversalCounts:
         reinstated=count(stats.get("reinstated")),
         refulfils_due=count(stats.get("refulfils_due")),
         refulfilled=count(stats.get("refulfilled")),
+        settles_due=count(stats.get("settles_due")),
+        settled_voided=count(stats.get("settled_voided")),
+        settled_applied=count(stats.get("settled_applied")),
     )
 
 

@@ -10,11 +10,14 @@ import orjson
 from ledger.read.base import View
 from ledger.stored import count, ms_time, optional, whole
 
-Leg = Literal["fulfil", "reverse", "refulfil"]
-"""Which action a payment's state or an attempt is about: its fulfilment, its reversal, or
-its fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
+Leg = Literal["fulfil", "reverse", "refulfil", "settle"]
+"""Which action a payment's state or an attempt is about: its fulfilment, its reversal, its
+fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil), or its settlement (taken
+back after an attempt that may have applied: the built-in action finds its key or voids it)."""
 LEGS: tuple[Leg, ...] = get_args(Leg)
-FINISHED_OUTCOMES = frozenset({"fulfilled", "retry", "failed", "interrupted", "not_called"})
+FINISHED_OUTCOMES = frozenset(
+    {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided"}
+)
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
 
 
@@ -88,7 +91,11 @@ def attempts_of(f: dict[str, str]) -> list[Attempt]:
     payment's ``fulfilled_at`` (lua/finish_attempt.lua keeps it once, there), for an attempt
     of its reversal its ``reversed_at``, of its fulfilment again ``refulfilled_at``."""
     found = []
-    began = {"reverse": whole(f.get("reversal_from")), "refulfil": whole(f.get("refulfil_from"))}
+    began = {
+        "reverse": whole(f.get("reversal_from")),
+        "refulfil": whole(f.get("refulfil_from")),
+        "settle": whole(f.get("settle_from")),
+    }
     for name, value in f.items():
         label, _, token = name.partition(":")
         if label == "attempt" and token.isascii() and token.isdigit():
@@ -102,6 +109,7 @@ ENDED_AT: dict[Leg, str] = {
     "fulfil": "fulfilled_at",
     "reverse": "reversed_at",
     "refulfil": "refulfilled_at",
+    "settle": "fulfilled_at",  # it found the effect: the payment fulfilled after all
 }
 """Where the end of an attempt that applied is kept, by its leg (lua/finish_attempt.lua)."""
 

@@ -68,8 +68,8 @@ def shop(postgres_url: str) -> str:
             "CREATE FUNCTION fail_with(state text) RETURNS void LANGUAGE plpgsql AS"
             " $$ BEGIN RAISE EXCEPTION 'failing' USING ERRCODE = state; END $$"
         )
-    assert postgres_schema.migrate(postgres_url) is True
-    assert postgres_schema.migrate(postgres_url) is False  # idempotent
+    assert postgres_schema.migrate(postgres_url) == "created"
+    assert postgres_schema.migrate(postgres_url) == "already there"  # idempotent
     return postgres_url
 
 

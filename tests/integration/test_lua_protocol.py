@@ -7,8 +7,8 @@ finish with any outcome (the downstream down included, which the shared circuit 
 counts), die, or stall and come back with an old token (a success among them, after a
 person's retry and the gate's deferral), time moving past leases and cool-downs, the
 sweeper, a person's decisions, pausing and resuming fulfilment, refunds and disputes (and
-the reversals they make due, REVERSAL_ACTION on or off), and Redis restarted from its
-append-only file.
+the reversals they make due, REVERSAL_ACTION on or off, and the settlements of a built-in
+action after a call with no answer), and Redis restarted from its append-only file.
 After every step the invariants of docs/LEDGER.md ("The protocol's invariants") are
 checked; at the end of every program, with faults stopped and time moving, every paid
 payment must reach an end.
@@ -109,13 +109,14 @@ GO = Admission("go")
 class Worker:
     payment: str
     token: int
-    leg: str = "fulfil"  # "reverse": the payment's reversal; "refulfil": after a dispute won
+    leg: str = "fulfil"  # "reverse": its reversal; "refulfil": after a dispute won; "settle"
     replay_safe: bool = False
     fenced_at: int | None = None  # on the worker's own clock (real ms); None until it may call
     outcome: str = ""  # set once it has called
     admission: Admission = GO  # what the gate answered (a probe, a breaker counting failures)
     refund: str = ""  # the refund its reversal is for ("": the whole payment, or the rest)
     amount: int | None = 0  # what its reversal takes back (None: what remains, not known)
+    found: bool = False  # its settlement found the payment's key (the effect applied)
 
 
 class Protocol(RuleBasedStateMachine):
@@ -131,6 +132,7 @@ class Protocol(RuleBasedStateMachine):
         reversal_replay_safe=st.booleans(),
         per_refund=st.booleans(),
         dispute_won=st.sampled_from(("hold", "fulfil")),
+        settles=st.booleans(),
     )
     def setup(
         self,
@@ -142,6 +144,7 @@ class Protocol(RuleBasedStateMachine):
         reversal_replay_safe: bool = False,
         per_refund: bool = False,
         dispute_won: str = "hold",
+        settles: bool = False,
     ) -> None:
         self.redis.flushdb()
         self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
@@ -152,6 +155,9 @@ class Protocol(RuleBasedStateMachine):
         )
         self.watch.read()  # the sweeper runs from the start
         self.replay_safe = replay_safe
+        # a built-in database action: replay-safe, and it settles a payment taken back after
+        # an attempt that may have applied (its key found, or voided)
+        self.settles = replay_safe and settles
         self.reverse = reverse
         self.reversal_replay_safe = reversal_replay_safe
         self.per_refund, self.dispute_won = per_refund, dispute_won
@@ -218,6 +224,8 @@ class Protocol(RuleBasedStateMachine):
         self.refulfil_again: Counter[str] = Counter()
         self.resolved_done: set[str] = set()  # a person said its effect exists
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
+        self.voided: set[str] = set()  # payments whose key a settlement voided
+        self.settle_calls: Counter[str] = Counter()
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -366,6 +374,38 @@ class Protocol(RuleBasedStateMachine):
         if taking:
             self.deliver(taking[index % len(taking)])
 
+    @precondition(lambda self: None in self.workers)
+    @rule(index=st.integers(0, 100), hit=st.booleans(), all_events=st.booleans())
+    def taken_back_after_an_answer_never_came(
+        self, index: int, hit: bool, all_events: bool
+    ) -> None:
+        """A payment is paid, its attempt's call gets no answer (it applied or not: ``hit``),
+        then Stripe takes it back: a replay-safe action that settles settles it (its key
+        found, or voided), any other holds it for a person, or it goes interrupted; one of
+        its taking events, or all of them (a full refund's three, a dispute)."""
+        paying = [i for i, (e, _) in enumerate(self.events) if e["type"] == PAYING]
+        self.deliver(paying[index % len(paying)])
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        w = self.workers[slot]
+        if w is None:
+            return
+        self.worker_fences(slot)
+        self.worker_calls(slot, "ambiguous", hit)
+        self.worker_finishes(slot)
+        taking = [
+            i
+            for i, (e, _) in enumerate(self.events)
+            if e["type"].startswith(TAKING)
+            and e["data"]["object"].get("payment_intent") == w.payment
+        ]
+        if not taking:
+            return
+        for i in taking if all_events else taking[index % len(taking) :][:1]:
+            self.deliver(i)
+        if self.leg(w.payment) == "settle":
+            TALLY["settles_begun"] += 1
+
     @rule(index=st.integers(0, 100))
     def dispute_lost_then_won(self, index: int) -> None:
         """One of the pool's disputed payments, paid and fulfilled first (unless it is
@@ -424,12 +464,13 @@ class Protocol(RuleBasedStateMachine):
         # workers/jobs.py: the leg due, read before the gate, picks the action
         leg = self.leg(pk)
         safe = self.reversal_replay_safe if leg == "reverse" else self.replay_safe
+        settles = self.settles if leg != "reverse" else False
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
         if admission.verdict != "go":
             return  # deferred in the ledger (no attempt), or nothing to do
-        start = self.attempts.start(pk, job_id.decode(), safe, leg=leg)
+        start = self.attempts.start(pk, job_id.decode(), safe, leg=leg, settles=settles)
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.real if safe else None
@@ -485,6 +526,11 @@ class Protocol(RuleBasedStateMachine):
         if w.leg == "refulfil":
             self.refulfil_call(w, outcome, hit)
             return
+        if w.leg == "settle":
+            self.settle_call(w, outcome, hit)
+            return
+        if w.payment in self.voided:  # its key voided: the action refuses, applies nothing
+            outcome = "permanent"
         self.calls[w.payment] += 1
         if w.payment in self.maybe_applied:
             self.again[w.payment] += 1
@@ -523,6 +569,21 @@ class Protocol(RuleBasedStateMachine):
             assert paid is None or self.reversed_total[pk] <= paid, f"{pk}: reversed more than paid"
         w.outcome = outcome
 
+    def settle_call(self, w: Worker, outcome: str, hit: bool) -> None:
+        """A settlement: only of a replay-safe action that settles, for a payment taken back
+        after an attempt; one transaction that finds the payment's key (an effect applied
+        under it) or voids it (none can apply after)."""
+        pk = w.payment
+        assert self.settles, f"{pk}: settled by an action that cannot"
+        assert self.taken_back(pk), f"{pk}: settled while not taken back"
+        assert self.calls[pk] > 0 or pk in self.resolved_done, f"{pk}: settled before any call"
+        self.settle_calls[pk] += 1
+        if outcome == "ok" or (outcome == "ambiguous" and hit):  # the transaction committed
+            w.found = self.applied[pk] > 0
+            if not w.found:
+                self.voided.add(pk)
+        w.outcome = outcome
+
     def refulfil_call(self, w: Worker, outcome: str, hit: bool) -> None:
         """A fulfilment again after a dispute won: only under REVERSAL_DISPUTE_WON=fulfil,
         once its dispute was won and its effect reversed."""
@@ -546,7 +607,8 @@ class Protocol(RuleBasedStateMachine):
         if w is None or not w.outcome:
             return
         ambiguous = "retry" if w.replay_safe else "interrupted"
-        mapped = {"ok": "fulfilled", "ambiguous": ambiguous, "permanent": "failed"}
+        done = "voided" if w.leg == "settle" and not w.found else "fulfilled"
+        mapped = {"ok": done, "ambiguous": ambiguous, "permanent": "failed"}
         TALLY[f"finished_{w.outcome}"] += 1
         health, detail = HEALTH[w.outcome], f"model {w.outcome}"
         report(self.gate, w.admission, w.payment, w.token, health, detail)  # workers/gating.py
@@ -679,7 +741,7 @@ class Protocol(RuleBasedStateMachine):
 
     def leg(self, pk: str) -> str:
         leg = (self.redis.hget(keys.payment(pk), "leg") or b"").decode()
-        return leg if leg in ("reverse", "refulfil") else "fulfil"
+        return leg if leg in ("reverse", "refulfil", "settle") else "fulfil"
 
     def reversal_refund(self, pk: str) -> str:
         return (self.redis.hget(keys.payment(pk), "reversal_refund") or b"").decode()
@@ -811,13 +873,26 @@ class Protocol(RuleBasedStateMachine):
             assert self.reversal_calls[pk] == 0, f"{pk}: reversed without an effect"
 
     @invariant()
+    def a_voided_key_never_has_an_effect(self) -> None:
+        """A settlement voids a payment's key only when no effect holds it, and none can
+        apply after; the payment ends refunded_unfulfilled, never called again."""
+        if not hasattr(self, "voided"):
+            return
+        for pk in self.voided:
+            assert self.applied[pk] == 0, f"{pk}: an effect under a voided key"
+            assert pk not in self.resolved_done, f"{pk}: voided, then a person found an effect"
+            state = self.state(pk)  # held: its settlement's answer lost, its budget spent
+            settled = ("queued", "in_progress", "retrying", "refunded_unfulfilled", "held")
+            assert state in settled, f"{pk}: voided, then {state}"
+
+    @invariant()
     def a_reversal_only_with_reversal_on(self) -> None:
         if not hasattr(self, "reversal_calls") or self.reverse:
             return
         assert not self.reversal_calls, "a reversal called with REVERSAL_ACTION unset"
         assert not self.refulfil_calls, "fulfilled again with REVERSAL_ACTION unset"
-        for pk in self.all_payments():
-            assert self.redis.hget(keys.payment(pk), "leg") is None, pk
+        for pk in self.all_payments():  # a settlement is no reversal
+            assert self.redis.hget(keys.payment(pk), "leg") in (None, b"settle"), pk
 
     @invariant()
     def one_effect_per_purchase(self) -> None:
@@ -938,8 +1013,11 @@ class Protocol(RuleBasedStateMachine):
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
                 assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
-                # or taken back before any effect
-                assert now in (was, "refunded_unfulfilled", "held"), f"{pk}: {was} -> {now}"
+                # or taken back before any effect, or after one that may have applied: settled
+                settling = now == "queued" and self.leg(pk) == "settle"
+                assert now in (was, "refunded_unfulfilled", "held") or settling, (
+                    f"{pk}: {was} -> {now}"
+                )
             if was == "interrupted" and pk not in self.person_acted:
                 # Only its own attempt may lift it: a late receipt, or its word it never called.
                 lifted = ("interrupted", "fulfilled", "retrying", "reversed", "queued")
@@ -1022,6 +1100,13 @@ class Protocol(RuleBasedStateMachine):
         ):
             TALLY[counter] += int(stats.get(counter.encode(), 0))
         TALLY["reversal_calls"] += sum(self.reversal_calls.values())
+        TALLY["settle_calls"] += sum(self.settle_calls.values())
+        TALLY["voided"] += len(self.voided)
+        for counter in ("settles_due", "settled_voided", "settled_applied"):
+            TALLY[counter] += int(stats.get(counter.encode(), 0))
+        for pk in self.all_payments():  # how the payments a settlement began for ended
+            if self.redis.hexists(keys.payment(pk), "settle_from"):
+                TALLY[f"settle_ended_{self.state(pk)}"] += 1
         TALLY["refulfil_calls"] += sum(self.refulfil_calls.values())
 
     # --- helpers -------------------------------------------------------------------------
@@ -1501,3 +1586,40 @@ def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_
     m.deliver(m.pool_event(PAYING, pk))
     assert m.state(pk) == "reversed"
     m.teardown()
+
+
+@pytest.mark.parametrize("applied", [True, False])
+@pytest.mark.parametrize("reverse", [True, False])
+def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
+    protocol_redis: RedisServer, applied: bool, reverse: bool
+) -> None:
+    """The settlement rule by hand: a built-in action's call that may have applied, then a
+    full refund; the settlement finds the effect (fulfilled, then reversed when a reversal is
+    on) or voids the key (refunded_unfulfilled), and a stalled worker of the first attempt
+    that calls after the void applies nothing."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True, reverse=reverse)
+    for index in range(100):
+        m.taken_back_after_an_answer_never_came(index, applied, all_events=True)
+        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
+        if begun:
+            break
+    assert begun, "no payment of the pool was paid, called and taken back"
+    pk = begun[0]
+    assert m.applied[pk] == int(applied)
+    stalled = m.workers.index(None)  # the first attempt's worker, alive after all
+    m.workers[stalled] = Worker(pk, m.current_token(pk), "fulfil", True, m.real)
+    m.worker_runs_a_whole_job("ok", True)  # the settlement
+    if applied:
+        assert m.state(pk) == ("queued" if reverse else "fulfilled")
+        assert m.leg(pk) == ("reverse" if reverse else "fulfil")
+    else:
+        assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
+        m.worker_calls(stalled, "ok", True)
+        assert m.applied[pk] == 0, "an effect under a voided key"
+    m.teardown()
+    assert m.applied[pk] == int(applied)
+    ended = {(True, True): "reversed", (True, False): "fulfilled"}
+    assert m.state(pk) == ended.get((applied, reverse), "refunded_unfulfilled")

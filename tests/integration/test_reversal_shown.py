@@ -70,6 +70,9 @@ def test_the_summary_counts_reversals_and_who_waits_on_what(client, taken) -> No
         "reinstated": 1,
         "refulfils_due": 0,
         "refulfilled": 0,
+        "settles_due": 0,
+        "settled_voided": 0,
+        "settled_applied": 0,
     }
     assert s["payments_by_state"]["reversed"] == 1
     assert s["payments_by_state"]["refunded_unfulfilled"] == 1
@@ -180,6 +183,9 @@ def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config,
         "reinstated": 1,
         "refulfils_due": 1,
         "refulfilled": 1,
+        "settles_due": 0,
+        "settled_voided": 0,
+        "settled_applied": 0,
     }
     overview = client.get("/ops/", headers=BASIC).get_data(as_text=True)
     assert 'id="reversals-refund_reversals">2<' in overview

@@ -203,7 +203,10 @@ def test_short_soak_with_the_postgresql_action(tmp_path) -> None:
     assert proc.returncode == 0, result["findings"]
     assert result["faults"]["postmaster_kill"] == 1 and result["faults_total"] >= 8
     assert (result["lost"], result["duplicated"], result["findings"]["unfulfilled"]) == (0, 0, [])
-    # Refunded before its fulfilment: never called; held for a person if an attempt may have
-    # applied (REVERSAL_ACTION is unset here: a payment refunded after it stays fulfilled).
-    assert set(result["states"]) <= {"fulfilled", "refunded_unfulfilled", "held"}
+    # Refunded before its fulfilment: never called; after an attempt that may have applied,
+    # settled by the action (its key found: fulfilled; absent: voided), never held for a
+    # person (REVERSAL_ACTION is unset here: a payment refunded after it stays fulfilled).
+    assert set(result["states"]) <= {"fulfilled", "refunded_unfulfilled"}, result["held_reasons"]
+    settled = result["settlements"]
+    assert settled["settles_due"] == settled["settled_voided"] + settled["settled_applied"]
     assert result["reversals"]["ok"] and result["reversals"]["reversed"] == 0
