@@ -4,7 +4,8 @@ A probe answers the number of effects in the downstream for one payment key: the
 ``--effects module:function``, the user's ``--effects-sql`` (psycopg's named parameters,
 ``%(payment_key)s``, also for SQLite) on ``--effects-db`` or the action's own database, or,
 for the built-in downstreams, their own table: SQLite's ``orders``, PostgreSQL's
-``webhook_ledger_effects`` (one row per applied key, written with the effect).
+``webhook_ledger_effects`` (one row per applied key, written with the effect; a key a
+settlement voided is none).
 """
 
 import importlib
@@ -22,7 +23,9 @@ Probe = Callable[[str], int]
 
 BUILT_IN = {
     "sqlite": "SELECT count(*) FROM orders WHERE payment_key = %(payment_key)s",
-    "postgresql": f"SELECT count(*) FROM {TABLE} WHERE payment_key = %(payment_key)s",
+    "postgresql": (
+        f"SELECT count(*) FROM {TABLE} WHERE payment_key = %(payment_key)s AND voided_at IS NULL"
+    ),
 }
 PASSING = ("exactly once", "at most once (interrupted)", "skipped")
 
