@@ -29,7 +29,7 @@ from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
-from workers.effects import Effect, load_effect, load_reversal_effect
+from workers.effects import Effect, as_receipt, load_effect, load_reversal_effect
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -172,7 +172,9 @@ def _os_reason(exc: BaseException) -> str:
 
 class CallableAction:
     """A user's ``module:function`` taking the purchase as a dict (``Purchase.to_dict()``);
-    same contract as the others."""
+    same contract as the others. What it returns is made JSON-able as an effect's receipt
+    is (a Decimal or a datetime as its text): the call has applied by then, so a receipt
+    the ledger could not store must not turn it into a crashed job."""
 
     def __init__(self, target: str, replay_safe: bool) -> None:
         module, _, name = target.partition(":")
@@ -193,7 +195,7 @@ class CallableAction:
             raise
         except Exception as exc:  # unknown how far it got: retried only if replay-safe
             raise AmbiguousDownstreamError(f"{type(exc).__name__}: {exc}") from exc
-        return result if isinstance(result, dict) else {"result": result}
+        return as_receipt(result)
 
 
 def build_action(s: Settings) -> Action:
