@@ -9,7 +9,6 @@ automatically.
 """
 
 import email.utils
-import importlib
 import os
 import sqlite3
 import time
@@ -29,7 +28,7 @@ from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
-from workers.effects import Effect, as_receipt, load_effect, load_reversal_effect
+from workers.effects import Effect, as_receipt, imported, load_effect, load_reversal_effect
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -176,16 +175,8 @@ class CallableAction:
     is (a Decimal or a datetime as its text): the call has applied by then, so a receipt
     the ledger could not store must not turn it into a crashed job."""
 
-    def __init__(self, target: str, replay_safe: bool) -> None:
-        module, _, name = target.partition(":")
-        try:
-            self.fn: Callable[[dict[str, Any]], Any] = getattr(
-                importlib.import_module(module), name
-            )
-        except (ImportError, AttributeError) as exc:
-            raise ActionConfigError(f"cannot import {target}: {exc}") from exc
-        if not callable(self.fn):
-            raise ActionConfigError(f"{target} is not callable")
+    def __init__(self, target: str, replay_safe: bool, setting: str = "FULFILMENT_ACTION") -> None:
+        self.fn: Callable[[dict[str, Any]], Any] = imported(target, setting)
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
 
     def __call__(self, purchase: Purchase) -> Receipt:
@@ -213,17 +204,24 @@ def build_reversal_action(s: Settings) -> Action | None:
     if s.REVERSAL_ACTION is None:
         return None
     effect = load_reversal_effect(s)
-    return _built(s.REVERSAL_ACTION, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, effect)
+    spec = s.REVERSAL_ACTION
+    return _built(spec, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, effect, "REVERSAL_ACTION")
 
 
-def _built(spec: ActionSpec, timeout: float, replay_safe: bool, effect: Effect | None) -> Action:
+def _built(
+    spec: ActionSpec,
+    timeout: float,
+    replay_safe: bool,
+    effect: Effect | None,
+    setting: str = "FULFILMENT_ACTION",
+) -> Action:
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
         return SqliteAction(spec.target, effect)
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
         return PostgresAction(spec.target, timeout, effect)
     if spec.scheme == "http":
         return HttpAction(spec.target, timeout, replay_safe)
-    return CallableAction(spec.target, replay_safe)
+    return CallableAction(spec.target, replay_safe, setting)
 
 
 def unusable(s: Settings) -> tuple[str, str] | None:

@@ -174,12 +174,17 @@ def sql_text(value: str, setting: str = "FULFILMENT_SQL") -> str:
 
 
 def imported(target: str, setting: str = "FULFILMENT_EFFECT") -> Callable[..., Any]:
-    """The function ``module:function`` names; raises ActionConfigError naming ``setting``."""
+    """The function ``module:function`` names; raises ActionConfigError naming ``setting``,
+    also when importing the module raises something else (the user's module reading a
+    variable that is not set, a syntax error): one line, never a traceback."""
     module, _, name = target.partition(":")
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ActionConfigError(f"cannot import {target}: {exc}", setting) from exc
+    except Exception as exc:  # raised by the module's own code as it ran
+        why = f"cannot import {target}: importing it raised {type(exc).__name__}: {exc}"
+        raise ActionConfigError(why, setting) from exc
     if not callable(found):
         raise ActionConfigError(f"{target} is not callable", setting)
     fn: Callable[..., Any] = found

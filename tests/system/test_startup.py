@@ -139,6 +139,52 @@ def test_the_worker_resolves_the_action_before_its_first_job(
     assert why in lines[0]
 
 
+SHOP_MODULE = """import os
+DATABASE = os.environ["SHOP_DATABASE_URL"]  # not set: importing this module raises
+
+
+def fulfil(purchase):
+    return {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("settings", "setting", "why"),
+    [
+        (
+            {"FULFILMENT_ACTION": "shop_actions:fulfil"},
+            "FULFILMENT_ACTION",
+            "cannot import shop_actions:fulfil: importing it raised KeyError: 'SHOP_DATABASE_URL'",
+        ),
+        (
+            {"FULFILMENT_EFFECT": "shop_actions:fulfil"},
+            "FULFILMENT_EFFECT",
+            "cannot import shop_actions:fulfil: importing it raised KeyError",
+        ),
+        (
+            {"REVERSAL_ACTION": "no_such_shop.refunds:take_back"},
+            "REVERSAL_ACTION",
+            "cannot import no_such_shop.refunds:take_back: No module named 'no_such_shop'",
+        ),
+    ],
+    ids=["action raising on import", "effect raising on import", "reversal not found"],
+)
+@pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
+def test_a_module_function_that_cannot_be_loaded_is_named_by_its_setting(
+    worker: list[str], settings: dict[str, str], setting: str, why: str, tmp_path: Path
+) -> None:
+    """The user's module raising while it is imported (a variable it reads not set) stops
+    the worker with one line, as a missing module does; each names the setting that names
+    the function, REVERSAL_ACTION's too."""
+    (tmp_path / "shop_actions.py").write_text(SHOP_MODULE)
+    db = f"sqlite:///{tmp_path / 'downstream.sqlite3'}"
+    found = f"{ROOT}{os.pathsep}{tmp_path}"
+    env = env_with(PYTHONPATH=found, **({"FULFILMENT_ACTION": db} | settings))
+    lines = refuses(worker, env)
+    assert len(lines) == 1 and lines[0].startswith(f"invalid setting {setting}="), lines
+    assert why in lines[0]
+
+
 @pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
 def test_the_worker_refuses_an_http_action_that_moved_for_good(worker: list[str]) -> None:
     """Its one HEAD (no purchase is sent) is answered 308: FULFILMENT_ACTION is wrong."""
