@@ -30,8 +30,10 @@ def env_with(**settings: str) -> dict[str, str]:
     return {**base, "PYTHONPATH": str(ROOT), **settings}
 
 
-def run(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run(
+    argv: list[str], env: dict[str, str], timeout: float = 60, cwd: Path = ROOT
+) -> tuple[int, list[str]]:
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     return done.returncode, (done.stdout + done.stderr).splitlines()
 
 
@@ -206,6 +208,34 @@ def test_the_worker_starts_with_a_good_action_and_creates_the_sqlite_file(tmp_pa
         code, lines = run([*WORKER, "--burst"], env)
         assert code == 0, lines
         assert db.exists() and any("Listening on fulfilment" in line for line in lines)
+    finally:
+        server.stop()
+
+
+SHOP_FULFIL = """def grant(purchase):
+    return {"granted": purchase["payment_key"]}
+
+
+def grants_for(payment_key):
+    raise RuntimeError("the probe was imported")
+"""
+
+
+def test_a_module_function_in_the_working_directory_is_found(tmp_path: Path) -> None:
+    """A merchant's module beside the Procfile, in the directory the processes run from, no
+    PYTHONPATH: the Procfile's fulfilment-worker finds it as ``rq worker`` does (its
+    ``--path .``), and so does prove-action (its probe is asked once: here it raises)."""
+    (tmp_path / "shop_fulfil.py").write_text(SHOP_FULFIL)
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        env = env_with(REDIS_URL=server.url, FULFILMENT_ACTION="shop_fulfil:grant")
+        del env["PYTHONPATH"]
+        for worker in (WORKER, HA_WORKER):
+            code, lines = run([*worker, "--burst"], env, cwd=tmp_path)
+            assert code == 0, (worker, lines)
+        prove = [str(BIN / "webhook-ledger"), "prove-action", "--effects", "shop_fulfil:grants_for"]
+        code, lines = run(prove, env, cwd=tmp_path)
+        assert (code, lines) == (2, ["effects probe: RuntimeError: the probe was imported"])
     finally:
         server.stop()
 
