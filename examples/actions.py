@@ -43,12 +43,15 @@ def grant_access(purchase: Purchase) -> Receipt:
 
 
 def grant_entitlement(conn: Any, purchase: Purchase) -> Receipt:
-    """An entitlement row in the shop's PostgreSQL database, in the action's transaction
-    (``conn`` is psycopg's connection)."""
+    """An entitlement row in the example shop's ``entitlements`` table
+    (examples/shop/schema.sql; its FULFILMENT_SQL, grant.sql, does the same), in the action's
+    transaction (``conn`` is psycopg's connection)."""
     if purchase["currency"] != "usd":
         raise GiveUp(f"{purchase['payment_key']}: only usd is sold here")
     row = conn.execute(
-        "INSERT INTO entitlements (payment_key, cents) VALUES (%s, %s) RETURNING id",
-        (purchase["payment_key"], purchase["amount"]),
+        "INSERT INTO entitlements (payment_key, client_reference_id, customer_email, product,"
+        " amount, currency) VALUES (%(payment_key)s, %(client_reference_id)s,"
+        " %(customer_email)s, 'pro-plan', %(amount)s, %(currency)s) RETURNING id",
+        purchase,
     ).fetchone()
     return {"entitlement": row[0] if row else None}

@@ -8,7 +8,6 @@ for the built-in downstreams, their own table: SQLite's ``orders``, PostgreSQL's
 settlement voided is none).
 """
 
-import importlib
 import re
 import sqlite3
 from collections.abc import Callable
@@ -17,6 +16,8 @@ from dataclasses import dataclass
 import psycopg
 
 from ledger.settings import Settings
+from workers.effects import imported
+from workers.exceptions import ActionConfigError
 from workers.postgres_schema import TABLE
 
 Probe = Callable[[str], int]
@@ -37,11 +38,10 @@ class NoProbe(Exception):
 def probe_for(s: Settings, effects: str | None, sql: str | None, db: str | None) -> Probe:
     """The probe the options name, else the built-in downstream's."""
     if effects:
-        module, _, name = effects.partition(":")
         try:
-            found: Probe = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise NoProbe(f"--effects: cannot import {effects}: {exc}") from exc
+            found: Probe = imported(effects, "--effects")
+        except ActionConfigError as exc:
+            raise NoProbe(f"--effects: {exc}") from exc
         return lambda key: int(found(key))
     spec = s.FULFILMENT_ACTION
     url = db or (f"{spec.scheme}:///{spec.target}" if spec.scheme == "sqlite" else spec.target)

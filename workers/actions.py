@@ -9,7 +9,6 @@ automatically.
 """
 
 import email.utils
-import importlib
 import os
 import sqlite3
 import time
@@ -29,7 +28,7 @@ from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
-from workers.effects import Effect, load_effect, load_reversal_effect
+from workers.effects import Effect, as_receipt, imported, load_effect, load_reversal_effect
 from workers.exceptions import (
     ActionConfigError,
     AmbiguousDownstreamError,
@@ -172,18 +171,12 @@ def _os_reason(exc: BaseException) -> str:
 
 class CallableAction:
     """A user's ``module:function`` taking the purchase as a dict (``Purchase.to_dict()``);
-    same contract as the others."""
+    same contract as the others. What it returns is made JSON-able as an effect's receipt
+    is (a Decimal or a datetime as its text): the call has applied by then, so a receipt
+    the ledger could not store must not turn it into a crashed job."""
 
-    def __init__(self, target: str, replay_safe: bool) -> None:
-        module, _, name = target.partition(":")
-        try:
-            self.fn: Callable[[dict[str, Any]], Any] = getattr(
-                importlib.import_module(module), name
-            )
-        except (ImportError, AttributeError) as exc:
-            raise ActionConfigError(f"cannot import {target}: {exc}") from exc
-        if not callable(self.fn):
-            raise ActionConfigError(f"{target} is not callable")
+    def __init__(self, target: str, replay_safe: bool, setting: str = "FULFILMENT_ACTION") -> None:
+        self.fn: Callable[[dict[str, Any]], Any] = imported(target, setting)
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
 
     def __call__(self, purchase: Purchase) -> Receipt:
@@ -193,7 +186,7 @@ class CallableAction:
             raise
         except Exception as exc:  # unknown how far it got: retried only if replay-safe
             raise AmbiguousDownstreamError(f"{type(exc).__name__}: {exc}") from exc
-        return result if isinstance(result, dict) else {"result": result}
+        return as_receipt(result)
 
 
 def build_action(s: Settings) -> Action:
@@ -211,17 +204,24 @@ def build_reversal_action(s: Settings) -> Action | None:
     if s.REVERSAL_ACTION is None:
         return None
     effect = load_reversal_effect(s)
-    return _built(s.REVERSAL_ACTION, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, effect)
+    spec = s.REVERSAL_ACTION
+    return _built(spec, s.FULFILMENT_TIMEOUT, s.REVERSAL_REPLAY_SAFE, effect, "REVERSAL_ACTION")
 
 
-def _built(spec: ActionSpec, timeout: float, replay_safe: bool, effect: Effect | None) -> Action:
+def _built(
+    spec: ActionSpec,
+    timeout: float,
+    replay_safe: bool,
+    effect: Effect | None,
+    setting: str = "FULFILMENT_ACTION",
+) -> Action:
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
         return SqliteAction(spec.target, effect)
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
         return PostgresAction(spec.target, timeout, effect)
     if spec.scheme == "http":
         return HttpAction(spec.target, timeout, replay_safe)
-    return CallableAction(spec.target, replay_safe)
+    return CallableAction(spec.target, replay_safe, setting)
 
 
 def unusable(s: Settings) -> tuple[str, str] | None:

@@ -189,7 +189,8 @@ class ReversalCall(Purchase):
 
 Receipt = dict[str, Any]
 """What your code returns: a small JSON-able dict, stored with the payment (and, for an
-effect, with its key: a re-run answers it)."""
+effect, with its key: a re-run answers it); a value JSON has no type for (a Decimal, a
+datetime) is stored as its text, anything but a dict as ``{"result": …}``."""
 
 Action = Callable[[Purchase], Receipt | None]
 """``FULFILMENT_ACTION=module:function``."""

@@ -9,7 +9,9 @@ re-run answers the first call's receipt.
 
 import importlib
 import json
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -174,12 +176,23 @@ def sql_text(value: str, setting: str = "FULFILMENT_SQL") -> str:
 
 
 def imported(target: str, setting: str = "FULFILMENT_EFFECT") -> Callable[..., Any]:
-    """The function ``module:function`` names; raises ActionConfigError naming ``setting``."""
+    """The function ``module:function`` names; raises ActionConfigError naming ``setting``,
+    also when importing the module raises something else (the user's module reading a
+    variable that is not set, a syntax error): one line, never a traceback. The module is
+    looked for on ``sys.path``, then in the working directory, as ``rq worker`` (its
+    ``--path .``) and ``python -m`` find it: a merchant's module beside the Procfile is found
+    by ``fulfilment-worker`` and ``webhook-ledger``, console scripts whose ``sys.path`` holds
+    their own folder instead."""
     module, _, name = target.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ActionConfigError(f"cannot import {target}: {exc}", setting) from exc
+    except Exception as exc:  # raised by the module's own code as it ran
+        why = f"cannot import {target}: importing it raised {type(exc).__name__}: {exc}"
+        raise ActionConfigError(why, setting) from exc
     if not callable(found):
         raise ActionConfigError(f"{target} is not callable", setting)
     fn: Callable[..., Any] = found

@@ -5,6 +5,7 @@ said for what it is; the same FULFILMENT_SQL text runs on both."""
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from examples.shop import migrate as migrate_shop
 from ledger import settings as settings_module
 from ledger.purchase import Purchase, purchase_of
 from ledger.reversals import ReversalCall, reversal_of
 from tests.support.helpers import cli_ok, run_cli
 from tests.support.postgres import USER_PASSWORD
-from tests.support.processes import free_port
+from tests.support.processes import ROOT, free_port
 from workers import postgres_schema
 from workers.actions import build_action, build_reversal_action, unusable
 from workers.effects import for_sqlite, sql_params
@@ -441,3 +443,21 @@ def test_a_reversal_effect_that_cannot_be_imported_is_refused_naming_it(shop) ->
     )
     found = unusable(s)
     assert found is not None and found[0] == "REVERSAL_EFFECT" and "import" in found[1]
+
+
+def test_the_examples_grant_into_the_example_shops_table(postgres_url: str) -> None:
+    """examples/actions.py's ``grant_entitlement`` (FULFILMENT_EFFECT, as its docstring sets
+    it) and docs/ACTIONS.md's FULFILMENT_SQL, each against the ``entitlements`` table that
+    examples/shop/schema.sql makes: one entitlement per payment, with its order and email."""
+    migrate_shop(postgres_url)
+    doc = (ROOT / "docs" / "ACTIONS.md").read_text()
+    [documented] = re.findall(r'^export FULFILMENT_SQL="(.+)"$', doc, re.MULTILINE)
+    effect = {"FULFILMENT_EFFECT": "examples.actions:grant_entitlement"}
+    for pk, setting in (("pi_effect", effect), ("pi_sql", {SQL: documented})):
+        action, s = action_for(postgres_url, **setting)
+        assert unusable(s) is None
+        assert action(call(pk))["outcome"] == "applied"
+    found = rows(postgres_url, "SELECT payment_key, product, amount FROM entitlements ORDER BY id")
+    assert found == [("pi_effect", "pro-plan", 2000), ("pi_sql", "pro-plan", 2000)]
+    granted = "SELECT count(*) FROM entitlements WHERE client_reference_id = 'order_pi_effect'"
+    assert rows(postgres_url, granted) == [(1,)]

@@ -30,8 +30,10 @@ def env_with(**settings: str) -> dict[str, str]:
     return {**base, "PYTHONPATH": str(ROOT), **settings}
 
 
-def run(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, list[str]]:
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run(
+    argv: list[str], env: dict[str, str], timeout: float = 60, cwd: Path = ROOT
+) -> tuple[int, list[str]]:
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     return done.returncode, (done.stdout + done.stderr).splitlines()
 
 
@@ -139,6 +141,52 @@ def test_the_worker_resolves_the_action_before_its_first_job(
     assert why in lines[0]
 
 
+SHOP_MODULE = """import os
+DATABASE = os.environ["SHOP_DATABASE_URL"]  # not set: importing this module raises
+
+
+def fulfil(purchase):
+    return {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("settings", "setting", "why"),
+    [
+        (
+            {"FULFILMENT_ACTION": "shop_actions:fulfil"},
+            "FULFILMENT_ACTION",
+            "cannot import shop_actions:fulfil: importing it raised KeyError: 'SHOP_DATABASE_URL'",
+        ),
+        (
+            {"FULFILMENT_EFFECT": "shop_actions:fulfil"},
+            "FULFILMENT_EFFECT",
+            "cannot import shop_actions:fulfil: importing it raised KeyError",
+        ),
+        (
+            {"REVERSAL_ACTION": "no_such_shop.refunds:take_back"},
+            "REVERSAL_ACTION",
+            "cannot import no_such_shop.refunds:take_back: No module named 'no_such_shop'",
+        ),
+    ],
+    ids=["action raising on import", "effect raising on import", "reversal not found"],
+)
+@pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
+def test_a_module_function_that_cannot_be_loaded_is_named_by_its_setting(
+    worker: list[str], settings: dict[str, str], setting: str, why: str, tmp_path: Path
+) -> None:
+    """The user's module raising while it is imported (a variable it reads not set) stops
+    the worker with one line, as a missing module does; each names the setting that names
+    the function, REVERSAL_ACTION's too."""
+    (tmp_path / "shop_actions.py").write_text(SHOP_MODULE)
+    db = f"sqlite:///{tmp_path / 'downstream.sqlite3'}"
+    found = f"{ROOT}{os.pathsep}{tmp_path}"
+    env = env_with(PYTHONPATH=found, **({"FULFILMENT_ACTION": db} | settings))
+    lines = refuses(worker, env)
+    assert len(lines) == 1 and lines[0].startswith(f"invalid setting {setting}="), lines
+    assert why in lines[0]
+
+
 @pytest.mark.parametrize("worker", [WORKER, HA_WORKER], ids=["rq worker", "fulfilment-worker"])
 def test_the_worker_refuses_an_http_action_that_moved_for_good(worker: list[str]) -> None:
     """Its one HEAD (no purchase is sent) is answered 308: FULFILMENT_ACTION is wrong."""
@@ -160,6 +208,34 @@ def test_the_worker_starts_with_a_good_action_and_creates_the_sqlite_file(tmp_pa
         code, lines = run([*WORKER, "--burst"], env)
         assert code == 0, lines
         assert db.exists() and any("Listening on fulfilment" in line for line in lines)
+    finally:
+        server.stop()
+
+
+SHOP_FULFIL = """def grant(purchase):
+    return {"granted": purchase["payment_key"]}
+
+
+def grants_for(payment_key):
+    raise RuntimeError("the probe was imported")
+"""
+
+
+def test_a_module_function_in_the_working_directory_is_found(tmp_path: Path) -> None:
+    """A merchant's module beside the Procfile, in the directory the processes run from, no
+    PYTHONPATH: the Procfile's fulfilment-worker finds it as ``rq worker`` does (its
+    ``--path .``), and so does prove-action (its probe is asked once: here it raises)."""
+    (tmp_path / "shop_fulfil.py").write_text(SHOP_FULFIL)
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        env = env_with(REDIS_URL=server.url, FULFILMENT_ACTION="shop_fulfil:grant")
+        del env["PYTHONPATH"]
+        for worker in (WORKER, HA_WORKER):
+            code, lines = run([*worker, "--burst"], env, cwd=tmp_path)
+            assert code == 0, (worker, lines)
+        prove = [str(BIN / "webhook-ledger"), "prove-action", "--effects", "shop_fulfil:grants_for"]
+        code, lines = run(prove, env, cwd=tmp_path)
+        assert (code, lines) == (2, ["effects probe: RuntimeError: the probe was imported"])
     finally:
         server.stop()
 

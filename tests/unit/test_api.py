@@ -2,8 +2,11 @@
 --strict`` clean, and each exception and the replay-safe mark mean what the module says
 when the real job code maps them."""
 
+import json
 import subprocess
 import sys
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -102,3 +105,17 @@ def test_each_exception_means_what_it_says(error, outcome, health) -> None:
     assert got == outcome
     assert (seen.kind, seen.sent, seen.retry_after_s) == health
     assert health_of(error).kind == health[0]
+
+
+def test_a_receipt_json_has_no_type_for_is_kept_as_text() -> None:
+    """What a module:function returns after applying its effect (a Decimal read from a
+    NUMERIC column, a datetime) is kept as an effect's receipt is: as its text, the payment
+    fulfilled. Before, the job crashed after the call and the payment ended interrupted."""
+    at = datetime(2026, 12, 5, 13, 0, tzinfo=UTC)
+    action = CallableAction("examples.actions:grant_access", False)
+    action.fn = lambda purchase: {"charged": Decimal("20.00"), "at": at, "entitlement": 7}
+    outcome, detail, _ = run_action(action, call(), 5, 1)
+    assert outcome == "fulfilled"
+    assert json.loads(detail) == {"charged": "20.00", "at": str(at), "entitlement": 7}
+    action.fn = lambda purchase: Decimal("1.5")
+    assert json.loads(run_action(action, call(), 5, 1)[1]) == {"result": "1.5"}

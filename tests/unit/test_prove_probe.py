@@ -53,3 +53,12 @@ def test_a_kind_without_a_built_in_count_needs_a_probe() -> None:
         probe_for(s, None, None, None)
     with pytest.raises(NoProbe, match="cannot import"):
         probe_for(s, "no_such_module:count", None, None)
+
+
+def test_a_probe_module_raising_on_import_is_named_not_a_traceback(tmp_path, monkeypatch) -> None:
+    (tmp_path / "shop_probe.py").write_text("import os\nDB = os.environ['SHOP_PROBE_DB']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    s = load({"FULFILMENT_ACTION": "http://127.0.0.1:9/fulfil"})
+    why = "--effects: cannot import shop_probe:count: importing it raised KeyError: 'SHOP_PROBE_DB'"
+    with pytest.raises(NoProbe, match=why):
+        probe_for(s, "shop_probe:count", None, None)
