@@ -63,11 +63,14 @@ class HttpAction:
     status: never the URL's path, ``;params`` or query, where a capability URL keeps its
     secret, nor the answer's body, which may quote them."""
 
-    def __init__(self, url: str, timeout: float, replay_safe: bool) -> None:
+    def __init__(
+        self, url: str, timeout: float, replay_safe: bool, setting: str = "FULFILMENT_ACTION"
+    ) -> None:
         self.url = url
         self.origin = origin(url)
         self.timeout = timeout
         self.replay_safe = replay_safe
+        self.setting = setting  # the one that names it: FULFILMENT_ACTION, REVERSAL_ACTION
 
     def __call__(self, purchase: Purchase) -> Receipt:
         try:
@@ -94,7 +97,7 @@ class HttpAction:
             return {"status": status, "body": answer.text[:200]}
         refused = f"http {status} from {self.origin}"
         if 300 <= status < 400:  # it reached a server that may have acted on it
-            raise AmbiguousDownstreamError(redirected(self.url, answer))
+            raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))
         if status in (502, 504):  # a gateway's answer: the origin may have applied it
             raise AmbiguousDownstreamError(refused, down=True)
         if status in (429, 503):  # the downstream as a whole refuses for now
@@ -120,9 +123,9 @@ class Unredirected(requests.Session):
         yield from ()
 
 
-def redirected(url: str, answer: requests.Response) -> str:
+def redirected(url: str, answer: requests.Response, setting: str = "FULFILMENT_ACTION") -> str:
     """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
-    (301, 308) is a misconfiguration a person fixes in FULFILMENT_ACTION."""
+    (301, 308) is a misconfiguration a person fixes in ``setting``."""
     status, location = answer.status_code, answer.headers.get("Location", "").strip()
     try:
         to = origin(urljoin(url, location)) if location else "none"
@@ -130,7 +133,7 @@ def redirected(url: str, answer: requests.Response) -> str:
         to = origin("")
     said = f"http {status} from {origin(url)}"
     if status in (301, 308):
-        fix = "FULFILMENT_ACTION should name the new URL"
+        fix = f"{setting} should name the new URL"
         return f"{said}: the endpoint moved (Location on {to}); {fix}"
     return f"{said}: a redirect (Location on {to}), not followed"
 
@@ -220,7 +223,7 @@ def _built(
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
         return PostgresAction(spec.target, timeout, effect)
     if spec.scheme == "http":
-        return HttpAction(spec.target, timeout, replay_safe)
+        return HttpAction(spec.target, timeout, replay_safe, setting)
     return CallableAction(spec.target, replay_safe, setting)
 
 
@@ -228,41 +231,41 @@ def unusable(s: Settings) -> tuple[str, str] | None:
     """Why the configured action cannot run (the setting to change, what is wrong), or None:
     its module imported, its URL prepared as requests would send it and not moved for good
     (``moved``), its SQLite file created and writable, its PostgreSQL database reached and
-    its table there, FULFILMENT_SQL accepted by the database. A worker checks this when it
-    starts (workers/rq_config.py), before its first job."""
+    its table there, FULFILMENT_SQL accepted by the database; REVERSAL_ACTION's likewise. A
+    worker checks this when it starts (workers/rq_config.py), before its first job."""
+    setting = "REVERSAL_ACTION"
     try:
         reversal = build_reversal_action(s)
-        found = _database_problem(reversal, "REVERSAL_ACTION") if reversal else None
+        found = _problem(reversal, setting, s.FULFILMENT_TIMEOUT) if reversal else None
         if found:
             return found
-        action = build_action(s)
-        if isinstance(action, SqliteAction | PostgresAction):
-            return _database_problem(action, "FULFILMENT_ACTION")
-        if isinstance(action, HttpAction):
-            try:
-                requests.Request("POST", action.url).prepare()
-            except requests.RequestException as exc:  # its message quotes the whole URL
-                why = f"{type(exc).__name__}: requests cannot send to {action.origin}"
-                return "FULFILMENT_ACTION", why
-            gone = moved(action.url, s.FULFILMENT_TIMEOUT)
-            return ("FULFILMENT_ACTION", gone) if gone else None
+        setting = "FULFILMENT_ACTION"
+        return _problem(build_action(s), setting, s.FULFILMENT_TIMEOUT)
     except ActionConfigError as exc:
         return exc.setting, redact(f"{type(exc).__name__}: {exc}")
     except (sqlite3.Error, OSError, requests.RequestException) as exc:
-        return "FULFILMENT_ACTION", redact(f"{type(exc).__name__}: {exc}")
-    return None
+        return setting, redact(f"{type(exc).__name__}: {exc}")
 
 
-def _database_problem(action: Action, setting: str) -> tuple[str, str] | None:
-    """A built-in downstream's (``setting`` names it): its database and its effect."""
+def _problem(action: Action, setting: str, timeout: float) -> tuple[str, str] | None:
+    """What is wrong with the action ``setting`` names (the setting to change, why): a
+    built-in downstream's database and effect, an HTTP one's URL (prepared as requests
+    would send it, not moved for good)."""
     if isinstance(action, SqliteAction):
         return sqlite_action.problem(action.path, action.effect, setting)
     if isinstance(action, PostgresAction):
         return postgres_schema.problem(action.url, action.effect, setting)
+    if isinstance(action, HttpAction):
+        try:
+            requests.Request("POST", action.url).prepare()
+        except requests.RequestException as exc:  # its message quotes the whole URL
+            return setting, f"{type(exc).__name__}: requests cannot send to {action.origin}"
+        gone = moved(action.url, timeout, setting)
+        return (setting, gone) if gone else None
     return None
 
 
-def moved(url: str, timeout: float) -> str | None:
+def moved(url: str, timeout: float, setting: str = "FULFILMENT_ACTION") -> str | None:
     """Whether ``url`` has moved for good, asked with one ``HEAD`` (RFC 9110: a safe
     method, no body, no purchase, no Idempotency-Key; what uptime checks send) that
     follows no redirect: a 301 or 308 names the misconfiguration, anything else, no answer
@@ -273,7 +276,7 @@ def moved(url: str, timeout: float) -> str | None:
             answer = session.head(url, timeout=wait, allow_redirects=False)
     except requests.RequestException:
         return None
-    return redirected(url, answer) if answer.status_code in (301, 308) else None
+    return redirected(url, answer, setting) if answer.status_code in (301, 308) else None
 
 
 def settings_or_exit() -> Settings:

@@ -7,6 +7,8 @@ with one HEAD. Before, requests followed them: a 303 to a status page answering 
 made three calls, a 301 or 302 to a page answering 200 fulfilled with no effect, a 307 or
 308 re-POSTed the signed purchase to another host."""
 
+from pathlib import Path
+
 import pytest
 
 from ledger import settings as settings_module
@@ -122,6 +124,27 @@ def test_a_workers_start_refuses_an_endpoint_that_moved_for_good(
         )
     else:
         assert why is None
+
+
+def test_a_workers_start_refuses_a_reversal_endpoint_that_moved_for_good_naming_it(
+    tmp_path: Path,
+) -> None:
+    """REVERSAL_ACTION's URL is checked as FULFILMENT_ACTION's, and the refusal names it."""
+    with CountingDownstream() as downstream:
+        downstream.redirect = (308, f"https://shop.example{SECRET_PATH}")
+        s = settings_module.load(
+            {},
+            FULFILMENT_ACTION=f"sqlite:///{tmp_path / 'downstream.sqlite3'}",
+            REVERSAL_ACTION=downstream.url + "?token=SECRET123",
+            FULFILMENT_TIMEOUT=1.0,
+        )
+        why = unusable(s)
+        assert downstream.visits == [("HEAD", "/fulfil?token=SECRET123")]
+    assert why == (
+        "REVERSAL_ACTION",
+        f"http 308 from {origin_of(downstream)}: the endpoint moved (Location on "
+        "https://shop.example:443); REVERSAL_ACTION should name the new URL",
+    )
 
 
 def test_no_answer_at_start_is_left_to_the_calls() -> None:
