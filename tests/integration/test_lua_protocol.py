@@ -225,6 +225,9 @@ class Protocol(RuleBasedStateMachine):
         self.resolved_done: set[str] = set()  # a person said its effect exists
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         self.voided: set[str] = set()  # payments whose key a settlement voided
+        # an attempt of a replay-safe fulfilment started: fenced from its start, it may have
+        # called whatever the model's worker did after (died, stalled)
+        self.may_have_called: set[str] = set()
         self.settle_calls: Counter[str] = Counter()
         TALLY["programs"] += 1
 
@@ -474,6 +477,8 @@ class Protocol(RuleBasedStateMachine):
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.real if safe else None
+            if safe and leg == "fulfil":
+                self.may_have_called.add(pk)
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
@@ -571,12 +576,13 @@ class Protocol(RuleBasedStateMachine):
 
     def settle_call(self, w: Worker, outcome: str, hit: bool) -> None:
         """A settlement: only of a replay-safe action that settles, for a payment taken back
-        after an attempt; one transaction that finds the payment's key (an effect applied
-        under it) or voids it (none can apply after)."""
+        after an attempt that may have called; one transaction that finds the payment's key
+        (an effect applied under it) or voids it (none can apply after)."""
         pk = w.payment
         assert self.settles, f"{pk}: settled by an action that cannot"
         assert self.taken_back(pk), f"{pk}: settled while not taken back"
-        assert self.calls[pk] > 0 or pk in self.resolved_done, f"{pk}: settled before any call"
+        called = self.calls[pk] > 0 or pk in self.may_have_called
+        assert called or pk in self.resolved_done, f"{pk}: settled before any attempt"
         self.settle_calls[pk] += 1
         if outcome == "ok" or (outcome == "ambiguous" and hit):  # the transaction committed
             w.found = self.applied[pk] > 0
@@ -1623,3 +1629,37 @@ def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
     assert m.applied[pk] == int(applied)
     ended = {(True, True): "reversed", (True, False): "fulfilled"}
     assert m.state(pk) == ended.get((applied, reverse), "refunded_unfulfilled")
+
+
+def test_a_payment_whose_worker_died_after_its_start_is_settled_when_taken_back(
+    protocol_redis: RedisServer,
+) -> None:
+    """A replay-safe attempt may call from its start (no fence of its own): its worker dying
+    before it said anything leaves a call that may have applied, so a full refund after its
+    lease expired is settled as after a call with no answer (the key voided here: no call
+    applied it)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        if m.state(pk):
+            continue
+        m.deliver(index)
+        m.worker_takes_a_job()
+        assert m.workers[0] is not None and m.workers[0].payment == pk
+        m.worker_dies(0)
+        m.time_passes(LEASE_MS + 1)
+        m.sweeper_runs()  # its lease expired: retried
+        for i, (e, _) in enumerate(m.events):
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk:
+                m.deliver(i)
+        if m.leg(pk) == "settle":
+            break
+    assert m.leg(pk) == "settle", "no payment of the pool was paid, started and taken back"
+    assert m.calls[pk] == 0
+    m.worker_runs_a_whole_job("ok", True)  # the settlement
+    assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
+    m.teardown()
