@@ -487,6 +487,20 @@ class Protocol(RuleBasedStateMachine):
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
 
+    @rule()
+    def worker_cannot_load_its_action(self) -> None:
+        """A worker deployed with an action it cannot build (workers/jobs.py
+        failed_without_call, before the gate): it takes the next job and fails its payment,
+        whatever leg is due, without a call. Its attempt says nothing of the action."""
+        job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
+        if job_id is None:
+            return
+        pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        start = self.attempts.start_without_call(pk, job_id.decode(), self.leg(pk))
+        if start.verdict == "go":
+            TALLY["failed_without_call"] += 1
+            self.attempts.finish(pk, start.token, "failed", "model: cannot load the action", 0)
+
     @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
     def purchase_waits_for_stripe(self, reason: str) -> None:
         """A worker, before the gate, finds Stripe's API down while reading a Checkout
@@ -890,6 +904,17 @@ class Protocol(RuleBasedStateMachine):
             state = self.state(pk)  # held: its settlement's answer lost, its budget spent
             settled = ("queued", "in_progress", "retrying", "refunded_unfulfilled", "held")
             assert state in settled, f"{pk}: voided, then {state}"
+
+    @invariant()
+    def refunded_unfulfilled_has_no_effect(self) -> None:
+        """A payment ends refunded_unfulfilled only with no effect: none applied by a call
+        (one that may have applied is settled or held first), none a person found."""
+        if not hasattr(self, "applied"):
+            return
+        for pk in self.all_payments():
+            if self.state(pk) == "refunded_unfulfilled":
+                assert self.applied[pk] == 0, f"{pk}: refunded_unfulfilled with an effect"
+                assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
 
     @invariant()
     def a_reversal_only_with_reversal_on(self) -> None:
@@ -1663,3 +1688,54 @@ def test_a_payment_whose_worker_died_after_its_start_is_settled_when_taken_back(
     m.worker_runs_a_whole_job("ok", True)  # the settlement
     assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
     m.teardown()
+
+
+@pytest.mark.parametrize("leg", ["fulfil", "settle"])
+def test_an_attempt_without_a_call_keeps_what_the_call_before_it_said(
+    protocol_redis: RedisServer, leg: str
+) -> None:
+    """A built-in action's call applies and its answer never comes; a worker that cannot load
+    its action takes the next job (the retry, or the settlement once refunded in full) and
+    fails it without a call. Refunded in full, the payment is still settled: the settlement
+    finds the effect, never refunded_unfulfilled over it."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True, reverse=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        taking = [
+            i
+            for i, (e, _) in enumerate(m.events)
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
+        ]
+        if m.state(pk) or not taking:
+            continue
+        m.deliver(index)
+        m.worker_takes_a_job()
+        m.worker_calls(0, "ambiguous", True)  # it applied; no answer came
+        m.worker_finishes(0)
+        if leg == "fulfil":  # its retry, by a worker that cannot load its action
+            m.time_passes(LEASE_MS + 1)
+            m.sweeper_runs()
+            m.worker_cannot_load_its_action()
+            assert m.state(pk) in ("failed", "retrying")
+        for i in taking:
+            m.deliver(i)
+        if m.taken_back(pk):
+            break
+    assert m.taken_back(pk), "no payment of the pool was paid, called and taken back"
+    assert (m.state(pk), m.leg(pk)) == ("queued", "settle"), "not settled: an effect hidden"
+    if leg == "settle":  # its settlement, by a worker that cannot load its action: held
+        m.worker_cannot_load_its_action()
+        assert m.state(pk) == "held"
+        assert m.attempts.record_decision(pk, "retry", ("held",), "person")[0] == "ok"
+        m.person_acted.add(pk)
+        m.worker_runs_a_whole_job("ok", True)  # its fulfilment job: settled again
+        assert m.leg(pk) == "settle"
+        m.sweeper_runs()  # the settlement's job
+    m.worker_runs_a_whole_job("ok", True)  # the settlement: the effect found
+    assert (m.state(pk), m.leg(pk)) == ("queued", "reverse")
+    m.teardown()
+    assert m.state(pk) == "reversed"
