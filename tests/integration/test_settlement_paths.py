@@ -12,7 +12,8 @@ from ledger import keys
 from ledger.purchase import purchase_of, stored_fields
 from ledger.stored import text
 from ledgerctl import samples
-from tests.support.helpers import settled_as
+from tests.support.constants import BASIC
+from tests.support.helpers import run_cli, settled_as
 from tests.support.refunds import refund_events
 from workers.sqlite_action import SqliteAction
 
@@ -107,3 +108,33 @@ def test_a_settlement_its_worker_could_not_run_is_settled_by_a_persons_retry(
         f.sweep()
     assert settled_as(redis, pk, "reversed")
     assert orders_of(config) == (1, 1)
+
+
+def test_a_settlement_is_shown_as_one_on_the_dashboard_and_the_cli(
+    fulfilment: Any, redis: Any, config: dict[str, object], rng: random.Random, client: Any
+) -> None:
+    """A payment whose settlement is due is listed as being settled (not as a fulfilment
+    again), its settlement's attempt is one, and a payment it voided is said to need no
+    reversal because its key was voided (not "never called": it was)."""
+    f = fulfilment()
+    voided = paid_then_called(f, redis, config, rng)
+    db = sqlite3.connect(str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+    db.execute("DELETE FROM orders")  # this one's call applied nothing after all
+    db.commit()
+    db.close()
+    refunded_in_full(f, redis, rng, voided)
+    f.work()
+    assert settled_as(redis, voided, "refunded_unfulfilled")
+    due = paid_then_called(f, redis, config, rng)
+    refunded_in_full(f, redis, rng, due)
+    assert text(redis.hget(keys.payment(due), "leg")) == "settle"
+
+    listed = client.get("/ops/payments?state=queued", headers=BASIC).get_data(as_text=True)
+    assert due in listed and "fulfilment again" not in listed
+    assert '<span class="muted">settlement</span>' in listed
+    page = client.get(f"/ops/payments/{voided}", headers=BASIC).get_data(as_text=True)
+    assert '<td data-label="of">settlement</td>' in page
+    assert 'id="settled-voided"' in page and "never called" not in page
+    shown = run_cli(config, "payment", voided).stdout
+    assert "voided its key" in shown and "never called" not in shown
+    assert "settlement" in shown  # its attempt's leg
