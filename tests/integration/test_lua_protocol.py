@@ -917,6 +917,17 @@ class Protocol(RuleBasedStateMachine):
                 assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
 
     @invariant()
+    def taken_back_is_never_a_dead_letter(self) -> None:
+        """Taken back once its fulfilment's attempt is over (its worker answered, or the
+        sweeper ended its lease, its budget's last one too), a payment is settled, held or
+        never fulfilled: never left failed in its fulfilment leg for a person to find."""
+        if not hasattr(self, "refunds"):
+            return
+        for pk in self.all_payments():
+            if self.state(pk) == "failed" and self.leg(pk) == "fulfil":
+                assert not self.taken_back(pk), f"{pk}: failed, though taken back"
+
+    @invariant()
     def a_reversal_only_with_reversal_on(self) -> None:
         if not hasattr(self, "reversal_calls") or self.reverse:
             return
@@ -1739,3 +1750,46 @@ def test_an_attempt_without_a_call_keeps_what_the_call_before_it_said(
     assert (m.state(pk), m.leg(pk)) == ("queued", "reverse")
     m.teardown()
     assert m.state(pk) == "reversed"
+
+
+def test_a_payment_taken_back_during_its_last_attempt_is_settled_when_its_lease_expires(
+    protocol_redis: RedisServer,
+) -> None:
+    """Each attempt's worker dies until the last attempt of the budget, during which the
+    payment is refunded in full: the sweeper ends that lease and the payment is settled
+    (no call applied: its key voided), not left failed as a dead letter."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        taking = [
+            i
+            for i, (e, _) in enumerate(m.events)
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
+        ]
+        if m.state(pk) or not taking:
+            continue
+        m.deliver(index)
+        for attempt in range(m.settings.MAX_ATTEMPTS):
+            for _ in range(2):  # the lease before ended, then the retry's job enqueued
+                m.time_passes(LEASE_MS + 1)
+                m.sweeper_runs()
+            m.worker_takes_a_job()
+            assert m.workers[0] is not None and m.workers[0].payment == pk, attempt
+            m.worker_dies(0)
+        for i in taking:
+            m.deliver(i)
+        if m.taken_back(pk):
+            break
+    assert m.taken_back(pk), "no payment of the pool was paid, started and taken back"
+    assert m.state(pk) == "in_progress"  # nothing until its attempt ends
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()  # the last attempt's lease ended: its budget spent
+    m.taken_back_is_never_a_dead_letter()
+    assert (m.state(pk), m.leg(pk)) == ("queued", "settle")
+    m.worker_runs_a_whole_job("ok", True)  # the settlement: no call applied, key voided
+    assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
+    m.teardown()

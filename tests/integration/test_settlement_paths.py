@@ -8,10 +8,13 @@ import random
 import sqlite3
 from typing import Any
 
+import pytest
+
 from ledger import keys
 from ledger.purchase import purchase_of, stored_fields
 from ledger.stored import text
 from ledgerctl import samples
+from tests.integration.test_lua_reversal import Shop
 from tests.support.constants import BASIC
 from tests.support.helpers import run_cli, settled_as
 from tests.support.refunds import refund_events
@@ -138,3 +141,27 @@ def test_a_settlement_is_shown_as_one_on_the_dashboard_and_the_cli(
     shown = run_cli(config, "payment", voided).stdout
     assert "voided its key" in shown and "never called" not in shown
     assert "settlement" in shown  # its attempt's leg
+
+
+@pytest.mark.parametrize("settles", [True, False])
+def test_a_refund_during_the_budgets_last_attempt_is_settled_once_its_lease_expires(
+    redis: Any, redis_server: Any, rng: random.Random, settles: bool
+) -> None:
+    """Refunded in full while the last attempt of its budget runs, then its worker dies: the
+    attempt is over when the sweeper ends its lease, and the refund then does what it does
+    to a payment whose call may have applied (settled, or held for a person), as when the
+    worker answers (finish_attempt.lua); not failed as a dead letter."""
+    shop = Shop(redis_server, rng, True, MAX_ATTEMPTS="1")
+    shop.deliver(shop.paid)
+    shop.attempts.start(shop.pk, "job-1", True, settles=settles)
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        shop.deliver(event)
+    assert shop.state() == "in_progress"  # nothing until the attempt ends
+    redis.hset(keys.payment(shop.pk), "lease_until", 0)  # its worker died
+    verdict = shop.attempts.recover(shop.pk)
+    if settles:
+        assert (verdict, shop.state(), shop.field("leg")) == ("requeued", "queued", "settle")
+        assert shop.field("job") and redis.zscore(keys.DUE, shop.pk) is not None
+    else:
+        assert (verdict, shop.state()) == ("spent", "held")
+        assert "may have applied" in shop.field("hold_reason")
