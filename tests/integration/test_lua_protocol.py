@@ -816,7 +816,9 @@ class Protocol(RuleBasedStateMachine):
         # a reversal's late success: reversed; for one refund, the next reversal due or
         # fulfilled again; its dispute won meanwhile: held, or fulfilled again
         done = ("reversed", "fulfilled", "held") if w.leg == "reverse" else ("fulfilled",)
-        kept = self.state(pk) in done or (self.state(pk) == "queued" and again)
+        # a settlement's void is no effect to keep: the next settlement finds the key voided
+        voided = w.leg == "settle" and not w.found
+        kept = voided or self.state(pk) in done or (self.state(pk) == "queued" and again)
         assert kept, f"{pk}: a late success was lost in {before}"
         if paused:
             self.gate.resume("person")
@@ -1793,3 +1795,26 @@ def test_a_payment_taken_back_during_its_last_attempt_is_settled_when_its_lease_
     m.worker_runs_a_whole_job("ok", True)  # the settlement: no call applied, key voided
     assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
     m.teardown()
+
+
+def test_a_late_void_of_a_settlement_is_not_a_lost_success(protocol_redis: RedisServer) -> None:
+    """A settlement's worker voids the key and stalls past its lease before it says so: its
+    word comes late (stale, the payment retrying), and the next settlement finds the key
+    voided. The explorer's late-success rule takes that for a success lost; it is not."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    for index in range(100):
+        m.taken_back_after_an_answer_never_came(index, False, all_events=True)
+        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
+        if begun:
+            break
+    assert begun, "no payment of the pool was paid, called and taken back"
+    pk = begun[0]
+    m.worker_takes_a_job()  # the settlement
+    slot = next(i for i, w in enumerate(m.workers) if w and w.payment == pk)
+    m.late_success_after_a_person_retried(slot, deferred=False)
+    assert pk in m.voided and m.state(pk) == "retrying"
+    m.teardown()
+    assert m.state(pk) == "refunded_unfulfilled"
