@@ -73,6 +73,16 @@ class Attempts:
             },
         )
 
+    def start_without_call(self, payment_key: str, job_id: str, leg: str = "fulfil") -> Start:
+        """Take a lease for an attempt that will make no call (a setting is wrong: it is
+        failed at once). It says nothing of the action, so the payment keeps what its last
+        attempt said (``replay_safe``: a call that may have applied; ``settles``): a refund
+        after it is still settled or held, never ``refunded_unfulfilled`` over an effect an
+        earlier call may have applied (docs/REVERSAL.md)."""
+        said = self.redis.hmget(keys.payment(payment_key), "replay_safe", "settles")
+        replay_safe = said[0] == b"1" or leg == "settle"  # a settlement's follows such a call
+        return self.start(payment_key, job_id, replay_safe, leg=leg, settles=said[1] == b"1")
+
     def mark_calling(self, payment_key: str, token: int) -> bool:
         """The fence before the call: True if this token still holds a live lease."""
         args = {"token": token, "lease_ms": self.settings.lease_ms, "caller": self.caller}

@@ -13,7 +13,7 @@ from ledger.read.payments import Payment, PaymentList, PaymentRow, reason
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
-from ledger.read.timeline import Attempt
+from ledger.read.timeline import LEG_NAMES, Attempt
 from ledgerctl import render_gate, render_purchase, render_reversal
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
@@ -210,7 +210,7 @@ def payment(p: Payment) -> list[Table]:
     attempts = [
         {
             "token": a.token,
-            "of": render_reversal.LEG_NAME[a.leg],
+            "of": LEG_NAMES[a.leg],
             "outcome": _outcome(a),
             "started": a.started_at,
             "took (ms)": a.duration_ms,

@@ -10,6 +10,7 @@ from ledger.read.base import to_json
 from ledger.read.payments import Payment
 from ledger.read.reversal import PaymentReversal, Refund
 from ledger.read.stats import Summary
+from ledger.read.timeline import LEG_NAMES
 from ledgerctl.terminal import iso, kv_table
 
 WAITING = {
@@ -18,14 +19,9 @@ WAITING = {
     "held": "held after a dispute won after the reversal: a person's job",
 }
 """The reversals waiting for a person, by state."""
-LEG_NAME = {
-    "fulfil": "fulfilment",
-    "reverse": "reversal",
-    "refulfil": "fulfilment again",
-    "settle": "settlement",
-}
-"""What an attempt (or a payment's state) is about, in words, by its leg."""
-LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAME.items()}
+VOIDED = "its settlement found no effect and voided its key (none can apply)"
+"""Why a payment its settlement voided needs no reversal (docs/REVERSAL.md)."""
+LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAMES.items()}
 
 
 def counts(s: Summary) -> Table:
@@ -35,7 +31,7 @@ def counts(s: Summary) -> Table:
         "reversed by the reversal action": r.reversed,
         "of them, one refund's (REVERSAL_PER_REFUND)": r.refund_reversals,
         "reversed, a person's word": r.resolved_reversed,
-        "refunded before any fulfilment (never called)": r.refunded_unfulfilled,
+        "refunded before any fulfilment (never called, or voided)": r.refunded_unfulfilled,
         "disputes won after a reversal": r.reinstated,
         "fulfilments again due (REVERSAL_DISPUTE_WON=fulfil)": r.refulfils_due,
         "fulfilled again": r.refulfilled,
@@ -61,6 +57,8 @@ def _reversal(p: Payment) -> str | None:
     if r.due:
         tries = f"{r.attempts_started} attempt(s) after token {r.after_token}"
         return f"due at {iso(r.due_at)} ({r.why}), key {r.idempotency_key}, {tries}"
+    if p.state == "refunded_unfulfilled" and any(a.outcome == "voided" for a in p.attempts):
+        return f"none needed: {VOIDED}"
     if p.state == "refunded_unfulfilled":
         return "none needed: taken back before any effect, never called"
     if r.taken_back and p.state == "fulfilled":

@@ -22,6 +22,7 @@ from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
 from ledger.read.stats import Minute
+from ledger.read.timeline import LEG_NAMES
 from ledger.replication import NotReplicated
 from webhook.http import (
     PROBLEM_STATUS,
@@ -93,7 +94,7 @@ def pretty_json(value: object) -> str:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": request_csrf(), "states": read_payments.PAYMENT_STATES}
+    return {"csrf": request_csrf(), "states": read_payments.PAYMENT_STATES, "leg_names": LEG_NAMES}
 
 
 def chart(points: list[Minute]) -> dict[str, Any]:

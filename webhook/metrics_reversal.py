@@ -39,7 +39,8 @@ def reversal_families(
     )
     yield CounterMetricFamily(
         "webhook_refunded_unfulfilled",
-        "Payments refunded in full (or a dispute lost) before any effect: never called.",
+        "Payments refunded in full (or a dispute lost) before any effect: never called, or "
+        "a settlement voided the key.",
         value=counts.refunded_unfulfilled,
     )
     yield CounterMetricFamily(

@@ -241,9 +241,7 @@ def failed_without_call(
     """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
     STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
     person (retry once the setting is fixed) instead of sitting queued."""
-    # A settlement's payment keeps saying its effect may have applied (held, never taken
-    # for one refunded before any effect: lua/prelude.lua may_have_applied).
-    start = ctx.attempts.start(payment_key, job_id, replay_safe=leg == "settle", leg=leg)
+    start = ctx.attempts.start_without_call(payment_key, job_id, leg)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)

@@ -61,15 +61,23 @@ elseif state == 'in_progress' then
   -- The lease ended by Redis's clock, its call ends by its worker's: after a forward step
   -- of Redis's clock the call may still run, so the lease waits for the sweeper to vouch.
   if now > trusted_until then return again(now, 'clock') end
+  local fulfilling = not redis.call('HGET', pay, 'leg')
   local expired = expire_lease(pay, now, max_attempts)
-  if expired ~= 'again' then
+  if expired == 'interrupted' then
     redis.call('ZREM', DUE, pk)
-    return expired == 'interrupted' and 'interrupted' or 'spent'
+    return 'interrupted'
+  elseif expired == 'spent' then
+    redis.call('ZREM', DUE, pk)
+  else  -- back off like a failed attempt: a job that kills its worker must not spin
+    retry_later(pay, attempts_used(pay), backoff, now)
+    redis.call('HINCRBY', STATS, 'requeued:lease_expired', 1)
   end
-  -- Back off like a failed attempt: a job that kills its worker must not spin.
-  retry_later(pay, attempts_used(pay), backoff, now)
-  redis.call('HINCRBY', STATS, 'requeued:lease_expired', 1)
-  return 'backoff'
+  -- The attempt is over: a refund in full (or a dispute lost) recorded while it ran does
+  -- now what it does to a waiting payment, as when its worker answers (finish_attempt.lua):
+  -- settled (its job enqueued), held, or never fulfilled; not a dead letter for a person.
+  local moved = fulfilling and take_back(pay, now, false, ARGC + 1, ARG.job_id, grace_ms)
+  if moved == 'queued' then return 'requeued' end
+  return expired == 'spent' and 'spent' or 'backoff'
 elseif state == 'retrying' then
   local next_at = tonumber(redis.call('HGET', pay, 'next_at') or '0')
   if next_at > now then return again(next_at, 'not_due') end

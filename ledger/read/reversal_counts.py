@@ -22,7 +22,8 @@ class ReversalCounts(View):
     resolved_reversed: int
     """Reversals a person resolved as applied."""
     refunded_unfulfilled: int
-    """Payments taken back before any effect: never called."""
+    """Payments taken back before any effect: never called, or a settlement voided the key
+    (``settled_voided`` counts those too)."""
     refund_reversals: int
     """Of ``reversed``, those of one refund (REVERSAL_PER_REFUND)."""
     reinstated: int

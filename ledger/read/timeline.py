@@ -15,6 +15,13 @@ Leg = Literal["fulfil", "reverse", "refulfil", "settle"]
 fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil), or its settlement (taken
 back after an attempt that may have applied: the built-in action finds its key or voids it)."""
 LEGS: tuple[Leg, ...] = get_args(Leg)
+LEG_NAMES: dict[Leg, str] = {
+    "fulfil": "fulfilment",
+    "reverse": "reversal",
+    "refulfil": "fulfilment again",
+    "settle": "settlement",
+}
+"""A leg in words, wherever a person reads it (the dashboard, ``webhook-ledger``)."""
 FINISHED_OUTCOMES = frozenset(
     {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided"}
 )

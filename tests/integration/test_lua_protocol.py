@@ -225,6 +225,9 @@ class Protocol(RuleBasedStateMachine):
         self.resolved_done: set[str] = set()  # a person said its effect exists
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         self.voided: set[str] = set()  # payments whose key a settlement voided
+        # an attempt of a replay-safe fulfilment started: fenced from its start, it may have
+        # called whatever the model's worker did after (died, stalled)
+        self.may_have_called: set[str] = set()
         self.settle_calls: Counter[str] = Counter()
         TALLY["programs"] += 1
 
@@ -474,6 +477,8 @@ class Protocol(RuleBasedStateMachine):
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.real if safe else None
+            if safe and leg == "fulfil":
+                self.may_have_called.add(pk)
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
@@ -481,6 +486,20 @@ class Protocol(RuleBasedStateMachine):
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
+
+    @rule()
+    def worker_cannot_load_its_action(self) -> None:
+        """A worker deployed with an action it cannot build (workers/jobs.py
+        failed_without_call, before the gate): it takes the next job and fails its payment,
+        whatever leg is due, without a call. Its attempt says nothing of the action."""
+        job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
+        if job_id is None:
+            return
+        pk = Job.fetch(job_id.decode(), connection=self.redis).args[0]
+        start = self.attempts.start_without_call(pk, job_id.decode(), self.leg(pk))
+        if start.verdict == "go":
+            TALLY["failed_without_call"] += 1
+            self.attempts.finish(pk, start.token, "failed", "model: cannot load the action", 0)
 
     @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
     def purchase_waits_for_stripe(self, reason: str) -> None:
@@ -571,12 +590,13 @@ class Protocol(RuleBasedStateMachine):
 
     def settle_call(self, w: Worker, outcome: str, hit: bool) -> None:
         """A settlement: only of a replay-safe action that settles, for a payment taken back
-        after an attempt; one transaction that finds the payment's key (an effect applied
-        under it) or voids it (none can apply after)."""
+        after an attempt that may have called; one transaction that finds the payment's key
+        (an effect applied under it) or voids it (none can apply after)."""
         pk = w.payment
         assert self.settles, f"{pk}: settled by an action that cannot"
         assert self.taken_back(pk), f"{pk}: settled while not taken back"
-        assert self.calls[pk] > 0 or pk in self.resolved_done, f"{pk}: settled before any call"
+        called = self.calls[pk] > 0 or pk in self.may_have_called
+        assert called or pk in self.resolved_done, f"{pk}: settled before any attempt"
         self.settle_calls[pk] += 1
         if outcome == "ok" or (outcome == "ambiguous" and hit):  # the transaction committed
             w.found = self.applied[pk] > 0
@@ -796,7 +816,9 @@ class Protocol(RuleBasedStateMachine):
         # a reversal's late success: reversed; for one refund, the next reversal due or
         # fulfilled again; its dispute won meanwhile: held, or fulfilled again
         done = ("reversed", "fulfilled", "held") if w.leg == "reverse" else ("fulfilled",)
-        kept = self.state(pk) in done or (self.state(pk) == "queued" and again)
+        # a settlement's void is no effect to keep: the next settlement finds the key voided
+        voided = w.leg == "settle" and not w.found
+        kept = voided or self.state(pk) in done or (self.state(pk) == "queued" and again)
         assert kept, f"{pk}: a late success was lost in {before}"
         if paused:
             self.gate.resume("person")
@@ -884,6 +906,28 @@ class Protocol(RuleBasedStateMachine):
             state = self.state(pk)  # held: its settlement's answer lost, its budget spent
             settled = ("queued", "in_progress", "retrying", "refunded_unfulfilled", "held")
             assert state in settled, f"{pk}: voided, then {state}"
+
+    @invariant()
+    def refunded_unfulfilled_has_no_effect(self) -> None:
+        """A payment ends refunded_unfulfilled only with no effect: none applied by a call
+        (one that may have applied is settled or held first), none a person found."""
+        if not hasattr(self, "applied"):
+            return
+        for pk in self.all_payments():
+            if self.state(pk) == "refunded_unfulfilled":
+                assert self.applied[pk] == 0, f"{pk}: refunded_unfulfilled with an effect"
+                assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
+
+    @invariant()
+    def taken_back_is_never_a_dead_letter(self) -> None:
+        """Taken back once its fulfilment's attempt is over (its worker answered, or the
+        sweeper ended its lease, its budget's last one too), a payment is settled, held or
+        never fulfilled: never left failed in its fulfilment leg for a person to find."""
+        if not hasattr(self, "refunds"):
+            return
+        for pk in self.all_payments():
+            if self.state(pk) == "failed" and self.leg(pk) == "fulfil":
+                assert not self.taken_back(pk), f"{pk}: failed, though taken back"
 
     @invariant()
     def a_reversal_only_with_reversal_on(self) -> None:
@@ -1623,3 +1667,154 @@ def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
     assert m.applied[pk] == int(applied)
     ended = {(True, True): "reversed", (True, False): "fulfilled"}
     assert m.state(pk) == ended.get((applied, reverse), "refunded_unfulfilled")
+
+
+def test_a_payment_whose_worker_died_after_its_start_is_settled_when_taken_back(
+    protocol_redis: RedisServer,
+) -> None:
+    """A replay-safe attempt may call from its start (no fence of its own): its worker dying
+    before it said anything leaves a call that may have applied, so a full refund after its
+    lease expired is settled as after a call with no answer (the key voided here: no call
+    applied it)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        if m.state(pk):
+            continue
+        m.deliver(index)
+        m.worker_takes_a_job()
+        assert m.workers[0] is not None and m.workers[0].payment == pk
+        m.worker_dies(0)
+        m.time_passes(LEASE_MS + 1)
+        m.sweeper_runs()  # its lease expired: retried
+        for i, (e, _) in enumerate(m.events):
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk:
+                m.deliver(i)
+        if m.leg(pk) == "settle":
+            break
+    assert m.leg(pk) == "settle", "no payment of the pool was paid, started and taken back"
+    assert m.calls[pk] == 0
+    m.worker_runs_a_whole_job("ok", True)  # the settlement
+    assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
+    m.teardown()
+
+
+@pytest.mark.parametrize("leg", ["fulfil", "settle"])
+def test_an_attempt_without_a_call_keeps_what_the_call_before_it_said(
+    protocol_redis: RedisServer, leg: str
+) -> None:
+    """A built-in action's call applies and its answer never comes; a worker that cannot load
+    its action takes the next job (the retry, or the settlement once refunded in full) and
+    fails it without a call. Refunded in full, the payment is still settled: the settlement
+    finds the effect, never refunded_unfulfilled over it."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True, reverse=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        taking = [
+            i
+            for i, (e, _) in enumerate(m.events)
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
+        ]
+        if m.state(pk) or not taking:
+            continue
+        m.deliver(index)
+        m.worker_takes_a_job()
+        m.worker_calls(0, "ambiguous", True)  # it applied; no answer came
+        m.worker_finishes(0)
+        if leg == "fulfil":  # its retry, by a worker that cannot load its action
+            m.time_passes(LEASE_MS + 1)
+            m.sweeper_runs()
+            m.worker_cannot_load_its_action()
+            assert m.state(pk) in ("failed", "retrying")
+        for i in taking:
+            m.deliver(i)
+        if m.taken_back(pk):
+            break
+    assert m.taken_back(pk), "no payment of the pool was paid, called and taken back"
+    assert (m.state(pk), m.leg(pk)) == ("queued", "settle"), "not settled: an effect hidden"
+    if leg == "settle":  # its settlement, by a worker that cannot load its action: held
+        m.worker_cannot_load_its_action()
+        assert m.state(pk) == "held"
+        assert m.attempts.record_decision(pk, "retry", ("held",), "person")[0] == "ok"
+        m.person_acted.add(pk)
+        m.worker_runs_a_whole_job("ok", True)  # its fulfilment job: settled again
+        assert m.leg(pk) == "settle"
+        m.sweeper_runs()  # the settlement's job
+    m.worker_runs_a_whole_job("ok", True)  # the settlement: the effect found
+    assert (m.state(pk), m.leg(pk)) == ("queued", "reverse")
+    m.teardown()
+    assert m.state(pk) == "reversed"
+
+
+def test_a_payment_taken_back_during_its_last_attempt_is_settled_when_its_lease_expires(
+    protocol_redis: RedisServer,
+) -> None:
+    """Each attempt's worker dies until the last attempt of the budget, during which the
+    payment is refunded in full: the sweeper ends that lease and the payment is settled
+    (no call applied: its key voided), not left failed as a dead letter."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
+    for index in paying:
+        pk = data_object(m.events[index][0])["id"]
+        taking = [
+            i
+            for i, (e, _) in enumerate(m.events)
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
+        ]
+        if m.state(pk) or not taking:
+            continue
+        m.deliver(index)
+        for attempt in range(m.settings.MAX_ATTEMPTS):
+            for _ in range(2):  # the lease before ended, then the retry's job enqueued
+                m.time_passes(LEASE_MS + 1)
+                m.sweeper_runs()
+            m.worker_takes_a_job()
+            assert m.workers[0] is not None and m.workers[0].payment == pk, attempt
+            m.worker_dies(0)
+        for i in taking:
+            m.deliver(i)
+        if m.taken_back(pk):
+            break
+    assert m.taken_back(pk), "no payment of the pool was paid, started and taken back"
+    assert m.state(pk) == "in_progress"  # nothing until its attempt ends
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()  # the last attempt's lease ended: its budget spent
+    m.taken_back_is_never_a_dead_letter()
+    assert (m.state(pk), m.leg(pk)) == ("queued", "settle")
+    m.worker_runs_a_whole_job("ok", True)  # the settlement: no call applied, key voided
+    assert m.state(pk) == "refunded_unfulfilled" and pk in m.voided
+    m.teardown()
+
+
+def test_a_late_void_of_a_settlement_is_not_a_lost_success(protocol_redis: RedisServer) -> None:
+    """A settlement's worker voids the key and stalls past its lease before it says so: its
+    word comes late (stale, the payment retrying), and the next settlement finds the key
+    voided. The explorer's late-success rule takes that for a success lost; it is not."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True)
+    for index in range(100):
+        m.taken_back_after_an_answer_never_came(index, False, all_events=True)
+        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
+        if begun:
+            break
+    assert begun, "no payment of the pool was paid, called and taken back"
+    pk = begun[0]
+    m.worker_takes_a_job()  # the settlement
+    slot = next(i for i, w in enumerate(m.workers) if w and w.payment == pk)
+    m.late_success_after_a_person_retried(slot, deferred=False)
+    assert pk in m.voided and m.state(pk) == "retrying"
+    m.teardown()
+    assert m.state(pk) == "refunded_unfulfilled"
