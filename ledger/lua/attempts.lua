@@ -51,8 +51,7 @@ end
 local function settle_given_up(pay, now)
   redis.call('HDEL', pay, 'leg', 'lease_until', 'phase')
   redis.call('HSET', pay, 'settle_gave_up', '1')
-  return hold_taken_back(pay, taken_back(pay), now, ', and its action could not settle it ' ..
-    '(last_error)')
+  return hold_taken_back(pay, taken_back(pay), now, GAVE_UP)
 end
 
 -- The lease of the current attempt has expired: its worker died or stalled. Returns

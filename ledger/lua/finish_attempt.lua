@@ -80,12 +80,16 @@ local function record_outcome()
   if outcome == 'voided' then  -- settled: no effect under its key, and none can come now
     redis.call('HDEL', pay, 'leg', 'last_error', 'attempt_id', 'replay_safe', 'waiting')
     redis.call('HINCRBY', STATS, 'settled_voided', 1)
+    if not taken_back(pay) then return reply{verdict = 'voided', state = hold_voided(pay, now)} end
     never_fulfilled(pay, now)
     return reply{verdict = 'voided', state = 'refunded_unfulfilled'}
   end
   if fulfilled and settling then  -- settled: the effect was there, a fulfilment after all
     redis.call('HDEL', pay, 'leg')
-    redis.call('HINCRBY', STATS, 'settled_applied', 1)
+    -- (a late receipt of an attempt before the settlement proves it too, but is none)
+    if tonumber(token) > tonumber(redis.call('HGET', pay, 'settle_from') or '0') then
+      redis.call('HINCRBY', STATS, 'settled_applied', 1)
+    end
   end
   if fulfilled then
     -- A late receipt deferred by the gate leaves its waiting set here (move).

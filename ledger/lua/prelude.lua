@@ -384,6 +384,22 @@ local function hold_taken_back(pay, why, now, because)
   return 'held'
 end
 
+local GAVE_UP = ', and its action could not settle it (last_error)'
+
+-- A settlement may have voided the payment's key, and the payment is no longer taken back
+-- (its refund failed, its dispute was won): the customer paid and no attempt can apply it
+-- under that key, so a person grants it by hand.
+local function hold_voided(pay, now)
+  redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase')
+  move(pay, 'held', now)
+  redis.call('HSET', pay, 'hold_reason', 'its settlement voided its key (or may have), then it ' ..
+    'was no longer taken back (its refund failed or its dispute was won): the customer paid ' ..
+    'and nothing can apply it under that key; grant it by hand, then resolve it as fulfilled')
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  return 'held'
+end
+
 -- The same, by an action that settles it (`settles`, from its attempts' start: the built-in
 -- SQLite and PostgreSQL actions): `leg` = settle, one call that finds the payment's key
 -- (the effect applied: fulfilled, then taken back as any fulfilled payment) or voids it in
@@ -391,7 +407,8 @@ end
 -- attempt budget; given up, held as above. Returns the new state.
 local function settle_or_hold(pay, why, now, first, job_id, grace_ms)
   local can = redis.call('HMGET', pay, 'settles', 'settle_gave_up')
-  if can[1] ~= '1' or can[2] then return hold_taken_back(pay, why, now) end
+  if can[2] then return hold_taken_back(pay, why, now, GAVE_UP) end
+  if can[1] ~= '1' then return hold_taken_back(pay, why, now) end
   local token = redis.call('HGET', pay, 'token') or 0
   redis.call('HSET', pay, 'leg', 'settle', 'settle_from', token, 'budget_base', token)
   move(pay, 'queued', now)

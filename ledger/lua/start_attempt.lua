@@ -52,8 +52,14 @@ local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
 if leg ~= ARG.leg then return skip('leg') end
 -- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
 if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
--- Its refund failed since (or its dispute was won): no longer taken back, fulfilled after all.
+-- Its refund failed since (or its dispute was won): no longer taken back, fulfilled after all,
+-- unless an attempt of its settlement started (it may have voided the key: a person).
 if leg == 'settle' and not taken_back(pay) then
+  local from = tonumber(redis.call('HGET', pay, 'settle_from') or '0')
+  if tonumber(redis.call('HGET', pay, 'token') or '0') > from then
+    hold_voided(pay, now)
+    return skip('not_taken_back')
+  end
   redis.call('HDEL', pay, 'leg', 'job', 'taken_back')
   redis.call('ZADD', DUE, now, id_of(pay, PAYMENT_PREFIX))  -- the sweeper's job
   return skip('not_taken_back')

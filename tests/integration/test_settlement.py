@@ -97,6 +97,7 @@ def test_a_settlement_given_up_is_held_for_a_person_and_not_settled_again(
     assert (shop.field("leg"), shop.field("settle_gave_up")) == ("", "1")
     shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))  # taken back again
     assert shop.state() == "held" and shop.field("leg") == ""
+    assert "could not settle it" in shop.field("hold_reason")  # kept, not written over
     # its cause fixed, a person's retry settles it again (not a fulfilment: it is taken back)
     verdict, _ = shop.attempts.record_decision(shop.pk, "retry", ("held",), "person")
     assert verdict == "ok"
@@ -131,6 +132,7 @@ def test_a_late_receipt_of_the_ambiguous_attempt_proves_the_effect_before_the_se
     assert shop.attempts.finish(shop.pk, token, "fulfilled", "{}", 1.0) == ("fulfilled", "queued")
     assert (shop.field("leg"), shop.field("reversal_why")) == ("reverse", "refund")
     assert shop.attempts.start(shop.pk, "job-settle", True, leg="settle").reason == "leg"
+    assert redis.hget(keys.STATS, "settled_applied") is None  # no settlement ran
 
 
 def test_a_refund_undone_before_the_settlement_started_fulfils_it_after_all(
@@ -139,15 +141,46 @@ def test_a_refund_undone_before_the_settlement_started_fulfils_it_after_all(
     shop = Shop(redis_server, rng)
     ambiguous_then_refunded(shop)
     assert shop.field("leg") == "settle"
-    # What the ledger holds once the refund failed (refund.failed: -1) and no charge event
-    # counts it: the payment no longer taken back.
-    refund_id = next(iter(json.loads(shop.field("rf"))))
-    redis.hset(keys.payment(shop.pk), "rf", json.dumps({refund_id: -1}))
-    redis.hdel(keys.payment(shop.pk), "rf_charge")
+    undo_the_refund(shop)
     verdict = shop.attempts.start(shop.pk, "job-settle", True, leg="settle", settles=True)
     assert verdict.reason == "not_taken_back"
     assert (shop.field("leg"), shop.field("taken_back"), shop.state()) == ("", "", "queued")
     assert shop.attempts.start(shop.pk, "job-2", True, settles=True).verdict == "go"
+
+
+def undo_the_refund(shop: Shop) -> None:
+    """What the ledger holds once the refund failed (refund.failed: -1) and no charge event
+    counts it: the payment no longer taken back."""
+    refund_id = next(iter(json.loads(shop.field("rf"))))
+    shop.redis.hset(keys.payment(shop.pk), "rf", json.dumps({refund_id: -1}))
+    shop.redis.hdel(keys.payment(shop.pk), "rf_charge")
+
+
+def test_a_refund_undone_after_its_settlement_started_is_held_for_a_person(
+    redis, redis_server, rng
+) -> None:
+    """Its settlement's answer was lost (it may have voided the key): nothing can apply it
+    under that key, and the customer paid after all."""
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    assert settle(shop, "retry", "settlement: no answer")[1] == "retrying"
+    undo_the_refund(shop)
+    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    start = shop.attempts.start(shop.pk, "job-settle-2", True, leg="settle", settles=True)
+    assert start.reason == "not_taken_back"
+    assert (shop.state(), shop.field("leg")) == ("held", "")
+    assert "voided its key" in shop.field("hold_reason")
+
+
+def test_a_settlement_that_voids_a_payment_no_longer_taken_back_holds_it(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    start = shop.attempts.start(shop.pk, "job-settle", True, leg="settle", settles=True)
+    undo_the_refund(shop)  # while the settlement's call ran
+    assert shop.attempts.finish(shop.pk, start.token, "voided", "{}", 1.0) == ("voided", "held")
+    assert "voided its key" in shop.field("hold_reason") and shop.field("leg") == ""
 
 
 def test_a_settlement_outcome_is_refused_outside_a_settlement(redis, redis_server, rng) -> None:
