@@ -53,6 +53,7 @@ class Attempts:
         execution: str | None = None,
         leg: str = "fulfil",
         settles: bool = False,
+        downstream: str = "",
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
         retry of this very call (answered ``go`` again) from a second run of the same job.
@@ -68,6 +69,7 @@ class Attempts:
                 "lease_ms": self.settings.lease_ms,
                 "replay_safe": int(replay_safe),
                 "settles": int(settles),
+                "downstream": downstream,
                 "caller": self.caller,
                 "leg": leg,
             },

@@ -143,10 +143,12 @@ REVERSAL_FIELDS = (
     "reversal_why",
     "reversal_refund",
     "reversal_amount",
+    "called_on",
 )
 """What a job also reads of a payment hash: which leg is due (``leg`` = ``reverse`` once its
-reversal is, ``refulfil`` once fulfilled again after a dispute won) and what the reversal call
-says (ledger/reversals.py)."""
+reversal is, ``refulfil`` once fulfilled again after a dispute won, ``settle``), what the
+reversal call says (ledger/reversals.py), and which downstreams its calls went to (a
+settlement's: workers/jobs.py)."""
 
 LINE_ITEM_FIELDS = (
     "price",

@@ -9,6 +9,7 @@ automatically.
 """
 
 import email.utils
+import hashlib
 import os
 import sqlite3
 import time
@@ -45,6 +46,26 @@ class Action(Protocol):
     replay_safe: bool
 
     def __call__(self, purchase: Purchase) -> Receipt: ...
+
+
+def downstream_of(action: Action) -> str:
+    """The action's name for its downstream, which a payment keeps for each downstream its
+    replay-safe calls may have reached (``called_on``): a settlement settles only on that
+    one (docs/REVERSAL.md). Hashed where the target may hold a secret (a capability URL's
+    path, a password: masked first, so a new password is the same database)."""
+    if isinstance(action, SqliteAction):
+        return "sqlite:" + _digest(os.path.realpath(action.path))
+    if isinstance(action, PostgresAction):
+        return "postgresql:" + _digest(redact(action.url))
+    if isinstance(action, HttpAction):
+        return "http:" + _digest(action.url)
+    if isinstance(action, CallableAction):
+        return "function:" + action.target
+    return ""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def settler(action: Action) -> Callable[[Purchase], Receipt] | None:
@@ -179,6 +200,7 @@ class CallableAction:
     the ledger could not store must not turn it into a crashed job."""
 
     def __init__(self, target: str, replay_safe: bool, setting: str = "FULFILMENT_ACTION") -> None:
+        self.target = target
         self.fn: Callable[[dict[str, Any]], Any] = imported(target, setting)
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
 

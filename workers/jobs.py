@@ -27,7 +27,14 @@ from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
 from ledger.reversals import refulfil_of, reversal_of
-from workers.actions import Action, Receipt, build_action, build_reversal_action, settler
+from workers.actions import (
+    Action,
+    Receipt,
+    build_action,
+    build_reversal_action,
+    downstream_of,
+    settler,
+)
 from workers.deadline import DeadlineExceeded, call_within, calling_thread
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -167,8 +174,15 @@ def fulfil(
     if action is None:  # REVERSAL_ACTION unset since the reversal became due
         detail = "a reversal is due and REVERSAL_ACTION is not set"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
+    downstream = downstream_of(action)
     if leg == "settle" and settler(action) is None:  # FULFILMENT_ACTION changed since
         detail = "settlement: the fulfilment action cannot settle a payment (not built-in)"
+        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+    if leg == "settle" and stored.get("called_on", downstream) != downstream:
+        detail = (  # FULFILMENT_ACTION moved since: the effect may be on the other one
+            f"settlement: its calls went to {stored['called_on']}, this worker's action is"
+            f" {downstream}: check that downstream"
+        )
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
     reads = ctx.reads if leg == "fulfil" else None  # a settlement needs no purchase read
     ready = reads.prepare(payment_key, stored) if reads else None  # before the gate
@@ -185,7 +199,9 @@ def fulfil(
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
     settles = settler(action) is not None
-    start = ctx.attempts.start(payment_key, job_id, action.replay_safe, leg=leg, settles=settles)
+    start = ctx.attempts.start(
+        payment_key, job_id, action.replay_safe, leg=leg, settles=settles, downstream=downstream
+    )
     if start.verdict != "go":
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}

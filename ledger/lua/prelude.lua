@@ -409,6 +409,9 @@ local function settle_or_hold(pay, why, now, first, job_id, grace_ms)
   local can = redis.call('HMGET', pay, 'settles', 'settle_gave_up')
   if can[2] then return hold_taken_back(pay, why, now, GAVE_UP) end
   if can[1] ~= '1' then return hold_taken_back(pay, why, now) end
+  if string.find(redis.call('HGET', pay, 'called_on') or '', ' ', 1, true) then
+    return hold_taken_back(pay, why, now, ' on one of several downstreams (called_on)')
+  end
   local token = redis.call('HGET', pay, 'token') or 0
   redis.call('HSET', pay, 'leg', 'settle', 'settle_from', token, 'budget_base', token)
   move(pay, 'queued', now)

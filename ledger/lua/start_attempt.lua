@@ -5,7 +5,7 @@
 -- | skip (with its reason) | missing
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'job_id', 'execution', 'lease_ms', 'replay_safe', 'settles', 'caller',
-  'leg')
+  'leg', 'downstream')
 local reply = replies('verdict', 'token', 'reason', 'amount', 'currency', 'livemode', 'events')
 local lease_ms = whole_arg(ARG, 'lease_ms', 1, MAX_TTL_MS)
 choice_arg(ARG, 'replay_safe', BIT)
@@ -87,6 +87,14 @@ redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
   'replay_safe', ARG.replay_safe, 'settles', ARG.settles, 'job', ARG.job_id,
   'attempt_id', ARG.execution)
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
+-- Every downstream a replay-safe attempt of its fulfilment may call (its action's name for
+-- it), so a settlement settles only on the one its calls went to (docs/REVERSAL.md).
+if phase == 'calling' and ARG.downstream ~= '' and leg ~= 'reverse' then
+  local on = redis.call('HGET', pay, 'called_on') or ''
+  if not string.find(' ' .. on .. ' ', ' ' .. ARG.downstream .. ' ', 1, true) then
+    redis.call('HSET', pay, 'called_on', on == '' and ARG.downstream or (on .. ' ' .. ARG.downstream))
+  end
+end
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
 -- The leg is kept on the attempt: the token alone cannot tell one per-refund reversal's

@@ -158,6 +158,7 @@ class Protocol(RuleBasedStateMachine):
         # a built-in database action: replay-safe, and it settles a payment taken back after
         # an attempt that may have applied (its key found, or voided)
         self.settles = replay_safe and settles
+        self.downstream = "db:a"  # FULFILMENT_ACTION's downstream (the_action_moves)
         self.reverse = reverse
         self.reversal_replay_safe = reversal_replay_safe
         self.per_refund, self.dispute_won = per_refund, dispute_won
@@ -202,6 +203,7 @@ class Protocol(RuleBasedStateMachine):
         self.calls_at_success: dict[str, int] = {}  # a current attempt's success: calls then
         self.proved: set[str] = set()  # lifted by its own attempt's late receipt this step
         self.restarts = 0
+        self.moves = 0
         self.steps = 0
         self.checks = 0
         self.witnesses: set[tuple[str, int]] = set()  # down reports since an up one: (pk, token)
@@ -468,12 +470,23 @@ class Protocol(RuleBasedStateMachine):
         leg = self.leg(pk)
         safe = self.reversal_replay_safe if leg == "reverse" else self.replay_safe
         settles = self.settles if leg != "reverse" else False
+        called_on = (self.redis.hget(keys.payment(pk), "called_on") or b"").decode()
+        if leg == "settle" and called_on and called_on != self.downstream:
+            # jobs.py: its calls went to another downstream than this worker's: given up
+            start = self.attempts.start_without_call(pk, job_id.decode(), leg)
+            if start.verdict == "go":
+                self.attempts.finish(pk, start.token, "failed", "model: moved", 0.0)
+                assert self.state(pk) == "held", f"{pk}: settled on another downstream"
+            return
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
         if admission.verdict != "go":
             return  # deferred in the ledger (no attempt), or nothing to do
-        start = self.attempts.start(pk, job_id.decode(), safe, leg=leg, settles=settles)
+        ds = self.downstream if leg != "reverse" else "reversal"
+        start = self.attempts.start(
+            pk, job_id.decode(), safe, leg=leg, settles=settles, downstream=ds
+        )
         if start.verdict == "go":
             # A replay-safe attempt may call from its start: no separate fence.
             fenced = self.real if safe else None
@@ -500,6 +513,15 @@ class Protocol(RuleBasedStateMachine):
         if start.verdict == "go":
             TALLY["failed_without_call"] += 1
             self.attempts.finish(pk, start.token, "failed", "model: cannot load the action", 0)
+
+    @precondition(lambda self: self.moves < 1)
+    @rule()
+    def the_action_moves(self) -> None:
+        """FULFILMENT_ACTION moves to another downstream (a shop from its SQLite file to
+        PostgreSQL): a payment whose calls went to both is never settled on either, and a
+        settlement on the other one than its calls' is given up (held)."""
+        self.moves += 1
+        self.downstream = "db:b"
 
     @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
     def purchase_waits_for_stripe(self, reason: str) -> None:

@@ -25,6 +25,7 @@ from tests.support.constants import BEARER
 from tests.support.helpers import run_cli, settled_as
 from tests.support.refunds import dispute_closed, refund_events
 from workers import postgres_schema
+from workers.actions import downstream_of
 from workers.exceptions import PermanentDownstreamError
 from workers.postgres_action import PostgresAction
 from workers.sqlite_action import SqliteAction
@@ -315,3 +316,43 @@ def test_settlements_are_counted_in_the_summary_the_cli_and_metrics(
     assert page["attempts"][-1]["outcome"] == "voided"
     page = client.get(f"/ops/api/payments/{found}", headers=BEARER).get_json()
     assert [a["leg"] for a in page["attempts"]] == ["fulfil", "settle", "reverse"]
+
+
+def test_calls_on_two_downstreams_leave_a_refunded_payment_held(redis, redis_server, rng) -> None:
+    """FULFILMENT_ACTION moved (a shop from its SQLite file to PostgreSQL) between two
+    calls that may have applied: no settlement on either, a person checks both."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    for n, downstream in enumerate(("sqlite:aaaa", "postgresql:bbbb")):
+        start = shop.attempts.start(shop.pk, f"job-{n}", True, settles=True, downstream=downstream)
+        shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
+        redis.hset(keys.payment(shop.pk), "next_at", 0)
+    assert shop.field("called_on") == "sqlite:aaaa postgresql:bbbb"
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        shop.deliver(event)
+    assert (shop.state(), shop.field("leg")) == ("held", "")
+    assert "several downstreams" in shop.field("hold_reason")
+
+
+def test_a_worker_whose_action_moved_does_not_settle_on_its_own_downstream(
+    fulfilment: Any, redis: Any, config: dict[str, object], rng: random.Random, tmp_path: Path
+) -> None:
+    """The one call went to another SQLite file than the settling worker's: its settlement
+    is given up (held), never a void on a downstream the call did not reach."""
+    f = fulfilment()
+    paid = samples.payment_events(rng)[2]
+    pk = str(paid["data"]["object"]["id"])
+    amount = int(paid["data"]["object"]["amount_received"])
+    f.deliver(paid)
+    redis.delete("rq:queue:fulfilment")
+    elsewhere = downstream_of(SqliteAction(str(tmp_path / "before-the-move.sqlite3")))
+    start = f.attempts.start(pk, "job-1", True, settles=True, downstream=elsewhere)
+    f.attempts.finish(pk, start.token, "retry", "no answer", 1.0)
+    for event in refund_events(rng, pk, amount, amount):
+        f.deliver(event)
+    assert text(redis.hget(keys.payment(pk), "leg")) == "settle"
+    f.work()
+    assert settled_as(redis, pk, "held")
+    assert "check that downstream" in text(redis.hget(keys.payment(pk), "last_error"))
+    db = open_downstream(str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
+    assert db.execute("SELECT count(*) FROM voids").fetchone() == (0,)
