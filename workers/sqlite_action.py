@@ -7,6 +7,8 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ledger.downstream import open_downstream
@@ -40,11 +42,9 @@ class SqliteAction:
     def __call__(self, purchase: Any) -> Receipt:
         if isinstance(purchase, ReversalCall):
             return self.reverse(purchase)
-        db = self.connection()
         p = sql_params(purchase)
-        try:
-            now = time.time()
-            db.execute("BEGIN IMMEDIATE")
+        now = time.time()
+        with self._transaction() as db:
             if _voided(db, p["idempotency_key"]):
                 raise PermanentDownstreamError(VOIDED)
             inserted = db.execute(
@@ -71,12 +71,6 @@ class SqliteAction:
                 " VALUES (?, ?, ?, ?, ?)",
                 (p["payment_key"], key, p["token"], now, outcome),
             )
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:  # nothing was committed: SQLite transactions are atomic
-            raise TransientDownstreamError(f"sqlite: {exc}") from exc
-        finally:  # also when the call's deadline interrupts it
-            if db.in_transaction:
-                db.rollback()
         found = {"outcome": outcome, "call_id": row.lastrowid}
         return found if self.effect is None else {**found, "receipt": receipt}
 
@@ -85,11 +79,9 @@ class SqliteAction:
         (``already_applied``, with the first receipt) or, absent, its key voided in the same
         transaction (``voided``), so no attempt can apply it after (the write lock orders
         this against any call's own)."""
-        db = self.connection()
         p = sql_params(purchase)
         key = p["idempotency_key"]
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._transaction() as db:
             found = db.execute("SELECT 1 FROM orders WHERE idempotency_key = ?", (key,))
             if found.fetchone() is not None:
                 receipt = {"outcome": "already_applied", "receipt": self._first_receipt(db, key)}
@@ -100,12 +92,6 @@ class SqliteAction:
                     (key, p["payment_key"], p["token"], time.time()),
                 )
                 receipt = {"outcome": "voided"}
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:  # nothing was committed
-            raise TransientDownstreamError(f"sqlite: {exc}") from exc
-        finally:
-            if db.in_transaction:
-                db.rollback()
         return receipt
 
     def reverse(self, call: ReversalCall) -> Receipt:
@@ -114,11 +100,9 @@ class SqliteAction:
         once for a reversal of the whole payment or what remains: one fulfilled before its
         amount was known has none) and REVERSAL_SQL run, in one transaction; each call
         logged."""
-        db = self.connection()
         amount = call.reversal.amount
-        try:
-            now = time.time()
-            db.execute("BEGIN IMMEDIATE")
+        now = time.time()
+        with self._transaction() as db:
             inserted = db.execute(
                 "INSERT OR IGNORE INTO reversals (idempotency_key, payment_key, token, at,"
                 " reversal) VALUES (?, ?, ?, ?, ?)",
@@ -152,14 +136,25 @@ class SqliteAction:
                 "INSERT INTO reversal_calls (payment_key, token, at, outcome) VALUES (?, ?, ?, ?)",
                 (call.payment_key, call.token, now, outcome),
             )
+        found = {"outcome": outcome, "call_id": row.lastrowid}
+        return found if self.effect is None else {**found, "receipt": receipt}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, the write lock taken first (BEGIN IMMEDIATE), committed
+        when the block ends. A SQLite error is transient: nothing was committed (SQLite
+        transactions are atomic); whatever else ends the block, the call's deadline too,
+        rolls it back."""
+        db = self.connection()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield db
             db.execute("COMMIT")
-        except sqlite3.Error as exc:  # nothing was committed
+        except sqlite3.Error as exc:
             raise TransientDownstreamError(f"sqlite: {exc}") from exc
         finally:
             if db.in_transaction:
                 db.rollback()
-        found = {"outcome": outcome, "call_id": row.lastrowid}
-        return found if self.effect is None else {**found, "receipt": receipt}
 
     def _effect(self, db: sqlite3.Connection, call: Any, key: str) -> Receipt | None:
         """The user's effect, its receipt kept with the key; its errors said as whose."""

@@ -26,6 +26,7 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1654,6 +1655,29 @@ def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_
     m.teardown()
 
 
+def settling_machine(server: RedisServer, **setup: Any) -> Protocol:
+    """A program driven by hand, with a replay-safe action that settles."""
+    Protocol.server = server
+    Protocol.redis = Redis.from_url(server.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=True, settles=True, **setup)
+    return m
+
+
+def unpaid_with_takings(m: Protocol) -> Iterator[tuple[int, str, list[int]]]:
+    """The pool's paying events of payments not recorded yet (checked as each is taken),
+    with the payment's key and its taking events."""
+    for index in (i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING):
+        pk = data_object(m.events[index][0])["id"]
+        taking = [
+            i
+            for i, (e, _) in enumerate(m.events)
+            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
+        ]
+        if not m.state(pk) and taking:
+            yield index, pk, taking
+
+
 @pytest.mark.parametrize("applied", [True, False])
 @pytest.mark.parametrize("reverse", [True, False])
 def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
@@ -1663,10 +1687,7 @@ def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
     full refund; the settlement finds the effect (fulfilled, then reversed when a reversal is
     on) or voids the key (refunded_unfulfilled), and a stalled worker of the first attempt
     that calls after the void applies nothing."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=7, replay_safe=True, settles=True, reverse=reverse)
+    m = settling_machine(protocol_redis, reverse=reverse)
     for index in range(100):
         m.taken_back_after_an_answer_never_came(index, applied, all_events=True)
         begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
@@ -1698,24 +1719,16 @@ def test_a_payment_whose_worker_died_after_its_start_is_settled_when_taken_back(
     before it said anything leaves a call that may have applied, so a full refund after its
     lease expired is settled as after a call with no answer (the key voided here: no call
     applied it)."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=7, replay_safe=True, settles=True)
-    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
-    for index in paying:
-        pk = data_object(m.events[index][0])["id"]
-        if m.state(pk):
-            continue
+    m = settling_machine(protocol_redis)
+    for index, pk, taking in unpaid_with_takings(m):
         m.deliver(index)
         m.worker_takes_a_job()
         assert m.workers[0] is not None and m.workers[0].payment == pk
         m.worker_dies(0)
         m.time_passes(LEASE_MS + 1)
         m.sweeper_runs()  # its lease expired: retried
-        for i, (e, _) in enumerate(m.events):
-            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk:
-                m.deliver(i)
+        for i in taking:
+            m.deliver(i)
         if m.leg(pk) == "settle":
             break
     assert m.leg(pk) == "settle", "no payment of the pool was paid, started and taken back"
@@ -1733,20 +1746,8 @@ def test_an_attempt_without_a_call_keeps_what_the_call_before_it_said(
     its action takes the next job (the retry, or the settlement once refunded in full) and
     fails it without a call. Refunded in full, the payment is still settled: the settlement
     finds the effect, never refunded_unfulfilled over it."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=7, replay_safe=True, settles=True, reverse=True)
-    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
-    for index in paying:
-        pk = data_object(m.events[index][0])["id"]
-        taking = [
-            i
-            for i, (e, _) in enumerate(m.events)
-            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
-        ]
-        if m.state(pk) or not taking:
-            continue
+    m = settling_machine(protocol_redis, reverse=True)
+    for index, pk, taking in unpaid_with_takings(m):
         m.deliver(index)
         m.worker_takes_a_job()
         m.worker_calls(0, "ambiguous", True)  # it applied; no answer came
@@ -1782,20 +1783,8 @@ def test_a_payment_taken_back_during_its_last_attempt_is_settled_when_its_lease_
     """Each attempt's worker dies until the last attempt of the budget, during which the
     payment is refunded in full: the sweeper ends that lease and the payment is settled
     (no call applied: its key voided), not left failed as a dead letter."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=7, replay_safe=True, settles=True)
-    paying = [i for i, (e, _) in enumerate(m.events) if e["type"] == PAYING]
-    for index in paying:
-        pk = data_object(m.events[index][0])["id"]
-        taking = [
-            i
-            for i, (e, _) in enumerate(m.events)
-            if e["type"].startswith(TAKING) and data_object(e).get("payment_intent") == pk
-        ]
-        if m.state(pk) or not taking:
-            continue
+    m = settling_machine(protocol_redis)
+    for index, pk, taking in unpaid_with_takings(m):
         m.deliver(index)
         for attempt in range(m.settings.MAX_ATTEMPTS):
             for _ in range(2):  # the lease before ended, then the retry's job enqueued
@@ -1823,10 +1812,7 @@ def test_a_late_void_of_a_settlement_is_not_a_lost_success(protocol_redis: Redis
     """A settlement's worker voids the key and stalls past its lease before it says so: its
     word comes late (stale, the payment retrying), and the next settlement finds the key
     voided. The explorer's late-success rule takes that for a success lost; it is not."""
-    Protocol.server = protocol_redis
-    Protocol.redis = Redis.from_url(protocol_redis.url)
-    m = Protocol()
-    m.setup(seed=7, replay_safe=True, settles=True)
+    m = settling_machine(protocol_redis)
     for index in range(100):
         m.taken_back_after_an_answer_never_came(index, False, all_events=True)
         begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
