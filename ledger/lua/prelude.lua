@@ -343,6 +343,18 @@ local function enqueue_leg(pay, pk, now, first, job_id, grace_ms)
   end
 end
 
+-- Another leg of the payment is due (`settle`, `refulfil`): queued under it with a fresh
+-- attempt budget, its attempts those after the token it began at (`{leg}_from`), counted
+-- (`stat`), its job the captured one from ARGV[first], else the sweeper's.
+local function begin_leg(pay, leg, stat, now, first, job_id, grace_ms)
+  local token = redis.call('HGET', pay, 'token') or 0
+  redis.call('HSET', pay, 'leg', leg, leg .. '_from', token, 'budget_base', token)
+  move(pay, 'queued', now)
+  redis.call('HINCRBY', STATS, stat, 1)
+  enqueue_leg(pay, id_of(pay, PAYMENT_PREFIX), now, first, job_id, grace_ms)
+  return 'queued'
+end
+
 -- The fulfilled payment's reversal is due: the same machinery as fulfilment (`leg` =
 -- reverse: queued, in_progress, retrying, failed and interrupted are the reversal's), with
 -- a fresh attempt budget. `refund` names the refund it is for (nil: the whole payment, or
@@ -412,12 +424,7 @@ local function settle_or_hold(pay, why, now, first, job_id, grace_ms)
   if string.find(redis.call('HGET', pay, 'called_on') or '', ' ', 1, true) then
     return hold_taken_back(pay, why, now, ' on one of several downstreams (called_on)')
   end
-  local token = redis.call('HGET', pay, 'token') or 0
-  redis.call('HSET', pay, 'leg', 'settle', 'settle_from', token, 'budget_base', token)
-  move(pay, 'queued', now)
-  redis.call('HINCRBY', STATS, 'settles_due', 1)
-  enqueue_leg(pay, id_of(pay, PAYMENT_PREFIX), now, first, job_id, grace_ms)
-  return 'queued'
+  return begin_leg(pay, 'settle', 'settles_due', now, first, job_id, grace_ms)
 end
 
 -- What a refund in full or a lost dispute does to the payment now, by its state (its
@@ -482,12 +489,7 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   redis.call('HINCRBY', STATS, 'reinstated', 1)
   redis.call('HSET', pay, 'reinstated_at', now)
   if reverse and reverse.refulfil then
-    local token = redis.call('HGET', pay, 'token') or 0
-    redis.call('HSET', pay, 'leg', 'refulfil', 'refulfil_from', token, 'budget_base', token)
-    move(pay, 'queued', now)
-    redis.call('HINCRBY', STATS, 'refulfils_due', 1)
-    enqueue_leg(pay, id_of(pay, PAYMENT_PREFIX), now, first, job_id, grace_ms)
-    return 'queued'
+    return begin_leg(pay, 'refulfil', 'refulfils_due', now, first, job_id, grace_ms)
   end
   move(pay, 'held', now)
   redis.call('HSET', pay, 'hold_reason', 'dispute won after its reversal: the customer ' ..
