@@ -203,16 +203,10 @@ class CallableAction:
         self.target = target
         self.fn: Callable[[dict[str, Any]], Any] = imported(target, setting)
         self.replay_safe = bool(getattr(self.fn, "replay_safe", replay_safe))
-        settle = getattr(self.fn, "settle", None)  # workers/api.py settled_by
-        if callable(settle) and self.replay_safe:
-            self.settle = lambda purchase: self._called(settle, purchase)
 
     def __call__(self, purchase: Purchase) -> Receipt:
-        return self._called(self.fn, purchase)
-
-    def _called(self, fn: Callable[[dict[str, Any]], Any], purchase: Purchase) -> Receipt:
         try:
-            result = fn(purchase.to_dict())
+            result = self.fn(purchase.to_dict())
         except (TransientDownstreamError, PermanentDownstreamError):
             raise
         except Exception as exc:  # unknown how far it got: retried only if replay-safe

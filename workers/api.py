@@ -5,9 +5,7 @@ and how it says it is replay-safe. One module, typed (``mypy --strict`` clean; s
 Two kinds of code of yours can fulfil a payment:
 
 - **An action**, ``FULFILMENT_ACTION=module:function``: ``function(purchase) -> receipt``.
-  It does the effect wherever it likes (an API, a database, a file); replay-safe, it may
-  also say how it settles a payment taken back after a call with no answer
-  (:func:`settled_by`).
+  It does the effect wherever it likes (an API, a database, a file).
 - **An effect**, ``FULFILMENT_EFFECT=module:function`` with the built-in SQLite or
   PostgreSQL downstream: ``function(conn, purchase) -> receipt``, run inside the
   transaction that records the payment's key, on that transaction's connection (sqlite3's
@@ -63,7 +61,6 @@ __all__ = [
     "ReversalAction",
     "ReversalCall",
     "replay_safe",
-    "settled_by",
 ]
 
 
@@ -235,20 +232,3 @@ def replay_safe(fn: F) -> F:
     marked: Any = fn
     marked.replay_safe = True
     return fn
-
-
-def settled_by(settle: Callable[[Purchase], Receipt]) -> Callable[[F], F]:
-    """Declare how a replay-safe action settles a payment refunded in full (or its dispute
-    lost) after a call of it that may have applied, instead of holding it for a person:
-    ``settle(purchase)``, in one transaction of your downstream, finds the purchase's
-    ``idempotency_key`` (its effect applied: return that call's receipt) or records the key
-    voided (return ``{"outcome": "voided"}``), after which your action must apply nothing
-    under that key, also in a call still running. The built-in SQLite and PostgreSQL
-    actions settle so by themselves (docs/REVERSAL.md)."""
-
-    def mark(fn: F) -> F:
-        marked: Any = fn
-        marked.settle = settle
-        return fn
-
-    return mark

@@ -281,31 +281,11 @@ def settled_by_the_job(
     return pk, action
 
 
-SWITCHED = "tests.support.switched_downstream"
-"""A module:function action over the same SQLite order system, settling through its
-``settled_by`` function (workers/api.py)."""
-
-
 @pytest.mark.parametrize("applied", [True, False])
-@pytest.mark.parametrize("kind", ["built-in", "module:function"])
 def test_the_job_settles_a_refunded_payment_against_the_sqlite_downstream(
-    fulfilment: Any,
-    redis: Any,
-    config: dict[str, object],
-    rng: random.Random,
-    tmp_path: Path,
-    applied: bool,
-    kind: str,
+    fulfilment: Any, redis: Any, config: dict[str, object], rng: random.Random, applied: bool
 ) -> None:
-    if kind == "built-in":
-        f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
-    else:
-        f = fulfilment(
-            FULFILMENT_ACTION=f"{SWITCHED}:fulfil",
-            REVERSAL_ACTION=f"{SWITCHED}:reverse",
-            SWITCHED_DOWNSTREAM_PATH=str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"),
-            SWITCHED_DOWNSTREAM_DOWN=tmp_path / "down",  # absent: the downstream is up
-        )
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
     pk, action = settled_by_the_job(f, redis, config, rng, applied)
     db = sqlite3.connect(action.path)
     orders = db.execute("SELECT count(*), count(reversed_at) FROM orders").fetchone()
@@ -376,11 +356,3 @@ def test_a_worker_whose_action_moved_does_not_settle_on_its_own_downstream(
     assert "check that downstream" in text(redis.hget(keys.payment(pk), "last_error"))
     db = open_downstream(str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
     assert db.execute("SELECT count(*) FROM voids").fetchone() == (0,)
-
-
-def test_a_module_function_settles_only_when_replay_safe_and_settled_by() -> None:
-    from workers.actions import CallableAction, settler
-
-    assert settler(CallableAction(f"{SWITCHED}:fulfil", replay_safe=False)) is not None
-    assert settler(CallableAction(f"{SWITCHED}:reverse", replay_safe=True)) is None
-    assert settler(CallableAction("examples.actions:grant_access", replay_safe=False)) is None
