@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import urljoin
 
 import requests
+from psycopg.conninfo import conninfo_to_dict
 
 from ledger import limits
 from ledger import settings as settings_module
@@ -56,12 +57,23 @@ def downstream_of(action: Action) -> str:
     if isinstance(action, SqliteAction):
         return "sqlite:" + _digest(os.path.realpath(action.path))
     if isinstance(action, PostgresAction):
-        return "postgresql:" + _digest(redact(action.url))
+        return "postgresql:" + _digest(postgres_identity(action.url))
     if isinstance(action, HttpAction):
         return "http:" + _digest(action.url)
     if isinstance(action, CallableAction):
         return "function:" + action.target
     return ""
+
+
+def postgres_identity(url: str) -> str:
+    """What tells one PostgreSQL database (and the effects table its user's search path
+    finds) from another, as libpq reads the URL: host, port, database, user, options; not
+    the password, nor how it connects (sslmode, timeouts, application_name)."""
+    params = conninfo_to_dict(url)
+    params["host"] = str(params.get("host", "")).lower()
+    params.setdefault("port", "5432")
+    kept = ("host", "hostaddr", "port", "dbname", "user", "options", "service")
+    return " ".join(f"{k}={params[k]}" for k in kept if params.get(k) not in (None, ""))
 
 
 def _digest(text: str) -> str:

@@ -266,8 +266,10 @@ end
 -- replay-safe goes `interrupted` instead), so a payment with no attempt started, or whose
 -- attempts were of an action that is not replay-safe, has no effect while it waits.
 local function may_have_applied(pay)
-  return tonumber(redis.call('HGET', pay, 'token') or '0') > 0
-    and redis.call('HGET', pay, 'replay_safe') == '1'
+  local f = redis.call('HMGET', pay, 'token', 'replay_safe', 'called_on')
+  -- any replay-safe call (`called_on`), not only the last attempt's: a later attempt of an
+  -- action that is not replay-safe (FULFILMENT_ACTION changed) does not undo it
+  return tonumber(f[1] or '0') > 0 and (f[2] == '1' or (f[3] or '') ~= '')
 end
 
 -- What a script's `reverse_on` argument says (Settings.reversal_mode): '0' (no reversal) or

@@ -356,3 +356,48 @@ def test_a_worker_whose_action_moved_does_not_settle_on_its_own_downstream(
     assert "check that downstream" in text(redis.hget(keys.payment(pk), "last_error"))
     db = open_downstream(str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///"))
     assert db.execute("SELECT count(*) FROM voids").fetchone() == (0,)
+
+
+def test_a_later_attempt_that_is_not_replay_safe_does_not_hide_a_call_that_may_have_applied(
+    redis, redis_server, rng
+) -> None:
+    """FULFILMENT_ACTION changed from the SQLite file to an HTTP endpoint that is not
+    replay-safe after a call of the first with no answer; the second refuses (nothing
+    applied by it). Refunded in full: held (the first may have applied), never
+    refunded_unfulfilled over it."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="sqlite:aaaa")
+    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
+    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    start = shop.attempts.start(shop.pk, "job-2", False, downstream="http:bbbb")
+    assert shop.attempts.mark_calling(shop.pk, start.token)
+    shop.attempts.finish(shop.pk, start.token, "retry", "http 503", 1.0)
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        shop.deliver(event)
+    assert shop.state() == "held" and "may have applied" in shop.field("hold_reason")
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ("postgresql://shop:pw@db/shop", "postgresql://shop:new@db/shop", True),
+        ("postgresql://shop@db/shop", "postgres://shop@DB:5432/shop?sslmode=require", True),
+        ("postgresql://shop_a@db/shop", "postgresql://shop_b@db/shop", False),
+        ("postgresql://db/shop?host=db1", "postgresql://db/shop?host=db2", False),
+        ("postgresql://db/a", "postgresql://db/shop?dbname=b", False),
+        (
+            "postgresql://db/s?options=-csearch_path%3Da",
+            "postgresql://db/s?options=-csearch_path%3Db",
+            False,
+        ),
+    ],
+)
+def test_a_postgresql_downstream_is_named_by_what_tells_databases_apart(
+    one: str, other: str, same: bool
+) -> None:
+    def name(url: str) -> str:
+        return downstream_of(PostgresAction(url, 1.0, None))
+
+    assert (name(one) == name(other)) is same
+    assert "pw" not in name(one) and "new" not in name(other)
