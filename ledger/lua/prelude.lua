@@ -204,13 +204,20 @@ local function engaged(pay)
   return started and (state == 'queued' or state == 'retrying' or state == 'failed')
 end
 
--- Hold a payment for a person because its twin (same purchase) is engaged.
-local function hold_for_twin(pay, twin, now, when)
+-- Hold a waiting payment for a person, saying why: out of the retry loop and the sweeper's
+-- due set. Returns 'held'.
+local function hold(pay, now, reason)
   move(pay, 'held', now)
-  redis.call('HSET', pay, 'hold_reason', 'same purchase as ' .. twin ..
-    ' (Stripe tied their ids after both were recorded; ' .. when .. ')')
+  redis.call('HSET', pay, 'hold_reason', reason)
   redis.call('HDEL', pay, 'next_at', 'sweep_seen')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  return 'held'
+end
+
+-- Hold a payment for a person because its twin (same purchase) is engaged.
+local function hold_for_twin(pay, twin, now, when)
+  hold(pay, now, 'same purchase as ' .. twin ..
+    ' (Stripe tied their ids after both were recorded; ' .. when .. ')')
   redis.call('HINCRBY', STATS, 'held', 1)
   redis.call('HINCRBY', STATS, 'held_for_twin', 1)
 end
@@ -388,14 +395,10 @@ end
 -- Taken back after an attempt of a replay-safe action that may have applied it, and not
 -- settled by the action itself: held for a person, who checks the downstream.
 local function hold_taken_back(pay, why, now, because)
-  move(pay, 'held', now)
-  redis.call('HSET', pay, 'hold_reason', (why == 'dispute' and 'dispute lost' or
-    'refunded in full') .. ' after an attempt of a replay-safe action that may have applied ' ..
-    'it' .. (because or '') .. ': check the downstream (resolve as fulfilled if it applied: ' ..
-    'with REVERSAL_ACTION it is then reversed)')
-  redis.call('HDEL', pay, 'next_at', 'sweep_seen')
-  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return 'held'
+  return hold(pay, now, (why == 'dispute' and 'dispute lost' or 'refunded in full') ..
+    ' after an attempt of a replay-safe action that may have applied it' .. (because or '') ..
+    ': check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION it is ' ..
+    'then reversed)')
 end
 
 local GAVE_UP = ', and its action could not settle it (last_error)'
@@ -404,14 +407,10 @@ local GAVE_UP = ', and its action could not settle it (last_error)'
 -- (its refund failed, its dispute was won): the customer paid and no attempt can apply it
 -- under that key, so a person grants it by hand.
 local function hold_voided(pay, now)
-  redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase')
-  move(pay, 'held', now)
-  redis.call('HSET', pay, 'hold_reason', 'its settlement voided its key (or may have), then it ' ..
-    'was no longer taken back (its refund failed or its dispute was won): the customer paid ' ..
-    'and nothing can apply it under that key; grant it by hand, then resolve it as fulfilled')
-  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job')
-  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return 'held'
+  redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase', 'job')
+  return hold(pay, now, 'its settlement voided its key (or may have), then it was no longer ' ..
+    'taken back (its refund failed or its dispute was won): the customer paid and nothing ' ..
+    'can apply it under that key; grant it by hand, then resolve it as fulfilled')
 end
 
 -- The same, by an action that settles it (`settles`, from its attempts' start: the built-in
