@@ -23,6 +23,8 @@ from ledger.faults import fault
 from ledger.gate import Gate, Health
 from ledger.purchase import Purchase, purchase_of, stored_fields
 from ledger.purchase_reads import PurchaseReads
+from ledger.read.reversal import leg_of
+from ledger.read.timeline import LEG_NAMES
 from ledger.redact import redact
 from ledger.replication import NotReplicated
 from ledger.replies import Start
@@ -44,10 +46,6 @@ from workers.exceptions import (
 )
 from workers.gating import admit, health_of, rate_wait_until, report
 
-LEGS = ("reverse", "refulfil", "settle")
-"""The legs besides the fulfilment (``leg`` in the payment hash: docs/LEDGER.md)."""
-LEG_WORD = {"reverse": "reversal", "settle": "settlement"}
-
 
 @dataclass(frozen=True)
 class Context:
@@ -68,6 +66,9 @@ class Context:
     CHECKOUT_WAIT_SECONDS), else None."""
     reversal: Action | None = None
     """REVERSAL_ACTION's action (None: unset, or it could not be built: ``action_error``)."""
+    downstream: str = ""
+    """The fulfilment action's name for its downstream (workers.actions.downstream_of: a
+    path resolved, a URL parsed and hashed), made once rather than for every job."""
 
 
 @cache
@@ -92,6 +93,7 @@ def _context(pid: int, thread: str) -> Context:
         s.attempt_s,
         PurchaseReads(redis, s) if PurchaseReads.wanted(s) else None,
         reversal,
+        downstream_of(action) if action is not None else "",
     )
 
 
@@ -166,7 +168,7 @@ def fulfil(
     ``job_id`` started at ``entered`` (time.monotonic()) with RQ timeout ``job_timeout``."""
     ctx = context()
     stored = stored_fields(ctx.attempts.redis, payment_key)  # before the lease and its window
-    leg = stored.get("leg", "") if stored.get("leg") in LEGS else "fulfil"
+    leg = leg_of(stored)
     if ctx.action is None:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
@@ -174,8 +176,9 @@ def fulfil(
     if action is None:  # REVERSAL_ACTION unset since the reversal became due
         detail = "a reversal is due and REVERSAL_ACTION is not set"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
-    downstream = downstream_of(action)
-    if leg == "settle" and settler(action) is None:  # FULFILMENT_ACTION changed since
+    downstream = ctx.downstream if action is ctx.action else downstream_of(action)
+    settle = settler(action)
+    if leg == "settle" and settle is None:  # FULFILMENT_ACTION changed since
         detail = "settlement: the fulfilment action cannot settle a payment (not built-in)"
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
     if leg == "settle" and stored.get("called_on", downstream) != downstream:
@@ -198,9 +201,13 @@ def fulfil(
     # The lease a call runs under starts in Redis after this moment: the call window is
     # counted from here (a replay-safe attempt is fenced by its start).
     fenced_at = time.monotonic()
-    settles = settler(action) is not None
     start = ctx.attempts.start(
-        payment_key, job_id, action.replay_safe, leg=leg, settles=settles, downstream=downstream
+        payment_key,
+        job_id,
+        action.replay_safe,
+        leg=leg,
+        settles=settle is not None,
+        downstream=downstream,
     )
     if start.verdict != "go":
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
@@ -224,10 +231,10 @@ def fulfil(
     call = build_call(payment_key, start, stored)
     if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
         call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call)
-    settle = settler(action) if leg == "settle" else None
-    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after, settle)
+    settling = settle if leg == "settle" else None
+    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after, settling)
     if leg in ("reverse", "settle") and outcome != "fulfilled":
-        detail = f"{LEG_WORD[leg]}: {detail}"  # which call failed, wherever its error is shown
+        detail = f"{LEG_NAMES[leg]}: {detail}"  # which call failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
