@@ -1664,6 +1664,17 @@ def settling_machine(server: RedisServer, **setup: Any) -> Protocol:
     return m
 
 
+def settlement_begun(m: Protocol, applied: bool) -> str:
+    """Run the rule taken_back_after_an_answer_never_came (its call applied or not) until a
+    payment's settlement is due; that payment's key."""
+    for index in range(100):
+        m.taken_back_after_an_answer_never_came(index, applied, all_events=True)
+        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
+        if begun:
+            return begun[0]
+    raise AssertionError("no payment of the pool was paid, called and taken back")
+
+
 def unpaid_with_takings(m: Protocol) -> Iterator[tuple[int, str, list[int]]]:
     """The pool's paying events of payments not recorded yet (checked as each is taken),
     with the payment's key and its taking events."""
@@ -1688,13 +1699,7 @@ def test_a_payment_taken_back_after_an_answer_never_came_is_settled(
     on) or voids the key (refunded_unfulfilled), and a stalled worker of the first attempt
     that calls after the void applies nothing."""
     m = settling_machine(protocol_redis, reverse=reverse)
-    for index in range(100):
-        m.taken_back_after_an_answer_never_came(index, applied, all_events=True)
-        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
-        if begun:
-            break
-    assert begun, "no payment of the pool was paid, called and taken back"
-    pk = begun[0]
+    pk = settlement_begun(m, applied)
     assert m.applied[pk] == int(applied)
     stalled = m.workers.index(None)  # the first attempt's worker, alive after all
     m.workers[stalled] = Worker(pk, m.current_token(pk), "fulfil", True, m.real)
@@ -1813,13 +1818,7 @@ def test_a_late_void_of_a_settlement_is_not_a_lost_success(protocol_redis: Redis
     word comes late (stale, the payment retrying), and the next settlement finds the key
     voided. The explorer's late-success rule takes that for a success lost; it is not."""
     m = settling_machine(protocol_redis)
-    for index in range(100):
-        m.taken_back_after_an_answer_never_came(index, False, all_events=True)
-        begun = [pk for pk in m.all_payments() if m.leg(pk) == "settle"]
-        if begun:
-            break
-    assert begun, "no payment of the pool was paid, called and taken back"
-    pk = begun[0]
+    pk = settlement_begun(m, applied=False)
     m.worker_takes_a_job()  # the settlement
     slot = next(i for i, w in enumerate(m.workers) if w and w.payment == pk)
     m.late_success_after_a_person_retried(slot, deferred=False)

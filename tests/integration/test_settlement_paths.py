@@ -24,6 +24,14 @@ UNLOADABLE = "foo_not_a_module:fulfil"
 """A FULFILMENT_ACTION a worker cannot load: each job it runs fails without a call."""
 
 
+def built_in_actions(config: dict[str, object]) -> dict[str, object]:
+    """The test's built-in SQLite downstream for both actions: a worker that can load them."""
+    return {
+        "FULFILMENT_ACTION": config["FULFILMENT_ACTION"],
+        "REVERSAL_ACTION": config["FULFILMENT_ACTION"],
+    }
+
+
 def paid_then_called(f: Any, redis: Any, config: dict[str, object], rng: random.Random) -> str:
     """A payment whose first attempt, by the built-in SQLite action, applied and got no answer
     (retried); returns its key."""
@@ -65,10 +73,7 @@ def test_an_attempt_that_could_not_load_its_action_does_not_hide_an_earlier_call
     call, which says nothing of the call before it. Refunded in full then, the payment is
     settled (the order found, then reversed), never refunded_unfulfilled with its order in
     the downstream."""
-    good = {
-        "FULFILMENT_ACTION": config["FULFILMENT_ACTION"],
-        "REVERSAL_ACTION": config["FULFILMENT_ACTION"],
-    }
+    good = built_in_actions(config)
     f = fulfilment(**good)
     pk = paid_then_called(f, redis, config, rng)
     due_now(redis, pk)
@@ -92,10 +97,7 @@ def test_a_settlement_its_worker_could_not_run_is_settled_by_a_persons_retry(
     """The settlement's job run by a worker that cannot load its action: given up, held for a
     person. Once the setting is fixed, a person's retry settles it (docs/REVERSAL.md), the
     attempt that made no call having changed nothing of what the call before it said."""
-    good = {
-        "FULFILMENT_ACTION": config["FULFILMENT_ACTION"],
-        "REVERSAL_ACTION": config["FULFILMENT_ACTION"],
-    }
+    good = built_in_actions(config)
     f = fulfilment(**good)
     pk = paid_then_called(f, redis, config, rng)
     refunded_in_full(f, redis, rng, pk)
