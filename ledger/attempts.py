@@ -148,8 +148,9 @@ class Attempts:
     ) -> tuple[str, str]:
         """Record a person's retry or resolution if the payment is in an ``allowed`` state
         (ledger/decisions.py says which): ``ok`` and the new state, ``refused`` and the
-        current one ('' when there is no payment), or ``wait`` (the worker process of the
-        last call may still be in it, at most until the returned time, epoch ms: its
+        current one ('' when there is no payment), ``by_hand`` (a retry of a payment held
+        for a person to grant by hand: Stripe gave it back) or ``wait`` (the worker process
+        of the last call may still be in it, at most until the returned time, epoch ms: its
         watchdog ends it by then). ``job`` (a new one when not given) also identifies the
         decision, so a client retry of this call is answered ``ok`` once more."""
         job = job or self.jobs.prepare(payment_key)

@@ -55,6 +55,14 @@ def decide(
         )
     if not state:
         return Problem(error="not_found", message=f"no payment {payment_key}")
+    if verdict == "by_hand":
+        return Problem(
+            error="grant_by_hand",
+            message="Stripe gave this payment back after the ledger took it back (its hold "
+            "reason says how): nothing of the ledger's runs for it again. Grant it by hand (or "
+            "refund it again), then resolve it as fulfilled. Nothing was changed.",
+            state=state,
+        )
     return Problem(
         error="refused",
         message=f"the payment is {state}; {action} applies only to {' or '.join(states)} "

@@ -55,8 +55,9 @@ class Finished(Reply, frozen=True):
 
 
 class Decided(Reply, frozen=True):
-    """operator: ``ok`` (``state`` the new one), ``refused`` (``state`` the current one) or
-    ``wait``: the worker process ``caller`` may be in the last call until ``until_ms``."""
+    """operator: ``ok`` (``state`` the new one), ``refused`` (``state`` the current one),
+    ``by_hand`` (a retry of a payment only a person grants: refused) or ``wait``: the worker
+    process ``caller`` may be in the last call until ``until_ms``."""
 
     verdict: str
     state: str = ""

@@ -93,6 +93,8 @@ def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json:
         say(f"refused: the worker process of its last call may still be in it; try after {when}")
     elif isinstance(answer, Problem) and answer.error == "not_found":
         say("refused: no payment", payment_key)
+    elif isinstance(answer, Problem) and answer.error == "grant_by_hand":
+        say("refused:", payment_key, answer.message)
     elif isinstance(answer, Problem):
         say("refused:", payment_key, f"is {answer.state}, not {' or '.join(answer.allowed or [])}")
     else:

@@ -32,7 +32,7 @@ def counts(s: Summary) -> Table:
         "of them, one refund's (REVERSAL_PER_REFUND)": r.refund_reversals,
         "reversed, a person's word": r.resolved_reversed,
         "refunded before any fulfilment (never called, or voided)": r.refunded_unfulfilled,
-        "disputes won after a reversal": r.reinstated,
+        "given back after (a dispute won, a refund failed)": r.reinstated,
         "fulfilments again due (REVERSAL_DISPUTE_WON=fulfil)": r.refulfils_due,
         "fulfilled again": r.refulfilled,
         "settlements due (an answer lost, then taken back)": r.settles_due,
@@ -116,7 +116,7 @@ def taken_back(p: Payment) -> list[Table]:
         "reversed": r.reversed_at,
         "reversed in all": r.reversed_amount.formatted if r.reversed_amount else None,
         "reversal's receipt": receipt(r.receipt),
-        "dispute won after it": _reinstated(r),
+        "given back after it": _reinstated(r),
         "fulfilled again": _refulfil(p),
         "receipt of its fulfilment again": receipt(r.refulfil.receipt) if r.refulfil else None,
     }

@@ -38,6 +38,7 @@ PROBLEM_STATUS = {
     "not_found": 404,
     "refused": 409,
     "attempt_may_still_be_running": 409,
+    "grant_by_hand": 409,
     "not_replicated": 503,
 }
 

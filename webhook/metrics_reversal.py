@@ -1,8 +1,8 @@
 """What refunds and lost disputes took back, on ``/metrics`` (docs/REVERSAL.md): the
 reversals due, applied (those of one refund too) and resolved by a person, the payments
-refunded before any effect, the disputes won after a reversal and the fulfilments again
-that followed, and the payments that wait for a person by what they
-wait on (their fulfilment or their reversal), which the alerting rules watch
+refunded before any effect, those given back after (a dispute won, a refund failed) and the
+fulfilments again that followed, and the payments that wait for a person by what they wait
+on (their fulfilment or their reversal), which the alerting rules watch
 (deploy/prometheus/alerts.yml: WebhookPaymentsNeedAPerson, WebhookReversalNeedsAPerson)."""
 
 from collections.abc import Iterator
@@ -45,7 +45,8 @@ def reversal_families(
     )
     yield CounterMetricFamily(
         "webhook_reversals_reinstated",
-        "Reversed payments whose dispute was then won: held for a person, or fulfilled again "
+        "Payments taken back (reversed, refunded before any effect) that Stripe then gave back "
+        "(a dispute won, a refund failed): held for a person, or fulfilled again "
         "(REVERSAL_DISPUTE_WON=fulfil).",
         value=counts.reinstated,
     )
@@ -78,7 +79,7 @@ def reversal_families(
         "webhook_payments_need_a_person",
         "Payments that wait for a person (failed, interrupted, held), by state and by leg: "
         "fulfil (their fulfilment, or their fulfilment again after a dispute won) or reverse "
-        "(their reversal; held: a dispute won after it).",
+        "(their reversal; held: given back after it, a dispute won or a refund failed).",
         labels=["state", "leg"],
     )
     split = needs_a_person(redis)

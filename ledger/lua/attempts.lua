@@ -183,10 +183,12 @@ local function reversal_done(pay, now, receipt, reverse)
 end
 
 -- A fulfilment again after a dispute won (`leg` = refulfil) that finds the payment refunded
--- in full (or a dispute lost) before its call: not called; the payment stays reversed.
+-- in full (or a dispute lost) before its call: not called; the payment stays reversed, or
+-- is held if a refund of it failed since (given_back: the charge may still count it).
 local function refulfil_withdrawn(pay, now)
   redis.call('HSET', pay, 'leg', 'reverse')
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   move(pay, 'reversed', now)
+  reinstate(pay, now, false)
 end

@@ -80,9 +80,8 @@ local function record_outcome()
   if outcome == 'voided' then  -- settled: no effect under its key, and none can come now
     redis.call('HDEL', pay, 'leg', 'last_error', 'attempt_id', 'replay_safe', 'waiting')
     redis.call('HINCRBY', STATS, 'settled_voided', 1)
-    if not taken_back(pay) then return reply{verdict = 'voided', state = hold_voided(pay, now)} end
-    never_fulfilled(pay, now)
-    return reply{verdict = 'voided', state = 'refunded_unfulfilled'}
+    -- no longer taken back (its refund failed, its dispute won): held (hold_voided)
+    return reply{verdict = 'voided', state = never_fulfilled(pay, now)}
   end
   if fulfilled and settling then  -- settled: the effect was there, a fulfilment after all
     redis.call('HDEL', pay, 'leg')

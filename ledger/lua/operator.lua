@@ -1,7 +1,8 @@
 -- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
 -- decision: retry|fulfilled; allowed: the states it is allowed from (space-separated);
 -- job_id is also this decision's id. ARGV after the named ones: the captured RQ enqueue.
--- verdict: ok (state: the new one) | refused (state: the current one) | wait (until_ms,
+-- verdict: ok (state: the new one) | refused (state: the current one) | by_hand (a retry of
+-- a payment only a person grants, refused) | wait (until_ms,
 -- caller: the process of the last call may still be in it)
 local KEY = named(KEYS, 'payment')
 local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms',
@@ -22,12 +23,11 @@ if not state or not string.find(' ' .. ARG.allowed .. ' ', ' ' .. state .. ' ', 
   return reply{verdict = 'refused', state = state or ''}
 end
 local leg = redis.call('HGET', pay, 'leg')
--- Reversed, then its dispute won and held for a person (not being fulfilled again under
--- REVERSAL_DISPUTE_WON=fulfil, whose attempts are retried and resolved as any).
-local reinstated = leg ~= 'refulfil' and redis.call('HGET', pay, 'reinstated_at')
-if reinstated and ARG.decision == 'retry' then
-  -- nothing of the ledger's may run again
-  return reply{verdict = 'refused', state = state}
+-- Held for a person to grant by hand: taken back (reversed, refunded before any effect, its
+-- key voided by a settlement), then no longer (a dispute won, a refund failed).
+local by_hand = state == 'held' and redis.call('HGET', pay, 'by_hand')
+if by_hand and ARG.decision == 'retry' then
+  return reply{verdict = 'by_hand', state = state}  -- nothing of the ledger's may run again
 end
 if ARG.decision == 'retry' then
   -- Refused while the worker process that made the last call may still be in it: its
@@ -39,10 +39,13 @@ end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state)
-if ARG.decision == 'fulfilled' and reinstated then
-  -- a person granted it again by hand after the dispute was won
+if ARG.decision == 'fulfilled' and by_hand then
+  -- a person granted it by hand; a first receipt (a reversed payment's) stays, and a refund
+  -- after it is only recorded (prelude's take_back)
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'fulfilled_at', now)
+  redis.call('HSETNX', pay, 'receipt', cjson.encode({resolved = ARG.note}))
+  redis.call('HDEL', pay, 'by_hand')
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   return reply{verdict = 'ok', state = 'fulfilled'}
 end

@@ -204,11 +204,20 @@ local function engaged(pay)
   return started and (state == 'queued' or state == 'retrying' or state == 'failed')
 end
 
+-- A payment the ledger took back that Stripe no longer does: counted, and marked so a
+-- person's retry runs nothing of the ledger's (lua/operator.lua), only their resolve.
+local function reinstated(pay, now)
+  redis.call('HINCRBY', STATS, 'reinstated', 1)
+  redis.call('HSET', pay, 'reinstated_at', now)
+end
+
 -- Hold a waiting payment for a person, saying why: out of the retry loop and the sweeper's
--- due set. Returns 'held'.
-local function hold(pay, now, reason)
+-- due set. `by_hand`: only a person can grant it (reinstated): a retry runs nothing
+-- (lua/operator.lua). Returns 'held'.
+local function hold(pay, now, reason, by_hand)
   move(pay, 'held', now)
   redis.call('HSET', pay, 'hold_reason', reason)
+  if by_hand then redis.call('HSET', pay, 'by_hand', 1) else redis.call('HDEL', pay, 'by_hand') end
   redis.call('HDEL', pay, 'next_at', 'sweep_seen')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   return 'held'
@@ -266,6 +275,25 @@ local function taken_back(pay)
   if paid and paid > 0 and refund_total(f[2], f[3]) >= paid then return 'refund' end
   if f[4] and string.match(f[4], ' lost$') then return 'dispute' end
   return nil
+end
+
+-- Why a payment the ledger took back (`taken_back` kept) may no longer be: 'dispute' (its
+-- dispute is no longer lost: won since), 'refund' (a refund failed or was canceled and the
+-- refunds still counted by id fall short of the amount paid; a charge's `amount_refunded` may
+-- count the failed one, so it is not believed against a failure), else nil. Only a person
+-- acts on it: every automatic decision keeps asking taken_back, which believes the charge.
+local function given_back(pay)
+  local f = redis.call('HMGET', pay, 'taken_back', 'amount', 'rf', 'rf_charge', 'dispute',
+    'reversal_why')
+  local why = f[1] or f[6]  -- a reversal already due when the last refund came keeps its own
+  if not why or (f[5] and string.match(f[5], ' lost$')) then return nil end
+  local paid, counted, failed = tonumber(f[2] or ''), 0, false
+  for _, amount in pairs(cjson.decode(f[3] or '{}')) do
+    if amount > 0 then counted = counted + amount elseif amount == -1 then failed = true end
+  end
+  local charged = (not failed) and tonumber(f[4] or '0') or 0
+  if paid and paid > 0 and math.max(counted, charged) >= paid then return nil end
+  return why == 'dispute' and 'dispute' or 'refund'
 end
 
 -- Whether an attempt that did not end in an effect may still have applied one: only a
@@ -383,15 +411,6 @@ local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, am
   enqueue_leg(pay, pk, now, first, job_id, grace_ms)
 end
 
--- Taken back before any effect: the payment is never called (`refunded_unfulfilled`).
-local function never_fulfilled(pay, now)
-  move(pay, 'refunded_unfulfilled', now)
-  redis.call('HSET', pay, 'taken_back', taken_back(pay) or redis.call('HGET', pay, 'taken_back'))
-  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
-  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
-end
-
 -- Taken back after an attempt of a replay-safe action that may have applied it, and not
 -- settled by the action itself: held for a person, who checks the downstream.
 local function hold_taken_back(pay, why, now, because)
@@ -408,9 +427,40 @@ local GAVE_UP = ', and its action could not settle it (last_error)'
 -- under that key, so a person grants it by hand.
 local function hold_voided(pay, now)
   redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase', 'job')
+  reinstated(pay, now)
   return hold(pay, now, 'its settlement voided its key (or may have), then it was no longer ' ..
     'taken back (its refund failed or its dispute was won): the customer paid and nothing ' ..
-    'can apply it under that key; grant it by hand, then resolve it as fulfilled')
+    'can apply it under that key; grant it by hand, then resolve it as fulfilled (a retry ' ..
+    'runs nothing)', true)
+end
+
+-- Taken back before any effect, then no longer (given_back: its refund failed or was
+-- canceled, its dispute was won): the customer paid and has nothing, so a person decides
+-- (fulfil it by hand, or refund it again). Held, never fulfilled by the ledger: the charge
+-- may still say refunded, and an effect days after a refund may be one the merchant
+-- cancelled. After a settlement's attempt started, its key may be voided (hold_voided).
+local function hold_given_back(pay, now, why)
+  local f = redis.call('HMGET', pay, 'token', 'settle_from')
+  if f[2] and tonumber(f[1] or '0') > tonumber(f[2]) then return hold_voided(pay, now) end
+  reinstated(pay, now)
+  redis.call('HINCRBY', STATS, 'held', 1)
+  return hold(pay, now, (why == 'dispute' and 'its dispute was won' or
+    'a refund failed or was canceled') .. ' after it was taken back before any effect: the ' ..
+    'customer paid and has nothing; fulfil it by hand (or refund it again), then resolve it ' ..
+    'as fulfilled (a retry runs nothing)', true)
+end
+
+-- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
+-- held if Stripe no longer takes it back. Returns the new state.
+local function never_fulfilled(pay, now)
+  redis.call('HSET', pay, 'taken_back', taken_back(pay) or redis.call('HGET', pay, 'taken_back'))
+  redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
+  redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  local why = given_back(pay)
+  if why then return hold_given_back(pay, now, why) end
+  move(pay, 'refunded_unfulfilled', now)
+  redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
+  return 'refunded_unfulfilled'
 end
 
 -- The same, by an action that settles it (`settles`, from its attempts' start: the built-in
@@ -444,6 +494,8 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
+  -- granted by hand once Stripe no longer took it back: a later refund is only recorded
+  if state == 'fulfilled' and redis.call('HEXISTS', pay, 'reinstated_at') == 1 then return nil end
   if state == 'fulfilled' and reverse and reverse.each then
     local next_why, refund, amount = next_reversal(pay)
     if next_why then
@@ -465,8 +517,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
     if may_have_applied(pay) then
       return settle_or_hold(pay, why, now, first, job_id, grace_ms)
     end
-    never_fulfilled(pay, now)
-    return 'refunded_unfulfilled'
+    return never_fulfilled(pay, now)
   end
   if state == 'fulfilled' and reverse then
     begin_reversal(pay, why, now, first, job_id, grace_ms, nil, remaining(pay))
@@ -475,27 +526,29 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   return nil
 end
 
--- A payment reversed for a lost dispute whose dispute is then won (`charge.dispute.closed`
--- won): the customer keeps what was bought, so it is never left reversed silently. By
--- default a person decides (held: grant it again by hand, then resolve it as fulfilled);
--- with `reverse.refulfil` (REVERSAL_DISPUTE_WON=fulfil) it is fulfilled again, once, by the
--- fulfilment action under its own idempotency key (`leg` = refulfil, a fresh budget; the
--- captured job from ARGV[first], else the sweeper's). Returns 'held', 'queued' or nil.
+-- A payment settled as taken back that Stripe no longer takes back (given_back) is never
+-- left so silently. Refunded before any effect (`refunded_unfulfilled`): held
+-- (hold_given_back). Reversed: the customer keeps the money's worth, so by default a person
+-- decides (held: grant it again by hand, then resolve it as fulfilled); with
+-- `reverse.refulfil` (REVERSAL_DISPUTE_WON=fulfil) a dispute won is fulfilled again, once, by
+-- the fulfilment action under its own idempotency key (`leg` = refulfil, a fresh budget; the
+-- captured job from ARGV[first], else the sweeper's). A refund that failed after its
+-- reversal is always a person's: the reversal may have carried less than the whole payment.
+-- Returns 'held', 'queued' or nil.
 local function reinstate(pay, now, reverse, first, job_id, grace_ms)
-  local dispute = redis.call('HGET', pay, 'dispute')
-  if redis.call('HGET', pay, 'state') ~= 'reversed' or redis.call('HGET', pay, 'reversal_why')
-    ~= 'dispute' or not (dispute and string.match(dispute, ' won$')) then
-    return nil
-  end
-  redis.call('HINCRBY', STATS, 'reinstated', 1)
-  redis.call('HSET', pay, 'reinstated_at', now)
-  if reverse and reverse.refulfil then
+  local state = redis.call('HGET', pay, 'state')
+  if state ~= 'reversed' and state ~= 'refunded_unfulfilled' then return nil end
+  local why = given_back(pay)
+  if not why then return nil end
+  if state == 'refunded_unfulfilled' then return hold_given_back(pay, now, why) end
+  reinstated(pay, now)
+  -- (a charge that still says refunded in full, a refund of it failed: a person's)
+  if why == 'dispute' and reverse and reverse.refulfil and not taken_back(pay) then
     return begin_leg(pay, 'refulfil', 'refulfils_due', now, first, job_id, grace_ms)
   end
-  move(pay, 'held', now)
-  redis.call('HSET', pay, 'hold_reason', 'dispute won after its reversal: the customer ' ..
-    'keeps the purchase; grant it again by hand, then resolve it as fulfilled (a retry runs ' ..
-    'nothing)')
   redis.call('HINCRBY', STATS, 'held', 1)
-  return 'held'
+  return hold(pay, now, (why == 'dispute' and 'dispute won' or
+    'a refund failed or was canceled') .. ' after its reversal: the customer keeps the ' ..
+    'purchase; grant it again by hand, then resolve it as fulfilled (a retry runs nothing)',
+    true)
 end

@@ -302,8 +302,7 @@ end
 local function queue_or_hold(d, held_for, grace_ms)
   -- refunded (or lost, even if won since) before it was ever paid here: never called
   if taken_back(d.pay) or redis.call('HGET', d.pay, 'taken_back') then
-    never_fulfilled(d.pay, d.now)
-    return 'refunded_unfulfilled', 0
+    return never_fulfilled(d.pay, d.now), 0
   end
   if held_for ~= '' then
     move(d.pay, 'held', d.now)

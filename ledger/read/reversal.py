@@ -79,7 +79,8 @@ class PaymentReversal(View):
     reversed_amount: Amount | None
     """What every reversal of the payment has carried (per refund and the rest)."""
     reinstated_at: datetime | None
-    """A dispute won after its reversal: held for a person since then, or fulfilled again."""
+    """Given back after it was taken back (a dispute won, a refund failed): held for a person
+    since then, or fulfilled again."""
     refulfil: Refulfil | None
     """Its fulfilment again after that dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
 

@@ -68,7 +68,7 @@ from ledgerctl.reversal_check import from_marks, ledger_marks
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
-from tests.support.refunds import dispute_closed, refund_events
+from tests.support.refunds import dispute_closed, refund_events, refund_failed
 from workers.gating import report
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
@@ -214,6 +214,8 @@ class Protocol(RuleBasedStateMachine):
         self.lost: set[str] = set()  # a dispute closed as lost
         self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
         self.won: set[str] = set()  # a dispute closed as won
+        self.dispute_now: dict[str, str] = {}  # the status of its last dispute closed
+        self.granted_by_hand: set[str] = set()  # given back, then granted by a person
         self.reversal_calls: Counter[str] = Counter()  # by payment
         # by reversal, (payment, refund id or "" for the whole payment or what remains of it)
         self.reversals_applied: Counter[tuple[str, str]] = Counter()  # never deduped
@@ -318,10 +320,25 @@ class Protocol(RuleBasedStateMachine):
         mine = self.refunds.setdefault(pk, {})
         for rid, amount in taken.get("refunds", {}).items():
             mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
+        if "dispute_status" in taken:
+            self.dispute_now[pk] = taken["dispute_status"]
         if taken.get("dispute_status") == "lost":
             self.lost.add(pk)
         if taken.get("dispute_status") == "won":
             self.won.add(pk)
+
+    def given_back(self, pk: str) -> bool:
+        """Stripe no longer takes it back, by the model's own account: no dispute lost now,
+        and not refunded in full by the refunds counted (a charge's figure believed only
+        while no refund failed)."""
+        if self.dispute_now.get(pk) == "lost":
+            return False
+        amount = self.amounts.get(pk, 0)
+        mine = self.refunds.get(pk, {})
+        counted = sum(a for a in mine.values() if a > 0)
+        charge = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
+        charged = 0 if -1 in mine.values() else charge
+        return not (amount > 0 and max(counted, charged) >= amount)
 
     def taken_back(self, pk: str) -> bool:
         amount = self.amounts.get(pk, 0)
@@ -442,6 +459,26 @@ class Protocol(RuleBasedStateMachine):
                 self.worker_fulfils_the_next_job()
         self.terminal_stays_terminal_unless_a_person_acts()
         self.deliver(closing[pk]["won"])
+
+    @rule(index=st.integers(0, 100))
+    def stripe_gives_back(self, index: int) -> None:
+        """A payment the ledger settled as taken back (refunded_unfulfilled, reversed) is
+        given back by Stripe: its refund fails (the charge events still count it), or its
+        dispute is won. Held for a person to grant it, or fulfilled again (a dispute won,
+        REVERSAL_DISPUTE_WON=fulfil)."""
+        settled = ("refunded_unfulfilled", "reversed")
+        done = sorted(pk for pk in self.all_payments() if self.state(pk) in settled)
+        if not done:
+            return
+        pk = done[index % len(done)]
+        giving = [
+            i
+            for i, (e, _) in enumerate(self.events)
+            if data_object(e).get("payment_intent") == pk
+            and (e["type"] == "refund.failed" or data_object(e).get("status") == "won")
+        ]
+        TALLY["given_back"] += 1
+        self.deliver(giving[index % len(giving)])
 
     @rule(index=st.integers(0, 10), refund_first=st.booleans())
     def paid_by_a_thin_event_first(self, index: int, refund_first: bool) -> None:
@@ -748,6 +785,7 @@ class Protocol(RuleBasedStateMachine):
         if self.state(pk) == "held" and self.possible_duplicate_of_its_purchase(pk):
             decision = "fulfilled"  # checked as the hold reason asks: the same purchase
         leg, refund = self.leg(pk), self.reversal_refund(pk)  # the leg the person decides on
+        by_hand = self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "by_hand")
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
@@ -756,6 +794,12 @@ class Protocol(RuleBasedStateMachine):
             verdict, _ = self.attempts.record_decision(
                 pk, decision, ("interrupted", "held"), "person"
             )
+        if by_hand:  # given back: granted by the person, never run again by the ledger
+            assert verdict == ("ok" if decision == "fulfilled" else "by_hand"), (pk, verdict)
+            if verdict == "ok":
+                self.person_acted.add(pk)
+                self.granted_by_hand.add(pk)
+            return
         if verdict == "ok":
             self.person_acted.add(pk)
             if decision == "fulfilled" and leg == "fulfil":
@@ -928,7 +972,8 @@ class Protocol(RuleBasedStateMachine):
             assert pk not in self.resolved_done, f"{pk}: voided, then a person found an effect"
             state = self.state(pk)  # held: its settlement's answer lost, its budget spent
             settled = ("queued", "in_progress", "retrying", "refunded_unfulfilled", "held")
-            assert state in settled, f"{pk}: voided, then {state}"
+            by_hand = state == "fulfilled" and pk in self.granted_by_hand
+            assert state in settled or by_hand, f"{pk}: voided, then {state}"
 
     @invariant()
     def refunded_unfulfilled_has_no_effect(self) -> None:
@@ -940,6 +985,17 @@ class Protocol(RuleBasedStateMachine):
             if self.state(pk) == "refunded_unfulfilled":
                 assert self.applied[pk] == 0, f"{pk}: refunded_unfulfilled with an effect"
                 assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
+
+    @invariant()
+    def given_back_is_never_left_taken_back(self) -> None:
+        """A payment settled as taken back (refunded_unfulfilled, reversed) that Stripe no
+        longer takes back (its refund failed, its dispute won) does not stay so: held for a
+        person, or fulfilled again (REVERSAL_DISPUTE_WON=fulfil)."""
+        if not hasattr(self, "dispute_now"):
+            return
+        for pk in self.all_payments():
+            if self.state(pk) in ("refunded_unfulfilled", "reversed"):
+                assert not self.given_back(pk), f"{pk}: {self.state(pk)}, though given back"
 
     @invariant()
     def taken_back_is_never_a_dead_letter(self) -> None:
@@ -1072,9 +1128,11 @@ class Protocol(RuleBasedStateMachine):
             reversing = self.leg(pk) == "reverse"
             refulfil = self.leg(pk) == "refulfil"
             reinstated = self.redis.hget(keys.payment(pk), "reinstated_at") is not None
-            if was == "refunded_unfulfilled" or (was == "reversed" and not reinstated):
+            if was == "refunded_unfulfilled" and reinstated:  # given back: a person's
+                assert now in (was, "held"), f"{pk}: {was} became {now}"
+            elif was == "refunded_unfulfilled" or (was == "reversed" and not reinstated):
                 assert now == was, f"{pk}: {was} became {now}"
-            if was == "reversed" and reinstated:  # its dispute won: held, or fulfilled again
+            if was == "reversed" and reinstated:  # given back: held, or fulfilled again
                 again = now == "queued" and refulfil and self.dispute_won == "fulfil"
                 assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
@@ -1169,6 +1227,7 @@ class Protocol(RuleBasedStateMachine):
         TALLY["reversal_calls"] += sum(self.reversal_calls.values())
         TALLY["settle_calls"] += sum(self.settle_calls.values())
         TALLY["voided"] += len(self.voided)
+        TALLY["granted_by_hand"] += len(self.granted_by_hand)
         for counter in ("settles_due", "settled_voided", "settled_applied"):
             TALLY[counter] += int(stats.get(counter.encode(), 0))
         for pk in self.all_payments():  # how the payments a settlement began for ended
@@ -1267,7 +1326,8 @@ def event_pool(
     """Every paid and non-paid type of the event table, for two payments, each with two
     refunds that together refund it in full (three events each; the second's
     ``charge.refunded`` lists both, and a copy of it under another id lists none, as API
-    versions since 2022-11-15 send it) and a dispute closed lost and won; a copy of
+    versions since 2022-11-15 send it), the second's ``refund.failed`` (the charge events
+    still count it) and a dispute closed lost and won; a copy of
     one paid event under the same id but other bytes (it names another PaymentIntent); and
     two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
     its PaymentIntent, tied to it only by the session, in any order). Also the ids of each
@@ -1290,7 +1350,7 @@ def event_pool(
         unlisted = copy.deepcopy(rest[1])  # charge.refunded without its refunds listed
         unlisted["id"] = samples.random_id(rng, "evt")
         del unlisted["data"]["object"]["refunds"]
-        events += first + rest + [unlisted]
+        events += first + rest + [unlisted, refund_failed(rng, rest[2])]
         events += [dispute_closed(rng, pi, paid, status) for status in ("lost", "won")]
         events.append(thin_event(rng, THIN_PAYING, payment_intent(pi)))
         pool += [(e, samples.encode(e)) for e in events]
@@ -1555,6 +1615,28 @@ def test_a_late_reversal_receipt_deferred_by_the_gate_leaves_its_waiting_set(
     m.waiting_sets_hold_the_payments_that_wait()
     m.teardown()
     assert TALLY["refund_reversals"] >= 1
+
+
+def test_a_fulfilment_again_withdrawn_for_a_refund_that_then_failed_is_held(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by the explorer (seed 808, REVERSAL_DISPUTE_WON=fulfil): a dispute won after its
+    reversal, the payment refunded in full before its fulfilment again (withdrawn: reversed),
+    then that refund failed. The charge still said refunded in full, so each event began a
+    fulfilment again that its start withdrew: reversed, though Stripe had given it back."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=638, replay_safe=False, dispute_won="fulfil", threshold=1, reverse=True)
+    m.dispute_lost_then_won(73)
+    m.stripe_takes_back(38)
+    m.downstream_refuses_one_payment_alone()  # takes the fulfilment again's job: withdrawn
+    m.stripe_gives_back(0)
+    m.downstream_refuses_one_payment_alone()
+    m.given_back_is_never_left_taken_back()
+    held = [pk for pk in m.all_payments() if m.state(pk) == "held"]
+    assert held and all(m.redis.hexists(keys.payment(pk), "by_hand") for pk in held)
+    m.teardown()
 
 
 def fulfilled_by_its_thin_event(server: RedisServer, per_refund: bool) -> tuple[Protocol, str]:

@@ -238,7 +238,7 @@ def test_a_dispute_won_after_its_reversal_waits_for_a_person(redis, redis_server
     assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "held"
     assert "dispute won after its reversal" in shop.field("hold_reason")
     decide = shop.attempts.record_decision
-    assert decide(shop.pk, "retry", ("held",), "ops:alice") == ("refused", "held")
+    assert decide(shop.pk, "retry", ("held",), "ops:alice") == ("by_hand", "held")
     assert decide(shop.pk, "fulfilled", ("held",), "ops:alice") == ("ok", "fulfilled")
     assert shop.attempts.start(shop.pk, "job", True, leg="reverse").reason == "fulfilled"
 
@@ -428,17 +428,19 @@ def test_a_fulfilment_again_interrupted_is_retried_or_resolved_as_any(
     assert shop.field("receipt") == receipt and "ops:bob" in shop.field("refulfil_receipt")
 
 
-def test_a_dispute_lost_then_won_before_the_paid_event_is_never_fulfilled(
+def test_a_dispute_lost_then_won_before_the_paid_event_is_never_fulfilled_but_held(
     redis, redis_server, rng
 ) -> None:
     """Found by the explorer (a program with disputes lost then won): the second closing
     event overwrote the first, so the paid event that came next queued the payment and it
-    was fulfilled; a waiting one was already refunded_unfulfilled for good."""
+    was fulfilled. Never fulfilled by the ledger, and never left refunded_unfulfilled either:
+    the merchant kept the money, so a person grants it."""
     shop = Shop(redis_server, rng, reverse=False)
     for status in ("lost", "won"):
         assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status)) == "pending"
-    assert shop.deliver(shop.paid) == "refunded_unfulfilled"
-    assert shop.field("taken_back") == "dispute"
+    assert shop.deliver(shop.paid) == "held"
+    assert shop.field("hold_reason").startswith("its dispute was won after it was taken back")
+    assert shop.field("taken_back") == "dispute" and shop.field("reinstated_at")
     assert shop.redis.llen("rq:queue:fulfilment") == 0
 
 

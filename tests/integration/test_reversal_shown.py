@@ -106,7 +106,7 @@ def test_the_dashboard_shows_them(client, taken) -> None:
     assert 'id="reversal-error">reversal: ' in page and "It was taken back: mark reversed" in page
 
     page = client.get(f"/ops/payments/{t.reinstated}", headers=BASIC).get_data(as_text=True)
-    assert 'id="reinstated"' in page and "Granted again: mark fulfilled" in page
+    assert 'id="reinstated"' in page and "Granted by hand: mark fulfilled" in page
     assert "run again" not in page  # a retry is refused: nothing of the ledger's runs again
 
     page = client.get(f"/ops/payments/{t.unfulfilled}", headers=BASIC).get_data(as_text=True)

@@ -1,6 +1,7 @@
 """Refund and dispute events as Stripe sends them for a payment (the fields the ledger
 reads: the object's kind, ids, amounts, statuses and its PaymentIntent)."""
 
+import copy
 import random
 from typing import Any
 
@@ -68,3 +69,11 @@ def dispute_closed(rng: random.Random, pi: str, amount: int, status: str) -> dic
         "status": status,
     }
     return _event(rng, "charge.dispute.closed", obj)
+
+
+def refund_failed(rng: random.Random, refund_event: dict[str, Any]) -> dict[str, Any]:
+    """``refund.failed`` for the refund a ``refund.*`` event of ``refund_events`` carries: the
+    money went back to the merchant (the charge's earlier ``amount_refunded`` still counts it)."""
+    obj = copy.deepcopy(refund_event["data"]["object"])
+    obj["status"] = "failed"
+    return _event(rng, "refund.failed", obj)

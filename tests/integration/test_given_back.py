@@ -1,0 +1,175 @@
+"""A payment the ledger took back (refunded in full, a dispute lost) that Stripe no longer
+takes back: its refund failed or was canceled, its dispute was won. The customer paid, so
+it is never left `refunded_unfulfilled` or `reversed` silently: it is held for a person,
+who grants it by hand and resolves it as fulfilled; a retry runs nothing of the ledger's
+(docs/REVERSAL.md, "When Stripe gives it back")."""
+
+import json
+
+import pytest
+
+from ledger import keys
+from tests.integration.test_lua_reversal import Shop
+from tests.integration.test_settlement import ambiguous_then_refunded, settle
+from tests.support.constants import BEARER
+from tests.support.helpers import run_cli
+from tests.support.refunds import dispute_closed, refund_events, refund_failed
+
+
+def refunded_in_full(shop: Shop) -> list[dict]:
+    events = refund_events(shop.rng, shop.pk, shop.amount, shop.amount)
+    for event in events:
+        shop.deliver(event)
+    return events
+
+
+def decide(shop: Shop, decision: str) -> tuple[str, str]:
+    return shop.attempts.record_decision(shop.pk, decision, ("held",), "ops:alice")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_refund_failed_after_it_was_refunded_before_any_effect_holds_it(
+    redis, redis_server, rng, reverse
+) -> None:
+    """The charge event still says refunded in full: the failure is believed over it for a
+    person, never for a call (the ledger does not fulfil it on its own)."""
+    shop = Shop(redis_server, rng, reverse)
+    shop.deliver(shop.paid)
+    events = refunded_in_full(shop)
+    assert shop.state() == "refunded_unfulfilled" and shop.field("rf_charge")
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    assert shop.field("hold_reason").startswith("a refund failed or was canceled after it")
+    assert shop.field("reinstated_at") and shop.field("token") == "0"
+    assert redis.hget(keys.STATS, "reinstated") == b"1"
+    assert shop.attempts.start(shop.pk, "job", True).verdict != "go"  # the paid event's job
+    assert decide(shop, "retry") == ("by_hand", "held")
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    assert "ops:alice" in shop.field("receipt") and shop.field("by_hand") == ""
+    # the refund that failed does not reverse what a person granted, nor does a copy of it
+    assert shop.deliver(refund_failed(rng, events[2])) == "fulfilled"
+    assert shop.field("leg") == ""
+
+
+def test_a_dispute_won_after_it_was_lost_before_any_effect_holds_it(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost")) == (
+        "refunded_unfulfilled"
+    )
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "held"
+    assert shop.field("hold_reason").startswith("its dispute was won after it was taken back")
+
+
+def test_refunded_again_while_held_it_is_refunded_unfulfilled_again(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
+    assert shop.state() == "held"
+    refunded_in_full(shop)  # the merchant refunds it again, and that one succeeds
+    assert shop.state() == "refunded_unfulfilled"
+
+
+def test_a_refund_failed_after_its_reversal_holds_it(redis, redis_server, rng) -> None:
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    receipt = shop.field("receipt")
+    events = refunded_in_full(shop)
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    assert shop.field("hold_reason").startswith("a refund failed or was canceled after its")
+    assert decide(shop, "retry") == ("by_hand", "held")
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    assert shop.field("receipt") == receipt  # the first fulfilment's, kept
+
+
+def test_a_refund_failed_while_its_reversal_runs_holds_it_once_reversed(
+    redis, redis_server, rng
+) -> None:
+    """The reversal is not withdrawn (its call may be under way), and not left silently."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    events = refunded_in_full(shop)
+    assert shop.deliver(refund_failed(rng, events[0])) == "queued"
+    assert shop.field("leg") == "reverse"
+    assert shop.attempt("reverse") == "held"
+    assert shop.field("reversed_at") and shop.field("reinstated_at")
+
+
+def test_a_refund_failed_after_a_settlement_voided_the_key_holds_it_and_refuses_a_retry(
+    redis, redis_server, rng
+) -> None:
+    """No attempt can apply it under its voided key: a retry would only fail."""
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    assert settle(shop, "voided") == ("voided", "refunded_unfulfilled")
+    assert shop.deliver(refund_failed(rng, {"data": {"object": _refund_of(shop)}})) == "held"
+    assert "voided its key" in shop.field("hold_reason")
+    assert decide(shop, "retry") == ("by_hand", "held")
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+
+
+def test_a_settlement_held_for_a_refund_undone_refuses_a_retry(redis, redis_server, rng) -> None:
+    """Held when its settlement's answer was lost and its refund failed: before, a person's
+    retry ran the fulfilment under the voided key and only failed."""
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    start = shop.attempts.start(shop.pk, "job-settle", True, leg="settle", settles=True)
+    shop.deliver(refund_failed(rng, {"data": {"object": _refund_of(shop)}}))
+    assert shop.attempts.finish(shop.pk, start.token, "voided", "{}", 1.0) == ("voided", "held")
+    assert decide(shop, "retry") == ("by_hand", "held")
+
+
+def _refund_of(shop: Shop) -> dict:
+    """The refund ambiguous_then_refunded made, as its refund object."""
+    refund_id, amount = next(iter(json.loads(shop.field("rf")).items()))
+    return {
+        "id": refund_id,
+        "object": "refund",
+        "amount": amount,
+        "currency": "usd",
+        "payment_intent": shop.pk,
+        "charge": "ch_" + shop.pk.removeprefix("pi_"),
+        "status": "succeeded",
+    }
+
+
+def test_a_fulfilment_again_withdrawn_for_a_refund_that_failed_meanwhile_holds_it(
+    redis, redis_server, rng
+) -> None:
+    """REVERSAL_DISPUTE_WON=fulfil: refunded in full, then that refund failed, while its
+    fulfilment again waited. The charge still says refunded, so it is not called; the
+    failure says given back, so it is held, not left reversed."""
+    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    events = refunded_in_full(shop)
+    assert shop.deliver(refund_failed(rng, events[0])) == "queued"  # still refulfil's
+    start = shop.attempts.start(shop.pk, "job-again", True, leg="refulfil")
+    assert start.reason == "taken_back"
+    assert shop.state() == "held" and shop.field("by_hand") == "1"
+
+
+def test_a_retry_is_refused_saying_why_on_the_cli_and_the_ops_api(
+    redis, redis_server, rng, config, client
+) -> None:
+    """Not "held, not failed or held": the refusal says a person grants it."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
+    cli = run_cli(config, "retry", shop.pk)
+    assert cli.exit_code == 1 and "Grant it by hand" in cli.stdout, cli.stdout
+    answer = client.post(f"/ops/api/payments/{shop.pk}/retry", headers=BEARER)
+    assert answer.status_code == 409 and answer.get_json()["error"] == "grant_by_hand"
+    assert shop.state() == "held"
+    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
+    assert 'id="reinstated"' in page and "Granted by hand: mark fulfilled" in page
+    assert "run again" not in page
