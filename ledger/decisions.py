@@ -59,8 +59,9 @@ def decide(
         return Problem(
             error="grant_by_hand",
             message="Stripe gave this payment back after the ledger took it back (its hold "
-            "reason says how): nothing of the ledger's runs for it again. Grant it by hand (or "
-            "refund it again), then resolve it as fulfilled. Nothing was changed.",
+            "reason says how): nothing of the ledger's runs for it again. Grant it by hand and "
+            "resolve it as fulfilled, or refund it again and resolve nothing. Nothing was "
+            "changed.",
             state=state,
         )
     return Problem(

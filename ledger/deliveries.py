@@ -118,7 +118,9 @@ class Ledger:
             "purchase": encode_fields(
                 purchase_fields(obj) if delivery.purchase is None else delivery.purchase
             ),
-            "taken": taken_of(event["type"], obj) if c.role == "refund" else "",
+            "taken": taken_of(event["type"], obj, event.get("created"))
+            if c.role == "refund"
+            else "",
             "reverse_on": self.settings.reversal_mode,
         }
 

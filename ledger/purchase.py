@@ -139,6 +139,8 @@ REVERSAL_FIELDS = (
     "leg",
     "rf",
     "rf_charge",
+    "rf_charge_at",
+    "rf_failed",
     "dispute",
     "reversal_why",
     "reversal_refund",

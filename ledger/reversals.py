@@ -31,39 +31,72 @@ def _refund_amount(refund: Obj) -> int | None:
     return FAILED if refund.get("status") in UNCOUNTED_STATUSES else amount
 
 
-def _refunds(listed: object) -> dict[str, int]:
-    found: dict[str, int] = {}
-    data = listed.get("data") if isinstance(listed, dict) else None
-    for refund in data if isinstance(data, list) else []:
-        if isinstance(refund, dict) and isinstance(refund.get("id"), str):
-            amount = _refund_amount(refund)
-            if amount is not None:
-                found[refund["id"]] = amount
-    return found
+def _whole(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def taken_of(event_type: str, obj: Obj) -> str:
+def _read_refunds(refunds: list[object], at: int, taken: dict[str, Any]) -> None:
+    """Each refund's amount by id into ``taken["refunds"]``; a failed or canceled one also
+    into ``taken["failed"]`` as ``[amount, created, at]``: its amount, when it was made and
+    when this event (``at``, its ``created``) said it failed."""
+    for refund in refunds:
+        if not (isinstance(refund, dict) and isinstance(refund.get("id"), str)):
+            continue
+        amount = _refund_amount(refund)
+        if amount is None:
+            continue
+        taken.setdefault("refunds", {})[refund["id"]] = amount
+        if amount == FAILED:
+            failed = [_whole(refund.get("amount")), _whole(refund.get("created")), at]
+            taken.setdefault("failed", {})[refund["id"]] = failed
+
+
+def taken_of(event_type: str, obj: Obj, created: object = None) -> str:
     """The JSON record_delivery.lua's ``taken`` argument for a refund or dispute event's
-    object, or '' when it says nothing about what was taken back."""
+    object (``created``: the event's, in seconds), or '' when it says nothing about what was
+    taken back."""
     kind = obj.get("object")
+    at = _whole(created)
     taken: dict[str, Any] = {}
     refund_type = event_type.startswith(("refund.", "charge.refund."))
-    if kind == "refund" and refund_type and isinstance(obj.get("id"), str):
-        amount = _refund_amount(obj)
-        if amount is not None:
-            taken["refunds"] = {obj["id"]: amount}
+    if kind == "refund" and refund_type:
+        _read_refunds([obj], at, taken)
     elif kind == "charge" and event_type == "charge.refunded":
-        refunds = _refunds(obj.get("refunds"))
-        if refunds:
-            taken["refunds"] = refunds
+        listed = obj.get("refunds")
+        data = listed.get("data") if isinstance(listed, dict) else None
+        _read_refunds(data if isinstance(data, list) else [], at, taken)
         refunded = obj.get("amount_refunded")
         if isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0:
-            taken["charge_refunded"] = refunded
+            taken["charge_refunded"], taken["charge_at"] = refunded, at
     elif kind == "dispute" and event_type == "charge.dispute.closed":
         status = obj.get("status")
         if isinstance(obj.get("id"), str) and isinstance(status, str):
             taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
     return orjson.dumps(taken).decode() if taken else ""
+
+
+def refunded_amount(stored: dict[str, str]) -> int:
+    """What the payment hash's fields say was refunded (prelude.lua's refund_total): the
+    refunds counted by id, or the latest charge event's ``amount_refunded`` if larger, less
+    the refunds it counted that failed since (made by then, said failed after it)."""
+    counted = sum(amount for amount in _ints(stored.get("rf")).values() if amount > 0)
+    charged = whole(stored.get("rf_charge")) or 0
+    at = whole(stored.get("rf_charge_at")) or 0
+    try:
+        failed = orjson.loads(stored.get("rf_failed") or "{}")
+    except orjson.JSONDecodeError:
+        failed = {}
+    for amount, made, failed_at in failed.values() if isinstance(failed, dict) else ():
+        if made <= at < failed_at:
+            charged -= amount
+    return max(counted, charged)
+
+
+def _ints(field: str | None) -> dict[str, int]:
+    try:
+        return msgspec.convert(orjson.loads(field or "{}"), dict[str, int])
+    except (orjson.JSONDecodeError, msgspec.ValidationError):
+        return {}
 
 
 class Reversal(msgspec.Struct, kw_only=True, frozen=True):
@@ -118,13 +151,10 @@ def refulfil_of(purchase: Purchase) -> Purchase:
 
 
 def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
-    """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge``,
-    ``dispute``, ``reversal_why``, ``reversal_refund`` and ``reversal_amount`` fields."""
-    try:
-        refunds = msgspec.convert(orjson.loads(stored.get("rf") or "{}"), dict[str, int])
-    except (orjson.JSONDecodeError, msgspec.ValidationError):
-        refunds = {}
-    counted = {rid: amount for rid, amount in refunds.items() if amount > 0}
+    """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge`` (with
+    ``rf_charge_at``, ``rf_failed``), ``dispute``, ``reversal_why``, ``reversal_refund`` and
+    ``reversal_amount`` fields."""
+    counted = {rid: amount for rid, amount in _ints(stored.get("rf")).items() if amount > 0}
     dispute_id, _, status = (stored.get("dispute") or "").partition(" ")
     why: Literal["refund", "dispute"] = (
         "dispute" if stored.get("reversal_why") == "dispute" else "refund"
@@ -137,7 +167,7 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
         reversal=Reversal(
             why=why,
             refund_ids=sorted(counted),
-            refunded_amount=max(sum(counted.values()), whole(stored.get("rf_charge")) or 0),
+            refunded_amount=refunded_amount(stored),
             dispute_id=dispute_id or None,
             dispute_status=status or None,
             refund_id=refund_id,

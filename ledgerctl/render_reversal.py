@@ -68,10 +68,10 @@ def _reversal(p: Payment) -> str | None:
     return None
 
 
-def _reinstated(r: PaymentReversal) -> str | None:
+def _reinstated(p: Payment, r: PaymentReversal) -> str | None:
     if r.reinstated_at is None:
         return None
-    then = "fulfilled again" if r.refulfil else "held for a person"
+    then = "fulfilled again" if r.refulfil else "held for a person" if p.by_hand else p.state
     return f"{iso(r.reinstated_at)}: {then}"
 
 
@@ -116,7 +116,7 @@ def taken_back(p: Payment) -> list[Table]:
         "reversed": r.reversed_at,
         "reversed in all": r.reversed_amount.formatted if r.reversed_amount else None,
         "reversal's receipt": receipt(r.receipt),
-        "given back after it": _reinstated(r),
+        "given back after it": _reinstated(p, r),
         "fulfilled again": _refulfil(p),
         "receipt of its fulfilment again": receipt(r.refulfil.receipt) if r.refulfil else None,
     }

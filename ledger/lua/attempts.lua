@@ -47,8 +47,10 @@ end
 
 -- A settlement (leg `settle`) given up: an attempt failed for good or the budget is spent.
 -- Held for a person as if its action could not settle (`settle_gave_up`: not settled again
--- until a person's retry, operator.lua).
+-- until a person's retry, operator.lua); no longer taken back, as hold_given_back says.
 local function settle_given_up(pay, now)
+  local back = given_back(pay)
+  if back then return hold_given_back(pay, now, back) end
   redis.call('HDEL', pay, 'leg', 'lease_until', 'phase')
   redis.call('HSET', pay, 'settle_gave_up', '1')
   return hold_taken_back(pay, taken_back(pay), now, GAVE_UP)
@@ -183,12 +185,10 @@ local function reversal_done(pay, now, receipt, reverse)
 end
 
 -- A fulfilment again after a dispute won (`leg` = refulfil) that finds the payment refunded
--- in full (or a dispute lost) before its call: not called; the payment stays reversed, or
--- is held if a refund of it failed since (given_back: the charge may still count it).
+-- in full (or a dispute lost) before its call: not called; the payment stays reversed.
 local function refulfil_withdrawn(pay, now)
   redis.call('HSET', pay, 'leg', 'reverse')
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   move(pay, 'reversed', now)
-  reinstate(pay, now, false)
 end

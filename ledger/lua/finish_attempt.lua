@@ -79,6 +79,7 @@ local function record_outcome()
   end
   if outcome == 'voided' then  -- settled: no effect under its key, and none can come now
     redis.call('HDEL', pay, 'leg', 'last_error', 'attempt_id', 'replay_safe', 'waiting')
+    redis.call('HSET', pay, 'key_voided', 1)
     redis.call('HINCRBY', STATS, 'settled_voided', 1)
     -- no longer taken back (its refund failed, its dispute won): held (hold_voided)
     return reply{verdict = 'voided', state = never_fulfilled(pay, now)}

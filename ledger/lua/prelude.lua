@@ -233,9 +233,11 @@ end
 
 -- Refunds and disputes (docs/LEDGER.md, "What a refund takes back"). A payment keeps what
 -- Stripe took back: `rf` (JSON: refund id -> amount counted; -1 for a refund that failed or
--- was canceled, which stays so whatever order its events come in), `rf_charge` (the largest
--- `amount_refunded` a charge event carried) and `dispute` (`{id} {status}` of a closed one).
--- A copy or an older event of the same refund counts once: per id, the largest amount.
+-- was canceled, which stays so whatever order its events come in), `rf_failed` (JSON: a
+-- failed refund's id -> [amount, made at, the earliest event that said it failed]),
+-- `rf_charge` and `rf_charge_at` (the `amount_refunded` of the latest charge event, by its
+-- `created`, and that time) and `dispute` (`{id} {status}` of a closed one). A copy or an
+-- older event of the same refund counts once: per id, the largest amount.
 local function keep_taken(pay, taken)
   if taken.refunds then
     local rf = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
@@ -246,54 +248,63 @@ local function keep_taken(pay, taken)
     end
     redis.call('HSET', pay, 'rf', cjson.encode(rf))
   end
+  if taken.failed then
+    local failed = cjson.decode(redis.call('HGET', pay, 'rf_failed') or '{}')
+    for id, f in pairs(taken.failed) do
+      if not failed[id] or f[3] < failed[id][3] then failed[id] = f end
+    end
+    redis.call('HSET', pay, 'rf_failed', cjson.encode(failed))
+  end
   local charged = tonumber(taken.charge_refunded)
-  if charged and charged > tonumber(redis.call('HGET', pay, 'rf_charge') or '0') then
-    redis.call('HSET', pay, 'rf_charge', charged)
+  if charged then
+    local at = tonumber(taken.charge_at) or 0
+    local had = redis.call('HMGET', pay, 'rf_charge', 'rf_charge_at')
+    local had_at = tonumber(had[2] or '0')
+    if not had[1] or at > had_at or (at == had_at and charged > tonumber(had[1])) then
+      redis.call('HSET', pay, 'rf_charge', charged, 'rf_charge_at', at)
+    end
   end
   if taken.dispute then
     redis.call('HSET', pay, 'dispute', taken.dispute .. ' ' .. taken.dispute_status)
   end
 end
 
--- The refunded amount: the refunds counted by id, or a charge's `amount_refunded` if larger
--- (a charge event may name a refund whose own events are still to come).
--- `rf` and `rf_charge` as the hash holds them (false when absent).
-local function refund_total(rf, rf_charge)
+-- The refunded amount: the refunds counted by id, or the latest charge event's
+-- `amount_refunded` if larger, less the refunds it counted that failed since (made by then,
+-- said failed after it; a charge event after the failure is believed as it is). The fields
+-- as the hash holds them (false when absent).
+local function refund_total(rf, rf_charge, rf_charge_at, rf_failed)
   local total = 0
   for _, amount in pairs(cjson.decode(rf or '{}')) do
     if amount > 0 then total = total + amount end
   end
-  return math.max(total, tonumber(rf_charge or '0'))
+  local charged, at = tonumber(rf_charge or '0'), tonumber(rf_charge_at or '0')
+  for _, f in pairs(cjson.decode(rf_failed or '{}')) do
+    if f[2] <= at and f[3] > at then charged = charged - f[1] end
+  end
+  return math.max(total, charged)
 end
 
 -- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
 -- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil. Read in
 -- one command: every attempt's start, fence and finish asks.
 local function taken_back(pay)
-  local f = redis.call('HMGET', pay, 'amount', 'rf', 'rf_charge', 'dispute')
+  local f = redis.call('HMGET', pay, 'amount', 'rf', 'rf_charge', 'rf_charge_at', 'rf_failed',
+    'dispute')
   local paid = tonumber(f[1] or '')
-  if paid and paid > 0 and refund_total(f[2], f[3]) >= paid then return 'refund' end
-  if f[4] and string.match(f[4], ' lost$') then return 'dispute' end
+  if paid and paid > 0 and refund_total(f[2], f[3], f[4], f[5]) >= paid then return 'refund' end
+  if f[6] and string.match(f[6], ' lost$') then return 'dispute' end
   return nil
 end
 
--- Why a payment the ledger took back (`taken_back` kept) may no longer be: 'dispute' (its
--- dispute is no longer lost: won since), 'refund' (a refund failed or was canceled and the
--- refunds still counted by id fall short of the amount paid; a charge's `amount_refunded` may
--- count the failed one, so it is not believed against a failure), else nil. Only a person
--- acts on it: every automatic decision keeps asking taken_back, which believes the charge.
+-- Why a payment the ledger took back (`taken_back` kept, or its reversal's why) is no longer
+-- taken back, now that Stripe gave it back (a refund failed or was canceled, a dispute won):
+-- 'refund' or 'dispute', else nil.
 local function given_back(pay)
-  local f = redis.call('HMGET', pay, 'taken_back', 'amount', 'rf', 'rf_charge', 'dispute',
-    'reversal_why')
-  local why = f[1] or f[6]  -- a reversal already due when the last refund came keeps its own
-  if not why or (f[5] and string.match(f[5], ' lost$')) then return nil end
-  local paid, counted, failed = tonumber(f[2] or ''), 0, false
-  for _, amount in pairs(cjson.decode(f[3] or '{}')) do
-    if amount > 0 then counted = counted + amount elseif amount == -1 then failed = true end
-  end
-  local charged = (not failed) and tonumber(f[4] or '0') or 0
-  if paid and paid > 0 and math.max(counted, charged) >= paid then return nil end
-  return why == 'dispute' and 'dispute' or 'refund'
+  local f = redis.call('HMGET', pay, 'taken_back', 'reversal_why')
+  local why = f[1] or f[2]
+  if not why or taken_back(pay) then return nil end
+  return why
 end
 
 -- Whether an attempt that did not end in an effect may still have applied one: only a
@@ -422,32 +433,58 @@ end
 
 local GAVE_UP = ', and its action could not settle it (last_error)'
 
--- A settlement may have voided the payment's key, and the payment is no longer taken back
--- (its refund failed, its dispute was won): the customer paid and no attempt can apply it
--- under that key, so a person grants it by hand.
+-- Its settlement voided the payment's key (`key_voided`: a settlement's call answered so), or
+-- may have (one started and its answer never came), and the payment is no longer taken back
+-- (its refund failed, its dispute was won): the customer paid. Voided: nothing can apply it
+-- under that key, so only a person grants it (by_hand). May have: a retry is safe (the
+-- fulfilment applies it, finds it applied, or fails on a voided key), or a person grants it.
 local function hold_voided(pay, now)
   redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase', 'job')
   reinstated(pay, now)
-  return hold(pay, now, 'its settlement voided its key (or may have), then it was no longer ' ..
-    'taken back (its refund failed or its dispute was won): the customer paid and nothing ' ..
-    'can apply it under that key; grant it by hand, then resolve it as fulfilled (a retry ' ..
-    'runs nothing)', true)
+  redis.call('HINCRBY', STATS, 'held', 1)
+  local then_ = ', then it was no longer taken back (its refund failed or its dispute was won): '
+  if redis.call('HEXISTS', pay, 'key_voided') == 1 then
+    return hold(pay, now, 'its settlement voided its key' .. then_ .. 'the customer paid and ' ..
+      'nothing can apply it under that key; grant it by hand, then resolve it as fulfilled (a ' ..
+      'retry runs nothing)', true)
+  end
+  return hold(pay, now, 'its settlement may have voided its key (its answer never came)' ..
+    then_ .. 'the customer paid; retry it (the fulfilment applies it, finds it applied, or ' ..
+    'fails on a voided key), or grant it by hand and resolve it as fulfilled')
 end
 
 -- Taken back before any effect, then no longer (given_back: its refund failed or was
 -- canceled, its dispute was won): the customer paid and has nothing, so a person decides
--- (fulfil it by hand, or refund it again). Held, never fulfilled by the ledger: the charge
--- may still say refunded, and an effect days after a refund may be one the merchant
--- cancelled. After a settlement's attempt started, its key may be voided (hold_voided).
+-- (fulfil it by hand, or refund it again): an effect days after a refund may be one the
+-- merchant cancelled. After a settlement's attempt started, its key may be voided
+-- (hold_voided). Of one purchase's two records, the other may have the effect: said.
 local function hold_given_back(pay, now, why)
-  local f = redis.call('HMGET', pay, 'token', 'settle_from')
+  local f = redis.call('HMGET', pay, 'token', 'settle_from', 'same_purchase_as')
   if f[2] and tonumber(f[1] or '0') > tonumber(f[2]) then return hold_voided(pay, now) end
   reinstated(pay, now)
   redis.call('HINCRBY', STATS, 'held', 1)
+  local has = f[3] and ('has no effect under this record (same purchase as ' .. f[3] ..
+    ', which may have had it: check it first)') or 'has nothing'
   return hold(pay, now, (why == 'dispute' and 'its dispute was won' or
     'a refund failed or was canceled') .. ' after it was taken back before any effect: the ' ..
-    'customer paid and has nothing; fulfil it by hand (or refund it again), then resolve it ' ..
-    'as fulfilled (a retry runs nothing)', true)
+    'customer paid and ' .. has .. '; fulfil it by hand and resolve it as fulfilled, or ' ..
+    'refund it again (a retry runs nothing)', true)
+end
+
+-- Held for a person because Stripe gave it back (by_hand), then taken back again (refunded
+-- in full again, a dispute lost): back where the first taking left it, `reversed` (its
+-- reversal done) or `refunded_unfulfilled`. Returns the new state, or nil.
+local function taken_back_again(pay, now)
+  local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at')
+  if f[1] ~= 'held' or not f[2] or not taken_back(pay) then return nil end
+  redis.call('HDEL', pay, 'by_hand', 'hold_reason')
+  if f[3] == 'reverse' and f[4] then
+    move(pay, 'reversed', now)
+    return 'reversed'
+  end
+  move(pay, 'refunded_unfulfilled', now)
+  redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
+  return 'refunded_unfulfilled'
 end
 
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
@@ -494,8 +531,12 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
   if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
-  -- granted by hand once Stripe no longer took it back: a later refund is only recorded
-  if state == 'fulfilled' and redis.call('HEXISTS', pay, 'reinstated_at') == 1 then return nil end
+  local again = why and taken_back_again(pay, now)
+  if again then return again end
+  -- reversed once, then granted again (by a person, or fulfilled again after a dispute won):
+  -- never reversed twice, a later refund is only recorded
+  local f = redis.call('HMGET', pay, 'reinstated_at', 'reversed_at')
+  if state == 'fulfilled' and f[1] and f[2] then return nil end
   if state == 'fulfilled' and reverse and reverse.each then
     local next_why, refund, amount = next_reversal(pay)
     if next_why then
@@ -527,7 +568,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms)
 end
 
 -- A payment settled as taken back that Stripe no longer takes back (given_back) is never
--- left so silently. Refunded before any effect (`refunded_unfulfilled`): held
+-- left so silently (and one held so, taken back again: taken_back_again). Refunded before any effect (`refunded_unfulfilled`): held
 -- (hold_given_back). Reversed: the customer keeps the money's worth, so by default a person
 -- decides (held: grant it again by hand, then resolve it as fulfilled); with
 -- `reverse.refulfil` (REVERSAL_DISPUTE_WON=fulfil) a dispute won is fulfilled again, once, by
@@ -536,14 +577,15 @@ end
 -- reversal is always a person's: the reversal may have carried less than the whole payment.
 -- Returns 'held', 'queued' or nil.
 local function reinstate(pay, now, reverse, first, job_id, grace_ms)
+  local again = taken_back_again(pay, now)
+  if again then return again end
   local state = redis.call('HGET', pay, 'state')
   if state ~= 'reversed' and state ~= 'refunded_unfulfilled' then return nil end
   local why = given_back(pay)
   if not why then return nil end
   if state == 'refunded_unfulfilled' then return hold_given_back(pay, now, why) end
   reinstated(pay, now)
-  -- (a charge that still says refunded in full, a refund of it failed: a person's)
-  if why == 'dispute' and reverse and reverse.refulfil and not taken_back(pay) then
+  if why == 'dispute' and reverse and reverse.refulfil then
     return begin_leg(pay, 'refulfil', 'refulfils_due', now, first, job_id, grace_ms)
   end
   redis.call('HINCRBY', STATS, 'held', 1)

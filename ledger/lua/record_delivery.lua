@@ -38,7 +38,8 @@ local function purchase_arg()
 end
 
 -- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
--- with `refunds` (refund id -> amount, -1 for a failed one), `charge_refunded`, `dispute` and
+-- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
+-- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
 -- `dispute_status`, or '' (nil).
 local function taken_arg()
   if ARG.taken == '' then return nil end
@@ -51,8 +52,17 @@ local function taken_arg()
       refuse('taken.refunds must map refund ids to whole amounts, got ' .. shown(ARG.taken))
     end
   end
+  for id, f in pairs(type(taken.failed) == 'table' and taken.failed or {}) do
+    local whole = type(f) == 'table' and #f == 3
+    for i = 1, 3 do whole = whole and type(f[i]) == 'number' and f[i] == math.floor(f[i]) end
+    if type(id) ~= 'string' or not whole then
+      refuse('taken.failed must map refund ids to [amount, made, failed], got ' .. shown(ARG.taken))
+    end
+  end
   if (taken.refunds and type(taken.refunds) ~= 'table')
+    or (taken.failed and type(taken.failed) ~= 'table')
     or (taken.charge_refunded and type(taken.charge_refunded) ~= 'number')
+    or (taken.charge_at and type(taken.charge_at) ~= 'number')
     or (taken.dispute and (type(taken.dispute) ~= 'string'
       or type(taken.dispute_status) ~= 'string')) then
     refuse('taken has a field of the wrong type: ' .. shown(ARG.taken))

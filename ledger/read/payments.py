@@ -108,6 +108,9 @@ class Payment(PaymentRow):
     receipt: dict[str, Any] | None
     resolution: Resolution | None
     same_purchase_as: str | None
+    by_hand: bool
+    """Held for a person to grant by hand (Stripe gave it back after it was taken back): a
+    retry runs nothing, only a resolve."""
     last_failed_event_type: str | None
     last_refund_event_type: str | None
     lease_until: datetime | None
@@ -189,6 +192,7 @@ def payment_record(
         receipt=receipt_of(f.get("receipt")),
         resolution=resolution_of(f),
         same_purchase_as=optional(f.get("same_purchase_as")),
+        by_hand=f.get("state") == "held" and bool(f.get("by_hand")),
         last_failed_event_type=optional(f.get("last_failed")),
         last_refund_event_type=optional(f.get("last_refund")),
         lease_until=ms_time(f.get("lease_until")),

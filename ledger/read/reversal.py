@@ -14,7 +14,7 @@ import orjson
 from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.timeline import LEGS, Leg, receipt_of
-from ledger.reversals import FAILED, refulfil_key, reversal_key
+from ledger.reversals import FAILED, refulfil_key, refunded_amount, reversal_key
 from ledger.stored import count, ms_time, optional, whole
 
 REVERSAL_FIELDS = ("rf", "rf_charge", "dispute", "taken_back", "leg", "reinstated_at", "rv")
@@ -58,7 +58,8 @@ class PaymentReversal(View):
     refunds: list[Refund]
     """By refund id; partial refunds are listed and take nothing back on their own."""
     refunded: Amount | None
-    """The refunds counted, or a charge event's ``amount_refunded`` when larger."""
+    """The refunds counted, or the latest charge event's ``amount_refunded`` when larger (less
+    the refunds it counted that failed since)."""
     charge_amount_refunded: Amount | None
     dispute: Dispute | None
     taken_back: Literal["refund", "dispute"] | None
@@ -136,7 +137,6 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         return None
     currency = f.get("currency")
     refunds, reversed_each = _refunds(f.get("rf")), _refunds(f.get("rv"))
-    counted = sum(amount for amount in refunds.values() if amount > 0)
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken = f.get("taken_back")
@@ -155,7 +155,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
             )
             for rid, amount in sorted(refunds.items())
         ],
-        refunded=_amount(max(counted, charge or 0), currency) if refunds or charge else None,
+        refunded=_amount(refunded_amount(f), currency) if refunds or charge else None,
         charge_amount_refunded=_amount(charge, currency),
         dispute=Dispute(id=dispute_id, status=status) if dispute_id else None,
         taken_back=taken if taken in ("refund", "dispute") else None,  # type: ignore[arg-type]

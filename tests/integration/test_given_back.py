@@ -139,12 +139,12 @@ def _refund_of(shop: Shop) -> dict:
     }
 
 
-def test_a_fulfilment_again_withdrawn_for_a_refund_that_failed_meanwhile_holds_it(
+def test_a_refund_that_failed_while_a_fulfilment_again_waited_does_not_withdraw_it(
     redis, redis_server, rng
 ) -> None:
-    """REVERSAL_DISPUTE_WON=fulfil: refunded in full, then that refund failed, while its
-    fulfilment again waited. The charge still says refunded, so it is not called; the
-    failure says given back, so it is held, not left reversed."""
+    """REVERSAL_DISPUTE_WON=fulfil: refunded in full, then that refund failed (a day after
+    the charge event that counted it), while its fulfilment again waited: no longer refunded,
+    so it is called; before, the charge's figure kept it refunded and it was withdrawn."""
     shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
     shop.deliver(shop.paid)
     assert shop.attempt() == "fulfilled"
@@ -152,10 +152,9 @@ def test_a_fulfilment_again_withdrawn_for_a_refund_that_failed_meanwhile_holds_i
     assert shop.attempt("reverse") == "reversed"
     assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
     events = refunded_in_full(shop)
-    assert shop.deliver(refund_failed(rng, events[0])) == "queued"  # still refulfil's
-    start = shop.attempts.start(shop.pk, "job-again", True, leg="refulfil")
-    assert start.reason == "taken_back"
-    assert shop.state() == "held" and shop.field("by_hand") == "1"
+    assert shop.deliver(refund_failed(rng, events[0])) == "queued"
+    assert shop.attempt("refulfil") == "fulfilled"
+    assert shop.field("refulfilled_at")
 
 
 def test_a_retry_is_refused_saying_why_on_the_cli_and_the_ops_api(
@@ -173,3 +172,99 @@ def test_a_retry_is_refused_saying_why_on_the_cli_and_the_ops_api(
     page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
     assert 'id="reinstated"' in page and "Granted by hand: mark fulfilled" in page
     assert "run again" not in page
+
+
+def test_a_settlement_given_up_after_its_refund_failed_says_its_key_may_be_voided(
+    redis, redis_server, rng
+) -> None:
+    """Not "refunded in full … could not settle it": the payment is no longer refunded."""
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    start = shop.attempts.start(shop.pk, "job-settle", True, leg="settle", settles=True)
+    shop.deliver(refund_failed(rng, {"data": {"object": _refund_of(shop)}}))
+    assert shop.attempts.finish(shop.pk, start.token, "failed", "settle: refused", 1.0)[1] == (
+        "held"
+    )
+    reason = shop.field("hold_reason")
+    assert reason.startswith("its settlement may have voided its key"), reason
+    assert shop.field("by_hand") == "" and shop.field("settle_gave_up") == ""
+    # its key may be there, absent or voided: a retry is safe, and allowed
+    assert decide(shop, "retry") == ("ok", "queued")
+
+
+def test_reversed_then_given_back_then_refunded_again_is_reversed_again(
+    redis, redis_server, rng
+) -> None:
+    """Not left held telling a person to grant what the customer was refunded for."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    events = refunded_in_full(shop)
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    refunded_in_full(shop)  # refunded again, and that one succeeds
+    assert (shop.state(), shop.field("by_hand"), shop.field("hold_reason")) == ("reversed", "", "")
+    assert shop.field("reversal_amount") == "" and redis.hget(keys.STATS, "reversals") == b"1"
+
+
+def test_each_event_of_one_failure_counts_it_once(redis, redis_server, rng) -> None:
+    """refund.failed, then refund.updated and charge.refund.updated for the same failure."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    events = refunded_in_full(shop)
+    for event in (events[0], events[2], events[0]):
+        assert shop.deliver(refund_failed(rng, event)) == "held"
+    assert redis.hget(keys.STATS, "reinstated") == b"1"
+
+
+def test_a_voided_key_given_back_then_refunded_again_is_not_settled_again(
+    redis, redis_server, rng
+) -> None:
+    shop = Shop(redis_server, rng)
+    ambiguous_then_refunded(shop)
+    assert settle(shop, "voided") == ("voided", "refunded_unfulfilled")
+    shop.deliver(refund_failed(rng, {"data": {"object": _refund_of(shop)}}))
+    assert shop.state() == "held"
+    refunded_in_full(shop)
+    assert shop.state() == "refunded_unfulfilled" and shop.field("leg") == ""
+    assert redis.hget(keys.STATS, "settles_due") == b"1"
+
+
+def test_a_second_refund_told_only_by_its_charge_event_takes_it_back_again(
+    redis, redis_server, rng
+) -> None:
+    """The first refund failed; the second's charge.refunded (API versions since 2022-11-15
+    list no refunds) comes after that failure, so its amount_refunded is believed."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    first = refunded_in_full(shop)
+    failed = refund_failed(rng, first[0])
+    assert shop.deliver(failed) == "held"
+    second = refund_events(rng, shop.pk, shop.amount, shop.amount)[1]
+    del second["data"]["object"]["refunds"]
+    second["created"] = failed["created"] + 60
+    assert shop.deliver(second) == "refunded_unfulfilled"
+
+
+def test_a_payment_granted_by_hand_then_refunded_again_is_reversed(
+    redis, redis_server, rng
+) -> None:
+    """Never reversed before: its grant is taken back like any effect (REVERSAL_ACTION)."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    refunded_in_full(shop)
+    assert (shop.state(), shop.field("leg")) == ("queued", "reverse")
+
+
+def test_a_record_held_as_its_purchase_s_other_record_says_so_when_given_back(
+    redis, redis_server, rng
+) -> None:
+    """Not "has nothing": the purchase's other record may have had the effect."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    redis.hset(keys.payment(shop.pk), "same_purchase_as", "in_other")  # as tie_twin leaves it
+    shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
+    reason = shop.field("hold_reason")
+    assert "same purchase as in_other" in reason and "has nothing" not in reason

@@ -215,6 +215,9 @@ class Protocol(RuleBasedStateMachine):
         self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
         self.won: set[str] = set()  # a dispute closed as won
         self.dispute_now: dict[str, str] = {}  # the status of its last dispute closed
+        self.charges: dict[str, tuple[int, int]] = {}  # the latest charge event's (at, figure)
+        # pk -> failed refund id -> (amount, made at, first said failed at)
+        self.failures: dict[str, dict[str, tuple[int, int, int]]] = {}
         self.granted_by_hand: set[str] = set()  # given back, then granted by a person
         self.reversal_calls: Counter[str] = Counter()  # by payment
         # by reversal, (payment, refund id or "" for the whole payment or what remains of it)
@@ -315,11 +318,20 @@ class Protocol(RuleBasedStateMachine):
 
     def took_back(self, pk: str, event: dict[str, Any]) -> None:
         """The model's own account of what Stripe took back (not the ledger's): a refund
-        counted once per id, failed ones never."""
-        taken = json.loads(taken_of(event["type"], event["data"]["object"]) or "{}")
+        counted once per id, failed ones never; the latest charge event's figure (by its
+        ``created``) and when each failed refund was made and said failed."""
+        obj = event["data"]["object"]
+        taken = json.loads(taken_of(event["type"], obj, event.get("created")) or "{}")
         mine = self.refunds.setdefault(pk, {})
         for rid, amount in taken.get("refunds", {}).items():
             mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
+        failures = self.failures.setdefault(pk, {})
+        for rid, (amount, made, said) in taken.get("failed", {}).items():
+            if rid not in failures or said < failures[rid][2]:
+                failures[rid] = (amount, made, said)
+        if "charge_refunded" in taken:
+            latest = (taken["charge_at"], taken["charge_refunded"])
+            self.charges[pk] = max(self.charges.get(pk, latest), latest)
         if "dispute_status" in taken:
             self.dispute_now[pk] = taken["dispute_status"]
         if taken.get("dispute_status") == "lost":
@@ -327,24 +339,23 @@ class Protocol(RuleBasedStateMachine):
         if taken.get("dispute_status") == "won":
             self.won.add(pk)
 
+    def refunded_in_full(self, pk: str) -> bool:
+        """By the refunds counted, or the latest charge event's figure less the refunds it
+        counted that failed after it."""
+        amount = self.amounts.get(pk, 0)
+        counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
+        at, charged = self.charges.get(pk, (0, 0))
+        for failed, made, said in self.failures.get(pk, {}).values():
+            charged -= failed if made <= at < said else 0
+        return amount > 0 and max(counted, charged) >= amount
+
     def given_back(self, pk: str) -> bool:
         """Stripe no longer takes it back, by the model's own account: no dispute lost now,
-        and not refunded in full by the refunds counted (a charge's figure believed only
-        while no refund failed)."""
-        if self.dispute_now.get(pk) == "lost":
-            return False
-        amount = self.amounts.get(pk, 0)
-        mine = self.refunds.get(pk, {})
-        counted = sum(a for a in mine.values() if a > 0)
-        charge = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
-        charged = 0 if -1 in mine.values() else charge
-        return not (amount > 0 and max(counted, charged) >= amount)
+        and not refunded in full."""
+        return self.dispute_now.get(pk) != "lost" and not self.refunded_in_full(pk)
 
     def taken_back(self, pk: str) -> bool:
-        amount = self.amounts.get(pk, 0)
-        charged = int(self.redis.hget(keys.payment(pk), "rf_charge") or 0)
-        counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
-        return pk in self.lost or (amount > 0 and max(counted, charged) >= amount)
+        return pk in self.lost or self.refunded_in_full(pk)
 
     @rule(index=st.integers(0, 10))
     def landing_page_records_its_session(self, index: int) -> None:
@@ -1617,13 +1628,15 @@ def test_a_late_reversal_receipt_deferred_by_the_gate_leaves_its_waiting_set(
     assert TALLY["refund_reversals"] >= 1
 
 
-def test_a_fulfilment_again_withdrawn_for_a_refund_that_then_failed_is_held(
+def test_a_fulfilment_again_withdrawn_for_a_refund_that_then_failed_is_not_left_reversed(
     protocol_redis: RedisServer,
 ) -> None:
     """Found by the explorer (seed 808, REVERSAL_DISPUTE_WON=fulfil): a dispute won after its
     reversal, the payment refunded in full before its fulfilment again (withdrawn: reversed),
-    then that refund failed. The charge still said refunded in full, so each event began a
-    fulfilment again that its start withdrew: reversed, though Stripe had given it back."""
+    then that refund failed. The charge event still said refunded in full, so each event
+    began a fulfilment again that its start withdrew: reversed, though Stripe had given it
+    back. A failure after the charge event takes its refund off that figure: fulfilled
+    again."""
     Protocol.server = protocol_redis
     Protocol.redis = Redis.from_url(protocol_redis.url)
     m = Protocol()
@@ -1631,12 +1644,13 @@ def test_a_fulfilment_again_withdrawn_for_a_refund_that_then_failed_is_held(
     m.dispute_lost_then_won(73)
     m.stripe_takes_back(38)
     m.downstream_refuses_one_payment_alone()  # takes the fulfilment again's job: withdrawn
+    given = [pk for pk in m.all_payments() if m.state(pk) == "reversed"]
     m.stripe_gives_back(0)
     m.downstream_refuses_one_payment_alone()
     m.given_back_is_never_left_taken_back()
-    held = [pk for pk in m.all_payments() if m.state(pk) == "held"]
-    assert held and all(m.redis.hexists(keys.payment(pk), "by_hand") for pk in held)
+    assert given and all(m.leg(pk) == "refulfil" for pk in given)
     m.teardown()
+    assert all(m.state(pk) == "fulfilled" for pk in given)
 
 
 def fulfilled_by_its_thin_event(server: RedisServer, per_refund: bool) -> tuple[Protocol, str]:

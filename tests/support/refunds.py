@@ -72,8 +72,11 @@ def dispute_closed(rng: random.Random, pi: str, amount: int, status: str) -> dic
 
 
 def refund_failed(rng: random.Random, refund_event: dict[str, Any]) -> dict[str, Any]:
-    """``refund.failed`` for the refund a ``refund.*`` event of ``refund_events`` carries: the
-    money went back to the merchant (the charge's earlier ``amount_refunded`` still counts it)."""
+    """``refund.failed`` for the refund a ``refund.*`` event of ``refund_events`` carries, a
+    day after it: the money went back to the merchant (the charge's earlier
+    ``amount_refunded`` still counts it)."""
     obj = copy.deepcopy(refund_event["data"]["object"])
     obj["status"] = "failed"
-    return _event(rng, "refund.failed", obj)
+    event = _event(rng, "refund.failed", obj)
+    event["created"] = refund_event.get("created", 1_700_000_000) + 86_400  # days later
+    return event

@@ -1,0 +1,43 @@
+"""What a payment's refund fields say was refunded (ledger/reversals.py, the same rule as
+prelude.lua's refund_total): a failed refund comes off the charge figure that counted it,
+never off one that came after its failure."""
+
+import json
+
+from ledger.reversals import refunded_amount, taken_of
+
+REFUND = {"id": "re_1", "object": "refund", "amount": 500, "created": 100, "status": "succeeded"}
+
+
+def test_a_failed_refund_is_read_with_its_amount_when_made_and_when_said() -> None:
+    taken = json.loads(taken_of("refund.failed", {**REFUND, "status": "failed"}, 900))
+    assert taken == {"refunds": {"re_1": -1}, "failed": {"re_1": [500, 100, 900]}}
+
+
+def test_a_charge_event_gives_its_figure_and_its_time() -> None:
+    charge = {"object": "charge", "amount_refunded": 500, "refunds": {"data": [REFUND]}}
+    taken = json.loads(taken_of("charge.refunded", charge, 200))
+    assert taken == {"refunds": {"re_1": 500}, "charge_refunded": 500, "charge_at": 200}
+
+
+def stored(charge_at: int, failed_at: int) -> dict[str, str]:
+    return {
+        "rf": json.dumps({"re_1": -1}),
+        "rf_charge": "500",
+        "rf_charge_at": str(charge_at),
+        "rf_failed": json.dumps({"re_1": [500, 100, failed_at]}),
+    }
+
+
+def test_a_refund_that_failed_after_the_charge_event_no_longer_counts() -> None:
+    assert refunded_amount(stored(charge_at=200, failed_at=900)) == 0
+
+
+def test_a_charge_event_after_the_failure_is_believed_as_it_is() -> None:
+    """Another refund of the whole amount made after the first failed."""
+    assert refunded_amount(stored(charge_at=1000, failed_at=900)) == 500
+
+
+def test_without_a_failure_the_larger_of_the_refunds_and_the_charge() -> None:
+    assert refunded_amount({"rf": json.dumps({"re_1": 200}), "rf_charge": "500"}) == 500
+    assert refunded_amount({"rf": json.dumps({"re_1": 200, "re_2": 400})}) == 600
