@@ -13,7 +13,10 @@ For every payment the client saw refunded or disputed (``ledgerctl.takebacks.tak
 - reversed for a lost dispute that was then won (``takebacks.won_after_loss``): with
   REVERSAL_DISPUTE_WON=fulfil, one re-grant (an order under ``refulfil:{payment_key}``, or
   without the downstream's record the ledger's ``refulfilled_at``); with the default
-  (``hold``) held, waiting for a person; never left ``reversed``.
+  (``hold``) held, waiting for a person; never left ``reversed``;
+- taken back by a refund in full that then failed (``takebacks.given_back_by_refund``),
+  once the ledger took it back (reversed, or refunded before any effect): held, waiting for
+  a person; never left ``reversed`` or ``refunded_unfulfilled``, never fulfilled again.
 
 A reversal is counted by its key (the ``reversals`` table keeps one row per key, and its
 ``reversal_calls`` say how many calls applied one), so no key is applied twice and a
@@ -64,10 +67,16 @@ class ReversalFindings:
     not_regranted: list[str] = field(default_factory=list)
     """Reversed for a lost dispute, then won, and neither fulfilled again nor waiting for a
     person: no re-grant under REVERSAL_DISPUTE_WON=fulfil, left ``reversed`` under hold."""
+    not_held: list[str] = field(default_factory=list)
+    """Taken back (reversed, or refunded before any effect), then given back by a refund
+    that failed, and not held for a person: left ``reversed`` or ``refunded_unfulfilled``,
+    or fulfilled again."""
     won_after_loss: int = 0
     """Payments reversed for a lost dispute, then won."""
     regranted: int = 0
     """Of those, the ones fulfilled again (a re-grant)."""
+    given_back: int = 0
+    """Payments taken back by the ledger, then given back by a refund that failed."""
     reversed: int = 0
     taken_back: int = 0
     checks: int = 0
@@ -80,6 +89,7 @@ class ReversalFindings:
             or self.orphaned
             or self.called_after_refund
             or self.not_regranted
+            or self.not_held
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,13 +174,15 @@ def check_reversals(
     expected_keys: Mapping[str, int] | None = None,
     won_after_loss: Collection[str] = (),
     regrant: Regrant | None = None,
+    given_back: Collection[str] = (),
 ) -> ReversalFindings:
     """``taken``: payment -> taken back, for every payment the client refunded or disputed;
     ``effects``: fulfilment effects per payment; ``states``: the ledger's; ``reversals``: per
     payment; ``fulfil_calls``: downstream fulfilment calls per payment, when known;
     ``expected_keys``: reversal keys due per payment with an effect, instead of one per
     payment taken back; ``won_after_loss``: payments whose dispute was lost, then won;
-    ``regrant``: what follows their reversal."""
+    ``regrant``: what follows their reversal; ``given_back``: payments taken back by a
+    refund in full that then failed."""
     found = ReversalFindings()
     for pk, back in sorted(taken.items()):
         found.checks += 1
@@ -180,17 +192,23 @@ def check_reversals(
         expected = int(due) if effect and reversal_on else 0
         found.taken_back += back
         found.reversed += min(got.keys, 1)
+        waiting = False
         if got.keys > max(expected, 1) or got.applied > got.keys:  # a key applied twice
             found.twice.append({"payment": pk, "reversals": got.keys, "applied": got.applied})
         elif got.keys > expected:
             why = "no effect" if back and reversal_on else "not taken back"
             found.orphaned.append({"payment": pk, "reversals": got.keys, "why": why})
         elif back and state in WAITING_FOR_A_PERSON and (got.keys < expected or not effect):
-            found.for_a_person.append(pk)
+            waiting = True
         elif got.keys < expected:
             found.missing.append(pk)
-        if pk in won_after_loss and expected and got.keys >= expected:
-            _won_after_reversal(found, pk, state, regrant or Regrant())
+        reversed_all = expected and got.keys >= expected
+        if pk in won_after_loss and reversed_all:
+            waiting = _won_after_reversal(found, pk, state, regrant or Regrant()) or waiting
+        if pk in given_back and (reversed_all or not effect):
+            waiting = _given_back(found, pk, state, regrant or Regrant()) or waiting
+        if waiting:
+            found.for_a_person.append(pk)
         if state == "refunded_unfulfilled":
             found.refunded_unfulfilled.append(pk)
             called = (fulfil_calls or {}).get(pk, 0) + got.calls
@@ -199,14 +217,28 @@ def check_reversals(
     return found
 
 
-def _won_after_reversal(found: ReversalFindings, pk: str, state: str, regrant: Regrant) -> None:
+def _won_after_reversal(found: ReversalFindings, pk: str, state: str, regrant: Regrant) -> bool:
     """A payment reversed for a lost dispute, then won: fulfilled again once (checked for
     twice by the effects' checker), held or stopped for a person, or not re-granted (never
-    left reversed silently, whatever REVERSAL_DISPUTE_WON says)."""
+    left reversed silently, whatever REVERSAL_DISPUTE_WON says). Whether it waits for a
+    person."""
     found.won_after_loss += 1
     again = regrant.counted.get(pk, 0)
     found.regranted += min(again, 1)
     if state in WAITING_FOR_A_PERSON:
-        found.for_a_person.append(pk)
-    elif (regrant.on and not again) or state == "reversed":
+        return True
+    if (regrant.on and not again) or state == "reversed":
         found.not_regranted.append(pk)
+    return False
+
+
+def _given_back(found: ReversalFindings, pk: str, state: str, regrant: Regrant) -> bool:
+    """A payment the ledger took back (reversed, or refunded before any effect) whose refund
+    then failed: held for a person, who grants it by hand, never left taken back nor
+    fulfilled again by the ledger (a failed refund is always a person's: the charge may still
+    count it as refunded). Whether it waits for a person."""
+    found.given_back += 1
+    if state in ("reversed", "refunded_unfulfilled") or regrant.counted.get(pk, 0):
+        found.not_held.append(pk)
+        return False
+    return state in WAITING_FOR_A_PERSON

@@ -15,18 +15,22 @@ kind of take-back, by its index (so every kind comes in a run of six):
 - ``dispute_won``: ``charge.dispute.created``, ``funds_withdrawn``, ``funds_reinstated``,
   ``closed`` won (nothing taken back).
 
-One kind is only sent when asked for (``OTHER_KINDS``, the replay's ``--refund-kinds``):
+Two kinds are only sent when asked for (``OTHER_KINDS``, the replay's ``--refund-kinds``):
 
 - ``dispute_lost_won``: the events of ``dispute_lost`` now and, once the payment is settled
   (its effect reversed), the same dispute won (:func:`won_later`: ``funds_reinstated`` and
   ``closed`` won, 30 days on): with REVERSAL_DISPUTE_WON=fulfil the payment is fulfilled
-  again once (a re-grant), else held for a person.
+  again once (a re-grant), else held for a person;
+- ``full_failed``: the events of ``full`` now and, once the payment is settled (reversed,
+  or refunded before any effect), that refund failed (:func:`failed_later`:
+  ``refund.failed`` and ``charge.refund.updated``, a week on): held for a person.
 
 :func:`taken_back` reads the events a client had acknowledged, independently of the
 ledger's own code, into which payments Stripe took back: refunded in full (the refunds by
 id, a failed one counting nothing, or a charge's ``amount_refunded``) or a dispute lost.
 
-:func:`won_after_loss` reads which payments' disputes were closed lost and then won.
+:func:`won_after_loss` reads which payments' disputes were closed lost and then won, and
+:func:`given_back_by_refund` which payments a refund in full took back until it failed.
 """
 
 import json
@@ -38,9 +42,12 @@ from ledgerctl import samples
 
 KINDS = ("none", "full", "partial", "partials", "dispute_lost", "dispute_won")
 """The kinds each payment gets in turn by default."""
-OTHER_KINDS = ("dispute_lost_won",)
+OTHER_KINDS = ("dispute_lost_won", "full_failed")
 WON_LATER_S = 30 * 86400
 """How long after its loss a dispute lost then won is closed again, won."""
+FAILED_LATER_S = 7 * 86400
+"""How long after it succeeded a refund that fails is said to have failed (the customer's
+bank refused it: a closed or expired card)."""
 Event = dict[str, Any]
 
 
@@ -140,7 +147,7 @@ def for_payment(rng: random.Random, events: list[Event], kind: str) -> list[Even
     charge = next(e for e in events if e["type"] == "charge.succeeded")["data"]["object"]
     amount = int(charge["amount"])
     before: list[dict[str, Any]] = []
-    if kind == "full":
+    if kind in ("full", "full_failed"):
         return refund_events(rng, charge, amount, before)
     if kind == "partial":
         return refund_events(rng, charge, amount // 4, before)
@@ -156,8 +163,11 @@ def for_payment(rng: random.Random, events: list[Event], kind: str) -> list[Even
 
 def later_for_payment(rng: random.Random, sent: list[Event], kind: str) -> list[Event]:
     """What ``kind`` sends once the events :func:`for_payment` gave (``sent``) are settled:
-    for ``dispute_lost_won``, its dispute won; else nothing."""
-    return won_later(rng, sent) if kind == "dispute_lost_won" else []
+    for ``dispute_lost_won``, its dispute won; for ``full_failed``, its refund failed; else
+    nothing."""
+    if kind == "dispute_lost_won":
+        return won_later(rng, sent)
+    return failed_later(rng, sent) if kind == "full_failed" else []
 
 
 def won_later(rng: random.Random, lost: list[Event]) -> list[Event]:
@@ -171,6 +181,26 @@ def won_later(rng: random.Random, lost: list[Event]) -> list[Event]:
         _event(rng, event_type, dispute, at + n)
         for n, event_type in enumerate(("charge.dispute.funds_reinstated", "charge.dispute.closed"))
     ]
+
+
+def failed_later(rng: random.Random, refunded: list[Event]) -> list[Event]:
+    """The refund of ``refunded`` (its events, the last ``refund.updated`` succeeded) failed
+    after all: ``refund.failed`` and ``charge.refund.updated``, the same refund with status
+    failed, its reason and the balance transaction giving the money back to the merchant,
+    ``FAILED_LATER_S`` after it succeeded."""
+    succeeded = refunded[-1]
+    at = int(succeeded["created"]) + FAILED_LATER_S
+    refund = succeeded["data"]["object"]
+    failed = {
+        **refund,
+        "status": "failed",
+        "failure_reason": "expired_or_canceled_card",
+        "failure_balance_transaction": samples.random_id(rng, "txn"),
+    }
+    events = [_event(rng, "refund.failed", dict(failed), at)]
+    events.append(_event(rng, "charge.refund.updated", dict(failed), at + 1))
+    events[1]["data"]["previous_attributes"] = {"status": refund["status"]}
+    return events
 
 
 def kind_of(index: int, kinds: tuple[str, ...] = KINDS) -> str:
@@ -239,6 +269,22 @@ def won_after_loss(events: list[Event]) -> set[str]:
         if statuses[-1] == "won" and "lost" in statuses:
             won.add(pi)
     return won
+
+
+def given_back_by_refund(events: list[Event]) -> set[str]:
+    """The payments (PaymentIntents) taken back by a refund in full (:func:`taken_back`) whose
+    refunds, one failed or canceled since, no longer add up to the amount paid, with no
+    dispute lost: Stripe gave them back. The charge's ``amount_refunded`` may still count the
+    failed refund: it is read as taken back, and given back."""
+    seen = _seen(events)
+    return {
+        pi
+        for pi, refunds in seen.refunds.items()
+        if -1 in refunds.values()
+        and pi not in seen.lost
+        and seen.refunded_in_full(pi)
+        and sum(seen.counted(pi)) < seen.paid[pi]
+    }
 
 
 def reversals_due_each(events: list[Event]) -> dict[str, int]:

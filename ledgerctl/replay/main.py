@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         each,
         frozenset(takebacks.won_after_loss(sent)),
         settings.REVERSAL_DISPUTE_WON == "fulfil",
+        frozenset(takebacks.given_back_by_refund(sent)),
     )
     layers, findings, reversals = report.build(
         answers, before, after, recorded, paid, redis, db, undo
@@ -251,6 +252,8 @@ def print_failing(
             console.print(line(failing, "reversal", pk))
         for pk in reversals.not_regranted:
             console.print(line(failing, "not re-granted after its dispute was won", pk))
+        for pk in reversals.not_held:
+            console.print(line(failing, "not held for a person after its refund failed", pk))
     if unacked:
         console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 

@@ -93,7 +93,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         choices=takebacks.KINDS + takebacks.OTHER_KINDS,
         metavar="KIND",
         help="with --refunds: the kinds given in turn (default: the six above); "
-        "dispute_lost_won: a dispute lost and, once its reversal is settled, won",
+        "dispute_lost_won: a dispute lost and, once its reversal is settled, won; "
+        "full_failed: a refund in full and, once the payment is settled, that refund failed",
     )
     src.add_argument(
         "--race-refunds",

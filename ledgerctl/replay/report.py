@@ -44,8 +44,9 @@ class Undo:
     (ledgerctl/takebacks.py), whether the server reverses (REVERSAL_ACTION), the SQLite
     file of its reversals, if any, with REVERSAL_PER_REFUND the reversals due per payment
     (one per refund: ``takebacks.reversals_due_each``), the payments whose dispute was lost,
-    then won (``takebacks.won_after_loss``), and whether the server fulfils those again
-    (REVERSAL_DISPUTE_WON=fulfil)."""
+    then won (``takebacks.won_after_loss``), whether the server fulfils those again
+    (REVERSAL_DISPUTE_WON=fulfil), and the payments a refund in full took back until it
+    failed (``takebacks.given_back_by_refund``)."""
 
     taken: dict[str, bool]
     reversal_on: bool
@@ -53,6 +54,7 @@ class Undo:
     expected_keys: dict[str, int] | None = None
     won_after_loss: frozenset[str] = frozenset()
     refulfil_on: bool = False
+    given_back: frozenset[str] = frozenset()
 
 
 def event_counts(redis: Redis, event_ids: list[str]) -> dict[str, int]:
@@ -176,6 +178,7 @@ def build(
         undo.expected_keys,
         undo.won_after_loss,
         regrant,
+        undo.given_back,
     )
     expected = {
         pk
@@ -198,18 +201,26 @@ def build(
         | ({"regrants": sum(regrants.values())} if any(regrants.values()) else {}),
     }
     if undo.taken:
-        layers["reversals"] = {
-            "source": "downstream (sqlite)" if recorded_reversals else "ledger",
-            "refunded or disputed": len(undo.taken),
-            "taken back": undone.taken_back,
-            "reversed": undone.reversed,
-            "refunded_unfulfilled": len(undone.refunded_unfulfilled),
-        } | (
-            {"won after loss": undone.won_after_loss, "re-granted": undone.regranted}
-            if undone.won_after_loss
-            else {}
-        )
+        source = "downstream (sqlite)" if recorded_reversals else "ledger"
+        layers["reversals"] = reversal_layer(source, len(undo.taken), undone)
     return layers, check(acked, recorded, expected, effects, states, regrants), undone
+
+
+def reversal_layer(source: str, refunded: int, undone: ReversalFindings) -> dict[str, Any]:
+    """What the reversals' layer shows: taken back and reversed of the payments refunded or
+    disputed, and, when there are any, those won after a loss or given back."""
+    shown: dict[str, Any] = {
+        "source": source,
+        "refunded or disputed": refunded,
+        "taken back": undone.taken_back,
+        "reversed": undone.reversed,
+        "refunded_unfulfilled": len(undone.refunded_unfulfilled),
+    }
+    if undone.won_after_loss:
+        shown |= {"won after loss": undone.won_after_loss, "re-granted": undone.regranted}
+    if undone.given_back:
+        shown["given back"] = undone.given_back
+    return shown
 
 
 def secret_refused(answers: list[Answer]) -> int:
@@ -271,6 +282,7 @@ def table(
     if reversals is not None and reversals.checks:
         won = reversals.won_after_loss
         regrants = f"  not re-granted {len(reversals.not_regranted)}" if won else ""
+        regrants += f"  not held {len(reversals.not_held)}" if reversals.given_back else ""
         out.add_row(
             "reversals",
             f"checks {reversals.checks}  reversed twice {len(reversals.twice)}  missing "

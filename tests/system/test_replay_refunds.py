@@ -4,6 +4,8 @@ payment's reversal, read from the built-in SQLite downstream's own tables."""
 
 import sqlite3
 
+import pytest
+
 from ledger import keys
 from tests.support.downstream_server import CountingDownstream
 from tests.support.replay import replay
@@ -179,6 +181,51 @@ def test_by_default_a_dispute_won_after_its_reversal_is_held_for_a_person(
     assert orders_keyed(db, "refulfil:") == set()
     assert len(orders_keyed(db, "fulfil:")) == 12
     assert db.execute("SELECT COUNT(*) FROM reversals").fetchone() == (6,)
+
+
+@pytest.mark.parametrize("race", [False, True], ids=["settled", "racing"])
+def test_a_refund_failed_after_it_was_taken_back_is_held_for_a_person(
+    stack, redis, tmp_path, race
+) -> None:
+    """``--refund-kinds none full full_failed``: 6 payments, two each with no refund, a refund
+    in full, a refund in full that (once the payment is settled) failed; every event three
+    times, shuffled; ``racing``: each refund right after its payment's own events. The
+    payments given back are held for a person (after their reversal, or refunded before any
+    effect), never left taken back nor fulfilled again; ``--expect-once`` lists them as
+    waiting for a person and exits 1."""
+    s, url = reversing(stack, tmp_path)
+    status, report = replay(
+        s.env,
+        url,
+        "--generate", "6", "--refunds", "--refund-kinds", "none", "full", "full_failed",
+        *(["--race-refunds"] if race else []),
+        "--copies", "3", "--shuffle", "--concurrency", "8", "--seed", "5", "--expect-once",
+        expect=1,
+    )  # fmt: skip
+    payments = report["layers"]["payments"]
+    assert (payments["fulfilled"], payments["held"]) == (2, 2), payments
+    assert payments.get("reversed", 0) + payments.get("refunded_unfulfilled", 0) == 2
+    undone = report["layers"]["reversals"]
+    assert (undone["taken back"], undone["given back"]) == (4, 2)
+    found = report["findings"]["reversals"]
+    assert found["not_held"] == [] and found["twice"] == found["missing"] == []
+    assert found["called_after_refund"] == [] and found["orphaned"] == []
+    assert report["findings"]["ok"] and not report["findings"]["passed"]
+    held = found["for_a_person"]
+    assert len(held) == 2
+    for pk in held:
+        payment = {k.decode(): v.decode() for k, v in redis.hgetall(keys.payment(pk)).items()}
+        assert payment["state"] == "held" and payment["by_hand"] == "1"
+        assert payment["reinstated_at"] and "refund failed" in payment["hold_reason"]
+    db = tables(s.env)
+    assert orders_keyed(db, "refulfil:") == set()
+    # an order for each payment not refunded, and for each reversed (once each)
+    assert len(orders_keyed(db, "fulfil:")) == 2 + undone["reversed"]
+    reversed_for = [pk for (pk,) in db.execute("SELECT payment_key FROM reversals")]
+    assert len(reversed_for) == len(set(reversed_for)) == undone["reversed"]
+    if not race:
+        assert undone["reversed"] == 4 and set(held) < set(reversed_for)
+        assert redis.hget(keys.STATS, "reinstated") == b"2"
 
 
 def test_expect_once_fails_on_a_re_grant_applied_twice(stack, redis, tmp_path) -> None:

@@ -213,3 +213,74 @@ def test_without_a_downstream_record_the_ledger_marks_count_the_reversals() -> N
         "pi_before": 1,
         "pi_unknown": 2,
     }
+
+
+def test_a_full_refund_failed_later_is_taken_back_then_given_back() -> None:
+    """``full_failed``: the events of ``full`` now, the same refund failed in a later wave
+    (``refund.failed`` and ``charge.refund.updated``, status failed, a week on); the client
+    reads it as taken back (the charge still says refunded in full) and given back."""
+    rng = random.Random(7)
+    events = samples.payment_events(rng)
+    pi = events[2]["data"]["object"]["id"]
+    refunded = takebacks.for_payment(rng, events, "full_failed")
+    assert [e["type"] for e in refunded] == ["refund.created", "charge.refunded", "refund.updated"]
+    failed = takebacks.later_for_payment(rng, refunded, "full_failed")
+    assert [(e["type"], e["data"]["object"]["status"]) for e in failed] == [
+        ("refund.failed", "failed"), ("charge.refund.updated", "failed"),
+    ]  # fmt: skip
+    refund = refunded[-1]["data"]["object"]
+    for event in failed:
+        obj = event["data"]["object"]
+        assert {k: obj[k] for k in ("id", "amount", "charge", "payment_intent", "created")} == {
+            k: refund[k] for k in ("id", "amount", "charge", "payment_intent", "created")
+        }
+        assert obj["failure_reason"] and obj["failure_balance_transaction"].startswith("txn_")
+    assert failed[1]["data"]["previous_attributes"] == {"status": "succeeded"}
+    assert min(e["created"] for e in failed) > max(e["created"] for e in refunded)
+    assert len({e["id"] for e in refunded + failed}) == 5
+    assert takebacks.later_for_payment(rng, refunded, "full") == []
+    # the charge's amount_refunded still counts it: taken back, whatever the events' order
+    assert takebacks.taken_back(events + refunded + failed) == {pi: True}
+    assert takebacks.given_back_by_refund(events + failed + refunded) == {pi}
+    assert takebacks.given_back_by_refund(events + refunded) == set()
+    again = takebacks.refund_events(rng, events[1]["data"]["object"], refund["amount"], [])
+    assert takebacks.given_back_by_refund(events + refunded + failed + again) == set()
+    lost = takebacks.for_payment(rng, events, "dispute_lost")
+    assert takebacks.given_back_by_refund(events + refunded + failed + lost) == set()
+
+
+def test_a_refund_failed_after_it_was_taken_back_waits_for_a_person() -> None:
+    """Reversed (or refunded before any effect), then its refund failed: held is waiting for
+    a person; left reversed or refunded_unfulfilled, or fulfilled again, is not held; a
+    person's grant (fulfilled) passes; with an effect and no reversal action, nothing is
+    expected of it (it stays fulfilled); a refund never failed asks for nothing."""
+    taken = dict.fromkeys(
+        ("pi_held", "pi_reversed", "pi_before", "pi_left", "pi_again", "pi_granted", "pi_full"),
+        True,
+    )
+    given = set(taken) - {"pi_full"}
+    effects = {**dict.fromkeys(taken, 1), "pi_before": 0, "pi_left": 0}
+    states = {"pi_held": "held", "pi_reversed": "reversed", "pi_before": "held",
+              "pi_left": "refunded_unfulfilled", "pi_again": "fulfilled",
+              "pi_granted": "fulfilled", "pi_full": "reversed"}  # fmt: skip
+    reversed_once = {pk: ONE for pk, n in effects.items() if n}
+    again = Regrant(counted={"pi_again": 1})
+    found = check_reversals(
+        taken, True, effects, states, reversed_once, None, None, (), again, given
+    )  # fmt: skip
+    assert found.for_a_person == ["pi_before", "pi_held"]
+    assert found.not_held == ["pi_again", "pi_left", "pi_reversed"]
+    assert found.given_back == 6 and found.refunded_unfulfilled == ["pi_left"]
+    assert not found.ok and not (found.twice or found.missing or found.orphaned)
+    held = {pk: "held" for pk in given} | {"pi_granted": "fulfilled", "pi_full": "reversed"}
+    found = check_reversals(taken, True, effects, held, reversed_once, None, None, (), None, given)
+    assert found.ok and len(found.for_a_person) == 5 and found.not_held == []
+    # no reversal action: a payment with its effect stays fulfilled, one without is held
+    kept = {"pi_held": "fulfilled", "pi_before": "held"}
+    found = check_reversals(
+        {"pi_held": True, "pi_before": True}, False, {"pi_held": 1}, kept, {},
+        given_back={"pi_held", "pi_before"},
+    )  # fmt: skip
+    assert found.ok and found.given_back == 1 and found.for_a_person == ["pi_before"]
+    # the existing reading of what was taken back is the same without them
+    assert check_reversals(taken, True, effects, states, reversed_once).not_held == []
