@@ -223,9 +223,10 @@ def test_a_refund_failed_after_it_was_taken_back_is_held_for_a_person(
     assert len(orders_keyed(db, "fulfil:")) == 2 + undone["reversed"]
     reversed_for = [pk for (pk,) in db.execute("SELECT payment_key FROM reversals")]
     assert len(reversed_for) == len(set(reversed_for)) == undone["reversed"]
+    # each given back once, however many events told of its failure
+    assert redis.hget(keys.STATS, "reinstated") == str(len(held)).encode()
     if not race:
         assert undone["reversed"] == 4 and set(held) < set(reversed_for)
-        assert redis.hget(keys.STATS, "reinstated") == b"2"
 
 
 def test_expect_once_fails_on_a_re_grant_applied_twice(stack, redis, tmp_path) -> None:
