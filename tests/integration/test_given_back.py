@@ -23,6 +23,12 @@ def refunded_in_full(shop: Shop) -> list[dict]:
     return events
 
 
+def fulfilled_then_refunded(shop: Shop) -> list[dict]:
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    return refunded_in_full(shop)
+
+
 def decide(shop: Shop, decision: str) -> tuple[str, str]:
     return shop.attempts.record_decision(shop.pk, decision, ("held",), "ops:alice")
 
@@ -92,9 +98,7 @@ def test_a_refund_failed_while_its_reversal_runs_holds_it_once_reversed(
 ) -> None:
     """The reversal is not withdrawn (its call may be under way), and not left silently."""
     shop = Shop(redis_server, rng)
-    shop.deliver(shop.paid)
-    assert shop.attempt() == "fulfilled"
-    events = refunded_in_full(shop)
+    events = fulfilled_then_refunded(shop)
     assert shop.deliver(refund_failed(rng, events[0])) == "queued"
     assert shop.field("leg") == "reverse"
     assert shop.attempt("reverse") == "held"
@@ -197,9 +201,7 @@ def test_reversed_then_given_back_then_refunded_again_is_reversed_again(
 ) -> None:
     """Not left held telling a person to grant what the customer was refunded for."""
     shop = Shop(redis_server, rng)
-    shop.deliver(shop.paid)
-    assert shop.attempt() == "fulfilled"
-    events = refunded_in_full(shop)
+    events = fulfilled_then_refunded(shop)
     assert shop.attempt("reverse") == "reversed"
     assert shop.deliver(refund_failed(rng, events[0])) == "held"
     refunded_in_full(shop)  # refunded again, and that one succeeds
