@@ -270,3 +270,24 @@ def test_a_record_held_as_its_purchase_s_other_record_says_so_when_given_back(
     shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
     reason = shop.field("hold_reason")
     assert "same purchase as in_other" in reason and "has nothing" not in reason
+
+
+def test_an_interrupted_payment_given_back_then_fulfilled_is_not_said_taken_back(
+    redis, redis_server, rng
+) -> None:
+    """Found by the explorer (seed 1010): its dispute lost while it waited for a person, then
+    won; a person's retry fulfilled it, and it still said taken back (a reader, and the
+    checks on fulfilled payments, took it for one never reversed)."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", False)
+    assert shop.attempts.mark_calling(shop.pk, start.token)
+    assert shop.attempts.finish(shop.pk, start.token, "interrupted", "died", 1.0)[1] == (
+        "interrupted"
+    )
+    for status in ("lost", "won"):
+        assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status)) == "interrupted"
+    verdict = shop.attempts.record_decision(shop.pk, "retry", ("interrupted",), "ops:alice")
+    assert verdict == ("ok", "queued")
+    assert shop.attempt() == "fulfilled"
+    assert shop.field("taken_back") == "" and shop.field("leg") == ""

@@ -1149,9 +1149,11 @@ class Protocol(RuleBasedStateMachine):
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
                 assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
-                # or taken back before any effect, or after one that may have applied: settled
+                # or taken back before any effect, or after one that may have applied: settled;
+                # held as given back after its reversal, then taken back again: reversed
                 settling = now == "queued" and self.leg(pk) == "settle"
-                assert now in (was, "refunded_unfulfilled", "held") or settling, (
+                again = now == "reversed" and self.redis.hexists(keys.payment(pk), "reversed_at")
+                assert now in (was, "refunded_unfulfilled", "held") or settling or again, (
                     f"{pk}: {was} -> {now}"
                 )
             if was == "interrupted" and pk not in self.person_acted:
