@@ -118,7 +118,7 @@ class Ledger:
             "purchase": encode_fields(
                 purchase_fields(obj) if delivery.purchase is None else delivery.purchase
             ),
-            "taken": taken_of(event["type"], obj, event.get("created"))
+            "taken": taken_of(event["type"], obj, event.get("created"), _previous(event))
             if c.role == "refund"
             else "",
             "reverse_on": self.settings.reversal_mode,
@@ -140,3 +140,9 @@ def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)[:255]
+
+
+def _previous(event: dict[str, Any]) -> object:
+    """The event's ``data.previous_attributes`` (what an update changed), if any."""
+    data = event.get("data")
+    return data.get("previous_attributes") if isinstance(data, dict) else None

@@ -38,7 +38,7 @@ def _whole(value: object) -> int:
 def _read_refunds(refunds: list[object], at: int, taken: dict[str, Any]) -> None:
     """Each refund's amount by id into ``taken["refunds"]``; a failed or canceled one also
     into ``taken["failed"]`` as ``[amount, created, at]``: its amount, when it was made and
-    when this event (``at``, its ``created``) said it failed."""
+    when it failed (``at``: the event's ``created`` if the event is that change, else 0)."""
     for refund in refunds:
         if not (isinstance(refund, dict) and isinstance(refund.get("id"), str)):
             continue
@@ -51,20 +51,25 @@ def _read_refunds(refunds: list[object], at: int, taken: dict[str, Any]) -> None
             taken.setdefault("failed", {})[refund["id"]] = failed
 
 
-def taken_of(event_type: str, obj: Obj, created: object = None) -> str:
+def taken_of(event_type: str, obj: Obj, created: object = None, previous: object = None) -> str:
     """The JSON record_delivery.lua's ``taken`` argument for a refund or dispute event's
-    object (``created``: the event's, in seconds), or '' when it says nothing about what was
-    taken back."""
+    object, or '' when it says nothing about what was taken back. ``created`` (the event's,
+    in seconds) dates the charge's figure, and a refund's failure when the event is that
+    change (``refund.failed``, or ``previous``, its ``previous_attributes``, has a status):
+    a later update of a failed refund says nothing of when it failed."""
     kind = obj.get("object")
     at = _whole(created)
     taken: dict[str, Any] = {}
     refund_type = event_type.startswith(("refund.", "charge.refund."))
     if kind == "refund" and refund_type:
-        _read_refunds([obj], at, taken)
+        changed = event_type == "refund.failed" or (
+            isinstance(previous, dict) and "status" in previous
+        )
+        _read_refunds([obj], at if changed else 0, taken)
     elif kind == "charge" and event_type == "charge.refunded":
         listed = obj.get("refunds")
         data = listed.get("data") if isinstance(listed, dict) else None
-        _read_refunds(data if isinstance(data, list) else [], at, taken)
+        _read_refunds(data if isinstance(data, list) else [], 0, taken)
         refunded = obj.get("amount_refunded")
         if isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0:
             taken["charge_refunded"], taken["charge_at"] = refunded, at
@@ -87,7 +92,7 @@ def refunded_amount(stored: dict[str, str]) -> int:
     except orjson.JSONDecodeError:
         failed = {}
     for amount, made, failed_at in failed.values() if isinstance(failed, dict) else ():
-        if made <= at < failed_at:
+        if 0 < at and made <= at < failed_at:
             charged -= amount
     return max(counted, charged)
 

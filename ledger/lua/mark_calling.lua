@@ -12,9 +12,11 @@ if held[1] ~= 'in_progress' or held[2] ~= ARG.token or tonumber(held[3] or '0') 
   return 0
 end
 -- Refunded in full (or a dispute lost) since the lease was taken: this fulfilment is not
--- called (an action that is not replay-safe is fenced here, so nothing was applied).
+-- called (an action that is not replay-safe is fenced here, so nothing was applied); so too
+-- if given back since (its dispute won): held for a person, as a waiting one would be.
 local leg = held[4]
-if leg ~= 'reverse' and leg ~= 'settle' and taken_back(pay) then
+local why, was = taken_back(pay)
+if (leg == 'refulfil' and why) or ((leg or 'fulfil') == 'fulfil' and (why or was)) then
   update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
   if leg == 'refulfil' then refulfil_withdrawn(pay, now) else never_fulfilled(pay, now) end
   return 0

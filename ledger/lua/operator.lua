@@ -45,7 +45,7 @@ if ARG.decision == 'fulfilled' and by_hand then
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'fulfilled_at', now)
   redis.call('HSETNX', pay, 'receipt', cjson.encode({resolved = ARG.note}))
-  redis.call('HDEL', pay, 'by_hand')
+  redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'leg')
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   return reply{verdict = 'ok', state = 'fulfilled'}
 end

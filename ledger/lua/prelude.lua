@@ -234,10 +234,11 @@ end
 -- Refunds and disputes (docs/LEDGER.md, "What a refund takes back"). A payment keeps what
 -- Stripe took back: `rf` (JSON: refund id -> amount counted; -1 for a refund that failed or
 -- was canceled, which stays so whatever order its events come in), `rf_failed` (JSON: a
--- failed refund's id -> [amount, made at, the earliest event that said it failed]),
--- `rf_charge` and `rf_charge_at` (the `amount_refunded` of the latest charge event, by its
--- `created`, and that time) and `dispute` (`{id} {status}` of a closed one). A copy or an
--- older event of the same refund counts once: per id, the largest amount.
+-- failed refund's id -> [amount, made at, when it failed: the earliest `refund.failed` or
+-- status change that said so, 0 while no event dated it]), `rf_charge` and `rf_charge_at`
+-- (the `amount_refunded` of the latest charge event, by its `created`, and that time),
+-- `rf_charge_max` (the largest one ever) and `dispute` (`{id} {status}` of a closed one). A
+-- copy or an older event of the same refund counts once: per id, the largest amount.
 local function keep_taken(pay, taken)
   if taken.refunds then
     local rf = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
@@ -251,17 +252,21 @@ local function keep_taken(pay, taken)
   if taken.failed then
     local failed = cjson.decode(redis.call('HGET', pay, 'rf_failed') or '{}')
     for id, f in pairs(taken.failed) do
-      if not failed[id] or f[3] < failed[id][3] then failed[id] = f end
+      local had = failed[id]
+      if not had or (f[3] > 0 and (had[3] == 0 or f[3] < had[3])) then failed[id] = f end
     end
     redis.call('HSET', pay, 'rf_failed', cjson.encode(failed))
   end
   local charged = tonumber(taken.charge_refunded)
   if charged then
     local at = tonumber(taken.charge_at) or 0
-    local had = redis.call('HMGET', pay, 'rf_charge', 'rf_charge_at')
+    local had = redis.call('HMGET', pay, 'rf_charge', 'rf_charge_at', 'rf_charge_max')
     local had_at = tonumber(had[2] or '0')
     if not had[1] or at > had_at or (at == had_at and charged > tonumber(had[1])) then
       redis.call('HSET', pay, 'rf_charge', charged, 'rf_charge_at', at)
+    end
+    if charged > (tonumber(had[3] or had[1] or '0') or 0) then
+      redis.call('HSET', pay, 'rf_charge_max', charged)
     end
   end
   if taken.dispute then
@@ -270,40 +275,66 @@ local function keep_taken(pay, taken)
 end
 
 -- The refunded amount: the refunds counted by id, or the latest charge event's
--- `amount_refunded` if larger, less the refunds it counted that failed since (made by then,
--- said failed after it; a charge event after the failure is believed as it is). The fields
--- as the hash holds them (false when absent).
-local function refund_total(rf, rf_charge, rf_charge_at, rf_failed)
+-- `amount_refunded` if larger, less the refunds it counted that failed since. What every
+-- automatic decision believes (`lower` false): a failed refund comes off only when known made
+-- by then and failed after it (a charge event after the failure is believed as it is). What
+-- Stripe may have refunded at the least (`lower`: whether a person must look): it comes off
+-- unless known to have failed before the charge event (failed the same second, not dated,
+-- or a figure from before `rf_charge_at` was kept). The fields as the hash holds them.
+local function refund_total(rf, rf_charge, rf_charge_at, rf_failed, lower)
   local total = 0
   for _, amount in pairs(cjson.decode(rf or '{}')) do
     if amount > 0 then total = total + amount end
   end
   local charged, at = tonumber(rf_charge or '0'), tonumber(rf_charge_at or '0')
   for _, f in pairs(cjson.decode(rf_failed or '{}')) do
-    if f[2] <= at and f[3] > at then charged = charged - f[1] end
+    local made, said = f[2], f[3]
+    local off
+    if lower then
+      off = (at == 0 or made <= at) and not (said > 0 and said < at)
+    else
+      off = at > 0 and made <= at and said > at
+    end
+    if off then charged = charged - f[1] end
   end
   return math.max(total, charged)
 end
 
--- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
--- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil. Read in
--- one command: every attempt's start, fence and finish asks.
-local function taken_back(pay)
-  local f = redis.call('HMGET', pay, 'amount', 'rf', 'rf_charge', 'rf_charge_at', 'rf_failed',
-    'dispute')
-  local paid = tonumber(f[1] or '')
-  if paid and paid > 0 and refund_total(f[2], f[3], f[4], f[5]) >= paid then return 'refund' end
-  if f[6] and string.match(f[6], ' lost$') then return 'dispute' end
-  return nil
+-- Refunded in full at some time, whatever happened since: the refunds by id (failed ones
+-- too) or the largest charge figure ever reach the amount paid. `f`: taken_back's fields.
+local function ever_refunded(paid, f)
+  local total = 0
+  for _, amount in pairs(cjson.decode(f[2] or '{}')) do
+    if amount > 0 then total = total + amount end
+  end
+  for _, failed in pairs(cjson.decode(f[5] or '{}')) do total = total + failed[1] end
+  return math.max(total, tonumber(f[8] or f[3] or '0') or 0) >= paid
 end
 
--- Why a payment the ledger took back (`taken_back` kept, or its reversal's why) is no longer
--- taken back, now that Stripe gave it back (a refund failed or was canceled, a dispute won):
--- 'refund' or 'dispute', else nil.
+-- Why the payment's effect must be taken back: 'refund' (refunded in full: the refunded
+-- amount reaches the amount paid), 'dispute' (a dispute closed as lost), else nil; the
+-- `taken_back` it keeps from when it was; and whether it was ever refunded in full. Read in
+-- one command: every attempt's start, fence and finish asks. `lower`: refund_total's.
+local function taken_back(pay, lower)
+  local f = redis.call('HMGET', pay, 'amount', 'rf', 'rf_charge', 'rf_charge_at', 'rf_failed',
+    'dispute', 'taken_back', 'rf_charge_max')
+  local paid = tonumber(f[1] or '')
+  local ever = paid and paid > 0 and ever_refunded(paid, f)
+  if ever and refund_total(f[2], f[3], f[4], f[5], lower) >= paid then
+    return 'refund', f[7], ever
+  end
+  if f[6] and string.match(f[6], ' lost$') then return 'dispute', f[7], ever end
+  return nil, f[7], ever
+end
+
+-- Why a payment the ledger took back (`taken_back` kept, or its reversal's why) may no
+-- longer be, now that Stripe gave it back (a refund failed or was canceled, a dispute won):
+-- 'refund' or 'dispute', else nil. Asked at refund_total's lower bound: a failure that may
+-- have come after the charge figure that counted it goes to a person, never unseen.
 local function given_back(pay)
   local f = redis.call('HMGET', pay, 'taken_back', 'reversal_why')
   local why = f[1] or f[2]
-  if not why or taken_back(pay) then return nil end
+  if not why or taken_back(pay, true) then return nil end
   return why
 end
 
@@ -490,7 +521,8 @@ end
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
 -- held if Stripe no longer takes it back. Returns the new state.
 local function never_fulfilled(pay, now)
-  redis.call('HSET', pay, 'taken_back', taken_back(pay) or redis.call('HGET', pay, 'taken_back'))
+  local why, was = taken_back(pay)
+  redis.call('HSET', pay, 'taken_back', why or was or 'refund')
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   local why = given_back(pay)
@@ -515,6 +547,14 @@ local function settle_or_hold(pay, why, now, first, job_id, grace_ms)
   return begin_leg(pay, 'settle', 'settles_due', now, first, job_id, grace_ms)
 end
 
+-- Waiting for its fulfilment (queued, retrying, held, failed), none of whose attempts may
+-- have applied it.
+local function waits_unfulfilled(pay)
+  local f = redis.call('HMGET', pay, 'state', 'leg')
+  local waiting = {queued = true, retrying = true, held = true, failed = true}
+  return waiting[f[1]] and not f[2] and not may_have_applied(pay)
+end
+
 -- What a refund in full or a lost dispute does to the payment now, by its state (its
 -- fulfilment leg only: a reversal under way or done, or a fulfilment again after a dispute
 -- won, is not begun again). Not fulfilled and waiting (queued, retrying, held, failed) with
@@ -524,9 +564,22 @@ end
 -- as soon as it is recorded (next_reversal), a partial one too. In progress, pending,
 -- interrupted: nothing yet (the attempt's finish, the paid event or a person decides;
 -- `taken_back` tells them). Returns the new state or nil.
-local function take_back(pay, now, reverse, first, job_id, grace_ms)
-  local why = taken_back(pay)
-  if not why and not (reverse and reverse.each) then return nil end  -- nothing to do
+local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
+  local why, was, ever = taken_back(pay)
+  if not why and ever and not was and waits_unfulfilled(pay) then
+    -- refunded in full and failed since, told in another order (the failure first: the
+    -- Events API's newest-first reconcile): never fulfilled on its own, as if told in order
+    redis.call('HSET', pay, 'taken_back', 'refund')
+    return never_fulfilled(pay, now)
+  end
+  if not why and not (reverse and reverse.each) then
+    -- given back before this fulfilment's attempt, or before it was fulfilled (a person's
+    -- retry or resolve of an interrupted one, then its dispute won): no longer said taken back
+    if was and (starting or redis.call('HGET', pay, 'state') == 'fulfilled') then
+      redis.call('HDEL', pay, 'taken_back')
+    end
+    return nil
+  end
   local leg = redis.call('HGET', pay, 'leg')
   if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
   local state = redis.call('HGET', pay, 'state')

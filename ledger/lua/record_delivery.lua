@@ -311,9 +311,8 @@ end
 -- sweeper to enqueue one). Returns the new state and whether the job was enqueued.
 local function queue_or_hold(d, held_for, grace_ms)
   -- refunded (or lost, even if won since) before it was ever paid here: never called
-  if taken_back(d.pay) or redis.call('HGET', d.pay, 'taken_back') then
-    return never_fulfilled(d.pay, d.now), 0
-  end
+  local why, was, ever = taken_back(d.pay)
+  if why or was or ever then return never_fulfilled(d.pay, d.now), 0 end
   if held_for ~= '' then
     move(d.pay, 'held', d.now)
     redis.call('HSET', d.pay, 'hold_reason', held_for)

@@ -50,10 +50,10 @@ end
 -- The job read which leg is due (fulfilment, or its reversal) before it chose its action.
 local leg = redis.call('HGET', pay, 'leg') or 'fulfil'
 if leg ~= ARG.leg then return skip('leg') end
--- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held). Given back
--- since (a person's retry of one interrupted, then its dispute won): no longer said taken back.
-if leg == 'fulfil' and take_back(pay, now, false) then return skip('taken_back') end
-if leg == 'fulfil' and given_back(pay) then redis.call('HDEL', pay, 'taken_back') end
+-- Refunded in full (or a dispute lost) while it waited: never fulfilled (or held).
+if leg == 'fulfil' and take_back(pay, now, false, nil, nil, 0, true) then
+  return skip('taken_back')
+end
 -- Its refund failed since (or its dispute was won): no longer taken back, fulfilled after all,
 -- unless an attempt of its settlement started (it may have voided the key: a person).
 if leg == 'settle' and not taken_back(pay) then

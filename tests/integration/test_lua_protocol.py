@@ -319,15 +319,16 @@ class Protocol(RuleBasedStateMachine):
     def took_back(self, pk: str, event: dict[str, Any]) -> None:
         """The model's own account of what Stripe took back (not the ledger's): a refund
         counted once per id, failed ones never; the latest charge event's figure (by its
-        ``created``) and when each failed refund was made and said failed."""
-        obj = event["data"]["object"]
-        taken = json.loads(taken_of(event["type"], obj, event.get("created")) or "{}")
+        ``created``) and when each failed refund was made and failed (0: not dated)."""
+        obj, previous = event["data"]["object"], event["data"].get("previous_attributes")
+        taken = json.loads(taken_of(event["type"], obj, event.get("created"), previous) or "{}")
         mine = self.refunds.setdefault(pk, {})
         for rid, amount in taken.get("refunds", {}).items():
             mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
         failures = self.failures.setdefault(pk, {})
         for rid, (amount, made, said) in taken.get("failed", {}).items():
-            if rid not in failures or said < failures[rid][2]:
+            had = failures.get(rid)
+            if had is None or (said > 0 and (had[2] == 0 or said < had[2])):
                 failures[rid] = (amount, made, said)
         if "charge_refunded" in taken:
             latest = (taken["charge_at"], taken["charge_refunded"])
@@ -339,20 +340,25 @@ class Protocol(RuleBasedStateMachine):
         if taken.get("dispute_status") == "won":
             self.won.add(pk)
 
-    def refunded_in_full(self, pk: str) -> bool:
+    def refunded_in_full(self, pk: str, lower: bool = False) -> bool:
         """By the refunds counted, or the latest charge event's figure less the refunds it
-        counted that failed after it."""
+        counted that failed after it: known so (``lower`` false), or maybe (``lower``: unless
+        known to have failed before it)."""
         amount = self.amounts.get(pk, 0)
         counted = sum(a for a in self.refunds.get(pk, {}).values() if a > 0)
         at, charged = self.charges.get(pk, (0, 0))
         for failed, made, said in self.failures.get(pk, {}).values():
-            charged -= failed if made <= at < said else 0
+            if lower:
+                off = (at == 0 or made <= at) and not 0 < said < at
+            else:
+                off = 0 < at and made <= at < said
+            charged -= failed if off else 0
         return amount > 0 and max(counted, charged) >= amount
 
     def given_back(self, pk: str) -> bool:
-        """Stripe no longer takes it back, by the model's own account: no dispute lost now,
-        and not refunded in full."""
-        return self.dispute_now.get(pk) != "lost" and not self.refunded_in_full(pk)
+        """Stripe may no longer take it back, by the model's own account: no dispute lost
+        now, and maybe not refunded in full."""
+        return self.dispute_now.get(pk) != "lost" and not self.refunded_in_full(pk, lower=True)
 
     def taken_back(self, pk: str) -> bool:
         return pk in self.lost or self.refunded_in_full(pk)
@@ -635,7 +641,7 @@ class Protocol(RuleBasedStateMachine):
         (REVERSAL_PER_REFUND) only for a refund Stripe counted, with an amount, and all of
         them together never more than was paid."""
         pk, key = w.payment, (w.payment, w.refund)
-        effect = self.applied[pk] > 0 or pk in self.resolved_done
+        effect = self.applied[pk] > 0 or pk in self.resolved_done | self.granted_by_hand
         assert effect, f"{pk}: a reversal called without an effect"
         if w.amount is None:  # what remains, of an amount paid no event said
             known = pk in self.amounts and pk not in self.known_late
