@@ -147,7 +147,8 @@ end
 -- A reversal for one refund records it (`rv`) and the next one is due (next_reversal), or,
 -- with none left, the payment is `reversed` when taken back (refunded in full and every
 -- refund reversed, or a dispute lost) and `fulfilled` again otherwise (a partial refund: the
--- effect stays for what was not refunded). A whole-payment (or remaining) reversal makes it
+-- effect stays for what was not refunded; held if a refund it reversed failed since:
+-- hold_failed_reversal). A whole-payment (or remaining) reversal makes it
 -- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Each is
 -- counted (`rest_reversed`): one whose amount was not known carries none, so
 -- `reversed_amount` alone cannot tell it happened. Returns the new state.
@@ -177,7 +178,7 @@ local function reversal_done(pay, now, receipt, reverse)
     if not taken_back(pay) then
       redis.call('HDEL', pay, 'leg')
       move(pay, 'fulfilled', now)
-      return 'fulfilled'
+      return hold_failed_reversal(pay, now) or 'fulfilled'
     end
   end
   move(pay, 'reversed', now)

@@ -504,7 +504,9 @@ end
 
 -- Held for a person because Stripe gave it back (by_hand), then taken back again (refunded
 -- in full again, a dispute lost): back where the first taking left it, `reversed` (its
--- reversal done) or `refunded_unfulfilled`. Returns the new state, or nil.
+-- reversal done), `fulfilled` (held with no leg after a refund's own reversal: a refund that
+-- failed after it, hold_failed_reversal; its taking goes on from there) or
+-- `refunded_unfulfilled`. Returns the new state, or nil.
 local function taken_back_again(pay, now)
   local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at')
   if f[1] ~= 'held' or not f[2] or not taken_back(pay) then return nil end
@@ -512,6 +514,10 @@ local function taken_back_again(pay, now)
   if f[3] == 'reverse' and f[4] then
     move(pay, 'reversed', now)
     return 'reversed'
+  end
+  if f[4] and not f[3] then
+    move(pay, 'fulfilled', now)
+    return 'fulfilled'
   end
   move(pay, 'refunded_unfulfilled', now)
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
@@ -585,7 +591,11 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
   local state = redis.call('HGET', pay, 'state')
   if why then redis.call('HSET', pay, 'taken_back', why) end
   local again = why and taken_back_again(pay, now)
-  if again then return again end
+  if again == 'fulfilled' then
+    return take_back(pay, now, reverse, first, job_id, grace_ms) or again
+  elseif again then
+    return again
+  end
   -- reversed once, then granted again (by a person, or fulfilled again after a dispute won):
   -- never reversed twice, a later refund is only recorded
   local f = redis.call('HMGET', pay, 'reinstated_at', 'reversed_at')
@@ -646,4 +656,38 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
     'a refund failed or was canceled') .. ' after its reversal: the customer keeps the ' ..
     'purchase; grant it again by hand, then resolve it as fulfilled (a retry runs nothing)',
     true)
+end
+
+-- REVERSAL_PER_REFUND: a refund reversed on its own (`rv`) that then failed or was canceled
+-- (`rf` says -1), while the payment is fulfilled again (a partial refund): the customer paid
+-- in full and part of the effect was taken back. Held for a person, who grants back what its
+-- reversal took (by_hand: a retry runs nothing). Each such refund holds it once (`rv_failed`:
+-- refund id -> the amount its reversal took), however many events tell of its failure and
+-- after a person resolved it. No `reinstated_at`: never reversed in full, a later refund is
+-- reversed as any (take_back); one that has it was reversed in full and given back, its failed
+-- refunds a person's already (reinstate). In the middle of another reversal: when that ends
+-- (reversal_done). Returns 'held' or nil.
+local function hold_failed_reversal(pay, now)
+  local f = redis.call('HMGET', pay, 'state', 'leg', 'rv', 'rf', 'rv_failed', 'reinstated_at')
+  if f[1] ~= 'fulfilled' or f[2] or not f[3] or f[6] then return nil end
+  local refunds, held = cjson.decode(f[4] or '{}'), cjson.decode(f[5] or '{}')
+  local ids = {}
+  for id, amount in pairs(cjson.decode(f[3])) do
+    if refunds[id] == -1 and not held[id] then
+      ids[#ids + 1] = id
+      held[id] = amount
+    end
+  end
+  if #ids == 0 then return nil end
+  table.sort(ids)
+  local named = {}
+  for i, id in ipairs(ids) do named[i] = id .. ' (' .. held[id] .. ')' end
+  redis.call('HSET', pay, 'rv_failed', cjson.encode(held))
+  redis.call('HINCRBY', STATS, 'reinstated', 1)
+  redis.call('HINCRBY', STATS, 'held', 1)
+  local one = #ids == 1
+  return hold(pay, now, (one and 'a refund ' or 'refunds ') .. table.concat(named, ', ') ..
+    (one and ' failed after its reversal: grant back by hand what its reversal took' or
+    ' failed after their reversals: grant back by hand what their reversals took') ..
+    ', then resolve it as fulfilled (a retry runs nothing)', true)
 end

@@ -378,6 +378,7 @@ local function join_payment(d, state, held_for, grace_ms, purchase, taken)
     local reverse, first = reversal_arg(ARG), own_job and (ARGC + 1) or nil
     local moved = take_back(d.pay, d.now, reverse, first, ARG.job_id, grace_ms)
       or reinstate(d.pay, d.now, reverse, first, ARG.job_id, grace_ms)
+      or hold_failed_reversal(d.pay, d.now)
     return moved or state, (moved == 'queued' and own_job) and 1 or 0
   end
   if not d.paid then return state, 0 end

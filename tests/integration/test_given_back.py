@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ledger import keys
-from tests.integration.test_lua_reversal import Shop
+from tests.integration.test_lua_reversal import Shop, per_refund_shop, reverse_all
 from tests.integration.test_settlement import ambiguous_then_refunded, settle
 from tests.support.constants import BEARER
 from tests.support.helpers import run_cli
@@ -389,3 +389,97 @@ def test_an_interrupted_payment_given_back_then_resolved_is_not_said_taken_back(
         shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status))
     verdict = shop.attempts.record_decision(shop.pk, "fulfilled", ("interrupted",), "ops:bob")
     assert verdict == ("ok", "fulfilled") and shop.field("taken_back") == ""
+
+
+def a_partial_refund_reversed(shop: Shop) -> tuple[list[dict], str, int]:
+    """REVERSAL_PER_REFUND: a third of the payment refunded and reversed on its own; the
+    payment fulfilled again."""
+    part = shop.amount // 3
+    events = refund_events(shop.rng, shop.pk, shop.amount, part)
+    for event in events:
+        shop.deliver(event)
+    assert len(reverse_all(shop)) == 1 and shop.state() == "fulfilled"
+    return events, events[0]["data"]["object"]["id"], part
+
+
+def test_a_partial_refund_failed_after_its_own_reversal_holds_it_once(
+    redis, redis_server, rng
+) -> None:
+    """The customer paid in full and part of the effect was taken back: before, the payment
+    stayed fulfilled and nobody was told. Each event of the failure (refund.failed,
+    refund.updated, charge.refund.updated) counts it once; resolved, it is not held again."""
+    shop = per_refund_shop(redis_server, rng)
+    events, refund_id, part = a_partial_refund_reversed(shop)
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    assert shop.field("hold_reason") == (
+        f"a refund {refund_id} ({part}) failed after its reversal: grant back by hand what its "
+        "reversal took, then resolve it as fulfilled (a retry runs nothing)"
+    )
+    assert shop.field("by_hand") == "1" and json.loads(shop.field("rv_failed")) == {refund_id: part}
+    for event in (events[2], events[0]):  # the failure's other events, and a copy
+        assert shop.deliver(refund_failed(rng, event)) == "held"
+    assert redis.hget(keys.STATS, "reinstated") == b"1"
+    assert decide(shop, "retry") == ("by_hand", "held")
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    for event in (events[0], events[2]):
+        assert shop.deliver(refund_failed(rng, event)) == "fulfilled"
+    assert redis.hget(keys.STATS, "reinstated") == b"1"
+    # never reversed in full: a later refund is reversed as any
+    later = refund_events(rng, shop.pk, shop.amount, part)
+    assert shop.deliver(later[2]) == "queued" and shop.field("leg") == "reverse"
+
+
+def test_a_refund_failed_during_another_refund_s_reversal_holds_it_when_that_ends(
+    redis, redis_server, rng
+) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    events, refund_id, part = a_partial_refund_reversed(shop)
+    second = refund_events(rng, shop.pk, shop.amount, part, refunded_before=part)
+    assert shop.deliver(second[2]) == "queued"
+    assert shop.deliver(refund_failed(rng, events[0])) == "queued"  # its reversal goes on
+    assert shop.attempt("reverse") == "held"
+    assert shop.field("hold_reason").startswith(f"a refund {refund_id} ({part}) failed after")
+    assert redis.hget(keys.STATS, "reinstated") == b"1"
+
+
+def test_a_refund_failed_during_its_own_reversal_holds_it_when_that_ends(
+    redis, redis_server, rng
+) -> None:
+    shop = per_refund_shop(redis_server, rng)
+    events = refund_events(rng, shop.pk, shop.amount, shop.amount // 3)
+    assert shop.deliver(events[2]) == "queued"
+    assert shop.deliver(refund_failed(rng, events[2])) == "queued"
+    assert shop.attempt("reverse") == "held" and shop.field("by_hand") == "1"
+
+
+def test_held_for_a_failed_reversed_refund_then_a_dispute_lost_reverses_what_remains(
+    redis, redis_server, rng
+) -> None:
+    """Not refunded_unfulfilled (its effect exists): fulfilled as the reversal left it, then
+    what remains is reversed."""
+    shop = per_refund_shop(redis_server, rng)
+    events, _, part = a_partial_refund_reversed(shop)
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost")) == "queued"
+    assert (shop.field("leg"), shop.field("by_hand")) == ("reverse", "")
+    assert reverse_all(shop) == [("", shop.amount - part, f"reverse:{shop.pk}")]
+    assert shop.state() == "reversed"
+
+
+def test_per_refund_reversed_in_full_given_back_and_granted_is_not_held_again(
+    redis, redis_server, rng
+) -> None:
+    """Reversed refund by refund, then one refund failed (reinstate holds it); granted by hand
+    (which clears its leg), the failure's next event does not hold it a second time."""
+    shop = per_refund_shop(redis_server, rng)
+    first = refund_events(rng, shop.pk, shop.amount, shop.amount // 3)
+    rest = refund_events(
+        rng, shop.pk, shop.amount, shop.amount - shop.amount // 3, refunded_before=shop.amount // 3
+    )
+    for event in (first[2], rest[2]):
+        shop.deliver(event)
+    assert len(reverse_all(shop)) == 2 and shop.state() == "reversed"
+    assert shop.deliver(refund_failed(rng, rest[2])) == "held"
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    assert shop.deliver(refund_failed(rng, rest[0])) == "fulfilled"
+    assert redis.hget(keys.STATS, "reinstated") == b"1"

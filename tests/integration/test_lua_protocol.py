@@ -211,6 +211,7 @@ class Protocol(RuleBasedStateMachine):
         self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
         # Reversals (docs/REVERSAL.md): what Stripe took back, by the events delivered.
         self.refunds: dict[str, dict[str, int]] = {}  # pk -> refund id -> amount (-1 failed)
+        self.counted_refunds: set[tuple[str, str]] = set()  # (pk, refund id) once counted
         self.lost: set[str] = set()  # a dispute closed as lost
         self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
         self.won: set[str] = set()  # a dispute closed as won
@@ -237,6 +238,8 @@ class Protocol(RuleBasedStateMachine):
         # called whatever the model's worker did after (died, stalled)
         self.may_have_called: set[str] = set()
         self.settle_calls: Counter[str] = Counter()
+        # REVERSAL_PER_REFUND: pk -> reversed refunds that failed since, seen held for a person
+        self.failed_reversals_held: dict[str, set[str]] = {}
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -324,6 +327,8 @@ class Protocol(RuleBasedStateMachine):
         taken = json.loads(taken_of(event["type"], obj, event.get("created"), previous) or "{}")
         mine = self.refunds.setdefault(pk, {})
         for rid, amount in taken.get("refunds", {}).items():
+            if amount > 0 and mine.get(rid) != -1:
+                self.counted_refunds.add((pk, rid))
             mine[rid] = -1 if -1 in (amount, mine.get(rid)) else max(amount, mine.get(rid, 0))
         failures = self.failures.setdefault(pk, {})
         for rid, (amount, made, said) in taken.get("failed", {}).items():
@@ -497,6 +502,35 @@ class Protocol(RuleBasedStateMachine):
         TALLY["given_back"] += 1
         self.deliver(giving[index % len(giving)])
 
+    @precondition(lambda self: self.per_refund and self.reverse)
+    @rule(index=st.integers(0, 100), race=st.booleans(), other_leg=st.booleans())
+    def a_reversed_refund_fails(self, index: int, race: bool, other_leg: bool) -> None:
+        """REVERSAL_PER_REFUND: a payment paid and fulfilled (unless it is already), its second
+        refund alone counted (a partial one) and its reversal due, then that refund fails:
+        while its own reversal waits (``race``), once it is done and, ``other_leg``, the first
+        refund's reversal is due, or once the payment is fulfilled again."""
+        failing = [i for i, (e, _) in enumerate(self.events) if e["type"] == "refund.failed"]
+        failed = self.events[failing[index % len(failing)]][0]
+        pk, refund_id = data_object(failed)["payment_intent"], data_object(failed)["id"]
+        if not self.state(pk) and None in self.workers:
+            self.deliver(self.pool_event(PAYING, pk))
+            self.worker_fulfils_the_next_job()
+        if self.state(pk) != "fulfilled" or self.leg(pk) != "fulfil":
+            return
+        self.deliver(self.pool_event("refund.updated", pk, id=refund_id))
+        for _ in range(0 if race else 3):  # its reversal (or others' jobs first)
+            if None in self.workers:
+                self.worker_fulfils_the_next_job()
+        if other_leg:  # the first refund's
+            updated = self.pool_events("refund.updated", pk)
+            self.deliver(
+                next(i for i in updated if data_object(self.events[i][0])["id"] != refund_id)
+            )
+        TALLY["reversed_refund_fails"] += 1
+        if refund_id in json.loads(self.redis.hget(keys.payment(pk), "rv") or b"{}"):
+            TALLY["reversed_refund_fails_after_its_reversal"] += 1
+        self.deliver(failing[index % len(failing)])
+
     @rule(index=st.integers(0, 10), refund_first=st.booleans())
     def paid_by_a_thin_event_first(self, index: int, refund_first: bool) -> None:
         """A payment not recorded yet paid first by its thin event (no amount), then refunded
@@ -651,7 +685,8 @@ class Protocol(RuleBasedStateMachine):
             assert w.amount > 0, f"{pk}: a reversal of nothing"
         if w.refund:
             assert self.per_refund, f"{pk}: a reversal of one refund without REVERSAL_PER_REFUND"
-            assert self.refunds.get(pk, {}).get(w.refund, 0) > 0, f"{pk}: {w.refund} not counted"
+            # counted when its reversal was due; it may have failed since (not withdrawn)
+            assert (pk, w.refund) in self.counted_refunds, f"{pk}: {w.refund} not counted"
         self.reversal_calls[pk] += 1
         if key in self.reversal_maybe_applied:
             self.reversal_again[key] += 1
@@ -816,6 +851,8 @@ class Protocol(RuleBasedStateMachine):
             if verdict == "ok":
                 self.person_acted.add(pk)
                 self.granted_by_hand.add(pk)
+                if self.failed_reversals(pk):
+                    TALLY["failed_reversals_granted"] += 1
             return
         if verdict == "ok":
             self.person_acted.add(pk)
@@ -1017,6 +1054,29 @@ class Protocol(RuleBasedStateMachine):
                 assert not self.given_back(pk), f"{pk}: {self.state(pk)}, though given back"
 
     @invariant()
+    def a_reversed_refund_that_failed_is_not_left_fulfilled(self) -> None:
+        """REVERSAL_PER_REFUND: a payment fulfilled again after a refund's own reversal, whose
+        refund then failed (the customer paid in full, part of the effect taken back), does
+        not stay fulfilled silently: held for a person (by_hand) once for that refund, which
+        stays dealt with once the person resolved it."""
+        if not hasattr(self, "failed_reversals_held"):
+            return
+        for pk in self.all_payments():
+            failed = self.failed_reversals(pk)
+            seen = self.failed_reversals_held.setdefault(pk, set())
+            if self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "by_hand"):
+                TALLY["failed_reversals_held"] += len(failed - seen)
+                seen |= failed
+            elif self.state(pk) == "fulfilled" and self.leg(pk) == "fulfil":
+                assert failed <= seen, f"{pk}: fulfilled, {failed - seen} failed after reversal"
+
+    def failed_reversals(self, pk: str) -> set[str]:
+        """The refunds the ledger reversed on their own (``rv``) that failed since, by the
+        model's account."""
+        reversed_each = json.loads(self.redis.hget(keys.payment(pk), "rv") or b"{}")
+        return {r for r in reversed_each if self.refunds.get(pk, {}).get(r) == -1}
+
+    @invariant()
     def taken_back_is_never_a_dead_letter(self) -> None:
         """Taken back once its fulfilment's attempt is over (its worker answered, or the
         sweeper ended its lease, its budget's last one too), a payment is settled, held or
@@ -1154,16 +1214,22 @@ class Protocol(RuleBasedStateMachine):
             if was == "reversed" and reinstated:  # given back: held, or fulfilled again
                 again = now == "queued" and refulfil and self.dispute_won == "fulfil"
                 assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
+            # held for a refund that failed after its own reversal (REVERSAL_PER_REFUND)
+            failed_after = bool(self.failed_reversals(pk))
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
-                assert now == "fulfilled" or (now == "queued" and reversing), f"{pk}: {now}"
+                held = now == "held" and failed_after
+                assert now == "fulfilled" or (now == "queued" and reversing) or held, f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
                 # or taken back before any effect, or after one that may have applied: settled;
                 # held as given back after its reversal, then taken back again: reversed
                 settling = now == "queued" and self.leg(pk) == "settle"
                 again = now == "reversed" and self.redis.hexists(keys.payment(pk), "reversed_at")
-                assert now in (was, "refunded_unfulfilled", "held") or settling or again, (
-                    f"{pk}: {was} -> {now}"
-                )
+                # held for a failed reversed refund, then taken back again: as fulfilled
+                back = was == "held" and failed_after and self.taken_back(pk)
+                going_on = back and (now == "fulfilled" or (now == "queued" and reversing))
+                assert (
+                    now in (was, "refunded_unfulfilled", "held") or settling or again or going_on
+                ), f"{pk}: {was} -> {now}"
             if was == "interrupted" and pk not in self.person_acted:
                 # Only its own attempt may lift it: a late receipt, or its word it never called.
                 lifted = ("interrupted", "fulfilled", "retrying", "reversed", "queued")
