@@ -176,7 +176,7 @@ local function reversal_done(pay, now, receipt, reverse)
       return 'queued'
     end
     if not taken_back(pay) then
-      redis.call('HDEL', pay, 'leg')
+      redis.call('HDEL', pay, 'leg', 'taken_back')  -- (a dispute lost meanwhile, then won)
       move(pay, 'fulfilled', now)
       return hold_failed_reversal(pay, now) or 'fulfilled'
     end

@@ -578,14 +578,12 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     redis.call('HSET', pay, 'taken_back', 'refund')
     return never_fulfilled(pay, now)
   end
-  if not why and not (reverse and reverse.each) then
-    -- given back before this fulfilment's attempt, or before it was fulfilled (a person's
-    -- retry or resolve of an interrupted one, then its dispute won): no longer said taken back
-    if was and (starting or redis.call('HGET', pay, 'state') == 'fulfilled') then
-      redis.call('HDEL', pay, 'taken_back')
-    end
-    return nil
+  -- given back before this fulfilment's attempt, or before it was fulfilled (a person's
+  -- retry or resolve of an interrupted one, then its dispute won): no longer said taken back
+  if not why and was and (starting or redis.call('HGET', pay, 'state') == 'fulfilled') then
+    redis.call('HDEL', pay, 'taken_back')
   end
+  if not why and not (reverse and reverse.each) then return nil end
   local leg = redis.call('HGET', pay, 'leg')
   if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
   local state = redis.call('HGET', pay, 'state')

@@ -483,3 +483,24 @@ def test_per_refund_reversed_in_full_given_back_and_granted_is_not_held_again(
     assert decide(shop, "fulfilled") == ("ok", "fulfilled")
     assert shop.deliver(refund_failed(rng, rest[0])) == "fulfilled"
     assert redis.hget(keys.STATS, "reinstated") == b"1"
+
+
+def test_per_refund_a_payment_given_back_then_resolved_is_not_said_taken_back(
+    redis, redis_server, rng
+) -> None:
+    """Found by the explorer (REVERSAL_PER_REFUND): interrupted, its dispute lost and won, a
+    refund of part of it; a person finds its effect: the refund's own reversal runs, and the
+    payment, fulfilled again, no longer says taken back."""
+    shop = Shop(redis_server, rng, REVERSAL_PER_REFUND="true")
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", False)
+    assert shop.attempts.mark_calling(shop.pk, start.token)
+    shop.attempts.finish(shop.pk, start.token, "interrupted", "died", 1.0)
+    for status in ("lost", "won"):
+        shop.deliver(dispute_closed(rng, shop.pk, shop.amount, status))
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount // 2):
+        shop.deliver(event)
+    verdict = shop.attempts.record_decision(shop.pk, "fulfilled", ("interrupted",), "ops:bob")
+    assert verdict == ("ok", "queued") and shop.field("leg") == "reverse"
+    assert shop.attempt("reverse") == "fulfilled"
+    assert shop.field("taken_back") == ""
