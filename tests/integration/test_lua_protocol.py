@@ -1216,9 +1216,10 @@ class Protocol(RuleBasedStateMachine):
                 assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
             # held for a refund that failed after its own reversal (REVERSAL_PER_REFUND)
             failed_after = bool(self.failed_reversals(pk))
-            if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION)
+            if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION; deferred at the gate)
                 held = now == "held" and failed_after
-                assert now == "fulfilled" or (now == "queued" and reversing) or held, f"{pk}: {now}"
+                due = now in ("queued", "retrying") and reversing
+                assert now == "fulfilled" or due or held, f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
                 # or taken back before any effect, or after one that may have applied: settled;
                 # held as given back after its reversal, then taken back again: reversed
