@@ -81,6 +81,8 @@ def decide_bulk(
     if state not in STATES.get(action, ()):
         raise BadFilter(f"{action} applies to {' or '.join(STATES[action])} payments")
     found = matching(attempts.redis, state, since, error)
+    if state == "held":
+        found = not_by_hand(attempts.redis, found)
     requeued: list[str] = []
     still_running = 0
     if not dry_run:
@@ -119,6 +121,16 @@ def matching(redis: Redis, state: str, since: str, error: str) -> list[str]:
     return [
         pk for pk, e in zip(payment_keys, errors, strict=True) if e and wanted in text(e).lower()
     ]
+
+
+def not_by_hand(redis: Redis, payment_keys: list[str]) -> list[str]:
+    """Those not held for a person to grant by hand (Stripe gave them back): no retry runs
+    one, so a bulk run neither lists nor counts it."""
+    with redis.pipeline(transaction=False) as pipe:
+        for pk in payment_keys:
+            pipe.hget(keys.payment(pk), "by_hand")
+        marks = pipe.execute()
+    return [pk for pk, mark in zip(payment_keys, marks, strict=True) if not mark]
 
 
 def since_s(given: str) -> int:

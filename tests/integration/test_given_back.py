@@ -9,6 +9,7 @@ import json
 import pytest
 
 from ledger import keys
+from ledger.decisions import decide_bulk
 from tests.integration.test_lua_reversal import Shop, per_refund_shop, reverse_all
 from tests.integration.test_settlement import ambiguous_then_refunded, settle
 from tests.support.constants import BEARER
@@ -504,3 +505,17 @@ def test_per_refund_a_payment_given_back_then_resolved_is_not_said_taken_back(
     assert verdict == ("ok", "queued") and shop.field("leg") == "reverse"
     assert shop.attempt("reverse") == "fulfilled"
     assert shop.field("taken_back") == ""
+
+
+def test_a_bulk_retry_of_held_payments_leaves_out_those_granted_by_hand(
+    redis, redis_server, rng
+) -> None:
+    """Its dry run listed them as retryable, and the real run then refused them silently."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
+    assert shop.state() == "held" and shop.field("by_hand") == "1"
+    for dry_run in (True, False):
+        bulk = decide_bulk(shop.attempts, "retry", "held", "", "", dry_run, "cli")
+        assert (bulk.matched, bulk.payment_keys) == (0, [])
+    assert shop.state() == "held"
