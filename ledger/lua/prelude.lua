@@ -274,6 +274,15 @@ local function keep_taken(pay, taken)
   end
 end
 
+-- The refunds counted by id (`rf` as the hash holds it): a failed one (-1) counts nothing.
+local function counted_refunds(rf)
+  local total = 0
+  for _, amount in pairs(cjson.decode(rf or '{}')) do
+    if amount > 0 then total = total + amount end
+  end
+  return total
+end
+
 -- The refunded amount: the refunds counted by id, or the latest charge event's
 -- `amount_refunded` if larger, less the refunds it counted that failed since. What every
 -- automatic decision believes (`lower` false): a failed refund comes off only when known made
@@ -282,10 +291,7 @@ end
 -- unless known to have failed before the charge event (failed the same second, not dated,
 -- or a figure from before `rf_charge_at` was kept). The fields as the hash holds them.
 local function refund_total(rf, rf_charge, rf_charge_at, rf_failed, lower)
-  local total = 0
-  for _, amount in pairs(cjson.decode(rf or '{}')) do
-    if amount > 0 then total = total + amount end
-  end
+  local total = counted_refunds(rf)
   local charged, at = tonumber(rf_charge or '0'), tonumber(rf_charge_at or '0')
   for _, f in pairs(cjson.decode(rf_failed or '{}')) do
     local made, said = f[2], f[3]
@@ -303,10 +309,7 @@ end
 -- Refunded in full at some time, whatever happened since: the refunds by id (failed ones
 -- too) or the largest charge figure ever reach the amount paid. `f`: taken_back's fields.
 local function ever_refunded(paid, f)
-  local total = 0
-  for _, amount in pairs(cjson.decode(f[2] or '{}')) do
-    if amount > 0 then total = total + amount end
-  end
+  local total = counted_refunds(f[2])
   for _, failed in pairs(cjson.decode(f[5] or '{}')) do total = total + failed[1] end
   return math.max(total, tonumber(f[8] or f[3] or '0') or 0) >= paid
 end
