@@ -223,6 +223,14 @@ local function hold(pay, now, reason, by_hand)
   return 'held'
 end
 
+-- Stripe gave back what the ledger took back, and a person decides: counted `reinstated`
+-- (its time kept unless `undated`: see hold_failed_reversal) and `held`, then held.
+local function hold_reinstated(pay, now, reason, by_hand, undated)
+  if undated then redis.call('HINCRBY', STATS, 'reinstated', 1) else reinstated(pay, now) end
+  redis.call('HINCRBY', STATS, 'held', 1)
+  return hold(pay, now, reason, by_hand)
+end
+
 -- Hold a payment for a person because its twin (same purchase) is engaged.
 local function hold_for_twin(pay, twin, now, when)
   hold(pay, now, 'same purchase as ' .. twin ..
@@ -474,17 +482,15 @@ local GAVE_UP = ', and its action could not settle it (last_error)'
 -- fulfilment applies it, finds it applied, or fails on a voided key), or a person grants it.
 local function hold_voided(pay, now)
   redis.call('HDEL', pay, 'leg', 'taken_back', 'lease_until', 'phase', 'job')
-  reinstated(pay, now)
-  redis.call('HINCRBY', STATS, 'held', 1)
   local then_ = ', then it was no longer taken back (its refund failed or its dispute was won): '
   if redis.call('HEXISTS', pay, 'key_voided') == 1 then
-    return hold(pay, now, 'its settlement voided its key' .. then_ .. 'the customer paid and ' ..
-      'nothing can apply it under that key; grant it by hand, then resolve it as fulfilled (a ' ..
-      'retry runs nothing)', true)
+    return hold_reinstated(pay, now, 'its settlement voided its key' .. then_ ..
+      'the customer paid and nothing can apply it under that key; grant it by hand, then ' ..
+      'resolve it as fulfilled (a retry runs nothing)', true)
   end
-  return hold(pay, now, 'its settlement may have voided its key (its answer never came)' ..
-    then_ .. 'the customer paid; retry it (the fulfilment applies it, finds it applied, or ' ..
-    'fails on a voided key), or grant it by hand and resolve it as fulfilled')
+  return hold_reinstated(pay, now, 'its settlement may have voided its key (its answer ' ..
+    'never came)' .. then_ .. 'the customer paid; retry it (the fulfilment applies it, finds ' ..
+    'it applied, or fails on a voided key), or grant it by hand and resolve it as fulfilled')
 end
 
 -- Taken back before any effect, then no longer (given_back: its refund failed or was
@@ -495,11 +501,9 @@ end
 local function hold_given_back(pay, now, why)
   local f = redis.call('HMGET', pay, 'token', 'settle_from', 'same_purchase_as')
   if f[2] and tonumber(f[1] or '0') > tonumber(f[2]) then return hold_voided(pay, now) end
-  reinstated(pay, now)
-  redis.call('HINCRBY', STATS, 'held', 1)
   local has = f[3] and ('has no effect under this record (same purchase as ' .. f[3] ..
     ', which may have had it: check it first)') or 'has nothing'
-  return hold(pay, now, (why == 'dispute' and 'its dispute was won' or
+  return hold_reinstated(pay, now, (why == 'dispute' and 'its dispute was won' or
     'a refund failed or was canceled') .. ' after it was taken back before any effect: the ' ..
     'customer paid and ' .. has .. '; fulfil it by hand and resolve it as fulfilled, or ' ..
     'refund it again (a retry runs nothing)', true)
@@ -648,12 +652,11 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   local why = given_back(pay)
   if not why then return nil end
   if state == 'refunded_unfulfilled' then return hold_given_back(pay, now, why) end
-  reinstated(pay, now)
   if why == 'dispute' and reverse and reverse.refulfil then
+    reinstated(pay, now)
     return begin_leg(pay, 'refulfil', 'refulfils_due', now, first, job_id, grace_ms)
   end
-  redis.call('HINCRBY', STATS, 'held', 1)
-  return hold(pay, now, (why == 'dispute' and 'dispute won' or
+  return hold_reinstated(pay, now, (why == 'dispute' and 'dispute won' or
     'a refund failed or was canceled') .. ' after its reversal: the customer keeps the ' ..
     'purchase; grant it again by hand, then resolve it as fulfilled (a retry runs nothing)',
     true)
@@ -684,11 +687,10 @@ local function hold_failed_reversal(pay, now)
   local named = {}
   for i, id in ipairs(ids) do named[i] = id .. ' (' .. held[id] .. ')' end
   redis.call('HSET', pay, 'rv_failed', cjson.encode(held))
-  redis.call('HINCRBY', STATS, 'reinstated', 1)
-  redis.call('HINCRBY', STATS, 'held', 1)
   local one = #ids == 1
-  return hold(pay, now, (one and 'a refund ' or 'refunds ') .. table.concat(named, ', ') ..
+  return hold_reinstated(pay, now, (one and 'a refund ' or 'refunds ') ..
+    table.concat(named, ', ') ..
     (one and ' failed after its reversal: grant back by hand what its reversal took' or
     ' failed after their reversals: grant back by hand what their reversals took') ..
-    ', then resolve it as fulfilled (a retry runs nothing)', true)
+    ', then resolve it as fulfilled (a retry runs nothing)', true, true)
 end
