@@ -58,9 +58,10 @@ def decide(
     if verdict == "by_hand":
         return Problem(
             error="grant_by_hand",
-            message="Stripe gave this payment back after the ledger took it back (its hold "
-            "reason says how): nothing of the ledger's runs for it again. Grant it by hand and "
-            "resolve it as fulfilled, or refund it again and resolve nothing. Nothing was "
+            message="only a person decides this payment: Stripe gave it back after the "
+            "ledger took it back, or took it back again after it was granted again (its hold "
+            "reason says which, and what to do by hand). Nothing of the ledger's runs for it "
+            "again: do what the hold reason says, then resolve it as fulfilled. Nothing was "
             "changed.",
             state=state,
         )

@@ -39,15 +39,29 @@ end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state)
+if ARG.decision == 'fulfilled' and by_hand and redis.call('HEXISTS', pay, 'retake') == 1 then
+  -- granted again, taken back again, and a person took it back by hand (prelude's
+  -- hold_retake): reversed, as a reversal's leg resolved would leave it
+  move(pay, 'reversed', now)
+  redis.call('HSET', pay, 'leg', 'reverse', 'retaken_at', now)
+  redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'retake')
+  redis.call('HINCRBY', STATS, 'resolved_reversed', 1)
+  return reply{verdict = 'ok', state = 'reversed'}
+end
 if ARG.decision == 'fulfilled' and by_hand then
   -- a person granted it by hand; a first receipt (a reversed payment's) stays, and a refund
-  -- after it is only recorded (prelude's take_back)
+  -- in full after it is reversed, or if it was reversed before, held (prelude's take_back)
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'fulfilled_at', now)
   redis.call('HSETNX', pay, 'receipt', cjson.encode({resolved = ARG.note}))
   redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'leg')
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
-  return reply{verdict = 'ok', state = 'fulfilled'}
+  -- what failed refunds' reversals took, granted back: no longer reversed (a later refund in
+  -- full reverses it again); another reversed refund that failed meanwhile holds it again
+  local regrant = tonumber(redis.call('HGET', pay, 'rv_regrant') or '0')
+  if regrant > 0 then redis.call('HINCRBY', pay, 'reversed_amount', -regrant) end
+  redis.call('HDEL', pay, 'rv_regrant')
+  return reply{verdict = 'ok', state = hold_failed_reversal(pay, now) or 'fulfilled'}
 end
 if ARG.decision == 'fulfilled' and leg == 'reverse' then
   -- A reversal's call a person found applied: that reversal is done (the payment reversed,

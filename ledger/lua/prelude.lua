@@ -515,9 +515,9 @@ end
 -- failed after it, hold_failed_reversal; its taking goes on from there) or
 -- `refunded_unfulfilled`. Returns the new state, or nil.
 local function taken_back_again(pay, now)
-  local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at')
-  if f[1] ~= 'held' or not f[2] or not taken_back(pay) then return nil end
-  redis.call('HDEL', pay, 'by_hand', 'hold_reason')
+  local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at', 'retake')
+  if f[1] ~= 'held' or not f[2] or f[5] or not taken_back(pay) then return nil end
+  redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'rv_regrant')
   if f[3] == 'reverse' and f[4] then
     move(pay, 'reversed', now)
     return 'reversed'
@@ -529,6 +529,20 @@ local function taken_back_again(pay, now)
   move(pay, 'refunded_unfulfilled', now)
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
   return 'refunded_unfulfilled'
+end
+
+-- Reversed once, granted again (by a person, or fulfilled again after a dispute won), then
+-- taken back again (refunded in full again, a dispute lost): its reversal does not run
+-- twice (its key, reverse:{payment_key}, was spent), so a person takes it back by hand and
+-- resolves it (`retake`: then reversed, lua/operator.lua; given back before: fulfilled
+-- again, reinstate). Returns 'held'.
+local function hold_retake(pay, why, now)
+  redis.call('HSET', pay, 'retake', why)
+  redis.call('HINCRBY', STATS, 'held', 1)
+  return hold(pay, now, (why == 'dispute' and 'a dispute lost' or 'refunded in full') ..
+    ' after it was granted again: its reversal ran once and does not run again; take it ' ..
+    'back by hand, then resolve it as fulfilled (it is then reversed; a retry runs nothing)',
+    true)
 end
 
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
@@ -591,10 +605,14 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     redis.call('HDEL', pay, 'taken_back')
   end
   if not why and not (reverse and reverse.each) then return nil end
-  local leg = redis.call('HGET', pay, 'leg')
-  if leg == 'reverse' or leg == 'refulfil' or leg == 'settle' then return nil end
-  local state = redis.call('HGET', pay, 'state')
+  local g = redis.call('HMGET', pay, 'leg', 'state', 'retake')
+  local leg, state = g[1], g[2]
+  -- (a fulfilment again that is done goes on below: granted again, then taken back again)
+  if leg == 'reverse' or leg == 'settle' or (leg == 'refulfil' and state ~= 'fulfilled') then
+    return nil
+  end
   if why then redis.call('HSET', pay, 'taken_back', why) end
+  if g[3] then return nil end  -- held for a person to take it back by hand (hold_retake)
   local again = why and taken_back_again(pay, now)
   if again == 'fulfilled' then
     return take_back(pay, now, reverse, first, job_id, grace_ms) or again
@@ -602,9 +620,12 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     return again
   end
   -- reversed once, then granted again (by a person, or fulfilled again after a dispute won):
-  -- never reversed twice, a later refund is only recorded
+  -- never reversed twice; taken back in full again, a person's (a partial refund with
+  -- REVERSAL_PER_REFUND is only recorded)
   local f = redis.call('HMGET', pay, 'reinstated_at', 'reversed_at')
-  if state == 'fulfilled' and f[1] and f[2] then return nil end
+  if state == 'fulfilled' and f[1] and f[2] then
+    return why and reverse and hold_retake(pay, why, now) or nil
+  end
   if state == 'fulfilled' and reverse and reverse.each then
     local next_why, refund, amount = next_reversal(pay)
     if next_why then
@@ -647,7 +668,15 @@ end
 local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   local again = taken_back_again(pay, now)
   if again then return again end
-  local state = redis.call('HGET', pay, 'state')
+  local f = redis.call('HMGET', pay, 'state', 'retake')
+  local state = f[1]
+  if state == 'held' and f[2] and not taken_back(pay) then
+    -- held to be taken back by hand (hold_retake), and given back before: as it was
+    redis.call('HDEL', pay, 'retake', 'by_hand', 'hold_reason')
+    reinstated(pay, now)
+    move(pay, 'fulfilled', now)
+    return 'fulfilled'
+  end
   if state ~= 'reversed' and state ~= 'refunded_unfulfilled' then return nil end
   local why = given_back(pay)
   if not why then return nil end
@@ -667,10 +696,12 @@ end
 -- in full and part of the effect was taken back. Held for a person, who grants back what its
 -- reversal took (by_hand: a retry runs nothing). Each such refund holds it once (`rv_failed`:
 -- refund id -> the amount its reversal took), however many events tell of its failure and
--- after a person resolved it. No `reinstated_at`: never reversed in full, a later refund is
--- reversed as any (take_back); one that has it was reversed in full and given back, its failed
--- refunds a person's already (reinstate). In the middle of another reversal: when that ends
--- (reversal_done). Returns 'held' or nil.
+-- after a person resolved it. What their reversals took is `rv_regrant` until a person says
+-- they granted it back (then it no longer counts as reversed: lua/operator.lua) or the
+-- payment is taken back again (taken_back_again). No `reinstated_at`: never reversed in
+-- full, a later refund is reversed as any (take_back); one that has it was reversed in full
+-- and given back, its failed refunds a person's already (reinstate). In the middle of
+-- another reversal: when that ends (reversal_done). Returns 'held' or nil.
 local function hold_failed_reversal(pay, now)
   local f = redis.call('HMGET', pay, 'state', 'leg', 'rv', 'rf', 'rv_failed', 'reinstated_at')
   if f[1] ~= 'fulfilled' or f[2] or not f[3] or f[6] then return nil end
@@ -684,9 +715,13 @@ local function hold_failed_reversal(pay, now)
   end
   if #ids == 0 then return nil end
   table.sort(ids)
-  local named = {}
-  for i, id in ipairs(ids) do named[i] = id .. ' (' .. held[id] .. ')' end
+  local named, took = {}, 0
+  for i, id in ipairs(ids) do
+    named[i] = id .. ' (' .. held[id] .. ')'
+    took = took + held[id]
+  end
   redis.call('HSET', pay, 'rv_failed', cjson.encode(held))
+  redis.call('HINCRBY', pay, 'rv_regrant', took)
   local one = #ids == 1
   return hold_reinstated(pay, now, (one and 'a refund ' or 'refunds ') ..
     table.concat(named, ', ') ..

@@ -84,6 +84,11 @@ class PaymentReversal(View):
     since then, or fulfilled again."""
     refulfil: Refulfil | None
     """Its fulfilment again after that dispute won (REVERSAL_DISPUTE_WON=fulfil)."""
+    taken_back_again: Literal["refund", "dispute"] | None
+    """Granted again after its reversal, then taken back again: held for a person to take it
+    back by hand (its reversal does not run twice); null once they resolved it."""
+    taken_back_by_hand_at: datetime | None
+    """When a person resolved that: it was then reversed."""
 
 
 AFTER_REVERSAL = ("reverse", "refulfil")
@@ -139,7 +144,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
     refunds, reversed_each = _refunds(f.get("rf")), _refunds(f.get("rv"))
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
-    taken = f.get("taken_back")
+    taken, retake = f.get("taken_back"), f.get("retake")
     due = leg_of(f) in AFTER_REVERSAL
     after = reversal_after(f)
     refulfil = _refulfil(payment_key, f)
@@ -170,4 +175,6 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         reversed_amount=_amount(whole(f.get("reversed_amount")), currency),
         reinstated_at=ms_time(f.get("reinstated_at")),
         refulfil=refulfil,
+        taken_back_again=retake if retake in ("refund", "dispute") else None,  # type: ignore[arg-type]
+        taken_back_by_hand_at=ms_time(f.get("retaken_at")),
     )

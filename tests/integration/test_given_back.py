@@ -170,7 +170,7 @@ def test_a_retry_is_refused_saying_why_on_the_cli_and_the_ops_api(
     shop.deliver(shop.paid)
     shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
     cli = run_cli(config, "retry", shop.pk)
-    assert cli.exit_code == 1 and "Grant it by hand" in cli.stdout, cli.stdout
+    assert cli.exit_code == 1 and "only a person decides" in cli.stdout, cli.stdout
     answer = client.post(f"/ops/api/payments/{shop.pk}/retry", headers=BEARER)
     assert answer.status_code == 409 and answer.get_json()["error"] == "grant_by_hand"
     assert shop.state() == "held"
@@ -428,6 +428,42 @@ def test_a_partial_refund_failed_after_its_own_reversal_holds_it_once(
     # never reversed in full: a later refund is reversed as any
     later = refund_events(rng, shop.pk, shop.amount, part)
     assert shop.deliver(later[2]) == "queued" and shop.field("leg") == "reverse"
+
+
+def test_a_second_reversed_refund_failed_while_held_for_the_first_holds_it_again_on_resolve(
+    redis, redis_server, rng
+) -> None:
+    """Before, the second failure was picked up only by an event after the person resolved
+    the first, and with none it stayed fulfilled silently."""
+    shop = per_refund_shop(redis_server, rng)
+    first, _, part = a_partial_refund_reversed(shop)
+    second = refund_events(rng, shop.pk, shop.amount, part, refunded_before=part)
+    assert shop.deliver(second[2]) == "queued" and len(reverse_all(shop)) == 1
+    assert shop.deliver(refund_failed(rng, first[0])) == "held"
+    assert shop.deliver(refund_failed(rng, second[0])) == "held"
+    assert decide(shop, "fulfilled") == ("ok", "held")
+    second_id = second[0]["data"]["object"]["id"]
+    assert shop.field("hold_reason").startswith(f"a refund {second_id} ({part}) failed after")
+    assert redis.hget(keys.STATS, "reinstated") == b"2"
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+
+
+def test_what_a_person_granted_back_is_reversed_by_a_later_refund_in_full(
+    redis, redis_server, rng
+) -> None:
+    """The failed refund's reversal no longer counts once a person granted back what it
+    took: a later refund in full reverses the whole payment, not what was paid less it."""
+    shop = per_refund_shop(redis_server, rng)
+    first, _, part = a_partial_refund_reversed(shop)
+    assert shop.field("reversed_amount") == str(part)
+    assert shop.deliver(refund_failed(rng, first[0])) == "held"
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
+    assert shop.field("reversed_amount") == "0"
+    later = refund_events(rng, shop.pk, shop.amount, shop.amount)
+    assert shop.deliver(later[2]) == "queued"
+    later_id = later[2]["data"]["object"]["id"]
+    assert reverse_all(shop) == [(later_id, shop.amount, f"reverse:{shop.pk}:{later_id}")]
+    assert shop.state() == "reversed"
 
 
 def test_a_refund_failed_during_another_refund_s_reversal_holds_it_when_that_ends(

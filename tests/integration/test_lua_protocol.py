@@ -220,12 +220,16 @@ class Protocol(RuleBasedStateMachine):
         # pk -> failed refund id -> (amount, made at, first said failed at)
         self.failures: dict[str, dict[str, tuple[int, int, int]]] = {}
         self.granted_by_hand: set[str] = set()  # given back, then granted by a person
+        self.taken_back_by_hand: set[str] = set()  # granted again, taken back again: a person's
+        self.last_retake: dict[str, bool] = {}  # pk -> held to be taken back by hand, last step
         self.reversal_calls: Counter[str] = Counter()  # by payment
         # by reversal, (payment, refund id or "" for the whole payment or what remains of it)
         self.reversals_applied: Counter[tuple[str, str]] = Counter()  # never deduped
         self.reversal_maybe_applied: set[tuple[str, str]] = set()
         self.reversal_again: Counter[tuple[str, str]] = Counter()
         self.reversed_total: Counter[str] = Counter()  # the amounts of the reversals applied
+        self.reversal_amounts: dict[tuple[str, str], int] = {}  # of each, once applied
+        self.regranted: set[tuple[str, str]] = set()  # a failed refund's, granted back by hand
         # a fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)
         self.refulfil_calls: Counter[str] = Counter()
         self.refulfils_applied: Counter[str] = Counter()
@@ -295,6 +299,7 @@ class Protocol(RuleBasedStateMachine):
 
     def record(self, delivery: Delivery) -> None:
         event, c = delivery.event, delivery.classified
+        granted = bool(c.payment_key) and self.granted_again(c.payment_key)
         answer = self.ledger.record_delivery(delivery)
         body = delivery.body
         first = event["id"] not in self.seen
@@ -309,6 +314,21 @@ class Protocol(RuleBasedStateMachine):
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
         if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
             self.refunded_first.add(pk)
+        if granted and self.reverse and self.taken_back_now(pk):
+            self.a_grant_taken_back_again_waits_for_a_person(pk)
+
+    def granted_again(self, pk: str) -> bool:
+        """Reversed once, then granted again (by a person, or fulfilled again after a dispute
+        won), and not taken back now, by the model's own account."""
+        f = self.redis.hmget(keys.payment(pk), "state", "reinstated_at", "reversed_at")
+        return f[0] == b"fulfilled" and None not in f[1:] and not self.taken_back_now(pk)
+
+    def a_grant_taken_back_again_waits_for_a_person(self, pk: str) -> None:
+        """Its reversal does not run twice (its key was spent): taken back again, the payment
+        is held for a person to take it back by hand, never left fulfilled silently."""
+        TALLY["taken_back_again"] += 1
+        f = self.redis.hmget(keys.payment(pk), "state", "by_hand", "retake")
+        assert f[0] == b"held" and f[1] and f[2], f"{pk}: granted again, taken back again: {f}"
 
     def paid_by(self, pk: str, event: dict[str, Any]) -> None:
         """The model's own account of what was paid: the first paid event that says (a thin
@@ -367,6 +387,11 @@ class Protocol(RuleBasedStateMachine):
 
     def taken_back(self, pk: str) -> bool:
         return pk in self.lost or self.refunded_in_full(pk)
+
+    def taken_back_now(self, pk: str) -> bool:
+        """As the ledger judges it for a call: its last dispute closed lost, or refunded in
+        full."""
+        return self.dispute_now.get(pk) == "lost" or self.refunded_in_full(pk)
 
     @rule(index=st.integers(0, 10))
     def landing_page_records_its_session(self, index: int) -> None:
@@ -501,6 +526,43 @@ class Protocol(RuleBasedStateMachine):
         ]
         TALLY["given_back"] += 1
         self.deliver(giving[index % len(giving)])
+
+    @rule(index=st.integers(0, 100))
+    def granted_again_then_taken_back(self, index: int) -> None:
+        """A payment reversed, given back and held for a person (by_hand) is granted again by
+        them, or one fulfilled again after a dispute won is taken; then Stripe takes it back
+        again: one of its taking events not delivered yet (a refund in full, its charge
+        event, a dispute lost)."""
+        held = sorted(
+            pk
+            for pk in self.all_payments()
+            if self.state(pk) == "held"
+            and self.redis.hexists(keys.payment(pk), "reversed_at")
+            and self.redis.hget(keys.payment(pk), "by_hand")
+            and not self.redis.hexists(keys.payment(pk), "retake")
+        )
+        if held:
+            pk = held[index % len(held)]
+            told = self.held_for(pk)
+            verdict, _ = self.attempts.record_decision(pk, "fulfilled", ("held",), "person")
+            assert verdict == "ok", (pk, verdict)
+            self.person_granted(pk, told)
+            self.terminal_stays_terminal_unless_a_person_acts()
+        again = sorted(pk for pk in self.all_payments() if self.granted_again(pk))
+        if not again:
+            return
+        pk = again[index % len(again)]
+        taking = [
+            i
+            for i, (e, _) in enumerate(self.events)
+            if e["type"].startswith(TAKING)
+            and data_object(e).get("payment_intent") == pk
+            and e["id"] not in self.seen
+            and data_object(e).get("status") != "won"
+        ]
+        if taking:
+            TALLY["granted_again_then_taken_back"] += 1
+            self.deliver(taking[index % len(taking)])
 
     @precondition(lambda self: self.per_refund and self.reverse)
     @rule(index=st.integers(0, 100), race=st.booleans(), other_leg=st.booleans())
@@ -695,6 +757,7 @@ class Protocol(RuleBasedStateMachine):
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             if not self.reversals_applied[key]:
                 self.reversed_total[pk] += w.amount or 0
+                self.reversal_amounts[key] = w.amount or 0
             self.reversals_applied[key] += 1
             paid = self.amounts.get(pk)
             assert paid is None or self.reversed_total[pk] <= paid, f"{pk}: reversed more than paid"
@@ -838,6 +901,8 @@ class Protocol(RuleBasedStateMachine):
             decision = "fulfilled"  # checked as the hold reason asks: the same purchase
         leg, refund = self.leg(pk), self.reversal_refund(pk)  # the leg the person decides on
         by_hand = self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "by_hand")
+        retake = by_hand and self.redis.hexists(keys.payment(pk), "retake")
+        told = self.held_for(pk)
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
@@ -848,11 +913,12 @@ class Protocol(RuleBasedStateMachine):
             )
         if by_hand:  # given back: granted by the person, never run again by the ledger
             assert verdict == ("ok" if decision == "fulfilled" else "by_hand"), (pk, verdict)
-            if verdict == "ok":
+            if verdict == "ok" and retake:  # taken back by hand: reversed
+                assert self.state(pk) == "reversed", (pk, self.state(pk))
                 self.person_acted.add(pk)
-                self.granted_by_hand.add(pk)
-                if self.failed_reversals(pk):
-                    TALLY["failed_reversals_granted"] += 1
+                self.taken_back_by_hand.add(pk)
+            elif verdict == "ok":
+                self.person_granted(pk, told)
             return
         if verdict == "ok":
             self.person_acted.add(pk)
@@ -866,6 +932,23 @@ class Protocol(RuleBasedStateMachine):
                 self.refulfil_maybe_applied.discard(pk)
             else:
                 self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    def held_for(self, pk: str) -> set[str]:
+        """The failed refunds whose reversals a hold told a person to grant back
+        (``rv_failed``)."""
+        return set(json.loads(self.redis.hget(keys.payment(pk), "rv_failed") or b"{}"))
+
+    def person_granted(self, pk: str, told: set[str]) -> None:
+        """A person granted by hand a payment Stripe gave back: what the reversals of the
+        failed refunds they were told of took, granted back, is no longer reversed (a later
+        refund in full reverses it again)."""
+        self.person_acted.add(pk)
+        self.granted_by_hand.add(pk)
+        for refund in told:
+            if (pk, refund) not in self.regranted and self.reversals_applied[(pk, refund)]:
+                self.regranted.add((pk, refund))
+                self.reversed_total[pk] -= self.reversal_amounts[(pk, refund)]
+                TALLY["failed_reversals_granted"] += 1
 
     def held_after_refund(self, pk: str) -> bool:
         reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
@@ -1216,8 +1299,11 @@ class Protocol(RuleBasedStateMachine):
                 assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
             # held for a refund that failed after its own reversal (REVERSAL_PER_REFUND)
             failed_after = bool(self.failed_reversals(pk))
+            # held to be taken back by hand (granted again, taken back again), or no longer
+            retake = self.redis.hexists(keys.payment(pk), "retake")
+            was_retake, self.last_retake[pk] = self.last_retake.get(pk, False), retake
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION; deferred at the gate)
-                held = now == "held" and failed_after
+                held = now == "held" and (failed_after or retake)
                 due = now in ("queued", "retrying") and reversing
                 assert now == "fulfilled" or due or held, f"{pk}: {now}"
             if was in ("failed", "held") and pk not in self.person_acted | self.proved:
@@ -1228,6 +1314,8 @@ class Protocol(RuleBasedStateMachine):
                 # held for a failed reversed refund, then taken back again: as fulfilled
                 back = was == "held" and failed_after and self.taken_back(pk)
                 going_on = back and (now == "fulfilled" or (now == "queued" and reversing))
+                # held to be taken back by hand, then given back: fulfilled as it was
+                going_on |= was_retake and now == "fulfilled" and not self.taken_back_now(pk)
                 assert (
                     now in (was, "refunded_unfulfilled", "held") or settling or again or going_on
                 ), f"{pk}: {was} -> {now}"
@@ -1316,6 +1404,7 @@ class Protocol(RuleBasedStateMachine):
         TALLY["settle_calls"] += sum(self.settle_calls.values())
         TALLY["voided"] += len(self.voided)
         TALLY["granted_by_hand"] += len(self.granted_by_hand)
+        TALLY["taken_back_by_hand"] += len(self.taken_back_by_hand)
         for counter in ("settles_due", "settled_voided", "settled_applied"):
             TALLY[counter] += int(stats.get(counter.encode(), 0))
         for pk in self.all_payments():  # how the payments a settlement began for ended
