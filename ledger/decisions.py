@@ -58,11 +58,11 @@ def decide(
     if verdict == "by_hand":
         return Problem(
             error="grant_by_hand",
-            message="only a person decides this payment: Stripe gave it back after the "
-            "ledger took it back, or took it back again after it was granted again (its hold "
-            "reason says which, and what to do by hand). Nothing of the ledger's runs for it "
-            "again: do what the hold reason says, then resolve it as fulfilled. Nothing was "
-            "changed.",
+            message="Only a person decides this payment: Stripe gave it back after the "
+            "ledger took it back, or took it back again after it was granted again. Nothing "
+            "of the ledger's runs for it again. Do by hand what its hold reason says (grant "
+            "it, or take it back), then resolve it as fulfilled; or refund it again and "
+            "resolve nothing. Nothing was changed.",
             state=state,
         )
     return Problem(
@@ -125,8 +125,8 @@ def matching(redis: Redis, state: str, since: str, error: str) -> list[str]:
 
 
 def not_by_hand(redis: Redis, payment_keys: list[str]) -> list[str]:
-    """Those not held for a person to grant by hand (Stripe gave them back): no retry runs
-    one, so a bulk run neither lists nor counts it."""
+    """Those not held for a person to act by hand (``by_hand``): no retry runs one, so a bulk
+    run neither lists nor counts it."""
     with redis.pipeline(transaction=False) as pipe:
         for pk in payment_keys:
             pipe.hget(keys.payment(pk), "by_hand")

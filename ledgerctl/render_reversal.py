@@ -75,6 +75,13 @@ def _reinstated(p: Payment, r: PaymentReversal) -> str | None:
     return f"{iso(r.reinstated_at)}: {then}"
 
 
+def _retake(r: PaymentReversal) -> str | None:
+    if r.taken_back_again is None:
+        return None
+    what = "refunded in full" if r.taken_back_again == "refund" else "a dispute lost"
+    return f"{what} after it was granted again: held for a person to take it back by hand"
+
+
 def _refulfil(p: Payment) -> str | None:
     g = p.reversal.refulfil if p.reversal else None
     if g is None:
@@ -119,6 +126,8 @@ def taken_back(p: Payment) -> list[Table]:
         "given back after it": _reinstated(p, r),
         "fulfilled again": _refulfil(p),
         "receipt of its fulfilment again": receipt(r.refulfil.receipt) if r.refulfil else None,
+        "taken back again": _retake(r),
+        "taken back by hand": r.taken_back_by_hand_at,
     }
     return [kv_table("Refunds and disputes", {k: v for k, v in facts.items() if v})]
 

@@ -185,11 +185,33 @@ local function reversal_done(pay, now, receipt, reverse)
   return reinstate(pay, now, reverse, nil, nil, 0) or 'reversed'
 end
 
+-- Attempts that say they never called the downstream.
+local NEVER_CALLED = {not_called = true, taken_back = true, stale_before_call = true,
+  same_purchase = true}
+
+-- Whether an earlier attempt of the fulfilment again (tokens after `refulfil_from`) may have
+-- applied it: one whose record does not say it never called (a retry's refusal too: a person
+-- looks rather than the ledger guess).
+local function refulfil_may_have_applied(pay, before)
+  local from = tonumber(redis.call('HGET', pay, 'refulfil_from') or '0')
+  for t = from + 1, before - 1 do
+    local raw = redis.call('HGET', pay, 'attempt:' .. t)
+    if raw and not NEVER_CALLED[cjson.decode(raw)['outcome']] then return true end
+  end
+  return false
+end
+
 -- A fulfilment again after a dispute won (`leg` = refulfil) that finds the payment refunded
--- in full (or a dispute lost) before its call: not called; the payment stays reversed.
-local function refulfil_withdrawn(pay, now)
-  redis.call('HSET', pay, 'leg', 'reverse')
+-- in full (or a dispute lost) before its call: not called; the payment stays reversed,
+-- unless an earlier attempt of it may have applied it (held to take it back by hand).
+-- `before`: the first token not to look at (the attempt withdrawn, or the next one).
+local function refulfil_withdrawn(pay, now, before)
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
+  if refulfil_may_have_applied(pay, before) then
+    return hold_retake(pay, taken_back(pay) or 'refund', now, true)
+  end
+  redis.call('HSET', pay, 'leg', 'reverse')
   move(pay, 'reversed', now)
+  return 'reversed'
 end

@@ -18,7 +18,11 @@ local leg = held[4]
 local why, was = taken_back(pay)
 if (leg == 'refulfil' and why) or ((leg or 'fulfil') == 'fulfil' and (why or was)) then
   update_attempt(pay, ARG.token, {outcome = 'taken_back', ended = now})
-  if leg == 'refulfil' then refulfil_withdrawn(pay, now) else never_fulfilled(pay, now) end
+  if leg == 'refulfil' then
+    refulfil_withdrawn(pay, now, tonumber(ARG.token))
+  else
+    never_fulfilled(pay, now)
+  end
   return 0
 end
 -- Both records of a purchase may hold leases taken before Stripe tied them: the first

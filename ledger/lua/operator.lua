@@ -43,7 +43,9 @@ if ARG.decision == 'fulfilled' and by_hand and redis.call('HEXISTS', pay, 'retak
   -- granted again, taken back again, and a person took it back by hand (prelude's
   -- hold_retake): reversed, as a reversal's leg resolved would leave it
   move(pay, 'reversed', now)
-  redis.call('HSET', pay, 'leg', 'reverse', 'retaken_at', now)
+  -- reversal_from: no attempt before this decision is a reversal's (a late receipt is stale)
+  redis.call('HSET', pay, 'leg', 'reverse', 'retaken_at', now,
+    'reversal_from', redis.call('HGET', pay, 'token') or 0)
   redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'retake')
   redis.call('HINCRBY', STATS, 'resolved_reversed', 1)
   return reply{verdict = 'ok', state = 'reversed'}
@@ -61,7 +63,10 @@ if ARG.decision == 'fulfilled' and by_hand then
   local regrant = tonumber(redis.call('HGET', pay, 'rv_regrant') or '0')
   if regrant > 0 then redis.call('HINCRBY', pay, 'reversed_amount', -regrant) end
   redis.call('HDEL', pay, 'rv_regrant')
-  return reply{verdict = 'ok', state = hold_failed_reversal(pay, now) or 'fulfilled'}
+  -- a refund recorded while it was held is reversed now (REVERSAL_PER_REFUND)
+  local moved = hold_failed_reversal(pay, now) or (reverse and reverse.each and
+    take_back(pay, now, reverse, ARGC + 1, ARG.job_id, grace_ms))
+  return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 if ARG.decision == 'fulfilled' and leg == 'reverse' then
   -- A reversal's call a person found applied: that reversal is done (the payment reversed,
@@ -77,7 +82,9 @@ if ARG.decision == 'fulfilled' and leg == 'refulfil' then
     'refulfilled_at', now)
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  return reply{verdict = 'ok', state = 'fulfilled'}
+  -- refunded in full (or a dispute lost) meanwhile: a person takes it back (hold_retake)
+  local moved = take_back(pay, now, reverse, ARGC + 1, ARG.job_id, grace_ms)
+  return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 if ARG.decision == 'fulfilled' then
   move(pay, 'fulfilled', now)

@@ -532,17 +532,25 @@ local function taken_back_again(pay, now)
 end
 
 -- Reversed once, granted again (by a person, or fulfilled again after a dispute won), then
--- taken back again (refunded in full again, a dispute lost): its reversal does not run
--- twice (its key, reverse:{payment_key}, was spent), so a person takes it back by hand and
--- resolves it (`retake`: then reversed, lua/operator.lua; given back before: fulfilled
--- again, reinstate). Returns 'held'.
-local function hold_retake(pay, why, now)
+-- taken back again (refunded in full again, a dispute lost): the ledger does not reverse a
+-- payment twice (its key reverse:{payment_key} was spent), so a person takes it back by hand
+-- and resolves it (`retake`: then reversed, lua/operator.lua; given back before that: held
+-- to grant, reinstate). `maybe`: a fulfilment again whose attempt may have applied it, taken
+-- back before it was done (lua/attempts.lua refulfil_withdrawn). Returns 'held'.
+local function hold_retake(pay, why, now, maybe)
   redis.call('HSET', pay, 'retake', why)
   redis.call('HINCRBY', STATS, 'held', 1)
-  return hold(pay, now, (why == 'dispute' and 'a dispute lost' or 'refunded in full') ..
-    ' after it was granted again: its reversal ran once and does not run again; take it ' ..
-    'back by hand, then resolve it as fulfilled (it is then reversed; a retry runs nothing)',
-    true)
+  local what = why == 'dispute' and 'a dispute lost' or 'refunded in full'
+  if maybe then
+    local pk = id_of(pay, PAYMENT_PREFIX)
+    return hold(pay, now, what .. ' while its fulfilment again may have applied (an attempt ' ..
+      'of it called without a clear answer): look for refulfil:' .. pk .. ' in the ' ..
+      'downstream and take it back by hand if it applied, then resolve it as fulfilled (it ' ..
+      'is then reversed; a retry runs nothing)', true)
+  end
+  return hold(pay, now, what .. ' after it was granted again: the ledger does not reverse it ' ..
+    'a second time; take it back by hand, then resolve it as fulfilled (it is then reversed; ' ..
+    'a retry runs nothing)', true)
 end
 
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
@@ -671,11 +679,14 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   local f = redis.call('HMGET', pay, 'state', 'retake')
   local state = f[1]
   if state == 'held' and f[2] and not taken_back(pay) then
-    -- held to be taken back by hand (hold_retake), and given back before: as it was
-    redis.call('HDEL', pay, 'retake', 'by_hand', 'hold_reason')
+    -- held to be taken back by hand (hold_retake), and given back before it was resolved:
+    -- the person may have taken it back already, so still theirs, now to grant
+    redis.call('HDEL', pay, 'retake', 'taken_back')
     reinstated(pay, now)
-    move(pay, 'fulfilled', now)
-    return 'fulfilled'
+    return hold(pay, now, 'Stripe gave it back (a refund failed or was canceled, a dispute ' ..
+      'won) while it was held to be taken back by hand: the customer paid; make sure the ' ..
+      'purchase is granted (grant it again if you took it back), then resolve it as ' ..
+      'fulfilled (a retry runs nothing)', true)
   end
   if state ~= 'reversed' and state ~= 'refunded_unfulfilled' then return nil end
   local why = given_back(pay)

@@ -67,7 +67,7 @@ if leg == 'settle' and not taken_back(pay) then
   return skip('not_taken_back')
 end
 if leg == 'refulfil' and taken_back(pay) then  -- refunded in full since its dispute was won
-  refulfil_withdrawn(pay, now)
+  refulfil_withdrawn(pay, now, tonumber(redis.call('HGET', pay, 'token') or '0') + 1)
   return skip('taken_back')
 end
 -- One purchase, one effect: the other record of this purchase may have had (or is having)

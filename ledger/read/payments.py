@@ -109,8 +109,9 @@ class Payment(PaymentRow):
     resolution: Resolution | None
     same_purchase_as: str | None
     by_hand: bool
-    """Held for a person to grant by hand (Stripe gave it back after it was taken back): a
-    retry runs nothing, only a resolve."""
+    """Held for a person to act by hand: grant it (Stripe gave it back after it was taken
+    back), or take it back (taken back again after it was granted again:
+    ``reversal.taken_back_again``). A retry runs nothing, only a resolve."""
     last_failed_event_type: str | None
     last_refund_event_type: str | None
     lease_until: datetime | None

@@ -10,7 +10,12 @@ import pytest
 
 from ledger import keys
 from ledger.decisions import decide_bulk
-from tests.integration.test_lua_reversal import Shop, per_refund_shop, reverse_all
+from tests.integration.test_lua_reversal import (
+    Shop,
+    per_refund_shop,
+    reverse_all,
+    reversed_then_won,
+)
 from tests.integration.test_settlement import ambiguous_then_refunded, settle
 from tests.support.constants import BEARER
 from tests.support.helpers import run_cli
@@ -150,12 +155,7 @@ def test_a_refund_that_failed_while_a_fulfilment_again_waited_does_not_withdraw_
     """REVERSAL_DISPUTE_WON=fulfil: refunded in full, then that refund failed (a day after
     the charge event that counted it), while its fulfilment again waited: no longer refunded,
     so it is called; before, the charge's figure kept it refunded and it was withdrawn."""
-    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
-    shop.deliver(shop.paid)
-    assert shop.attempt() == "fulfilled"
-    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
-    assert shop.attempt("reverse") == "reversed"
-    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    shop = reversed_then_won(redis_server, rng)
     events = refunded_in_full(shop)
     assert shop.deliver(refund_failed(rng, events[0])) == "queued"
     assert shop.attempt("refulfil") == "fulfilled"
@@ -170,7 +170,11 @@ def test_a_retry_is_refused_saying_why_on_the_cli_and_the_ops_api(
     shop.deliver(shop.paid)
     shop.deliver(refund_failed(rng, refunded_in_full(shop)[0]))
     cli = run_cli(config, "retry", shop.pk)
-    assert cli.exit_code == 1 and "only a person decides" in cli.stdout, cli.stdout
+    assert (
+        cli.exit_code == 1
+        and "Only a person decides" in cli.stdout
+        and "Grant it" not in cli.stdout
+    ), cli.stdout
     answer = client.post(f"/ops/api/payments/{shop.pk}/retry", headers=BEARER)
     assert answer.status_code == 409 and answer.get_json()["error"] == "grant_by_hand"
     assert shop.state() == "held"
@@ -464,6 +468,21 @@ def test_what_a_person_granted_back_is_reversed_by_a_later_refund_in_full(
     later_id = later[2]["data"]["object"]["id"]
     assert reverse_all(shop) == [(later_id, shop.amount, f"reverse:{shop.pk}:{later_id}")]
     assert shop.state() == "reversed"
+
+
+def test_a_refund_recorded_while_held_for_a_failed_reversed_refund_is_reversed_on_resolve(
+    redis, redis_server, rng
+) -> None:
+    """Before, a partial refund recorded while the payment was held was only recorded, and
+    the person's grant left it fulfilled with that refund never reversed."""
+    shop = per_refund_shop(redis_server, rng)
+    first, _, part = a_partial_refund_reversed(shop)
+    assert shop.deliver(refund_failed(rng, first[0])) == "held"
+    second = refund_events(rng, shop.pk, shop.amount, part)
+    assert shop.deliver(second[2]) == "held"
+    assert decide(shop, "fulfilled") == ("ok", "queued")
+    second_id = second[2]["data"]["object"]["id"]
+    assert reverse_all(shop) == [(second_id, part, f"reverse:{shop.pk}:{second_id}")]
 
 
 def test_a_refund_failed_during_another_refund_s_reversal_holds_it_when_that_ends(

@@ -221,7 +221,6 @@ class Protocol(RuleBasedStateMachine):
         self.failures: dict[str, dict[str, tuple[int, int, int]]] = {}
         self.granted_by_hand: set[str] = set()  # given back, then granted by a person
         self.taken_back_by_hand: set[str] = set()  # granted again, taken back again: a person's
-        self.last_retake: dict[str, bool] = {}  # pk -> held to be taken back by hand, last step
         self.reversal_calls: Counter[str] = Counter()  # by payment
         # by reversal, (payment, refund id or "" for the whole payment or what remains of it)
         self.reversals_applied: Counter[tuple[str, str]] = Counter()  # never deduped
@@ -581,6 +580,7 @@ class Protocol(RuleBasedStateMachine):
             return
         self.deliver(self.pool_event("refund.updated", pk, id=refund_id))
         for _ in range(0 if race else 3):  # its reversal (or others' jobs first)
+            self.terminal_stays_terminal_unless_a_person_acts()  # checked between the parts
             if None in self.workers:
                 self.worker_fulfils_the_next_job()
         if other_leg:  # the first refund's
@@ -917,6 +917,7 @@ class Protocol(RuleBasedStateMachine):
                 assert self.state(pk) == "reversed", (pk, self.state(pk))
                 self.person_acted.add(pk)
                 self.taken_back_by_hand.add(pk)
+                self.refulfil_maybe_applied.discard(pk)  # the person took back what applied
             elif verdict == "ok":
                 self.person_granted(pk, told)
             return
@@ -1066,9 +1067,8 @@ class Protocol(RuleBasedStateMachine):
     def one_recorded_effect_per_leg(self, pk: str, fields: dict[bytes, bytes]) -> None:
         """One recorded fulfilment, one reversal per refund (``rv``) and one of the whole
         payment or what remains of it, one fulfilment again; ``rv`` only grows."""
-        since = int(fields.get(b"reversal_from", 2**62))  # the latest reversal began after it
-        done = [
-            int(k.split(b":")[1]) > since
+        done = [  # by the leg each attempt records: a reversal's, or not
+            json.loads(v).get("leg") == "reverse"
             for k, v in fields.items()
             if k.startswith(b"attempt:") and json.loads(v).get("outcome") == "fulfilled"
         ]
@@ -1126,6 +1126,16 @@ class Protocol(RuleBasedStateMachine):
                 assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
 
     @invariant()
+    def a_fulfilment_again_that_may_have_applied_is_not_withdrawn(self) -> None:
+        """A fulfilment again whose call may have applied (an answer, or none), then taken
+        back before it was done, is held for a person to take it back by hand, never
+        `reversed` as if nothing had been granted."""
+        if not hasattr(self, "refulfil_maybe_applied"):
+            return
+        for pk in self.refulfil_maybe_applied:
+            assert self.state(pk) != "reversed", f"{pk}: reversed, its re-grant may exist"
+
+    @invariant()
     def given_back_is_never_left_taken_back(self) -> None:
         """A payment settled as taken back (refunded_unfulfilled, reversed) that Stripe no
         longer takes back (its refund failed, its dispute won) does not stay so: held for a
@@ -1167,8 +1177,9 @@ class Protocol(RuleBasedStateMachine):
         if not hasattr(self, "refunds"):
             return
         for pk in self.all_payments():
-            if self.state(pk) == "failed" and self.leg(pk) == "fulfil":
-                assert not self.taken_back(pk), f"{pk}: failed, though taken back"
+            if self.state(pk) == "failed" and self.leg(pk) == "fulfil":  # (a dispute won since
+                # its loss, some refunds failed: no longer taken back, it may fail as any)
+                assert not self.taken_back_now(pk), f"{pk}: failed, though taken back"
 
     @invariant()
     def a_reversal_only_with_reversal_on(self) -> None:
@@ -1299,9 +1310,11 @@ class Protocol(RuleBasedStateMachine):
                 assert now in ("reversed", "held") or again, f"{pk}: reversed became {now}"
             # held for a refund that failed after its own reversal (REVERSAL_PER_REFUND)
             failed_after = bool(self.failed_reversals(pk))
-            # held to be taken back by hand (granted again, taken back again), or no longer
-            retake = self.redis.hexists(keys.payment(pk), "retake")
-            was_retake, self.last_retake[pk] = self.last_retake.get(pk, False), retake
+            # held to be taken back by hand (granted again, taken back again), or, given back
+            # before a person resolved that, to make sure it is granted: by hand either way
+            retake = self.redis.hexists(keys.payment(pk), "retake") or (
+                reinstated and self.redis.hexists(keys.payment(pk), "by_hand")
+            )
             if was == "fulfilled":  # or its reversal is due (REVERSAL_ACTION; deferred at the gate)
                 held = now == "held" and (failed_after or retake)
                 due = now in ("queued", "retrying") and reversing
@@ -1314,8 +1327,6 @@ class Protocol(RuleBasedStateMachine):
                 # held for a failed reversed refund, then taken back again: as fulfilled
                 back = was == "held" and failed_after and self.taken_back(pk)
                 going_on = back and (now == "fulfilled" or (now == "queued" and reversing))
-                # held to be taken back by hand, then given back: fulfilled as it was
-                going_on |= was_retake and now == "fulfilled" and not self.taken_back_now(pk)
                 assert (
                     now in (was, "refunded_unfulfilled", "held") or settling or again or going_on
                 ), f"{pk}: {was} -> {now}"
@@ -1362,16 +1373,21 @@ class Protocol(RuleBasedStateMachine):
         assert waiting <= attention, waiting - attention
         if self.reverse:  # a taken-back effect is reversed, or waits for a person
             forgotten = {
-                pk
-                for pk in self.paid
-                if self.state(pk) == "fulfilled"
-                and (self.redis.hget(keys.payment(pk), "taken_back") or self.unreversed(pk))
-                and not self.redis.hget(keys.payment(pk), "reinstated_at")  # granted again
+                pk for pk in self.paid if self.state(pk) == "fulfilled" and self.left_taken_back(pk)
             }
             assert not forgotten, f"fulfilled and taken back, never reversed: {forgotten}"
         self.one_effect_per_payment()
         self.a_success_is_never_followed_by_another_call()
         self.tally_the_gate()
+
+    def left_taken_back(self, pk: str) -> bool:
+        """Fulfilled and taken back, never reversed: granted again after its reversal (a
+        person's grant, a fulfilment again), only while Stripe certainly takes it back again
+        (a partial refund after it is only recorded)."""
+        taken = self.redis.hget(keys.payment(pk), "taken_back") or self.unreversed(pk)
+        if self.redis.hget(keys.payment(pk), "reinstated_at"):
+            return not self.given_back(pk)
+        return bool(taken)
 
     def unreversed(self, pk: str) -> list[str]:
         """With REVERSAL_PER_REFUND, the refunds Stripe counted that a fulfilled payment has

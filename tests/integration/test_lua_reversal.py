@@ -250,6 +250,19 @@ def per_refund_shop(redis_server, rng, **more: str) -> Shop:
     return shop
 
 
+def reversed_then_won(redis_server, rng) -> Shop:
+    """REVERSAL_DISPUTE_WON=fulfil: fulfilled, reversed for a dispute lost; the dispute won,
+    its fulfilment again is due (queued)."""
+    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    assert shop.field("leg") == "refulfil"
+    return shop
+
+
 def reverse_all(shop: Shop) -> list[tuple[str, int, str]]:
     """Run every reversal due, one after the other: (refund id, amount, key) of each call."""
     calls = []

@@ -8,9 +8,9 @@ from ledger import keys
 from ledger.decisions import decide as decide_via_api
 from ledger.read.payments import payment
 from tests.integration.test_given_back import decide, fulfilled_then_refunded, refunded_in_full
-from tests.integration.test_lua_reversal import Shop
+from tests.integration.test_lua_reversal import Shop, reversed_then_won
 from tests.support.constants import BASIC, BEARER
-from tests.support.refunds import dispute_closed, refund_failed
+from tests.support.refunds import refund_failed
 
 
 def granted_again(shop: Shop) -> None:
@@ -30,7 +30,7 @@ def test_granted_again_then_refunded_in_full_again_is_held_to_take_it_back_by_ha
     refunded_in_full(shop)  # the merchant refunds it again, and that one succeeds
     assert (shop.state(), shop.field("by_hand"), shop.field("retake")) == ("held", "1", "refund")
     assert shop.field("hold_reason").startswith(
-        "refunded in full after it was granted again: its reversal ran once"
+        "refunded in full after it was granted again: the ledger does not reverse it a second"
     )
     assert redis.hget(keys.STATS, "reversals") == b"1" and shop.field("leg") == ""
     assert decide(shop, "retry") == ("by_hand", "held")
@@ -48,16 +48,21 @@ def test_each_event_of_the_taking_again_holds_it_once(redis, redis_server, rng) 
     assert shop.state() == "held" and int(redis.hget(keys.STATS, "held")) == held + 1
 
 
-def test_given_back_while_held_to_take_it_back_it_is_fulfilled_again(
+def test_given_back_while_held_to_take_it_back_it_stays_held_to_grant(
     redis, redis_server, rng
 ) -> None:
-    """The second refund fails too before the person acts: nothing to take back."""
+    """The second refund fails too before the person resolved it: they may have taken it
+    back already, so it stays theirs, now to make sure it is granted; no longer said taken
+    back, counted as given back once more."""
     shop = Shop(redis_server, rng)
     granted_again(shop)
     second = refunded_in_full(shop)
     assert shop.state() == "held"
-    assert shop.deliver(refund_failed(rng, second[0])) == "fulfilled"
-    assert (shop.field("retake"), shop.field("by_hand"), shop.field("hold_reason")) == ("", "", "")
+    assert shop.deliver(refund_failed(rng, second[0])) == "held"
+    assert (shop.field("retake"), shop.field("by_hand"), shop.field("taken_back")) == ("", "1", "")
+    assert shop.field("hold_reason").startswith("Stripe gave it back (a refund failed or was")
+    assert redis.hget(keys.STATS, "reinstated") == b"2"
+    assert decide(shop, "fulfilled") == ("ok", "fulfilled")
 
 
 def test_taken_back_by_hand_then_given_back_is_held_to_grant_again(
@@ -76,15 +81,48 @@ def test_fulfilled_again_after_a_dispute_won_then_refunded_in_full_is_held(
 ) -> None:
     """REVERSAL_DISPUTE_WON=fulfil: the dispute lost reversed it, the dispute won fulfilled
     it again under its own key; a refund in full after that is a person's."""
-    shop = Shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
-    shop.deliver(shop.paid)
-    assert shop.attempt() == "fulfilled"
-    shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost"))
-    assert shop.attempt("reverse") == "reversed"
-    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "queued"
+    shop = reversed_then_won(redis_server, rng)
     assert shop.attempt("refulfil") == "fulfilled"
     refunded_in_full(shop)
     assert (shop.state(), shop.field("retake")) == ("held", "refund")
+
+
+def test_a_fulfilment_again_resolved_by_a_person_after_a_refund_in_full_is_held(
+    redis, redis_server, rng
+) -> None:
+    """Its attempt interrupted, refunded in full, then a person finds the re-grant applied:
+    before, it stayed fulfilled though refunded."""
+    shop = reversed_then_won(redis_server, rng)
+    assert shop.attempt("refulfil", "interrupted") == "interrupted"
+    refunded_in_full(shop)
+    verdict = shop.attempts.record_decision(shop.pk, "fulfilled", ("interrupted",), "ops:eve")
+    assert verdict == ("ok", "held") and shop.field("retake") == "refund"
+
+
+def test_a_fulfilment_again_that_may_have_applied_then_refunded_is_held_not_reversed(
+    redis, redis_server, rng
+) -> None:
+    """Its call got no clear answer (retrying), then a refund in full: before, its next job
+    withdrew it as `reversed`, though the re-grant may exist under refulfil:{pk}."""
+    shop = reversed_then_won(redis_server, rng)
+    assert shop.attempt("refulfil", "retry") == "retrying"
+    refunded_in_full(shop)
+    assert shop.field("leg") == "refulfil"
+    shop.redis.hset(keys.payment(shop.pk), "next_at", 0)  # its backoff is over
+    start = shop.attempts.start(shop.pk, "job-next", True, leg="refulfil")
+    assert start.reason == "taken_back" and shop.state() == "held"
+    assert shop.field("retake") == "refund" and shop.field("by_hand") == "1"
+    assert f"refulfil:{shop.pk}" in shop.field("hold_reason")
+    assert decide(shop, "fulfilled") == ("ok", "reversed")
+
+
+def test_a_fulfilment_again_that_never_called_then_refunded_stays_reversed(
+    redis, redis_server, rng
+) -> None:
+    shop = reversed_then_won(redis_server, rng)
+    refunded_in_full(shop)
+    start = shop.attempts.start(shop.pk, "job-next", True, leg="refulfil")
+    assert start.reason == "taken_back" and shop.state() == "reversed"
 
 
 def test_without_a_reversal_action_it_is_only_recorded(redis, redis_server, rng) -> None:
@@ -106,7 +144,7 @@ def test_the_read_model_and_the_refusal_say_what_a_person_does(redis, redis_serv
     assert detail.reversal.taken_back_again == "refund"
     refused = decide_via_api(shop.attempts, shop.pk, "retry", "retry", "ops:bob")
     assert getattr(refused, "error", "") == "grant_by_hand"
-    assert "took it back again" in refused.message  # type: ignore[union-attr]
+    assert "took it back again after it was granted again" in refused.message  # type: ignore[union-attr]
     decide(shop, "fulfilled")
     detail = payment(redis, shop.pk)
     assert detail is not None and detail.reversal is not None
