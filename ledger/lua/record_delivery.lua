@@ -269,8 +269,14 @@ local function tie_twin(d, state)
   elseif waiting[twin_state] and going[state] then
     hold_for_twin(twin_pay, d.key, d.now, 'held when the tie arrived')
   elseif state == 'held' and going[twin_state] then
-    redis.call('HSET', d.pay, 'hold_reason', 'same purchase as ' .. twin ..
-      ' (Stripe tied their ids after both were recorded)')
+    -- added to why it is held, not put in its place: what a person must do stays (a grant
+    -- or a taking back by hand, a possible duplicate) and now also knows of the twin
+    local why = redis.call('HGET', d.pay, 'hold_reason') or ''
+    local tie = 'same purchase as ' .. twin .. ' (Stripe tied their ids after both were recorded)'
+    if why ~= '' and not string.find(why, 'same purchase as ', 1, true) then
+      tie = why .. '; also the ' .. tie
+    end
+    redis.call('HSET', d.pay, 'hold_reason', tie)
   end
   return state
 end
