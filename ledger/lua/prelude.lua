@@ -613,8 +613,8 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     redis.call('HDEL', pay, 'taken_back')
   end
   if not why and not (reverse and reverse.each) then return nil end
-  local g = redis.call('HMGET', pay, 'leg', 'state', 'retake')
-  local leg, state = g[1], g[2]
+  local g = redis.call('HMGET', pay, 'leg', 'state', 'retake', 'reinstated_at', 'reversed_at')
+  local leg, state, reinstated_at, reversed_at = g[1], g[2], g[4], g[5]
   -- (a fulfilment again that is done goes on below: granted again, then taken back again)
   if leg == 'reverse' or leg == 'settle' or (leg == 'refulfil' and state ~= 'fulfilled') then
     return nil
@@ -630,8 +630,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
   -- reversed once, then granted again (by a person, or fulfilled again after a dispute won):
   -- never reversed twice; taken back in full again, a person's (a partial refund with
   -- REVERSAL_PER_REFUND is only recorded)
-  local f = redis.call('HMGET', pay, 'reinstated_at', 'reversed_at')
-  if state == 'fulfilled' and f[1] and f[2] then
+  if state == 'fulfilled' and reinstated_at and reversed_at then
     return why and reverse and hold_retake(pay, why, now) or nil
   end
   if state == 'fulfilled' and reverse and reverse.each then
@@ -643,7 +642,7 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     -- Taken back with nothing left to reverse: its refunds were all reversed while the
     -- amount paid was not known (a thin event paid it), and the amount that came since
     -- shows they carried all of it. Reversed, as its last reversal would have left it.
-    if why and redis.call('HEXISTS', pay, 'reversed_at') == 1 then
+    if why and reversed_at then
       redis.call('HSET', pay, 'leg', 'reverse')
       move(pay, 'reversed', now)
       return 'reversed'
