@@ -3,6 +3,8 @@ what the dashboard, the CLI, bundles and the replay report read back, an indepen
 of effects. ``receipts`` keeps what the user's effect (FULFILMENT_SQL, FULFILMENT_EFFECT)
 returned, per key, for a re-run to answer."""
 
+import hashlib
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -12,6 +14,12 @@ from ledger.reversals import is_refulfil_key
 
 BUSY_SECONDS = 10.0
 """How long the order system waits for another connection's write lock."""
+
+
+def downstream_name(path: str) -> str:
+    """The file's name as a payment's ``called_on`` keeps it (workers.actions.downstream_of)."""
+    return "sqlite:" + hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:12]
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

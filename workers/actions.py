@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ledger import limits
 from ledger import settings as settings_module
+from ledger.downstream import downstream_name
 from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
 from ledger.redact import origin, redact
@@ -55,7 +56,7 @@ def downstream_of(action: Action) -> str:
     one (docs/REVERSAL.md). Hashed where the target may hold a secret (a capability URL's
     path, a password: masked first, so a new password is the same database)."""
     if isinstance(action, SqliteAction):
-        return "sqlite:" + _digest(os.path.realpath(action.path))
+        return downstream_name(action.path)
     if isinstance(action, PostgresAction):
         return "postgresql:" + _digest(postgres_identity(action.url))
     if isinstance(action, HttpAction):

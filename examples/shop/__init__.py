@@ -1,8 +1,10 @@
 """An example shop that fulfils into its own PostgreSQL: the service's PostgreSQL action
 (``FULFILMENT_ACTION=postgresql://…``, ``FULFILMENT_SQL=@examples/shop/grant.sql``) grants an
-entitlement per paid purchase, and this Flask app shows a customer's entitlements by order
-reference (Checkout's ``client_reference_id``) or email. ``examples/shop/run.sh`` runs it
-all; ``python -m examples.shop migrate`` makes the shop's table and the service's.
+entitlement per paid purchase, its reversal (``REVERSAL_SQL=@examples/shop/revoke.sql``)
+revokes it when the money goes back, and this Flask app shows a customer's entitlements by
+order reference (Checkout's ``client_reference_id``) or email, revoked ones marked.
+``examples/shop/run.sh`` runs it all; ``python -m examples.shop migrate`` makes the shop's
+table and the service's.
 """
 
 from collections.abc import Mapping
@@ -17,7 +19,7 @@ from workers.postgres_schema import migrate as migrate_service_table
 
 SCHEMA = Path(__file__).with_name("schema.sql")
 LOOKUP = """
-SELECT product, payment_key, amount, currency, granted_at FROM entitlements
+SELECT product, payment_key, amount, currency, granted_at, revoked_at FROM entitlements
 WHERE client_reference_id = %(ref)s OR lower(customer_email) = lower(%(email)s)
 ORDER BY granted_at
 """

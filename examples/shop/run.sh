@@ -2,8 +2,10 @@
 # The example shop with the whole service, on this machine: a PostgreSQL server of its own
 # (data in var/shop, port SHOP_PG_PORT, 5433 by default), the shop's table and the service's
 # migrated, then scripts/run.sh's stack with FULFILMENT_ACTION pointing at that database
-# (FULFILMENT_SQL=@examples/shop/grant.sql: one entitlement per paid purchase) and the shop's
-# page on http://127.0.0.1:SHOP_PORT (5000). Ctrl-C stops it all, PostgreSQL included.
+# (FULFILMENT_SQL=@examples/shop/grant.sql: one entitlement per paid purchase; REVERSAL_SQL=
+# @examples/shop/revoke.sql: revoked when refunded in full or a dispute is lost) and the
+# shop's page on http://127.0.0.1:SHOP_PORT (5000). Ctrl-C stops it all, PostgreSQL included;
+# a server an earlier run left (its launcher killed) is stopped before this one starts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/bootstrap.sh
@@ -23,18 +25,47 @@ if [ ! -d "$DATA" ]; then
   as_postgres "$PG_BIN/initdb" -D "$DATA" -U shop --pwfile=var/shop/password \
     --auth=scram-sha-256 --encoding=UTF8 --locale=C >/dev/null
 fi
-as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l var/shop/postgres.log -w start \
-  -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" >/dev/null
+pg_ctl() { as_postgres "$PG_BIN/pg_ctl" -D "$DATA" "$@"; }
+if pg_ctl status >/dev/null 2>&1; then
+  running=$(cat var/shop/run.pid 2>/dev/null || true)
+  if [ -n "$running" ] && grep -qs run.sh "/proc/$running/cmdline"; then
+    echo "examples/shop: already running (pid $running) on $DATA; stop it first" >&2
+    exit 1
+  fi
+  echo "examples/shop: stopping the PostgreSQL server an earlier run left running ($DATA)"
+  pg_ctl -m fast -w stop >/dev/null
+fi
+port_free() {  # nothing listens on 127.0.0.1:$1
+  .venv/bin/python -c 'import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
+for named in "SHOP_PG_PORT=$PG_PORT" "SHOP_PORT=$SHOP_PORT"; do
+  if ! port_free "${named#*=}"; then
+    echo "examples/shop: port ${named#*=} is in use; set ${named%%=*} to another" >&2
+    exit 1
+  fi
+done
 SHOP_PID=
 stop() {
-  [ -n "$SHOP_PID" ] && kill "$SHOP_PID" 2>/dev/null
-  as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+  if [ -n "$SHOP_PID" ]; then kill "$SHOP_PID" 2>/dev/null || true; fi
+  pg_ctl -m fast -w stop >/dev/null 2>&1 || true
+  rm -f var/shop/run.pid
 }
 trap stop EXIT
+echo $$ > var/shop/run.pid
+if ! pg_ctl -l var/shop/postgres.log -w start \
+  -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" >/dev/null; then
+  echo "examples/shop: PostgreSQL did not start; its log is var/shop/postgres.log" >&2
+  exit 1
+fi
 export SHOP_DATABASE_URL="postgresql://shop:$(cat var/shop/password)@127.0.0.1:$PG_PORT/postgres"
 export FULFILMENT_ACTION="$SHOP_DATABASE_URL" FULFILMENT_SQL=@examples/shop/grant.sql
+export REVERSAL_ACTION="$SHOP_DATABASE_URL" REVERSAL_SQL=@examples/shop/revoke.sql
 export CHECKOUT_WAIT_SECONDS=${CHECKOUT_WAIT_SECONDS:-10}  # a purchase waits for its session
 .venv/bin/python -m examples.shop migrate
 .venv/bin/flask --app examples.shop run --host 127.0.0.1 --port "$SHOP_PORT" &
 SHOP_PID=$!
+echo "examples/shop: the shop's page is http://127.0.0.1:$SHOP_PORT (a customer's entitlements)"
 .venv/bin/python -m ledgerctl.run_local "$@"

@@ -41,6 +41,7 @@ from ledger.settings import Settings, fingerprint
 from ledgerctl import takebacks
 from ledgerctl.checker import Findings
 from ledgerctl.replay import options, report, sessions, sources
+from ledgerctl.replay.downstream_source import downstream_record
 from ledgerctl.replay.options import compression, millis, signing_secret
 from ledgerctl.replay.sending import PROBES, Answer, Plan, send_all
 from ledgerctl.reversal_check import ReversalFindings
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     after = report.summary_now(redis, settings.QUEUE_NAME)
     counts_after = report.event_counts(redis, event_ids)
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
-    db = report.downstream_db(settings, args.downstream_db)
+    db, db_note = downstream_record(settings, args.downstream_db, redis, sorted(paid))
     acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
     sent = [by_id[i] for i in sorted(acked_ids)]
     each = takebacks.reversals_due_each(sent) if settings.REVERSAL_PER_REFUND else None
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         answers, before, after, recorded, paid, redis, db, undo
     )
     unacked = sum(1 for a in answers if a.kind == "valid" and a.final and not a.acked)
-    notes = report.notes(answers, secret, shape.deadline)
+    notes = report.notes(answers, secret, shape.deadline) + ([db_note] if db_note else [])
     refused = report.secret_refused(answers)
     # A payment waiting for a person is surfaced, not hidden, but its count is not 1.
     passed = (

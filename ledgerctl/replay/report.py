@@ -106,11 +106,6 @@ def attempts_of(redis: Redis, payment_keys: list[str]) -> dict[str, int]:
     return dict(totals)
 
 
-def downstream_db(settings: Settings, given: str | None) -> str | None:
-    """The SQLite file holding the downstream's own record, if there is one."""
-    return given or settings.sqlite_downstream
-
-
 def reversal_db(settings: Settings, db: str | None) -> str | None:
     """The SQLite file of the reversals: REVERSAL_ACTION's when it is the built-in SQLite
     downstream, else the effects' one (``--downstream-db``, or FULFILMENT_ACTION's)."""
