@@ -574,3 +574,18 @@ def test_a_bulk_retry_of_held_payments_leaves_out_those_granted_by_hand(
         bulk = decide_bulk(shop.attempts, "retry", "held", "", "", dry_run, "cli")
         assert (bulk.matched, bulk.payment_keys) == (0, [])
     assert shop.state() == "held"
+
+
+def test_a_hold_decided_since_shows_as_was_held(redis, redis_server, rng, client) -> None:
+    """A person retried a held payment and it was fulfilled: its hold reason stays as
+    history, no longer in the red "held" row."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    page_of = f"/ops/payments/{shop.pk}"
+    redis.hset(keys.payment(shop.pk), mapping={"state": "held", "hold_reason": "other mode"})
+    page = client.get(page_of, headers=BEARER).get_data(as_text=True)
+    assert '<tr class="bad"><td class="k">held</td><td id="hold-reason">other mode' in page
+    redis.hset(keys.payment(shop.pk), "state", "fulfilled")  # as a retry then its call leave it
+    page = client.get(page_of, headers=BEARER).get_data(as_text=True)
+    assert '<td class="k">was held</td><td id="hold-reason" class="muted">other mode' in page
+    assert '<td class="k">held</td>' not in page
