@@ -13,7 +13,7 @@ from ledger.read.payments import Payment, PaymentList, PaymentRow, reason
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
-from ledger.read.timeline import LEG_NAMES, Attempt
+from ledger.read.timeline import LEG_NAMES, Attempt, outcome_words
 from ledgerctl import render_gate, render_purchase, render_reversal
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
@@ -239,7 +239,7 @@ def payment(p: Payment) -> list[Table]:
 
 
 def _outcome(a: Attempt) -> str:
-    outcome = a.outcome.replace("_", " ")
+    outcome = outcome_words(a.leg, a.outcome)
     if a.phase_at_expiry:
         outcome += f" (while {a.phase_at_expiry})"
     if a.late:

@@ -22,7 +22,7 @@ from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
 from ledger.read.stats import Minute
-from ledger.read.timeline import LEG_NAMES
+from ledger.read.timeline import LEG_NAMES, outcome_words
 from ledger.replication import NotReplicated
 from webhook.http import (
     PROBLEM_STATUS,
@@ -94,7 +94,12 @@ def pretty_json(value: object) -> str:
 
 @bp.context_processor
 def common() -> dict[str, object]:
-    return {"csrf": request_csrf(), "states": read_payments.PAYMENT_STATES, "leg_names": LEG_NAMES}
+    return {
+        "csrf": request_csrf(),
+        "states": read_payments.PAYMENT_STATES,
+        "leg_names": LEG_NAMES,
+        "outcome_words": outcome_words,
+    }
 
 
 def chart(points: list[Minute]) -> dict[str, Any]:

@@ -22,6 +22,21 @@ LEG_NAMES: dict[Leg, str] = {
     "settle": "settlement",
 }
 """A leg in words, wherever a person reads it (the dashboard, ``webhook-ledger``)."""
+DONE_WORDS: dict[Leg, str] = {
+    "fulfil": "fulfilled",
+    "reverse": "reversed",
+    "refulfil": "fulfilled again",
+    "settle": "found applied",
+}
+"""An attempt's ``fulfilled`` outcome in words by its leg: its action's call did what the leg
+asked (a reversal reversed, a settlement found the effect applied)."""
+
+
+def outcome_words(leg: Leg, outcome: str) -> str:
+    """An attempt's outcome as a person reads it (the API keeps the stored one)."""
+    return DONE_WORDS[leg] if outcome == "fulfilled" else outcome.replace("_", " ")
+
+
 FINISHED_OUTCOMES = frozenset(
     {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided"}
 )

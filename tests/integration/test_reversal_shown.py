@@ -98,6 +98,7 @@ def test_the_dashboard_shows_them(client, taken) -> None:
     assert 'id="taken-back">refunded in full' in page and 'id="reversed-at"' in page
     assert f"reverse:{t.reversed}" in page and 'id="reversal-receipt"' in page
     assert '<td data-label="of">reversal</td>' in page
+    assert '<span class="pill fulfilled">reversed</span>' in page  # its call reversed it
 
     page = client.get(f"/ops/payments/{t.partial}", headers=BASIC).get_data(as_text=True)
     assert "(partial: takes nothing back)" in page
@@ -119,6 +120,8 @@ def test_the_cli_shows_them(config, taken) -> None:
     assert shown.exit_code == 0, shown.output
     assert "Refunds and disputes" in shown.stdout and "refunded in full" in shown.stdout
     assert f"reverse:{t.reversed}" in shown.stdout
+    attempts = shown.stdout[shown.stdout.index("Attempts") :]
+    assert "reversal" in attempts and "reversed" in attempts and "fulfilled" in attempts
     summary = run_cli(config, "summary").stdout
     assert "reversals due" in summary and "reversals interrupted: a person's job" in summary
     listed = run_cli(config, "payments", "--state", "attention").stdout
