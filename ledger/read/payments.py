@@ -27,6 +27,7 @@ from ledger.read.timeline import (
     timeline,
 )
 from ledger.redact import mask_email
+from ledger.reversals import refunded_amount
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, optional, text, whole
 
@@ -68,6 +69,11 @@ PAYMENT_FIELDS = (
     "p_in_email",
     "p_pi_email",
     "leg",
+    "rf",
+    "rf_charge",
+    "rf_charge_at",
+    "rf_failed",
+    "dispute",
 )
 """What a row of the list reads of each payment hash."""
 
@@ -97,6 +103,10 @@ class PaymentRow(View):
     """What its state is about: ``fulfil`` (its fulfilment), ``reverse`` (its reversal, once
     due: queued, running, retrying, failed, interrupted, reversed, or held after a dispute won
     after it) or ``refulfil`` (its fulfilment again after that dispute won)."""
+    taken_back: str | None
+    """``refund`` (refunded in full) or ``dispute`` (a dispute lost) while Stripe takes it back
+    now, whatever its state (given back since: null): an interrupted one's person decides
+    knowing it."""
 
 
 class Payment(PaymentRow):
@@ -185,6 +195,7 @@ def payment_record(
         client_reference_id=row.client_reference_id,
         customer_email=row.customer_email,
         leg=row.leg,
+        taken_back=row.taken_back,
         livemode=None if "livemode" not in f else f["livemode"] == "1",
         paid_by=paid_by,
         events=timeline(event_ids, fields, paid_by),
@@ -233,17 +244,34 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
             f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email")
         ),
         leg=leg_of(f),
+        taken_back=taken_back_now(f),
     )
+
+
+TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
+
+
+def taken_back_now(f: dict[str, str]) -> str | None:
+    """Why Stripe takes the payment back now, as prelude.lua's taken_back reads its fields:
+    not the stored ``taken_back``, which stays until the ledger next acts on the payment."""
+    paid = whole(f.get("amount"))
+    if paid and refunded_amount(f) >= paid:
+        return "refund"
+    return "dispute" if (f.get("dispute") or "").endswith(" lost") else None
 
 
 def reason(p: PaymentRow) -> str | None:
     """Why a payment is where it is, as lists show it: a held one's hold reason, any other's
     last error (a reversal's starts with ``reversal: ``), then what is left of either (a
-    hold reason stays after its hold was decided)."""
+    hold reason stays after its hold was decided); an interrupted fulfilment taken back since
+    says so first (it decides what a person does: docs/RUNBOOK.md)."""
     first, then = (
         (p.hold_reason, p.last_error) if p.state == "held" else (p.last_error, p.hold_reason)
     )
-    return first or then
+    why = first or then
+    if p.state == "interrupted" and p.leg == "fulfil" and p.taken_back in TAKEN_BACK:
+        return f"{TAKEN_BACK[p.taken_back]} since; {why}" if why else TAKEN_BACK[p.taken_back]
+    return why
 
 
 def _ms_between(start: object, end: object) -> int | None:

@@ -1,0 +1,48 @@
+"""An interrupted fulfilment that Stripe took back meanwhile: the lists say so first, since
+it decides what a person does (resolve --fulfilled reverses it; --retry ends it refunded
+unfulfilled without a call); given back since, they no longer do."""
+
+from ledger.read import payments
+from tests.integration.test_lua_reversal import Shop
+from tests.support.constants import BEARER
+from tests.support.helpers import run_cli
+from tests.support.refunds import dispute_closed, refund_events
+
+
+def interrupted(shop: Shop) -> None:
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", False)
+    assert shop.attempts.mark_calling(shop.pk, start.token)
+    assert shop.attempts.finish(shop.pk, start.token, "interrupted", "died", 1.0)[1] == (
+        "interrupted"
+    )
+
+
+def test_the_lists_say_it_was_refunded_in_full_since(
+    redis, redis_server, rng, config, client
+) -> None:
+    shop = Shop(redis_server, rng)
+    interrupted(shop)
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        assert shop.deliver(event) == "interrupted"
+    row = payments.payments(redis, "interrupted")[0]
+    assert (row.taken_back, payments.reason(row)) == ("refund", "refunded in full since; died")
+    listed = run_cli(config, "payments", "--state", "interrupted").stdout
+    assert "refunded in full since; died" in listed, listed
+    page = client.get("/ops/payments?state=interrupted", headers=BEARER).get_data(as_text=True)
+    assert "refunded in full since; died" in page
+    answer = client.get("/ops/api/payments?state=interrupted", headers=BEARER).get_json()
+    assert [p["taken_back"] for p in answer["payments"]] == ["refund"]
+
+
+def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rng) -> None:
+    shop = Shop(redis_server, rng)
+    interrupted(shop)
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost")) == "interrupted"
+    row = payments.payments(redis, "interrupted")[0]
+    assert (row.taken_back, payments.reason(row)) == ("dispute", "a dispute lost since; died")
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "interrupted"
+    row = payments.payments(redis, "interrupted")[0]
+    assert (row.taken_back, payments.reason(row)) == (None, "died")
+    record = payments.payment(redis, shop.pk)
+    assert record is not None and record.taken_back is None
