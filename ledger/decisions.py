@@ -81,9 +81,8 @@ def decide_bulk(
     payment; ``dry_run``: only count and list them. BadFilter when a filter is wrong."""
     if state not in STATES.get(action, ()):
         raise BadFilter(f"{action} applies to {' or '.join(STATES[action])} payments")
-    found = matching(attempts.redis, state, since, error)
-    if state == "held":
-        found = not_by_hand(attempts.redis, found)
+    selected = matching(attempts.redis, state, since, error)
+    found = not_by_hand(attempts.redis, selected) if state == "held" else selected
     requeued: list[str] = []
     still_running = 0
     if not dry_run:
@@ -102,6 +101,7 @@ def decide_bulk(
         matched=len(found),
         requeued=len(requeued),
         still_running=still_running,
+        by_hand=len(selected) - len(found),
         payment_keys=(found if dry_run else requeued)[:100],
     )
 

@@ -63,5 +63,10 @@ def _say(done: BulkDecision) -> None:
         if done.dry_run
         else f"{what}; re-queued {done.requeued:,}"
     )
+    if done.by_hand:
+        say(
+            f"{done.by_hand:,} more held only for a person to act by hand (a retry runs "
+            "nothing): webhook-ledger payment PAYMENT_KEY says how, then resolve each"
+        )
     if done.still_running:
         say(f"{done.still_running:,} left alone: their last call may still be running; try later")

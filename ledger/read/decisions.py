@@ -21,5 +21,7 @@ class BulkDecision(View):
     """Re-queued by this run: a payment another run (or a worker) moved first is not."""
     still_running: int
     """Interrupted payments left alone: their last call may still be running (try later)."""
+    by_hand: int
+    """Held payments left out: only a person acts on each, by hand (a retry runs nothing)."""
     payment_keys: list[str]
     """The first 100: matched on a dry run, re-queued otherwise."""

@@ -563,7 +563,7 @@ def test_per_refund_a_payment_given_back_then_resolved_is_not_said_taken_back(
 
 
 def test_a_bulk_retry_of_held_payments_leaves_out_those_granted_by_hand(
-    redis, redis_server, rng
+    redis, redis_server, rng, config, client
 ) -> None:
     """Its dry run listed them as retryable, and the real run then refused them silently."""
     shop = Shop(redis_server, rng)
@@ -572,8 +572,12 @@ def test_a_bulk_retry_of_held_payments_leaves_out_those_granted_by_hand(
     assert shop.state() == "held" and shop.field("by_hand") == "1"
     for dry_run in (True, False):
         bulk = decide_bulk(shop.attempts, "retry", "held", "", "", dry_run, "cli")
-        assert (bulk.matched, bulk.payment_keys) == (0, [])
+        assert (bulk.matched, bulk.payment_keys, bulk.by_hand) == (0, [], 1)
     assert shop.state() == "held"
+    said = run_cli(config, "retry", "--state", "held", "--dry-run").stdout
+    assert "0 held payment(s) match" in said and "1 more held only for a person" in said, said
+    page = client.get("/ops/bulk?action=retry&state=held", headers=BEARER).get_data(as_text=True)
+    assert 'id="bulk-by-hand">1 more held only for a person' in page
 
 
 def test_a_hold_decided_since_shows_as_was_held(redis, redis_server, rng, client) -> None:
