@@ -9,12 +9,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from examples.shop import migrate as migrate_shop
+from ledgerctl.prove import PROVE_EMAIL
 from tests.support.broken_actions import make_every_call_shop
 from tests.support.keyed_downstream import URL_ENV, KeyedDownstream
 from tests.support.postgres import ORDER_SQL, make_shop
 from tests.support.processes import BIN, ROOT
+from workers.postgres_schema import migrate as migrate_service
 
 FAST = {"FULFILMENT_TIMEOUT": "1", "FULFILMENT_KILL_MARGIN_SECONDS": "0.4"}
 PAID_ROWS = 12
@@ -148,3 +152,39 @@ def test_a_function_not_replay_safe_is_at_most_once_with_interrupted(tmp_path: P
     )
     assert rows["resent with the same idempotency key"]["verdict"] == "skipped"
     assert all(row["effects"] <= 1 for row in report["rows"])
+
+
+@pytest.mark.timeout(300)
+def test_the_shop_s_grant_passes_and_its_rows_say_whose_they_are(postgres_url: str) -> None:
+    """examples/shop's grant.sql into its entitlements: exactly once in every row, and what
+    prove-action leaves in the merchant's table carries its own email and reference."""
+    migrate_shop(postgres_url)
+    grant = f"@{ROOT / 'examples' / 'shop' / 'grant.sql'}"
+    effects = "SELECT count(*) FROM entitlements WHERE payment_key = %(payment_key)s"
+    env = {"FULFILMENT_ACTION": postgres_url, "FULFILMENT_SQL": grant}
+    passed(*prove(env, "--effects-sql", effects))
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT client_reference_id, customer_email FROM entitlements")
+        found = rows.fetchall()
+    # a charge's purchase carries no email (its PaymentIntent's event would): the rest do
+    assert {email for _, email in found} == {PROVE_EMAIL, None}, found
+    refs = {ref for ref, _ in found if ref}  # the Checkout Sessions' rows
+    assert refs and all(ref.startswith("prove-cs_") for ref in refs), found
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_statement_says_why_in_the_note(postgres_url: str) -> None:
+    """An effect PostgreSQL refuses for these purchases (a NOT NULL column the PaymentIntent's
+    purchase leaves empty): not fulfilled, and the row's note is the payment's last error."""
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("CREATE TABLE strict_orders (ref text NOT NULL)")
+    migrate_service(postgres_url)
+    env = {
+        "FULFILMENT_ACTION": postgres_url,
+        "FULFILMENT_SQL": "INSERT INTO strict_orders (ref) VALUES (%(client_reference_id)s)",
+    }
+    effects = "SELECT count(*) FROM strict_orders WHERE ref = %(payment_key)s"
+    code, report, stderr = prove(env, "--effects-sql", effects, "--max-seconds", "20")
+    assert code == 1, stderr
+    refused = [r for r in report["rows"] if r["verdict"].startswith("not fulfilled")]
+    assert refused and all("null value" in r["note"] for r in refused), refused
