@@ -14,7 +14,7 @@ from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.downstream import DownstreamRecord, downstream_record
 from ledger.read.events import EVENT_FIELDS
-from ledger.read.reversal import PaymentReversal, leg_of, payment_reversal
+from ledger.read.reversal import PaymentReversal, leg_of, payment_reversal, taken_back_now
 from ledger.read.timeline import (
     Attempt,
     Leg,
@@ -27,7 +27,6 @@ from ledger.read.timeline import (
     timeline,
 )
 from ledger.redact import mask_email
-from ledger.reversals import refunded_amount
 from ledger.settings import Settings
 from ledger.stored import count, decode_hash, ms_time, optional, text, whole
 
@@ -249,15 +248,6 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
 
 
 TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
-
-
-def taken_back_now(f: dict[str, str]) -> str | None:
-    """Why Stripe takes the payment back now, as prelude.lua's taken_back reads its fields:
-    not the stored ``taken_back``, which stays until the ledger next acts on the payment."""
-    paid = whole(f.get("amount"))
-    if paid and refunded_amount(f) >= paid:
-        return "refund"
-    return "dispute" if (f.get("dispute") or "").endswith(" lost") else None
 
 
 def reason(p: PaymentRow) -> str | None:

@@ -123,6 +123,20 @@ def _key(payment_key: str, f: dict[str, str]) -> str:
     return reversal_key(payment_key) + (f":{refund}" if refund else "")
 
 
+def taken_back_now(f: dict[str, str]) -> str | None:
+    """Why Stripe takes the payment back now, as prelude.lua's taken_back reads its fields:
+    not the stored ``taken_back``, which stays until the ledger next acts on the payment."""
+    paid = whole(f.get("amount"))
+    if paid and refunded_amount(f) >= paid:
+        return "refund"
+    return "dispute" if (f.get("dispute") or "").endswith(" lost") else None
+
+
+UNDECIDED = ("pending", "in_progress", "interrupted")
+"""States in which the ledger has not acted on a taking back yet: its stored ``taken_back``
+may be one Stripe has undone since (a dispute lost, then won)."""
+
+
 def _refulfil(payment_key: str, f: dict[str, str]) -> Refulfil | None:
     if leg_of(f) != "refulfil":
         return None
@@ -145,6 +159,8 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken, retake = f.get("taken_back"), f.get("retake")
+    if f.get("state") in UNDECIDED:
+        taken = taken_back_now(f)
     due = leg_of(f) in AFTER_REVERSAL
     after = reversal_after(f)
     refulfil = _refulfil(payment_key, f)

@@ -35,7 +35,7 @@ def test_the_lists_say_it_was_refunded_in_full_since(
     assert [p["taken_back"] for p in answer["payments"]] == ["refund"]
 
 
-def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rng) -> None:
+def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rng, client) -> None:
     shop = Shop(redis_server, rng)
     interrupted(shop)
     assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost")) == "interrupted"
@@ -46,3 +46,6 @@ def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rn
     assert (row.taken_back, payments.reason(row)) == (None, "died")
     record = payments.payment(redis, shop.pk)
     assert record is not None and record.taken_back is None
+    assert record.reversal is not None and record.reversal.taken_back is None  # the card's
+    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
+    assert 'id="taken-back"><span class="muted">no: nothing to take back' in page
