@@ -243,6 +243,12 @@ def _invoice(f: dict[str, str]) -> Invoice | None:
     )
 
 
+def email_of(f: dict[str, str]) -> str | None:
+    """The customer's email: the Checkout Session's, the invoice's, the PaymentIntent's
+    receipt_email, else its charge's copy of it (purchase_fields._charge)."""
+    return f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email") or f.get("p_ch_email")
+
+
 def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
     """The purchase from a payment hash (decoded): its ``p_*`` and paid fields."""
     session, invoice = _session(f), _invoice(f)
@@ -257,7 +263,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         checkout_session_id=session.id if session else None,
         client_reference_id=session.client_reference_id if session else None,
         customer=f.get("p_customer") or None,
-        customer_email=f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email") or None,
+        customer_email=email_of(f) or None,
         customer_name=f.get("p_cs_name") or f.get("p_in_name") or None,
         charge=f.get("p_charge") or None,
         invoice_id=invoice.id if invoice else None,
@@ -271,7 +277,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         invoice=invoice,
         line_items=_line_items(f.get("p_items")),
         metadata=PurchaseMetadata(
-            payment_intent=_metadata(f, "p_md_pi", pi is not None),
+            payment_intent=_metadata(f, "p_md_pi" if "p_md_pi" in f else "p_ch_md", pi is not None),
             checkout_session=_metadata(f, "p_md_cs", session is not None),
             invoice=_metadata(f, "p_md_in", invoice is not None),
         ),

@@ -145,6 +145,17 @@ def _payment_intent(obj: Obj) -> dict[str, str]:
     }
 
 
+def _charge(obj: Obj) -> dict[str, str]:
+    """A PaymentIntent's charge carries the copy Stripe made of the PaymentIntent's metadata
+    and receipt_email when it was confirmed: kept apart (``p_ch_*``), for a payment whose
+    charge event came before its PaymentIntent's (the PaymentIntent's own win once there)."""
+    found = {"p_charge": _text(obj.get("id"))}
+    if _id(obj.get("payment_intent")):
+        found["p_ch_md"] = _metadata(obj)
+        found["p_ch_email"] = _text(obj.get("receipt_email"))
+    return found
+
+
 def purchase_fields(obj: Obj) -> dict[str, str]:
     """The payment-hash fields one event's ``data.object`` gives its purchase (none for an
     object of another kind, or for a thin event, which carries none)."""
@@ -156,7 +167,7 @@ def purchase_fields(obj: Obj) -> dict[str, str]:
     elif kind == "payment_intent":
         found = _payment_intent(obj)
     elif kind == "charge":
-        found = {"p_charge": _text(obj.get("id"))}
+        found = _charge(obj)
     else:
         return {}
     found["p_customer"] = _id(obj.get("customer"))

@@ -9,7 +9,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.clock import now_ms
-from ledger.purchase import Purchase, purchase_of
+from ledger.purchase import Purchase, email_of, purchase_of
 from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.downstream import DownstreamRecord, downstream_record
@@ -67,6 +67,7 @@ PAYMENT_FIELDS = (
     "p_cs_email",
     "p_in_email",
     "p_pi_email",
+    "p_ch_email",
     "leg",
     "rf",
     "rf_charge",
@@ -239,9 +240,7 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
         waiting=optional(f.get("waiting")),
         account=optional(f.get("account")),
         client_reference_id=optional(f.get("p_cs_ref")),
-        customer_email=mask_email(
-            f.get("p_cs_email") or f.get("p_in_email") or f.get("p_pi_email")
-        ),
+        customer_email=mask_email(email_of(f)),
         leg=leg_of(f),
         taken_back=taken_back_now(f),
     )

@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 from ledger import keys
 from ledger.downstream import open_downstream
 from ledger.purchase import read_purchase
+from ledgerctl import samples
 from tests.support.helpers import payment_key_of, settled_as
 from tests.support.inprocess import Fulfilment
 from tests.support.processes import wait_until
@@ -157,3 +158,38 @@ def test_a_payment_recorded_before_the_purchase_fields_gets_them_from_its_events
     kept = read_purchase(redis, pk, 1)
     redis.hdel(keys.payment(pk), *[k for k in redis.hkeys(keys.payment(pk)) if k[:2] == b"p_"])
     assert read_purchase(redis, pk, 1) == kept
+
+
+def test_a_charge_first_gives_its_copy_of_the_payment_intent_s_metadata_and_email(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """Stripe copies a PaymentIntent's metadata and receipt_email onto its charge when it is
+    confirmed, and charge.succeeded often comes first: the purchase an attempt gets then
+    has them; the PaymentIntent's own event, once there, wins (its metadata may be newer)."""
+    f: Fulfilment = fulfilment()
+    events = samples.payment_events(rng)
+    charge, intent = events[1], events[2]
+    charge["data"]["object"].update(metadata={"order": "4711"}, receipt_email=EMAIL)
+    f.deliver(charge)
+    pk = payment_key_of(intent)
+    got = read_purchase(redis, pk, 1).to_dict()
+    assert (got["metadata"]["payment_intent"], got["customer_email"]) == ({"order": "4711"}, EMAIL)
+    assert purchase_validator().is_valid(got)
+    intent["data"]["object"].update(metadata={"order": "4711", "note": "gift"}, receipt_email=None)
+    f.deliver(intent)
+    got = read_purchase(redis, pk, 1).to_dict()
+    assert got["metadata"]["payment_intent"] == {"order": "4711", "note": "gift"}
+    assert got["customer_email"] == EMAIL  # the PaymentIntent's event carried none
+
+
+def test_a_charge_of_no_payment_intent_gives_no_payment_intent_metadata(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """A charge made without a PaymentIntent (the Charges API): its metadata is its own."""
+    f: Fulfilment = fulfilment()
+    charge = samples.payment_events(rng)[1]
+    obj = charge["data"]["object"]
+    obj.update(metadata={"order": "1"}, receipt_email=EMAIL, payment_intent=None)
+    f.deliver(charge)
+    got = read_purchase(redis, obj["id"], 1).to_dict()
+    assert got["metadata"]["payment_intent"] is None and got["customer_email"] is None
