@@ -104,9 +104,9 @@ class PaymentRow(View):
     due: queued, running, retrying, failed, interrupted, reversed, or held after a dispute won
     after it) or ``refulfil`` (its fulfilment again after that dispute won)."""
     taken_back: str | None
-    """``refund`` (refunded in full) or ``dispute`` (a dispute lost) while Stripe takes it back
-    now, whatever its state (given back since: null): an interrupted one's person decides
-    knowing it."""
+    """``refund`` (refunded in full; with no paid record, any refund) or ``dispute`` (a dispute
+    lost) while Stripe takes it back now, whatever its state (given back since: null): an
+    interrupted one's person decides knowing it."""
 
 
 class Payment(PaymentRow):
@@ -258,6 +258,12 @@ def reason(p: PaymentRow) -> str | None:
         (p.hold_reason, p.last_error) if p.state == "held" else (p.last_error, p.hold_reason)
     )
     why = first or then
+    if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
+        return (
+            f"{'refunded' if p.taken_back == 'refund' else 'a dispute lost'}, with no paid "
+            "record (purged after PAYMENT_RETENTION_DAYS, or paid before this ledger ran): "
+            "nothing was reversed"
+        )
     if p.state == "interrupted" and p.leg == "fulfil" and p.taken_back in TAKEN_BACK:
         return f"{TAKEN_BACK[p.taken_back]} since; {why}" if why else TAKEN_BACK[p.taken_back]
     return why

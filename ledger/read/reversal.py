@@ -129,7 +129,11 @@ def taken_back_now(f: dict[str, str]) -> str | None:
     paid = whole(f.get("amount"))
     if paid and refunded_amount(f) >= paid:
         return "refund"
-    return "dispute" if (f.get("dispute") or "").endswith(" lost") else None
+    if (f.get("dispute") or "").endswith(" lost"):
+        return "dispute"
+    # no paid record (purged, or paid before the ledger ran): the amount paid is not known,
+    # so any refund counted says it
+    return "refund" if not f.get("paid_at") and refunded_amount(f) > 0 else None
 
 
 UNDECIDED = ("pending", "in_progress", "interrupted")

@@ -49,3 +49,19 @@ def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rn
     assert record.reversal is not None and record.reversal.taken_back is None  # the card's
     page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
     assert 'id="taken-back"><span class="muted">no: nothing to take back' in page
+
+
+def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
+    redis, redis_server, rng, config
+) -> None:
+    """A payment purged after PAYMENT_RETENTION_DAYS, then refunded in full: its refund's
+    events make a record with no paid event, and the lists say what that means."""
+    shop = Shop(redis_server, rng)  # its paid event never delivered (as if purged)
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        assert shop.deliver(event) == "pending"
+    row = payments.payments(redis, "pending")[0]
+    assert payments.reason(row) == (
+        "refunded, with no paid record (purged after PAYMENT_RETENTION_DAYS, or paid before "
+        "this ledger ran): nothing was reversed"
+    )
+    assert "with no paid record" in run_cli(config, "payments", "--state", "pending").stdout
