@@ -99,8 +99,12 @@ class Settings:
     EVENT_RETENTION_DAYS: int = setting(30, kinds.whole(1, None, "days"))
     """Event records and their payloads expire after this (Stripe keeps events 30 days)."""
     PAYMENT_RETENTION_DAYS: int = setting(0, kinds.whole(0, None, "days", " (0: keep)"))
-    """Days after they settled that the sweeper deletes fulfilled and never-paid payments;
-    more than EVENT_RETENTION_DAYS, so no resend can fulfil one again."""
+    """Days after they settled that the sweeper deletes fulfilled, reversed,
+    refunded-before-fulfilment and never-paid payments; more than EVENT_RETENTION_DAYS, so no
+    resend can fulfil one again. Stripe can take a payment back long after (a dispute up to
+    120 days after it, decided months later): a refund or dispute of a purged payment finds
+    no paid record and reverses nothing (listed `pending`, its reason says so), so with
+    `REVERSAL_ACTION` keep them 240 days or more."""
     OPS_TOKEN: tuple[str, ...] = setting((), kinds.tokens(), mask_secret)
     """Bearer tokens (or basic-auth passwords) of the dashboard, the ops API and /metrics,
     one per person or system; unset: those routes answer 401."""
