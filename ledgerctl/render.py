@@ -183,7 +183,9 @@ def payment(p: Payment) -> list[Table]:
     facts |= {k: v for k, v in optional.items() if v}
     if p.resolution:
         r = p.resolution
-        decided = f": {r.decision} (was {r.from_state}) at {iso(r.at)}" if r.decision else ""
+        decided = (
+            f": {r.meant or r.decision} (was {r.from_state}) at {iso(r.at)}" if r.decision else ""
+        )
         facts["decided by a person"] = r.by + decided
     if p.downstream:
         d = p.downstream

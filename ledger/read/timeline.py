@@ -76,11 +76,24 @@ class Attempt(View):
     its token (after ``reversal_from`` or ``refulfil_from``)."""
 
 
+RESOLVED_AS = {
+    "retry": "run again",
+    "fulfilled": "found applied: fulfilled",
+    "reversed": "its reversal found applied: reversed",
+    "fulfilled_again": "its fulfilment again found applied",
+    "granted_by_hand": "granted by hand",
+    "taken_back_by_hand": "taken back by hand: reversed",
+}
+"""What a person's decision did (lua/operator.lua ``resolved_as``), in words."""
+
+
 class Resolution(View):
     by: str
     at: datetime | None
     decision: str | None
     from_state: str | None
+    meant: str | None
+    """What it did, in words (RESOLVED_AS); null for a decision recorded before it was kept."""
 
 
 def timeline(
@@ -198,6 +211,7 @@ def resolution_of(f: dict[str, str]) -> Resolution | None:
         at=ms_time(f.get("resolved_at")),
         decision=optional(f.get("resolved_decision")),
         from_state=optional(f.get("resolved_from")),
+        meant=RESOLVED_AS.get(f.get("resolved_as", "")),
     )
 
 

@@ -136,15 +136,15 @@ def test_a_decision_is_stored_as_fields_and_shown_from_them(ops, redis, config, 
     read back as they are and formatted only where shown."""
     pk = failed_payment(ops, redis, config, rng)
     assert ops.post(f"/ops/api/payments/{pk}/retry", headers=acting(BOB)).status_code == 200
-    names = ("resolved_by", "resolved_at", "resolved_decision", "resolved_from")
-    by, at, decision, from_state = redis.hmget(keys.payment(pk), names)
-    assert (by, decision, from_state) == (b"ops:bob", b"retry", b"failed")
+    names = ("resolved_by", "resolved_at", "resolved_decision", "resolved_from", "resolved_as")
+    by, at, decision, from_state, did = redis.hmget(keys.payment(pk), names)
+    assert (by, decision, from_state, did) == (b"ops:bob", b"retry", b"failed", b"retry")
     record = payments.payment(redis, pk)
     assert record is not None and record.resolution == Resolution(
-        by="ops:bob", at=ms_time(at), decision="retry", from_state="failed"
+        by="ops:bob", at=ms_time(at), decision="retry", from_state="failed", meant="run again"
     )
     page = ops.get(f"/ops/payments/{pk}", headers=basic("any", ALICE)).get_data(as_text=True)
-    assert "ops:bob: retry (was failed) at" in page
+    assert "ops:bob: run again (was failed) at" in page
 
 
 def test_bulk_retries_record_the_token_label(ops, redis, config, rng) -> None:

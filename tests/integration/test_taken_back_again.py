@@ -163,7 +163,11 @@ def test_the_dashboard_and_the_ops_api_show_it(client, redis, redis_server, rng)
     assert answer.status_code == 409 and answer.get_json()["error"] == "grant_by_hand"
     answer = client.post(f"/ops/api/payments/{shop.pk}/resolve?as=fulfilled", headers=BEARER)
     assert answer.status_code == 200 and answer.get_json()["state"] == "reversed"
-    r = client.get(f"/ops/api/payments/{shop.pk}", headers=BEARER).get_json()["reversal"]
+    shown = client.get(f"/ops/api/payments/{shop.pk}", headers=BEARER).get_json()
+    r = shown["reversal"]
     assert r["taken_back_again"] is None and r["taken_back_by_hand_at"]
+    assert shown["resolution"]["meant"] == "taken back by hand: reversed"  # not "fulfilled"
     page = client.get(f"/ops/payments/{shop.pk}", headers=BASIC).get_data(as_text=True)
-    assert 'id="taken-back-by-hand-at"' in page
+    assert (
+        'id="taken-back-by-hand-at"' in page and ": taken back by hand: reversed (was held)" in page
+    )
