@@ -273,10 +273,9 @@ local function tie_twin(d, state)
     -- or a taking back by hand, a possible duplicate) and now also knows of the twin
     local why = redis.call('HGET', d.pay, 'hold_reason') or ''
     local tie = 'same purchase as ' .. twin .. ' (Stripe tied their ids after both were recorded)'
-    if why ~= '' and not string.find(why, 'same purchase as ', 1, true) then
-      tie = why .. '; also the ' .. tie
+    if not string.find(why, 'same purchase as ' .. twin, 1, true) then  -- said once
+      redis.call('HSET', d.pay, 'hold_reason', why == '' and tie or (why .. '; also the ' .. tie))
     end
-    redis.call('HSET', d.pay, 'hold_reason', tie)
   end
   return state
 end

@@ -221,11 +221,14 @@ def test_a_tie_adds_to_why_a_record_is_held_and_keeps_what_a_person_must_do(
     if by_hand:  # as hold_reinstated leaves one Stripe gave back
         reason = "Stripe gave it back: grant it by hand"
         redis.hset(keys.payment(pi_key), mapping={"hold_reason": reason, "by_hand": 1})
-    record(ledger, session)
-    tied = payments.payment(redis, pi_key)
-    assert tied is not None and (tied.state, tied.same_purchase_as) == ("held", in_key)
-    assert tied.hold_reason == (
-        f"{reason}; also the same purchase as {in_key} "
-        "(Stripe tied their ids after both were recorded)"
-    )
-    assert tied.by_hand == by_hand
+    again = copy.deepcopy(session)  # another event of the same session ties them again
+    again["id"], again["type"] = "evt_again", "checkout.session.async_payment_succeeded"
+    for tying in (session, again):
+        record(ledger, tying)
+        tied = payments.payment(redis, pi_key)
+        assert tied is not None and (tied.state, tied.same_purchase_as) == ("held", in_key)
+        assert tied.hold_reason == (
+            f"{reason}; also the same purchase as {in_key} "
+            "(Stripe tied their ids after both were recorded)"
+        ), tying["type"]
+        assert tied.by_hand == by_hand
