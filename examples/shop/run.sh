@@ -28,7 +28,7 @@ fi
 pg_ctl() { as_postgres "$PG_BIN/pg_ctl" -D "$DATA" "$@"; }
 if pg_ctl status >/dev/null 2>&1; then
   running=$(cat var/shop/run.pid 2>/dev/null || true)
-  if [ -n "$running" ] && grep -qs run.sh "/proc/$running/cmdline"; then
+  if [ -n "$running" ] && [ "$running" != $$ ] && grep -qs run.sh "/proc/$running/cmdline"; then
     echo "examples/shop: already running (pid $running) on $DATA; stop it first" >&2
     exit 1
   fi
@@ -47,11 +47,11 @@ for named in "SHOP_PG_PORT=$PG_PORT" "SHOP_PORT=$SHOP_PORT"; do
     exit 1
   fi
 done
-SHOP_PID=
-stop() {
+SHOP_PID= STARTED=
+stop() {  # only what this run started: another run's server stays up
   if [ -n "$SHOP_PID" ]; then kill "$SHOP_PID" 2>/dev/null || true; fi
-  pg_ctl -m fast -w stop >/dev/null 2>&1 || true
-  rm -f var/shop/run.pid
+  if [ -n "$STARTED" ]; then pg_ctl -m fast -w stop >/dev/null 2>&1 || true; fi
+  if [ "$(cat var/shop/run.pid 2>/dev/null)" = $$ ]; then rm -f var/shop/run.pid; fi
 }
 trap stop EXIT
 echo $$ > var/shop/run.pid
@@ -60,6 +60,7 @@ if ! pg_ctl -l var/shop/postgres.log -w start \
   echo "examples/shop: PostgreSQL did not start; its log is var/shop/postgres.log" >&2
   exit 1
 fi
+STARTED=1
 export SHOP_DATABASE_URL="postgresql://shop:$(cat var/shop/password)@127.0.0.1:$PG_PORT/postgres"
 export FULFILMENT_ACTION="$SHOP_DATABASE_URL" FULFILMENT_SQL=@examples/shop/grant.sql
 export REVERSAL_ACTION="$SHOP_DATABASE_URL" REVERSAL_SQL=@examples/shop/revoke.sql
