@@ -148,7 +148,8 @@ def _payment_intent(obj: Obj) -> dict[str, str]:
 def _charge(obj: Obj) -> dict[str, str]:
     """A PaymentIntent's charge carries the copy Stripe made of the PaymentIntent's metadata
     and receipt_email when it was confirmed: kept apart (``p_ch_*``), for a payment whose
-    charge event came before its PaymentIntent's (the PaymentIntent's own win once there)."""
+    charge event came before its PaymentIntent's (the PaymentIntent's own win once an event
+    brings them: an empty map is not stored, so the charge's copy stays then)."""
     found = {"p_charge": _text(obj.get("id"))}
     if _id(obj.get("payment_intent")):
         found["p_ch_md"] = _metadata(obj)

@@ -117,7 +117,7 @@ class PurchaseMetadata(TypedDict):
     """Each object's ``metadata`` where it came from, never merged (None: not seen)."""
 
     payment_intent: dict[str, str] | None
-    """Before the PaymentIntent's own event came: the copy Stripe made on its charge."""
+    """While no event of the PaymentIntent brought any: the copy Stripe made on its charge."""
     checkout_session: dict[str, str] | None
     invoice: dict[str, str] | None
 

@@ -261,8 +261,8 @@ def reason(p: PaymentRow) -> str | None:
     if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
         return (
             f"{'refunded' if p.taken_back == 'refund' else 'a dispute lost'}, with no paid "
-            "record (purged after PAYMENT_RETENTION_DAYS, or paid before this ledger ran): "
-            "nothing was reversed"
+            "record yet (its paid event may still come; else purged after "
+            "PAYMENT_RETENTION_DAYS, or paid before this ledger ran): nothing reversed"
         )
     if p.state == "interrupted" and p.leg == "fulfil" and p.taken_back in TAKEN_BACK:
         return f"{TAKEN_BACK[p.taken_back]} since; {why}" if why else TAKEN_BACK[p.taken_back]

@@ -52,7 +52,7 @@ def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rn
 
 
 def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
-    redis, redis_server, rng, config
+    redis, redis_server, rng, config, client
 ) -> None:
     """A payment purged after PAYMENT_RETENTION_DAYS, then refunded in full: its refund's
     events make a record with no paid event, and the lists say what that means."""
@@ -61,7 +61,10 @@ def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
         assert shop.deliver(event) == "pending"
     row = payments.payments(redis, "pending")[0]
     assert payments.reason(row) == (
-        "refunded, with no paid record (purged after PAYMENT_RETENTION_DAYS, or paid before "
-        "this ledger ran): nothing was reversed"
+        "refunded, with no paid record yet (its paid event may still come; else purged after "
+        "PAYMENT_RETENTION_DAYS, or paid before this ledger ran): nothing reversed"
     )
     assert "with no paid record" in run_cli(config, "payments", "--state", "pending").stdout
+    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
+    assert 'id="taken-back">refunded <span class="muted">(no paid record' in page
+    assert shop.deliver(shop.paid) == "refunded_unfulfilled"  # it came: never called

@@ -120,8 +120,10 @@ def test_the_cli_shows_them(config, taken) -> None:
     assert shown.exit_code == 0, shown.output
     assert "Refunds and disputes" in shown.stdout and "refunded in full" in shown.stdout
     assert f"reverse:{t.reversed}" in shown.stdout
-    attempts = shown.stdout[shown.stdout.index("Attempts") :]
-    assert "reversal" in attempts and "reversed" in attempts and "fulfilled" in attempts
+    rows = shown.stdout[shown.stdout.index("Attempts") :].splitlines()
+    [reversal] = [row for row in rows if " reversal " in row]
+    [fulfilment] = [row for row in rows if " fulfilment " in row]
+    assert " reversed " in reversal and " fulfilled " in fulfilment, rows
     summary = run_cli(config, "summary").stdout
     assert "reversals due" in summary and "reversals interrupted: a person's job" in summary
     listed = run_cli(config, "payments", "--state", "attention").stdout
