@@ -27,7 +27,22 @@ RECENT_REJECTIONS = 1000
 """Length of the capped list of recent rejections: enough to read an incident, bounded
 memory under a flood."""
 
-FULFIL_BUCKETS_MS = (50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000)
+FULFIL_BUCKETS_MS = (
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+    30000,
+    60000,
+    90000,
+    120000,
+    180000,
+    300000,
+)
 """Bucket bounds (ms) of the fulfil latency histogram kept in Redis for Prometheus: from a
 fast local downstream to a call cut at the longest lease people set."""
 

@@ -306,12 +306,16 @@ def test_fulfil_latency_is_over_the_last_hour(redis) -> None:
         fulfilled(f"pi_old{n}", 2 * 3600_000, 600_000)
     for n, latency in enumerate((100, 200, 300, 400)):
         fulfilled(f"pi_new{n}", 60_000, latency)
-    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli")
+    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli", resolved_decision="fulfilled")
     latency = stats.summary(redis, settings_module.load({})).fulfil_latency
     assert (latency.window_s, latency.payments) == (3600, 4)
     assert (latency.p50_ms, latency.p90_ms, latency.p99_ms) == (200, 400, 400)
     wider = stats.summary(redis, settings_module.load({}), window_s=3 * 3600).fulfil_latency
     assert wider.payments == 54 and wider.p50_ms == 600_000
+    # retried by a person, then fulfilled by a worker: counted, as the histogram counts it
+    fulfilled("pi_retried", 60_000, 500, resolved_by="cli", resolved_decision="retry")
+    latency = stats.summary(redis, settings_module.load({})).fulfil_latency
+    assert (latency.payments, latency.p99_ms) == (5, 500)
 
 
 def test_dashboard_pause_is_confirmed_on_its_own_page_with_csrf(client, redis) -> None:
