@@ -1,6 +1,7 @@
 """The ``webhook-ledger`` commands that act: decisions, sweeping, evidence bundles (added
 to the group by ledgerctl/cli.py)."""
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from rich.text import Text
 
 from ledger import limits
 from ledger.attempts import Attempts
-from ledger.connection import describe
+from ledger.connection import close, connect, describe
 from ledger.decisions import decide
 from ledger.read.base import Problem
 from ledger.redact import redact
@@ -31,6 +32,10 @@ def _note(text: str) -> None:
     click.echo(text, err=True)
 
 
+PROBE_SECONDS = 1.0
+"""The longest one PING of wait-redis waits for its answer."""
+
+
 @click.command("wait-redis")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait.")
 @click.pass_obj
@@ -41,9 +46,18 @@ def wait_redis(ctx: Context, timeout: float) -> None:
     where = describe(ctx.settings)
     _note(f"waiting for Redis at {where} (up to {timeout:g} s)")
     started = time.monotonic()
+    # each PING gives up within a second and is not retried by redis-py: a Redis that
+    # accepts connections but never answers (stopped, swapping) ends the wait on time
+    probe = connect(
+        dataclasses.replace(
+            ctx.settings,
+            REDIS_SOCKET_TIMEOUT=min(ctx.settings.REDIS_SOCKET_TIMEOUT, PROBE_SECONDS),
+            REDIS_RETRIES=0,
+        )
+    )
     while True:
         try:
-            ctx.redis.ping()
+            probe.ping()
         except (AuthenticationError, ResponseError) as exc:  # it answered: waiting cannot help
             why = redact(str(exc))
             _note(f"gave up: Redis at {where} refused: {why} (check REDIS_URL, REDIS_PASSWORD)")
@@ -57,6 +71,7 @@ def wait_redis(ctx: Context, timeout: float) -> None:
         else:
             _note(f"Redis at {where} answered after {time.monotonic() - started:.1f} s")
             break
+    close(probe)
     if ctx.settings.LEDGER_MIN_REPLICAS:
         _wait_replicas(ctx, started, timeout, where)
 

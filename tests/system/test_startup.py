@@ -251,6 +251,22 @@ def test_wait_redis_says_what_it_waits_for_and_why_it_gave_up() -> None:
     assert "Connection refused" in lines[-1] and "PASSWORD456" not in "\n".join(lines)
 
 
+def test_wait_redis_gives_up_on_time_when_redis_accepts_but_never_answers() -> None:
+    """A stopped Redis (SIGSTOP, a frozen VM) still has its connections accepted by the
+    kernel: each PING waits for an answer that never comes. Before, each waited
+    REDIS_SOCKET_TIMEOUT (10 s here) and was retried REDIS_RETRIES (3) times: a 2 s wait
+    took over 40 s; now each PING gives up within PROBE_SECONDS."""
+    with socket.create_server(("127.0.0.1", 0)) as mute:  # accepts, never answers
+        url = f"redis://127.0.0.1:{mute.getsockname()[1]}/0"
+        env = env_with(REDIS_URL=url, REDIS_SOCKET_TIMEOUT="10")
+        started = time.monotonic()
+        code, lines = run([*CLI[:1], "wait-redis", "--timeout", "2"], env, timeout=90)
+        took = time.monotonic() - started
+    assert code == 3 and lines[-1].startswith("gave up after 2 s: Redis at "), lines
+    assert "Timeout" in lines[-1], lines
+    assert took < 10, took  # not one whole REDIS_SOCKET_TIMEOUT: PROBE_SECONDS a PING
+
+
 @pytest.mark.parametrize(
     ("extra", "userinfo", "db", "why"),
     [
