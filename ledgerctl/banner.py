@@ -101,7 +101,27 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
         moved.append(f"WEB_PORT={port}")
     if moved_downstream(settings.FULFILMENT_ACTION):  # --ha: var/ha/downstream.sqlite3
         moved.append(f"FULFILMENT_ACTION={redact(str(settings.FULFILMENT_ACTION))}")
+    moved += [
+        f"{name}={spelled(settings, name)}"
+        for name in READ_BY_THE_TOOLS
+        if getattr(settings, name) != getattr(Settings, name)
+    ]
     return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
+
+
+READ_BY_THE_TOOLS = (
+    "QUEUE_NAME",
+    "STUCK_QUEUED_SECONDS",
+    "BREAKER_THRESHOLD",
+    "BREAKER_COOLDOWN_SECONDS",
+    "FULFILMENT_MAX_RATE",
+    "FULFILMENT_TIMEOUT",
+    "LEASE_SECONDS",
+    "LEDGER_MIN_REPLICAS",
+)
+"""Settings webhook-ledger reads to say what it shows (stuck, the breaker's cool-down, the
+rate, the queue): the tools in another terminal read them from their own environment, so
+the banner gives those this run changed (no secret is among them)."""
 
 
 def moved_downstream(action: ActionSpec) -> bool:

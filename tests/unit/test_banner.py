@@ -36,3 +36,11 @@ def test_a_downstream_other_than_the_default_file_is_given_to_export(tmp_path) -
     assert f"export FULFILMENT_ACTION={ha}\n" in shown({"FULFILMENT_ACTION": ha})
     default = f"sqlite:///{Path('var/downstream.sqlite3').resolve()}"
     assert "another terminal" not in shown({"FULFILMENT_ACTION": default})
+
+
+def test_settings_the_tools_read_to_say_what_they_show_are_given_to_export() -> None:
+    """Without them, webhook-ledger in another terminal judged "stuck" and the breaker's
+    cool-down by its own defaults, not by this run's (ops review)."""
+    text = shown({"STUCK_QUEUED_SECONDS": "30", "BREAKER_COOLDOWN_SECONDS": "10"})
+    assert "export STUCK_QUEUED_SECONDS=30 BREAKER_COOLDOWN_SECONDS=10\n" in text
+    assert "another terminal" not in shown({"STUCK_QUEUED_SECONDS": "300"})  # its default
