@@ -115,7 +115,7 @@ def reversal_db(settings: Settings, db: str | None) -> str | None:
 
 def downstream_effects(
     db: str | None, payment_keys: list[str], marks: dict[str, dict[str, str]]
-) -> tuple[str, dict[str, int], int, dict[str, int]]:
+) -> tuple[str, dict[str, int], int | None, dict[str, int]]:
     """Effects per payment from the downstream's own record when it keeps one, its calls,
     and its re-grants per payment (a fulfilment again after a dispute won: not an effect);
     without one, the ledger's marks (``fulfilled_at``, ``refulfilled_at``: a payment reversed
@@ -129,7 +129,7 @@ def downstream_effects(
         return "downstream (sqlite)", effects, calls, regrants
     effects = {pk: int("fulfilled_at" in marks[pk]) for pk in payment_keys}
     regrants = {pk: int("refulfilled_at" in marks[pk]) for pk in payment_keys}
-    return "ledger (no downstream record)", effects, -1, regrants
+    return "ledger (no downstream record)", effects, None, regrants
 
 
 def delta(after: Counters, before: Counters, name: str) -> int:
@@ -258,7 +258,10 @@ def table(
 
     def fmt(values: dict[str, Any]) -> str:
         return (
-            "  ".join(f"{k} {fmt(v) if isinstance(v, dict) else v}" for k, v in values.items())
+            "  ".join(
+                f"{k} {fmt(v) if isinstance(v, dict) else '-' if v is None else v}"
+                for k, v in values.items()
+            )
             or "-"
         )
 

@@ -78,6 +78,7 @@ def test_a_replay_beside_the_shop_counts_effects_from_the_ledger(
     _, report = replay(env, f"{web.url}/webhooks/stripe", *args, out=tmp_path / "r.json")
     assert report["layers"]["downstream"]["source"] == "ledger (no downstream record)"
     assert report["layers"]["downstream"]["effects"] == 2 and report["findings"]["ok"]
+    assert report["layers"]["downstream"]["calls"] is None  # the ledger does not count calls
     [note] = [n for n in report["notes"] if "calls went to" in n]
     assert note.startswith("the workers' calls went to postgresql:") and str(old) in note
     assert postgres_url.split("@")[0].split(":")[-1] not in json.dumps(report)  # no password
