@@ -209,18 +209,7 @@ def payment(p: Payment) -> list[Table]:
         }
         for e in p.events
     ]
-    attempts = [
-        {
-            "token": a.token,
-            "of": LEG_NAMES[a.leg],
-            "outcome": _outcome(a),
-            "started": a.started_at,
-            "took (ms)": a.duration_ms,
-            "call (ms)": round(a.call_ms, 1) if a.call_ms is not None else None,
-            "error": a.error,
-        }
-        for a in p.attempts
-    ]
+    attempts = attempt_rows(p)
     return [
         kv_table(f"Payment {p.payment_key}", facts),
         *render_reversal.taken_back(p),
@@ -240,8 +229,24 @@ def payment(p: Payment) -> list[Table]:
     ]
 
 
-def _outcome(a: Attempt) -> str:
-    outcome = outcome_words(a.leg, a.outcome)
+def attempt_rows(p: Payment) -> list[dict[str, Any]]:
+    """The payment's attempts as the table lists them."""
+    return [
+        {
+            "token": a.token,
+            "of": LEG_NAMES[a.leg],
+            "outcome": _outcome(a, p.state == "failed" and a is p.attempts[-1]),
+            "started": a.started_at,
+            "took (ms)": a.duration_ms,
+            "call (ms)": round(a.call_ms, 1) if a.call_ms is not None else None,
+            "error": a.error,
+        }
+        for a in p.attempts
+    ]
+
+
+def _outcome(a: Attempt, spent: bool) -> str:
+    outcome = outcome_words(a.leg, a.outcome, spent)
     if a.phase_at_expiry:
         outcome += f" (while {a.phase_at_expiry})"
     if a.late:

@@ -32,8 +32,12 @@ DONE_WORDS: dict[Leg, str] = {
 asked (a reversal reversed, a settlement found the effect applied)."""
 
 
-def outcome_words(leg: Leg, outcome: str) -> str:
-    """An attempt's outcome as a person reads it (the API keeps the stored one)."""
+def outcome_words(leg: Leg, outcome: str, spent: bool = False) -> str:
+    """An attempt's outcome as a person reads it (the API keeps the stored one); ``spent``:
+    the last attempt of a payment that then failed, its worker's ``retry`` refused for want
+    of attempts (MAX_ATTEMPTS)."""
+    if outcome == "retry" and spent:
+        return "retry: no attempt left (failed)"
     return DONE_WORDS[leg] if outcome == "fulfilled" else outcome.replace("_", " ")
 
 

@@ -11,7 +11,8 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Gate
 from ledger.read import payments
-from ledgerctl import samples
+from ledgerctl import render, samples
+from tests.support.constants import BEARER
 from tests.support.helpers import paid_event, purchase
 
 
@@ -285,3 +286,23 @@ def test_a_fulfilled_payment_costs_its_scripts_no_more_commands_than_budgeted(
             done = attempts.finish(pk, start.token, "fulfilled", "{}", 5.0)
             assert done == ("fulfilled", "fulfilled")
         assert script_commands(redis) <= budget, replay_safe
+
+
+def test_the_last_retry_of_a_payment_out_of_attempts_says_so(
+    redis: Redis, redis_server, rng, client
+) -> None:
+    """Its worker said retry, and the ledger failed it for want of attempts: the attempt
+    stays 'retry' (its worker's word, counted so), shown with why the payment is failed."""
+    attempts, pk = queued_payment(redis_server, rng)
+    state = "queued"
+    while state != "failed":
+        start = attempts.start(pk, f"job-{rng.random()}", replay_safe=True)
+        state = attempts.finish(pk, start.token, "retry", "http 500", 1.0)[1]
+        redis.hset(keys.payment(pk), "next_at", 0)
+    record = payments.payment(redis, pk)
+    assert record is not None and {a.outcome for a in record.attempts} == {"retry"}
+    outcomes = [row["outcome"] for row in render.attempt_rows(record)]
+    assert outcomes[-1].startswith("retry: no attempt left (failed)")
+    assert not any("no attempt left" in o for o in outcomes[:-1])
+    page = client.get(f"/ops/payments/{pk}", headers=BEARER).get_data(as_text=True)
+    assert page.count("retry: no attempt left (failed)") == 1
