@@ -13,8 +13,7 @@ from ledger.read.payments import Payment, PaymentList, PaymentRow, reason
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
-from ledger.read.timeline import LEG_NAMES, Attempt, outcome_words
-from ledgerctl import render_gate, render_purchase, render_reversal
+from ledgerctl import render_attempts, render_gate, render_purchase, render_reversal
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
 
@@ -166,7 +165,8 @@ def payment(p: Payment) -> list[Table]:
         "amount": p.amount.formatted if p.amount else None,
         "deliveries": p.deliveries,
         "paid by": f"{p.paid_by} at {iso(p.paid_at)}" if p.paid_by else None,
-        "attempts started / finished": f"{p.attempts_started} / {p.attempts_finished}",
+        "attempts started / finished": f"{p.attempts_started} / {p.attempts_finished}"
+        + render_attempts.ended(p.attempts),
         "fulfilled": p.fulfilled_at,
         "paid to fulfilled (ms)": p.paid_to_fulfilled_ms,
     }
@@ -209,7 +209,7 @@ def payment(p: Payment) -> list[Table]:
         }
         for e in p.events
     ]
-    attempts = attempt_rows(p)
+    attempts = render_attempts.rows(p)
     return [
         kv_table(f"Payment {p.payment_key}", facts),
         *render_reversal.taken_back(p),
@@ -227,35 +227,6 @@ def payment(p: Payment) -> list[Table]:
             ("token", "took (ms)", "call (ms)"),
         ),
     ]
-
-
-def attempt_rows(p: Payment) -> list[dict[str, Any]]:
-    """The payment's attempts as the table lists them."""
-    return [
-        {
-            "token": a.token,
-            "of": LEG_NAMES[a.leg],
-            "outcome": _outcome(a, p.state == "failed" and a is p.attempts[-1]),
-            "started": a.started_at,
-            "took (ms)": a.duration_ms,
-            "call (ms)": round(a.call_ms, 1) if a.call_ms is not None else None,
-            "error": a.error,
-        }
-        for a in p.attempts
-    ]
-
-
-def _outcome(a: Attempt, spent: bool) -> str:
-    outcome = outcome_words(a.leg, a.outcome, spent)
-    if a.phase_at_expiry:
-        outcome += f" (while {a.phase_at_expiry})"
-    if a.late:
-        outcome += " (late receipt)"
-    if a.stale_outcome:
-        outcome += f" (its worker later said {a.stale_outcome})"
-    if a.caller:
-        outcome += f" (called by {a.caller})"
-    return outcome
 
 
 def plural(n: int, one: str, many: str = "") -> str:

@@ -22,7 +22,7 @@ from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
 from ledger.read.stats import Minute
-from ledger.read.timeline import LEG_NAMES, outcome_words
+from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
 from ledger.replication import NotReplicated
 from webhook.http import (
     PROBLEM_STATUS,
@@ -99,6 +99,7 @@ def common() -> dict[str, object]:
         "states": read_payments.PAYMENT_STATES,
         "leg_names": LEG_NAMES,
         "outcome_words": outcome_words,
+        "ended_by_the_ledger": ended_by_the_ledger,
     }
 
 

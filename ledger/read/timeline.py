@@ -45,6 +45,8 @@ FINISHED_OUTCOMES = frozenset(
     {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided"}
 )
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
+LEDGER_ENDED = frozenset({"taken_back", "same_purchase", "lease_expired", "stale_before_call"})
+"""The outcomes the ledger writes when it ends an attempt itself (start, fence, sweeper)."""
 
 
 class PaymentEvent(View):
@@ -193,6 +195,12 @@ def _attempt(token: int, record: dict[str, Any], fulfilled_at: str | None, leg: 
 def finished(attempts: list[Attempt]) -> int:
     """Attempts whose worker recorded how they ended."""
     return sum(1 for a in attempts if a.outcome in FINISHED_OUTCOMES)
+
+
+def ended_by_the_ledger(attempts: list[Attempt]) -> int:
+    """Attempts the ledger ended without their worker's word (taken back, the same purchase,
+    a lease expired, stale before its call): neither finished nor still running."""
+    return sum(1 for a in attempts if a.outcome in LEDGER_ENDED)
 
 
 def receipt_of(stored: str | None) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Gate
 from ledger.read import payments
-from ledgerctl import render, samples
+from ledgerctl import render_attempts, samples
 from tests.support.constants import BEARER
 from tests.support.helpers import paid_event, purchase
 
@@ -301,7 +301,7 @@ def test_the_last_retry_of_a_payment_out_of_attempts_says_so(
         redis.hset(keys.payment(pk), "next_at", 0)
     record = payments.payment(redis, pk)
     assert record is not None and {a.outcome for a in record.attempts} == {"retry"}
-    outcomes = [row["outcome"] for row in render.attempt_rows(record)]
+    outcomes = [row["outcome"] for row in render_attempts.rows(record)]
     assert outcomes[-1].startswith("retry: no attempt left (failed)")
     assert not any("no attempt left" in o for o in outcomes[:-1])
     page = client.get(f"/ops/payments/{pk}", headers=BEARER).get_data(as_text=True)
