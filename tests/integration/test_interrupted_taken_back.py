@@ -68,22 +68,3 @@ def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
     page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
     assert 'id="taken-back">refunded <span class="muted">(no paid record' in page
     assert shop.deliver(shop.paid) == "refunded_unfulfilled"  # it came: never called
-
-
-def test_an_attempt_the_ledger_ended_is_counted_apart(
-    redis, redis_server, rng, config, client
-) -> None:
-    """Refunded in full after its lease, before its fence: the ledger ends the attempt
-    (taken back), its worker never finishes it. Started 1, finished 0 read like an attempt
-    still running; the page and the CLI say the ledger ended it."""
-    shop = Shop(redis_server, rng)
-    shop.deliver(shop.paid)
-    start = shop.attempts.start(shop.pk, "job-1", False)
-    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
-        shop.deliver(event)
-    assert not shop.attempts.mark_calling(shop.pk, start.token)
-    assert shop.state() == "refunded_unfulfilled"
-    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
-    assert '1 / 0 <span id="ended-by-the-ledger">(1 ended by the ledger)</span>' in page
-    shown = run_cli(config, "payment", shop.pk).stdout
-    assert "1 / 0 (1 ended by the ledger)" in shown, shown

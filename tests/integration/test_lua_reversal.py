@@ -18,6 +18,8 @@ from ledger.reversals import refulfil_of, reversal_of
 from ledger.settings import Settings
 from ledger.stored import text
 from ledgerctl import samples
+from tests.support.constants import BEARER
+from tests.support.helpers import run_cli
 from tests.support.refunds import dispute_closed, refund_events
 
 
@@ -158,8 +160,10 @@ def test_refunded_during_the_call_is_reversed_after_it(redis, redis_server, rng)
 
 
 def test_refunded_before_the_fence_of_an_action_that_is_not_replay_safe_is_not_called(
-    redis, redis_server, rng
+    redis, redis_server, rng, config, client
 ) -> None:
+    """The ledger ends that attempt (taken back), its worker never finishes it: the page
+    and the CLI count it apart ('1 / 0' read like an attempt still running)."""
     shop = Shop(redis_server, rng)
     shop.deliver(shop.paid)
     start = shop.attempts.start(shop.pk, "job-1", False)
@@ -167,6 +171,10 @@ def test_refunded_before_the_fence_of_an_action_that_is_not_replay_safe_is_not_c
         shop.deliver(event)
     assert not shop.attempts.mark_calling(shop.pk, start.token)
     assert shop.state() == "refunded_unfulfilled"
+    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
+    assert '1 / 0 <span id="ended-by-the-ledger">(1 ended by the ledger)</span>' in page
+    shown = run_cli(config, "payment", shop.pk).stdout
+    assert "1 / 0 (1 ended by the ledger)" in shown, shown
 
 
 def test_a_partial_refund_reverses_nothing_and_a_second_completes_it(
