@@ -38,22 +38,29 @@ class Health:
     """Forward steps of Redis's clock the looping sweepers saw (docs/DEPLOYMENT.md, Clocks)."""
 
 
-def health(redis: Redis, at: datetime) -> Health:
-    """The figures above, as of ``at`` (Redis's clock: ledger/read/stats.py ``now``)."""
+def oldest_waiting(redis: Redis, at: datetime) -> dict[str, float]:
+    """Per WAITING_STATES, seconds since the longest-waiting payment entered it (0: none):
+    what webhook_payments_oldest_age_seconds, and WebhookFulfilmentStalled, read."""
     pipe = redis.pipeline(transaction=False)
     for state in WAITING_STATES:
         pipe.zrange(keys.state_index(state), 0, 0, withscores=True)
+    at_ms = at.timestamp() * 1000
+    return {
+        state: round(max(0.0, at_ms - first[0][1]) / 1000, 1) if first else 0.0
+        for state, first in zip(WAITING_STATES, pipe.execute(), strict=True)
+    }
+
+
+def health(redis: Redis, at: datetime) -> Health:
+    """The figures above, as of ``at`` (Redis's clock: ledger/read/stats.py ``now``)."""
+    pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.STATS)
     pipe.hgetall(keys.SWEEPER)
-    *oldest, stats_raw, sweeper_raw = pipe.execute()
+    stats_raw, sweeper_raw = pipe.execute()
     replicas, used, most = _info(redis)
-    at_ms = at.timestamp() * 1000
     stats, sweeper = decode_hash(stats_raw), decode_hash(sweeper_raw)
     return Health(
-        oldest_age_s={
-            state: round(max(0.0, at_ms - first[0][1]) / 1000, 1) if first else 0.0
-            for state, first in zip(WAITING_STATES, oldest, strict=True)
-        },
+        oldest_age_s=oldest_waiting(redis, at),
         attempt_outcomes={o: count(stats.get(f"attempt_outcome:{o}")) for o in ATTEMPT_OUTCOMES},
         replicas_online=replicas,
         memory_used_bytes=used,

@@ -38,6 +38,9 @@ def summary(s: Summary) -> list[Table]:
         "payments in that window": lat.payments,
         "jobs waiting in the queue": w.queue_length,
         "oldest waiting job (s)": w.oldest_queued_age_s,
+        "longest queued / retrying payment (s)": (
+            f"{s.oldest_waiting_s['queued']:g} / {s.oldest_waiting_s['retrying']:g}"
+        ),
         "workers alive (busy)": f"{w.alive} ({w.busy})",
         "worker registrations not alive": w.registered - w.alive,
         "payments due for the sweeper": w.due_for_sweeper,

@@ -13,6 +13,7 @@ from rq.defaults import DEFAULT_WORKER_TTL
 
 from ledger import keys, limits
 from ledger.clock import now_ms
+from ledger.health import oldest_waiting
 from ledger.read.base import View
 from ledger.read.fulfilment import Fulfilment, status
 from ledger.read.payments import PAYMENT_STATES, PaymentState
@@ -72,6 +73,9 @@ class Workers(View):
 
 class Summary(Counters):
     needs_a_person: NeedsAPerson
+    oldest_waiting_s: dict[str, float]
+    """Per unfinished state, seconds since its longest-waiting payment entered it (0: none):
+    the figure WebhookFulfilmentStalled's oldest_waiting signal reads."""
     at: datetime
     fulfil_latency: Latency
     workers: Workers
@@ -154,6 +158,7 @@ def summary(
         payments_by_state=c.payments_by_state,
         reversals=c.reversals,
         needs_a_person=needs_a_person(redis),
+        oldest_waiting_s=oldest_waiting(redis, at),
         at=at,
         fulfil_latency=latency(redis, at, window_s),
         workers=workers(redis, settings.QUEUE_NAME, at),

@@ -10,6 +10,7 @@ import yaml
 
 from ledger import keys, money
 from ledger import settings as settings_module
+from ledger.health import WAITING_STATES, health
 from ledger.read import stats
 from tests.support.constants import BASIC, BEARER, OLD_SECRET, OPS_TOKEN, SECRET
 from tests.support.helpers import fail_payment, paid_event, run_cli, signed_headers, state_of
@@ -270,6 +271,7 @@ def test_the_cli_prints_the_objects_the_api_answers(client, config, one_of_every
     printed = json.loads(run_cli(env, "summary", "--json").stdout)
     answered = client.get("/ops/api/summary", headers=BEARER).get_json()
     for when in (printed, answered):  # read at different moments
+        assert set(when.pop("oldest_waiting_s")) == set(WAITING_STATES)
         del when["at"], when["workers"]["oldest_queued_age_s"]
     assert printed == answered and printed["workers"]["registered"] == 0
     assert printed["workers"]["queue_length"] == 2  # the jobs of the two failed by hand
@@ -336,3 +338,15 @@ def test_dashboard_pause_is_confirmed_on_its_own_page_with_csrf(client, redis) -
     form = {"csrf_token": csrf_token(OPS_TOKEN)}
     assert client.post("/ops/fulfilment/resume", data=form, headers=BASIC).status_code == 303
     assert redis.exists(keys.PAUSE) == 0
+
+
+def test_the_summary_gives_the_oldest_wait_the_stalled_alert_reads(redis, config) -> None:
+    """WebhookFulfilmentStalled reads webhook_payments_oldest_age_seconds; the summary's
+    runbook step confirms it with the same figure (it gave only the oldest RQ job's age)."""
+    seconds, _ = redis.time()
+    redis.zadd(keys.state_index("retrying"), {"pi_waits": seconds * 1000 - 700_000})
+    summary = stats.summary(redis, settings_module.load({}))
+    assert summary.oldest_waiting_s == health(redis, summary.at).oldest_age_s
+    assert summary.oldest_waiting_s["retrying"] >= 700 and summary.oldest_waiting_s["queued"] == 0
+    shown = run_cli(config, "summary").stdout
+    assert "longest queued / retrying payment (s)" in shown, shown
