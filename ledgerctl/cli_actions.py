@@ -15,7 +15,9 @@ from ledger import limits
 from ledger.attempts import Attempts
 from ledger.connection import close, connect, describe
 from ledger.decisions import decide
+from ledger.read import payments
 from ledger.read.base import Problem
+from ledger.read.payments import TAKEN_BACK
 from ledger.redact import redact
 from ledger.replication import online_replicas
 from ledgerctl.bundle import export as export_bundle
@@ -113,8 +115,21 @@ def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json:
     elif isinstance(answer, Problem):
         say("refused:", payment_key, f"is {answer.state}, not {' or '.join(answer.allowed or [])}")
     else:
-        say(f"{payment_key}: {answer.state}")
+        say(f"{payment_key}: {answer.state}{_then(ctx, payment_key, answer.state)}")
     sys.exit(EXIT_NOT_FOUND if isinstance(answer, Problem) else 0)
+
+
+def _then(ctx: Context, payment_key: str, state: str) -> str:
+    """What a re-queued fulfilment Stripe took back meanwhile does next (not fulfilled)."""
+    if state != "queued":
+        return ""
+    p = run(lambda: payments.payment(ctx.redis, payment_key))
+    if p is None or p.leg != "fulfil" or p.taken_back not in TAKEN_BACK:
+        return ""
+    return (
+        f" ({TAKEN_BACK[p.taken_back]} since: its next attempt does not fulfil it; it ends "
+        "refunded_unfulfilled, settled or held, docs/REVERSAL.md)"
+    )
 
 
 @click.command()

@@ -33,6 +33,10 @@ def test_the_lists_say_it_was_refunded_in_full_since(
     assert "refunded in full since; died" in page
     answer = client.get("/ops/api/payments?state=interrupted", headers=BEARER).get_json()
     assert [p["taken_back"] for p in answer["payments"]] == ["refund"]
+    said = run_cli(config, "resolve", shop.pk, "--retry").stdout
+    assert said.startswith(f"{shop.pk}: queued (refunded in full since: its next attempt does")
+    start = shop.attempts.start(shop.pk, "job-2", False)
+    assert start.verdict != "go" and shop.state() == "refunded_unfulfilled"  # as it said
 
 
 def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rng, client) -> None:
