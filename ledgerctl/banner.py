@@ -106,7 +106,13 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
         for name in READ_BY_THE_TOOLS
         if getattr(settings, name) != getattr(Settings, name)
     ]
-    return f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
+    reversal = settings.REVERSAL_ACTION
+    if reversal is not None and redact(str(reversal)) == str(reversal):
+        moved.append(f"REVERSAL_ACTION={reversal}")
+    line = f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
+    if reversal is not None and redact(str(reversal)) != str(reversal):
+        line += "                and REVERSAL_ACTION as the service has it (it holds a secret)\n"
+    return line
 
 
 READ_BY_THE_TOOLS = (
@@ -118,10 +124,13 @@ READ_BY_THE_TOOLS = (
     "FULFILMENT_TIMEOUT",
     "LEASE_SECONDS",
     "LEDGER_MIN_REPLICAS",
+    "REVERSAL_PER_REFUND",
+    "REVERSAL_DISPUTE_WON",
 )
 """Settings webhook-ledger reads to say what it shows (stuck, the breaker's cool-down, the
-rate, the queue): the tools in another terminal read them from their own environment, so
-the banner gives those this run changed (no secret is among them)."""
+rate, the queue) and to decide (a person's resolve reverses by REVERSAL_*): the tools in
+another terminal read them from their own environment, so the banner gives those this run
+changed (no secret is among them; REVERSAL_ACTION is given apart, by name if it holds one)."""
 
 
 def moved_downstream(action: ActionSpec) -> bool:

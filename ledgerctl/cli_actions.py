@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from redis import Redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
@@ -73,12 +74,12 @@ def wait_redis(ctx: Context, timeout: float) -> None:
         else:
             _note(f"Redis at {where} answered after {time.monotonic() - started:.1f} s")
             break
-    close(probe)
     if ctx.settings.LEDGER_MIN_REPLICAS:
-        _wait_replicas(ctx, started, timeout, where)
+        _wait_replicas(ctx, probe, started, timeout, where)
+    close(probe)
 
 
-def _wait_replicas(ctx: Context, started: float, timeout: float, where: str) -> None:
+def _wait_replicas(ctx: Context, probe: Redis, started: float, timeout: float, where: str) -> None:
     """With LEDGER_MIN_REPLICAS, the primary refuses writes until that many replicas are
     online: wait for them too, so the processes do not start into NOREPLICAS errors."""
     wanted = ctx.settings.LEDGER_MIN_REPLICAS
@@ -86,7 +87,7 @@ def _wait_replicas(ctx: Context, started: float, timeout: float, where: str) -> 
     online = 0
     while True:
         try:
-            online = online_replicas(ctx.redis.info("replication"))
+            online = online_replicas(probe.info("replication"))
         except RedisError:
             pass  # a failover under way: ask again
         if online >= wanted:

@@ -39,7 +39,7 @@ def summary(s: Summary) -> list[Table]:
         "jobs waiting in the queue": w.queue_length,
         "oldest waiting job (s)": w.oldest_queued_age_s,
         "longest queued / retrying payment (s)": (
-            f"{s.oldest_waiting_s['queued']:g} / {s.oldest_waiting_s['retrying']:g}"
+            f"{s.oldest_waiting_s['queued']:,.1f} / {s.oldest_waiting_s['retrying']:,.1f}"
         ),
         "workers alive (busy)": f"{w.alive} ({w.busy})",
         "worker registrations not alive": w.registered - w.alive,

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from ledger.read.payments import Payment
+from ledger.read.payments import Payment, spent
 from ledger.read.timeline import LEG_NAMES, Attempt, ended_by_the_ledger, outcome_words
 
 
@@ -17,7 +17,7 @@ def rows(p: Payment) -> list[dict[str, Any]]:
         {
             "token": a.token,
             "of": LEG_NAMES[a.leg],
-            "outcome": _outcome(a, p.state == "failed" and a is p.attempts[-1]),
+            "outcome": _outcome(a, spent(p, a)),
             "started": a.started_at,
             "took (ms)": a.duration_ms,
             "call (ms)": round(a.call_ms, 1) if a.call_ms is not None else None,

@@ -21,6 +21,7 @@ from ledger.read import events as read_events
 from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
+from ledger.read.payments import spent
 from ledger.read.stats import Minute
 from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
 from ledger.replication import NotReplicated
@@ -100,6 +101,7 @@ def common() -> dict[str, object]:
         "leg_names": LEG_NAMES,
         "outcome_words": outcome_words,
         "ended_by_the_ledger": ended_by_the_ledger,
+        "spent": spent,
     }
 
 

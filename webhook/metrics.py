@@ -219,11 +219,16 @@ class LedgerCollector(Collector):
 
     def _latency(self) -> HistogramMetricFamily:
         raw = {text(k): int(v) for k, v in self.redis.hgetall(keys.FULFIL_HISTOGRAM).items()}
+        # Every le:{ms} field counts, also one a worker of another release wrote (a rolling
+        # deploy, a rollback): each in the first bound at or above it, so +Inf and the count
+        # never drop (Prometheus would read a drop as a counter reset).
+        written = {int(k[3:]): n for k, n in raw.items() if k[3:].isdigit() and k[:3] == "le:"}
         cumulative, buckets = 0, []
         for bound in limits.FULFIL_BUCKETS_MS:
-            cumulative += raw.get(f"le:{bound}", 0)
+            cumulative = sum(n for ms, n in written.items() if ms <= bound)
             buckets.append((str(bound / 1000), cumulative))
-        buckets.append(("+Inf", cumulative + raw.get("le:inf", 0)))
+        above = sum(n for ms, n in written.items() if ms > limits.FULFIL_BUCKETS_MS[-1])
+        buckets.append(("+Inf", cumulative + above + raw.get("le:inf", 0)))
         return HistogramMetricFamily(
             "webhook_fulfil_latency_seconds",
             "First paid delivery to fulfilled.",

@@ -98,7 +98,7 @@ local function record_outcome()
     redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
     -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
     redis.call('HDEL', pay, 'lease_until', 'phase', 'last_error', 'job', 'attempt_id',
-      'replay_safe', 'sweep_seen', 'next_at', 'waiting')
+      'replay_safe', 'sweep_seen', 'next_at', 'waiting', 'fulfilled_by_hand')
     redis.call('HINCRBY', STATS, 'effects', 1)
     local bucket = 'le:inf'
     for _, bound in ipairs(LATENCY_BUCKETS_MS) do

@@ -61,7 +61,7 @@ if ARG.decision == 'fulfilled' and by_hand then
   -- a person granted it by hand; a first receipt (a reversed payment's) stays, and a refund
   -- in full after it is reversed, or if it was reversed before, held (prelude's take_back)
   move(pay, 'fulfilled', now)
-  redis.call('HSET', pay, 'fulfilled_at', now)
+  redis.call('HSET', pay, 'fulfilled_at', now, 'fulfilled_by_hand', 1)
   redis.call('HSETNX', pay, 'receipt', cjson.encode({resolved = ARG.note}))
   redis.call('HDEL', pay, 'by_hand', 'hold_reason', 'leg')
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
@@ -95,7 +95,8 @@ if ARG.decision == 'fulfilled' and leg == 'refulfil' then
 end
 if ARG.decision == 'fulfilled' then
   move(pay, 'fulfilled', now)
-  redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now)
+  redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now,
+    'fulfilled_by_hand', 1)
   redis.call('HINCRBY', STATS, 'resolved_fulfilled', 1)
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
   -- Refunded in full (or a dispute lost) meanwhile: the effect a person found is reversed.

@@ -249,6 +249,12 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
 TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
 
 
+def spent(p: Payment, a: Attempt) -> bool:
+    """Whether ``a`` is the attempt whose retry the ledger refused for want of attempts: the
+    failed payment's last, its error the payment's (not a payment failed by lost jobs)."""
+    return p.state == "failed" and a is p.attempts[-1] and a.error == p.last_error
+
+
 def reason(p: PaymentRow) -> str | None:
     """Why a payment is where it is, as lists show it: a held one's hold reason, any other's
     last error (a reversal's starts with ``reversal: ``), then what is left of either (a

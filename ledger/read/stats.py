@@ -190,11 +190,11 @@ def latency(redis: Redis, at: datetime, window_s: int) -> Latency:
     )
     pipe = redis.pipeline(transaction=False)
     for pk in recent:
-        pipe.hmget(keys.payment(text(pk)), ("paid_at", "fulfilled_at", "resolved_decision"))
+        pipe.hmget(keys.payment(text(pk)), ("paid_at", "fulfilled_at", "fulfilled_by_hand"))
     samples = []
-    for paid, done, decided in pipe.execute() if recent else []:
+    for paid, done, by_hand in pipe.execute() if recent else []:
         start, end = whole(paid), whole(done)
-        if start is not None and end is not None and decided != b"fulfilled":
+        if start is not None and end is not None and by_hand is None:
             samples.append(end - start)
     p50, p90, p99 = percentiles(samples)
     return Latency(window_s=window_s, payments=len(samples), p50_ms=p50, p90_ms=p90, p99_ms=p99)

@@ -2,7 +2,9 @@
 it decides what a person does (resolve --fulfilled reverses it; --retry ends it refunded
 unfulfilled without a call); given back since, they no longer do."""
 
-from ledger.read import payments
+from ledger import keys
+from ledger import settings as settings_module
+from ledger.read import payments, stats
 from tests.integration.test_lua_reversal import Shop
 from tests.support.constants import BEARER
 from tests.support.helpers import run_cli
@@ -72,3 +74,22 @@ def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
     page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
     assert 'id="taken-back">refunded <span class="muted">(no paid record' in page
     assert shop.deliver(shop.paid) == "refunded_unfulfilled"  # it came: never called
+
+
+def test_a_payment_a_person_marked_fulfilled_stays_out_of_the_latency_whatever_came_next(
+    redis, redis_server, rng
+) -> None:
+    """Resolved as fulfilled hours after it was paid, then a later decision on it (a retry
+    of its reversal, say): still a person's fulfilment, not a latency. Before, the filter
+    read the last decision only."""
+    shop = Shop(redis_server, rng)
+    interrupted(shop)
+    assert shop.attempts.record_decision(shop.pk, "fulfilled", ("interrupted",), "cli")[0] == "ok"
+    redis.hset(keys.payment(shop.pk), "resolved_decision", "retry")  # a later leg's decision
+    other = Shop(redis_server, rng)
+    other.deliver(other.paid)
+    assert other.attempt() == "fulfilled"
+    latency = stats.summary(redis, settings_module.load({})).fulfil_latency
+    assert latency.payments == 1  # the worker's, not the person's
+    assert redis.hget(keys.payment(shop.pk), "fulfilled_by_hand") == b"1"
+    assert redis.hget(keys.payment(other.pk), "fulfilled_by_hand") is None

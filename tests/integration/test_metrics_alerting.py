@@ -76,3 +76,20 @@ def test_metrics_answer_with_redis_down_and_count_the_503s(rng: Any) -> None:
     assert m["webhook_ledger_up"][()] == 0
     assert m["webhook_ledger_unavailable_responses_total"][(("reason", "unreachable"),)] >= 1
     assert "webhook_deliveries_total" not in m  # nothing read from the ledger is made up
+
+
+def test_the_latency_histogram_counts_buckets_another_release_wrote(
+    client: FlaskClient, redis: Any
+) -> None:
+    """A rolling deploy or a rollback: workers of another release count into bounds this one
+    does not export (le:45000, le:600000). Each goes into the first bound above it, so
+    +Inf and the count never drop (Prometheus would take a drop for a counter reset)."""
+    redis.hset(
+        keys.FULFIL_HISTOGRAM,
+        mapping={"le:100": 2, "le:45000": 3, "le:90000": 1, "le:600000": 4, "le:inf": 1},
+    )
+    buckets = {
+        dict(k)["le"]: v for k, v in scrape(client)["webhook_fulfil_latency_seconds_bucket"].items()
+    }
+    assert (buckets["0.1"], buckets["30.0"], buckets["60.0"], buckets["90.0"]) == (2, 2, 5, 6)
+    assert buckets["300.0"] == 6 and buckets["+Inf"] == 11

@@ -308,7 +308,7 @@ def test_fulfil_latency_is_over_the_last_hour(redis) -> None:
         fulfilled(f"pi_old{n}", 2 * 3600_000, 600_000)
     for n, latency in enumerate((100, 200, 300, 400)):
         fulfilled(f"pi_new{n}", 60_000, latency)
-    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli", resolved_decision="fulfilled")
+    fulfilled("pi_by_hand", 60_000, 9_000_000, resolved_by="cli", fulfilled_by_hand="1")
     latency = stats.summary(redis, settings_module.load({})).fulfil_latency
     assert (latency.window_s, latency.payments) == (3600, 4)
     assert (latency.p50_ms, latency.p90_ms, latency.p99_ms) == (200, 400, 400)
@@ -349,4 +349,9 @@ def test_the_summary_gives_the_oldest_wait_the_stalled_alert_reads(redis, config
     assert summary.oldest_waiting_s == health(redis, summary.at).oldest_age_s
     assert summary.oldest_waiting_s["retrying"] >= 700 and summary.oldest_waiting_s["queued"] == 0
     shown = run_cli(config, "summary").stdout
+    waits = summary.oldest_waiting_s
     assert "longest queued / retrying payment (s)" in shown, shown
+    printed = re.search(r"longest queued / retrying payment \(s\)\W+([\d.,]+) / ([\d.,]+)", shown)
+    assert printed is not None, shown
+    queued, retrying = (float(n.replace(",", "")) for n in printed.groups())
+    assert queued == 0 and 0 <= retrying - waits["retrying"] < 30  # read a moment later

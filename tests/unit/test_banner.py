@@ -44,3 +44,14 @@ def test_settings_the_tools_read_to_say_what_they_show_are_given_to_export() -> 
     text = shown({"STUCK_QUEUED_SECONDS": "30", "BREAKER_COOLDOWN_SECONDS": "10"})
     assert "export STUCK_QUEUED_SECONDS=30 BREAKER_COOLDOWN_SECONDS=10\n" in text
     assert "another terminal" not in shown({"STUCK_QUEUED_SECONDS": "300"})  # its default
+
+
+def test_a_reversal_setting_is_given_and_a_secret_one_only_by_name() -> None:
+    """A person's resolve in another terminal reverses by REVERSAL_*: without them there,
+    a payment refunded in full and resolved as fulfilled was never reversed (review)."""
+    text = shown({"REVERSAL_ACTION": "sqlite:///tmp/r.sqlite3", "REVERSAL_PER_REFUND": "true"})
+    assert "REVERSAL_PER_REFUND=true" in text and "REVERSAL_ACTION=sqlite:///tmp/r.sqlite3" in text
+    secret = "postgresql://shop:pw-SECRET-9@127.0.0.1:5433/shop"
+    text = shown({"REVERSAL_ACTION": secret, "REVERSAL_SQL": "UPDATE x SET y = 1"})
+    assert "pw-SECRET-9" not in text
+    assert "and REVERSAL_ACTION as the service has it (it holds a secret)" in text
