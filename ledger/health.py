@@ -80,4 +80,5 @@ def _info(redis: Redis) -> tuple[int | None, int | None, int | None]:
         info = redis.info("replication") | redis.info("memory")
     except ResponseError:
         return None, None, None
-    return online_replicas(info), int(info["used_memory"]), int(info.get("maxmemory", 0))
+    most = int(info["maxmemory"]) if "maxmemory" in info else None  # a proxy may omit it
+    return online_replicas(info), int(info["used_memory"]), most

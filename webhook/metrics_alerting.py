@@ -107,8 +107,9 @@ def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
             "Replicas the ledger's primary lists online.",
             h.replicas_online,
         )
-    if h.memory_used_bytes is not None and h.memory_max_bytes is not None:
+    if h.memory_used_bytes is not None:
         yield gauge("webhook_ledger_memory_used_bytes", "Redis's used_memory.", h.memory_used_bytes)
+    if h.memory_max_bytes is not None:  # absent, not 0 (no limit), when INFO omits it
         yield gauge(
             "webhook_ledger_memory_max_bytes",
             "Redis's maxmemory (0: no limit); at it, writes are refused and deliveries get 503.",
