@@ -38,15 +38,16 @@ if ARG.decision == 'retry' then
 end
 redis.call('HSET', pay, 'decision_id', ARG.job_id)
 -- what the decision does, kept for people (the fields it rests on go with it)
+local retake = by_hand and redis.call('HEXISTS', pay, 'retake') == 1
 local as = 'retry'
 if ARG.decision == 'fulfilled' and by_hand then
-  as = redis.call('HEXISTS', pay, 'retake') == 1 and 'taken_back_by_hand' or 'granted_by_hand'
+  as = retake and 'taken_back_by_hand' or 'granted_by_hand'
 elseif ARG.decision == 'fulfilled' then
   as = ({reverse = 'reversed', refulfil = 'fulfilled_again'})[leg or ''] or 'fulfilled'
 end
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state, 'resolved_as', as)
-if ARG.decision == 'fulfilled' and by_hand and redis.call('HEXISTS', pay, 'retake') == 1 then
+if ARG.decision == 'fulfilled' and retake then
   -- granted again, taken back again, and a person took it back by hand (prelude's
   -- hold_retake): reversed, as a reversal's leg resolved would leave it
   move(pay, 'reversed', now)

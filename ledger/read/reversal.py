@@ -126,14 +126,14 @@ def _key(payment_key: str, f: dict[str, str]) -> str:
 def taken_back_now(f: dict[str, str]) -> str | None:
     """Why Stripe takes the payment back now, as prelude.lua's taken_back reads its fields:
     not the stored ``taken_back``, which stays until the ledger next acts on the payment."""
-    paid = whole(f.get("amount"))
-    if paid and refunded_amount(f) >= paid:
+    paid, refunded = whole(f.get("amount")), refunded_amount(f)
+    if paid and refunded >= paid:
         return "refund"
     if (f.get("dispute") or "").endswith(" lost"):
         return "dispute"
     # no paid record (purged, or paid before the ledger ran): the amount paid is not known,
     # so any refund counted says it
-    return "refund" if not f.get("paid_at") and refunded_amount(f) > 0 else None
+    return "refund" if not f.get("paid_at") and refunded > 0 else None
 
 
 UNDECIDED = ("pending", "in_progress", "interrupted")
