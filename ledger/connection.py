@@ -8,7 +8,9 @@ the primary demoted (``READONLY``), so a failover is found without a restart
 REDIS_SENTINEL_TLS makes every connection TLS (to the Sentinels and to the data nodes).
 """
 
-from typing import Any
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from redis import BlockingConnectionPool, Redis
 from redis.backoff import ExponentialBackoff, NoBackoff
@@ -20,6 +22,34 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from ledger.redact import redact
 from ledger.setting_fields import spelled
 from ledger.settings import Settings
+
+T = TypeVar("T")
+_RETRYING: ContextVar[bool] = ContextVar("ledger_redis_retrying", default=False)
+
+
+class OutermostRetry(Retry):
+    """Retries only at the outermost call. redis-py retries a command with its connection's
+    policy and, inside that, the connection's health check (a PING before a connection idle
+    30 s or new) with the same policy again: with Redis frozen (SIGSTOP, a stalled VM, its
+    connections still accepted by the kernel) a call waited (REDIS_RETRIES + 1)² socket
+    timeouts, 34 s at the defaults, past Stripe's wait. A call inside another tries once and
+    leaves the retrying to the outer one, which reconnects: REDIS_RETRIES + 1 tries in all."""
+
+    def call_with_retry(
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        if _RETRYING.get():
+            once = Retry(NoBackoff(), 0, self._supported_errors)
+            return once.call_with_retry(do, fail, is_retryable, with_failure_count)
+        token = _RETRYING.set(True)
+        try:
+            return super().call_with_retry(do, fail, is_retryable, with_failure_count)
+        finally:
+            _RETRYING.reset(token)
 
 
 class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
@@ -37,7 +67,7 @@ def options(settings: Settings) -> dict[str, Any]:
         "timeout": timeout,
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
+        "retry": OutermostRetry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
         "retry_on_error": [ConnectionError, TimeoutError],
         "health_check_interval": 30,
         # redis-py's default ("auto", RESP3) also turns off the pool's refusal to hand out a

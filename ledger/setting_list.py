@@ -34,7 +34,9 @@ class Settings:
     """Seconds a ledger command may take before redis-py gives up on the reply."""
     REDIS_RETRIES: int = setting(3, kinds.whole(0, 100))
     """Retries of a ledger command after a timeout or a dropped connection (safe: every
-    ledger write is idempotent per request id)."""
+    ledger write is idempotent per request id). With Redis frozen or gone a command gives
+    up after REDIS_RETRIES + 1 tries of up to REDIS_SOCKET_TIMEOUT each (8 s at the
+    defaults): a delivery's 503 comes well inside Stripe's wait."""
     REDIS_MAX_CONNECTIONS: int = setting(50, kinds.whole(1, 10_000))
     """Redis connections one process opens at most; a request finding none free waits for
     one (up to REDIS_SOCKET_TIMEOUT): a ledger write holds one for a millisecond or so."""

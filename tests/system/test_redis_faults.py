@@ -2,7 +2,10 @@
 timeouts and retries, and the CI-sized soak with random faults of every kind."""
 
 import json
+import os
+import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,7 +19,7 @@ from ledger import keys
 from ledgerctl import samples
 from ledgerctl.checker import check
 from tests.support.constants import BASIC, BEARER
-from tests.support.helpers import post_webhook
+from tests.support.helpers import post_webhook, signed_headers
 from tests.support.processes import ROOT, Gunicorn, RedisServer, free_port, service_env
 
 
@@ -188,3 +191,69 @@ def test_redis_down_under_gunicorn_answers_503_without_a_traceback(config, tmp_p
         server.stop()
     text = log.read_text()
     assert "Traceback" not in text and text.count('"status":503') == 2
+
+
+def test_redis_frozen_answers_each_waiting_request_within_its_retries(
+    config, rng, tmp_path
+) -> None:
+    """Redis stopped (SIGSTOP, a stalled VM: the kernel still accepts its connections) under
+    concurrent deliveries and ops reads. Each new connection's health check was retried
+    inside each retry of the command, so most requests waited 16 socket timeouts (34 s at
+    the defaults, past Stripe's wait) instead of 4. Now every request gets its 503 within
+    REDIS_RETRIES + 1 tries. Redis runs what was sent to it once it thaws, so a delivery
+    answered 503 may stand; sent again it counts as a second one, never more (each try of
+    one request carries its request id)."""
+    server = RedisServer(tmp_path / "redis").start()
+    timeout, retries = 0.5, 3
+    env = service_env(
+        server.url,
+        {
+            **{k: str(v) for k, v in config.items()},
+            "REDIS_URL": server.url,
+            "REDIS_SOCKET_TIMEOUT": str(timeout),
+            "REDIS_RETRIES": str(retries),
+        },
+    )
+    web = Gunicorn(env, workers=1, log=tmp_path / "web.log").start()
+    events = [samples.payment_events(rng)[2] for _ in range(6)]
+    answers: list[tuple[str, int, float]] = []
+
+    def request(what: str, method: str, path: str, **kwargs) -> None:
+        started = time.monotonic()
+        answer = requests.request(method, f"{web.url}{path}", timeout=60, **kwargs)
+        error = answer.json().get("error") if answer.status_code == 503 else None
+        answers.append((f"{what} {error}", answer.status_code, time.monotonic() - started))
+
+    calls = [("summary", "GET", "/ops/api/summary", {"headers": BEARER})] * 3
+    for event in events:
+        body = samples.encode(event)
+        sent = {"data": body, "headers": signed_headers(body)}
+        calls.append(("delivery", "POST", "/webhooks/stripe", sent))
+    try:
+        assert requests.get(f"{web.url}/ops/api/summary", headers=BEARER, timeout=10).ok
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            threads = [
+                threading.Thread(target=request, args=call[:3], kwargs=call[3]) for call in calls
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=90)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert sorted(a[:2] for a in answers) == sorted(
+            [("delivery ledger_unavailable", 503)] * 6 + [("summary ledger_unavailable", 503)] * 3
+        ), answers
+        # (retries + 1) tries of one socket timeout each, and their backoff; the nested
+        # retries took (retries + 1) squared of them.
+        bound = (retries + 1) * timeout * 2
+        assert max(took for *_, took in answers) < bound, answers
+        for event in events:  # Stripe sends each again
+            assert post_webhook(web.url, samples.encode(event)) == 200
+        redis = Redis.from_url(server.url)
+        counted = [int(redis.hget(keys.event(e["id"]), "n") or 0) for e in events]
+        assert set(counted) <= {1, 2}, counted
+    finally:
+        web.stop()
+        server.stop()
