@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import ResponseError
 
 from ledger import keys
@@ -42,25 +43,40 @@ def oldest_waiting(redis: Redis, at: datetime) -> dict[str, float]:
     """Per WAITING_STATES, seconds since the longest-waiting payment entered it (0: none):
     what webhook_payments_oldest_age_seconds, and WebhookFulfilmentStalled, read."""
     pipe = redis.pipeline(transaction=False)
+    _ask_oldest(pipe)
+    return _oldest(pipe.execute(), at)
+
+
+def _ask_oldest(pipe: Pipeline) -> None:
     for state in WAITING_STATES:
         pipe.zrange(keys.state_index(state), 0, 0, withscores=True)
+
+
+def _oldest(firsts: list, at: datetime) -> dict[str, float]:
     at_ms = at.timestamp() * 1000
     return {
         state: round(max(0.0, at_ms - first[0][1]) / 1000, 1) if first else 0.0
-        for state, first in zip(WAITING_STATES, pipe.execute(), strict=True)
+        for state, first in zip(WAITING_STATES, firsts, strict=True)
     }
 
 
 def health(redis: Redis, at: datetime) -> Health:
-    """The figures above, as of ``at`` (Redis's clock: ledger/read/stats.py ``now``)."""
+    """The figures above, as of ``at`` (Redis's clock: ledger/read/stats.py ``now``), in one
+    round trip (a scrape of each web process makes one)."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.STATS)
     pipe.hgetall(keys.SWEEPER)
-    stats_raw, sweeper_raw = pipe.execute()
-    replicas, used, most = _info(redis)
-    stats, sweeper = decode_hash(stats_raw), decode_hash(sweeper_raw)
+    _ask_oldest(pipe)
+    pipe.info("replication")
+    pipe.info("memory")
+    *found, replication, memory = pipe.execute(raise_on_error=False)
+    for answer in found:
+        if isinstance(answer, Exception):
+            raise answer
+    stats, sweeper = decode_hash(found[0]), decode_hash(found[1])
+    replicas, used, most = _info(replication, memory)
     return Health(
-        oldest_age_s=oldest_waiting(redis, at),
+        oldest_age_s=_oldest(found[2:], at),
         attempt_outcomes={o: count(stats.get(f"attempt_outcome:{o}")) for o in ATTEMPT_OUTCOMES},
         replicas_online=replicas,
         memory_used_bytes=used,
@@ -73,12 +89,17 @@ def health(redis: Redis, at: datetime) -> Health:
     )
 
 
-def _info(redis: Redis) -> tuple[int | None, int | None, int | None]:
+def _info(
+    replication: dict | Exception, memory: dict | Exception
+) -> tuple[int | None, int | None, int | None]:
     """Replicas online, memory used and maxmemory; None each where INFO is refused (a
     managed Redis may rename or forbid it)."""
-    try:
-        info = redis.info("replication") | redis.info("memory")
-    except ResponseError:
-        return None, None, None
+    info: dict = {}
+    for answer in (replication, memory):
+        if isinstance(answer, ResponseError):
+            return None, None, None
+        if isinstance(answer, Exception):
+            raise answer
+        info |= answer
     most = int(info["maxmemory"]) if "maxmemory" in info else None  # a proxy may omit it
     return online_replicas(info), int(info["used_memory"]), most

@@ -2,16 +2,19 @@
 Redis through the app: waiting ages, attempt outcomes, workers, sweeper, replicas, and the
 503s, which /metrics still reports with Redis down (``webhook_ledger_up 0``)."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
 
-from ledger import keys
+from ledger import health, keys
 from ledgerctl import samples
 from tests.support.constants import BEARER
 from tests.support.helpers import payment_key_of, signed_headers
 from tests.support.inprocess import app_without_redis
+from tests.support.processes import RedisServer
 from webhook.metrics_alerting import UNAVAILABLE_RESPONSES
 from workers.sweeper import mark_schedule
 
@@ -93,3 +96,31 @@ def test_the_latency_histogram_counts_buckets_another_release_wrote(
     }
     assert (buckets["0.1"], buckets["30.0"], buckets["60.0"], buckets["90.0"]) == (2, 2, 5, 6)
     assert buckets["300.0"] == 6 and buckets["+Inf"] == 11
+
+
+def test_health_without_info_and_in_one_round_trip(tmp_path: Any) -> None:
+    """A managed Redis may forbid INFO: the replica and memory figures are None, the rest is
+    read all the same; and the whole of it is one pipeline, one round trip a scrape."""
+    server = RedisServer(tmp_path / "no-info", extra=["--rename-command", "INFO", ""]).start()
+    redis = Redis.from_url(server.url)
+    try:
+        redis.zadd(keys.state_index("retrying"), {"pi_x": 1_000})
+        sent: list[int] = []
+        real = redis.connection_pool.get_connection
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            sent.append(1)
+            return real(*args, **kwargs)
+
+        redis.connection_pool.get_connection = counted  # type: ignore[method-assign]
+        found = health.health(redis, datetime.fromtimestamp(61, UTC))
+    finally:
+        redis.close()
+        server.stop()
+    assert (found.replicas_online, found.memory_used_bytes, found.memory_max_bytes) == (
+        None,
+        None,
+        None,
+    )
+    assert found.oldest_age_s["retrying"] == 60.0 and found.oldest_age_s["queued"] == 0.0
+    assert found.attempt_outcomes["fulfilled"] == 0 and sent == [1]
