@@ -12,15 +12,16 @@ from redis import Redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from rich.text import Text
 
-from ledger import limits
+from ledger import keys, limits
 from ledger.attempts import Attempts
 from ledger.connection import close, connect, describe
 from ledger.decisions import decide
-from ledger.read import payments
 from ledger.read.base import Problem
 from ledger.read.payments import TAKEN_BACK
+from ledger.read.reversal import leg_of, taken_back_now
 from ledger.redact import redact
 from ledger.replication import online_replicas
+from ledger.stored import decode_hash
 from ledgerctl.bundle import export as export_bundle
 from ledgerctl.bundle import verify as verify_bundle
 from ledgerctl.cli_bulk import bulk_options, run_bulk
@@ -124,11 +125,12 @@ def _then(ctx: Context, payment_key: str, state: str) -> str:
     """What a re-queued fulfilment Stripe took back meanwhile does next (not fulfilled)."""
     if state != "queued":
         return ""
-    p = run(lambda: payments.payment(ctx.redis, payment_key))
-    if p is None or p.leg != "fulfil" or p.taken_back not in TAKEN_BACK:
+    f = decode_hash(run(lambda: ctx.redis.hgetall(keys.payment(payment_key))))
+    taken_back = taken_back_now(f)
+    if not f or leg_of(f) != "fulfil" or taken_back not in TAKEN_BACK:
         return ""
     return (
-        f" ({TAKEN_BACK[p.taken_back]} since: its next attempt does not fulfil it; it ends "
+        f" ({TAKEN_BACK[taken_back]} since: its next attempt does not fulfil it; it ends "
         "refunded_unfulfilled, settled or held, docs/REVERSAL.md)"
     )
 
