@@ -18,7 +18,12 @@ BUSY_SECONDS = 10.0
 
 def downstream_name(path: str) -> str:
     """The file's name as a payment's ``called_on`` keeps it (workers.actions.downstream_of)."""
-    return "sqlite:" + hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:12]
+    return "sqlite:" + short_digest(os.path.realpath(path))
+
+
+def short_digest(text: str) -> str:
+    """How ``called_on`` names a downstream without its address or credentials."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 SCHEMA = """

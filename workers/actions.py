@@ -9,7 +9,6 @@ automatically.
 """
 
 import email.utils
-import hashlib
 import os
 import sqlite3
 import time
@@ -22,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ledger import limits
 from ledger import settings as settings_module
-from ledger.downstream import downstream_name
+from ledger.downstream import downstream_name, short_digest
 from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
 from ledger.redact import origin, redact
@@ -58,9 +57,9 @@ def downstream_of(action: Action) -> str:
     if isinstance(action, SqliteAction):
         return downstream_name(action.path)
     if isinstance(action, PostgresAction):
-        return "postgresql:" + _digest(postgres_identity(action.url))
+        return "postgresql:" + short_digest(postgres_identity(action.url))
     if isinstance(action, HttpAction):
-        return "http:" + _digest(action.url)
+        return "http:" + short_digest(action.url)
     if isinstance(action, CallableAction):
         return "function:" + action.target
     return ""
@@ -75,10 +74,6 @@ def postgres_identity(url: str) -> str:
     params.setdefault("port", "5432")
     kept = ("host", "hostaddr", "port", "dbname", "user", "options", "service")
     return " ".join(f"{k}={params[k]}" for k in kept if params.get(k) not in (None, ""))
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def settler(action: Action) -> Callable[[Purchase], Receipt] | None:
