@@ -247,6 +247,8 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
 
 
 TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
+TAKEN_BEFORE_PAID = {"refund": "refunded", "dispute": "a dispute lost"}
+"""With no paid record the amount paid is not known: any refund says it, not "in full"."""
 
 
 def spent(p: Payment, a: Attempt) -> bool:
@@ -266,7 +268,7 @@ def reason(p: PaymentRow) -> str | None:
     why = first or then
     if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
         return (
-            f"{'refunded' if p.taken_back == 'refund' else 'a dispute lost'}, with no paid "
+            f"{TAKEN_BEFORE_PAID[p.taken_back]}, with no paid "
             "record yet (its paid event may still come; else purged after "
             "PAYMENT_RETENTION_DAYS, or paid before this ledger ran): nothing reversed"
         )
