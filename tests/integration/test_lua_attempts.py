@@ -306,6 +306,9 @@ def test_the_last_retry_of_a_payment_out_of_attempts_says_so(
     assert not any("no attempt left" in o for o in outcomes[:-1])
     page = client.get(f"/ops/payments/{pk}", headers=BEARER).get_data(as_text=True)
     assert page.count("retry: no attempt left (failed)") == 1
+    # marked as the failure it ended in, the retries before it not
+    assert page.count('<span class="pill failed">retry: no attempt left (failed)') == 1
+    assert page.count('<span class="pill failed">') == 1
     # failed for its lost jobs instead (recover.lua, job_failures): its last retry had
     # attempts left, and the page does not send a person after the downstream
     redis.hset(keys.payment(pk), "last_error", "its job failed 5 times before an attempt")
