@@ -25,6 +25,7 @@ from ledger.events import NotAStripeEvent, check_shape, classify
 from ledger.read.reconcile import MissingEvent, ReconcileRun
 from ledger.redact import redact
 from ledger.stored import count, ms_time, s_time
+from ledger.stripe_api import stripe_client
 
 PAGE = 100
 """Events per request: the most Stripe's list endpoints return."""
@@ -80,7 +81,7 @@ def window_s(retention_days: int, since: str | None = None) -> int:
 
 def stripe_events(api_key: str, api_base: str, since: int, every_event: bool) -> Iterator[Any]:
     """Events created at or after ``since``, newest first, every page followed."""
-    client = stripe.StripeClient(api_key, base_addresses={"api": api_base}, max_network_retries=2)
+    client = stripe_client(api_key, api_base, retries=2)
     params: EventListParams = {"created": {"gte": since}, "limit": PAGE}
     if not every_event:
         params["delivery_success"] = False

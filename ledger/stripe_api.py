@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import requests
 import stripe
 from redis import Redis
 
@@ -16,6 +15,7 @@ from ledger import limits
 from ledger.redact import redact
 from ledger.scripts import Script
 from ledger.settings import Settings
+from ledger.stripe_http import StripeSession
 
 PAGE = 100
 """Line items per request: the most Stripe's list endpoints return."""
@@ -44,25 +44,25 @@ def _retry_after(exc: stripe.StripeError) -> float:
     return float(value) if value.isascii() and value.isdigit() else 0.0
 
 
-class Unredirected(requests.Session):
-    """A session that neither follows nor prepares a redirect (requests follows a GET's 3xx
-    by default): the 3xx itself comes back, and stripe-python raises it as the error it is,
-    so the key never goes where a Location points."""
-
-    def resolve_redirects(self, *args: Any, **kwargs: Any) -> Any:
-        yield from ()
-
-
 def client_of(settings: Settings) -> stripe.StripeClient:
     """stripe-python's client for STRIPE_API_KEY at STRIPE_API_BASE, without retries of its
-    own, with a timeout, following no redirect."""
+    own, each request ending within its timeout, following no redirect."""
+    return stripe_client(settings.STRIPE_API_KEY, settings.STRIPE_API_BASE)
+
+
+def stripe_client(
+    api_key: str,
+    api_base: str,
+    retries: int = 0,
+    timeout_s: float = limits.STRIPE_API_TIMEOUT_SECONDS,
+) -> stripe.StripeClient:
+    """The service's stripe-python client: ``timeout_s`` for each request in all (not only
+    each read: ledger/stripe_http.py), no redirect followed, ``retries`` of its own."""
     return stripe.StripeClient(
-        settings.STRIPE_API_KEY,
-        base_addresses={"api": settings.STRIPE_API_BASE},
-        max_network_retries=0,
-        http_client=stripe.RequestsClient(
-            timeout=limits.STRIPE_API_TIMEOUT_SECONDS, session=Unredirected()
-        ),
+        api_key,
+        base_addresses={"api": api_base},
+        max_network_retries=retries,
+        http_client=stripe.RequestsClient(timeout=timeout_s, session=StripeSession(timeout_s)),
     )
 
 

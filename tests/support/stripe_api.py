@@ -58,6 +58,11 @@ class EventsApi:
         """Set: every GET answers 302 to this base URL plus the request's path."""
         self.requests_seen = 0
         """GETs answered, whatever they were."""
+        self.trickle_s = 0.0
+        """Set: every answer's body goes out one byte per this many seconds (each read of
+        the client's well within its timeout)."""
+        self.trickled: list[int] = []
+        """Per trickled answer, the bytes of its body sent before the client hung up."""
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = serving_thread(self.server)
 
@@ -233,7 +238,18 @@ class EventsApi:
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Request-Id", "req_local")
                 self.end_headers()
-                self.wfile.write(body)
+                if not api.trickle_s:
+                    self.wfile.write(body)
+                    return
+                api.trickled.append(0)
+                for byte in body:
+                    time.sleep(api.trickle_s)
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:  # the client cut it
+                        return
+                    api.trickled[-1] += 1
 
             def log_message(self, *args: object) -> None:
                 pass
