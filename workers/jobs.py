@@ -7,6 +7,7 @@ records the outcome only if its token is still current. RQ is just the transport
 a worker.
 """
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import get_current_job
 
 from ledger import settings as settings_module
@@ -45,6 +48,10 @@ from workers.exceptions import (
     TransientDownstreamError,
 )
 from workers.gating import admit, health_of, rate_wait_until, report
+
+log = logging.getLogger("workers.jobs")
+FINISH_PAUSE_S = 0.5
+"""Between tries to record an outcome while Redis cannot be reached."""
 
 
 @dataclass(frozen=True)
@@ -238,8 +245,34 @@ def fulfil(
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
-    verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, call_ms)
+    lease_end = fenced_at + ctx.call_window + ctx.timeout + 2 * ctx.kill_after
+    verdict, state = finish_while_leased(
+        ctx, payment_key, start.token, (outcome, detail, call_ms), lease_end - ctx.kill_after
+    )
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
+
+
+def finish_while_leased(
+    ctx: Context, payment_key: str, token: int, ended: tuple[str, str, float], until: float
+) -> tuple[str, str]:
+    """Record how the call ended, trying again while Redis cannot be reached (restarted,
+    frozen, failing over) until ``until`` (time.monotonic(), short of the lease's end):
+    given up after one try's REDIS_RETRIES, a call that applied was left to the lease's
+    expiry, ``interrupted`` when not replay-safe. Each try is the same write (``finish``
+    answers ``already`` to a second one)."""
+    while True:
+        try:
+            return ctx.attempts.finish(payment_key, token, *ended)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if time.monotonic() + FINISH_PAUSE_S >= until:
+                raise
+            log.warning(
+                "%s token %s: outcome not recorded yet (%s), trying again",
+                payment_key,
+                token,
+                redact(str(exc)),
+            )
+            time.sleep(FINISH_PAUSE_S)
 
 
 def not_called(ctx: Context, payment_key: str, token: int, stalled_s: float) -> dict[str, Any]:

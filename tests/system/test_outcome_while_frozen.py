@@ -1,0 +1,57 @@
+"""Redis frozen (SIGSTOP) between a call that applied and the record of its outcome: the
+worker tries again until shortly before its lease ends (workers/jobs.py
+``finish_while_leased``). Before, it gave up after one write's REDIS_RETRIES; on a Redis
+that had not run the outcome's script yet, the write sent before the freeze came back
+NOSCRIPT once it thawed, so the lease expired and a call that was not replay-safe ended
+``interrupted``, waiting for a person, though it had applied once."""
+
+import os
+import signal
+import time
+
+from ledger.read import payments
+from ledgerctl import samples
+from tests.support.downstream_server import CountingDownstream
+from tests.support.helpers import payment_key_of, state_of
+from tests.support.processes import RedisServer, wait_until
+
+
+def test_an_outcome_written_while_redis_is_frozen_is_recorded_once_it_thaws(
+    stack, rng, tmp_path
+) -> None:
+    own = RedisServer(tmp_path / "redis").start()  # frozen by the test: not the shared one
+    redis = own.client()
+    try:
+        with CountingDownstream() as downstream:
+            gate = downstream.hold_first_call()
+            s = stack(
+                REDIS_URL=own.url,
+                FULFILMENT_ACTION=downstream.url,
+                FULFILMENT_REPLAY_SAFE="false",
+                FULFILMENT_TIMEOUT="3",
+                LEASE_SECONDS="20",
+                REDIS_SOCKET_TIMEOUT="0.3",
+                REDIS_RETRIES="1",
+            )
+            s.start_web()
+            event = samples.payment_events(rng)[2]
+            pk = payment_key_of(event)
+            assert s.send(samples.encode(event)).status_code == 200
+            s.start_worker()
+            wait_until(lambda: downstream.calls[pk] == 1, what="the call in flight")
+            os.kill(own.pid, signal.SIGSTOP)
+            try:
+                gate.set()  # it applies and answers 200 while Redis is frozen
+                # Frozen for a fault's length: 5 tries of the write (0.6 s each), far
+                # within the lease.
+                time.sleep(3)
+            finally:
+                os.kill(own.pid, signal.SIGCONT)
+            wait_until(lambda: state_of(redis, pk) == "fulfilled", what="fulfilled")
+            record = payments.payment(redis, pk)
+            assert record is not None
+            assert [a.outcome for a in record.attempts] == ["fulfilled"]
+            assert downstream.calls[pk] == 1
+    finally:
+        redis.close()
+        own.stop()
