@@ -249,7 +249,7 @@ def _built(
     setting: str = "FULFILMENT_ACTION",
 ) -> Action:
     if spec.scheme == "sqlite":  # the built-in downstream (Settings.sqlite_downstream)
-        return SqliteAction(spec.target, effect)
+        return SqliteAction(spec.target, effect, timeout)
     if spec.scheme == "postgresql":  # the user's own database (workers/postgres_action.py)
         return PostgresAction(spec.target, timeout, effect)
     if spec.scheme == "http":

@@ -23,20 +23,31 @@ another writer, the disk. Any other error the effect raises (a constraint, a mis
 a type) is the effect's own failure."""
 
 
+BUSY_SHARE = 0.8
+"""Of FULFILMENT_TIMEOUT, how long a call waits for another writer's lock."""
+
+
 class SqliteAction:
     """A real order table (and the user's effect) in one SQLite transaction per call."""
 
     replay_safe = True
 
-    def __init__(self, path: str, effect: Effect | None = None) -> None:
+    def __init__(self, path: str, effect: Effect | None = None, timeout: float = 0.0) -> None:
         self.path = path
         self.effect = effect
+        # Waiting for another writer's lock is C code no deadline in Python interrupts: it
+        # ends inside the call's FULFILMENT_TIMEOUT (SQLITE_BUSY, retried), not by the
+        # watchdog ending the worker process.
+        self.busy_ms = int(timeout * BUSY_SHARE * 1000) if timeout else None
         self._db: tuple[int, sqlite3.Connection] | None = None
 
     def connection(self) -> sqlite3.Connection:
         """One connection per process (opened again after a fork)."""
         if self._db is None or self._db[0] != os.getpid():
-            self._db = (os.getpid(), open_downstream(self.path))
+            db = open_downstream(self.path)
+            if self.busy_ms is not None:
+                db.execute(f"PRAGMA busy_timeout = {max(1, self.busy_ms)}")
+            self._db = (os.getpid(), db)
         return self._db[1]
 
     def __call__(self, purchase: Any) -> Receipt:

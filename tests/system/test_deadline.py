@@ -117,3 +117,43 @@ def test_a_call_stuck_in_c_code_ends_with_its_process_before_its_lease(
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_the_built_in_sqlite_action_gives_up_a_lock_within_its_deadline(
+    stack, redis: Redis, rng, tmp_path: Path
+) -> None:
+    """The built-in SQLite action waits for another writer's lock for a share of
+    FULFILMENT_TIMEOUT, not its own 10 s: that wait is C code, so past the deadline only the
+    watchdog could end it, with the whole worker process. It ends as a retry (the file
+    locked, nothing applied) and the payment is fulfilled once the lock is gone."""
+    path = tmp_path / "orders.sqlite3"
+    s = stack(FULFILMENT_ACTION=f"sqlite:///{path}", FULFILMENT_TIMEOUT="2", LEASE_SECONDS="4")
+    s.start_web()
+    worker = s.start_worker()  # makes the file (its start-up check) before the lock is taken
+    wait_until(path.exists, what="the downstream file")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        event = samples.payment_events(rng)[2]
+        pk = payment_key_of(event)
+        assert s.send(samples.encode(event)).status_code == 200
+        wait_until(lambda: "ended" in attempt(redis, pk, 1), what="attempt 1 ended")
+        first = attempt(redis, pk, 1)
+        assert first["outcome"] == "retry" and "locked" in first["detail"], first
+        assert worker.proc is not None and worker.proc.poll() is None, "the worker was ended"
+        holder.communicate(b"go\n", timeout=10)
+        s.start_sweeper()
+        wait_until(lambda: settled_as(redis, pk, "fulfilled"), what=f"{pk} fulfilled")
+        db = sqlite3.connect(path)
+        try:
+            assert db.execute("SELECT payment_key FROM orders").fetchall() == [(pk,)]
+        finally:
+            db.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
