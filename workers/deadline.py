@@ -75,16 +75,24 @@ class Watchdog:
 WATCHDOG = Watchdog()
 
 
-def call_within(seconds: float, fn: Callable[[], T], kill_after: float) -> T:
+def call_within(
+    seconds: float,
+    fn: Callable[[], T],
+    kill_after: float,
+    abort: Callable[[], None] | None = None,
+) -> T:
     """``fn()``, or DeadlineExceeded once ``seconds`` have passed; the process ends
-    ``kill_after`` seconds later if the call is still running then."""
+    ``kill_after`` seconds later if the call is still running then. ``abort`` (the action's)
+    is called at the deadline when the call runs in a helper thread, which no signal
+    reaches: it may end a wait in C code (a socket the call reads) so the call stops there
+    instead of with the process."""
     watched = WATCHDOG.arm(seconds + kill_after)
     if threading.current_thread() is threading.main_thread():
         try:
             return _with_alarm(seconds, fn)
         finally:  # fn returned or unwound: the call has stopped
             WATCHDOG.disarm(watched)
-    return _in_thread(seconds, fn, watched)
+    return _in_thread(seconds, fn, watched, abort)
 
 
 def _with_alarm(seconds: float, fn: Callable[[], T]) -> T:
@@ -149,7 +157,9 @@ def calling_thread() -> tuple[int, str]:
 _helpers: dict[tuple[int, str], Helper] = {}
 
 
-def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
+def _in_thread(
+    seconds: float, fn: Callable[[], T], watched: int, abort: Callable[[], None] | None
+) -> T:
     caller = calling_thread()
     helper = _helpers.get(caller)
     if helper is None:
@@ -160,6 +170,8 @@ def _in_thread(seconds: float, fn: Callable[[], T], watched: int) -> T:
         # Still running: the watchdog stays armed and ends the process if it does not stop.
         # Until then this thread waits too, so nothing is recorded that a new attempt could
         # act on while the call may still apply.
+        if abort is not None:
+            abort()
         call.done.wait()
         WATCHDOG.disarm(watched)
         raise DeadlineExceeded(f"the call took longer than {seconds:g} s")

@@ -131,7 +131,8 @@ def run_action(
     a detail string and what it says about the downstream as a whole. With ``settle`` (the
     action's, for a settlement) that is called instead: ``voided`` when it voided the key."""
     try:
-        receipt = call_within(timeout, lambda: (settle or action)(call), kill_after)
+        abort = getattr(action, "abort", None)
+        receipt = call_within(timeout, lambda: (settle or action)(call), kill_after, abort)
     except DeadlineExceeded as exc:
         return outcome_of(exc, action.replay_safe), f"deadline: {exc}", health_of(exc)
     except (TransientDownstreamError, PermanentDownstreamError) as exc:

@@ -16,6 +16,7 @@ pool's connections and threads belong to the process that opened them.
 
 import math
 import os
+import socket
 import time
 from typing import Any
 
@@ -91,6 +92,7 @@ class PostgresAction:
         self.effect = effect
         self._pool: tuple[int, ConnectionPool] | None = None
         self._inherited: list[ConnectionPool] = []
+        self._in_use: psycopg.Connection | None = None
 
     def pool(self) -> ConnectionPool:
         """This process's pool, opened on first use and again after a fork."""
@@ -123,6 +125,22 @@ class PostgresAction:
     def __call__(self, purchase: Any) -> Receipt:
         return self._transaction(self._apply, purchase)
 
+    def abort(self) -> None:
+        """At the call's deadline, from the thread waiting for it (a worker's slot): shut
+        down the socket of the connection the call is using. libpq waits for the server in
+        C, which no signal reaches in a helper thread, and a frozen server (a stalled VM)
+        enforces no statement_timeout: without this the watchdog ended the worker process,
+        every other call in flight with it. The call fails at once; the pool drops the
+        connection."""
+        conn = self._in_use
+        if conn is None or conn.closed:
+            return
+        try:
+            with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):  # closed meanwhile: the call has ended
+            pass
+
     def settle(self, purchase: Any) -> Receipt:
         """After an attempt that may have applied, the payment taken back: its key found
         (``already_applied``, the first receipt) or, absent, inserted voided in the same
@@ -135,10 +153,13 @@ class PostgresAction:
         stage = "connecting"
         try:
             with self.pool().connection(timeout=self.timeout * CONNECT_SHARE) as conn:
-                stage = "applying"
-                with conn.transaction():
-                    receipt = body(conn, purchase, deadline)
-                    stage = "committing"
+                stage, self._in_use = "applying", conn
+                try:
+                    with conn.transaction():
+                        receipt = body(conn, purchase, deadline)
+                        stage = "committing"
+                finally:
+                    self._in_use = None
         except PoolTimeout as exc:
             why = f"postgresql: no connection within {self.timeout * CONNECT_SHARE:g} s"
             raise TransientDownstreamError(masked(why, self.url), down=True, sent=False) from exc
