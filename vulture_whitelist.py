@@ -107,5 +107,6 @@ _.refund_ids
 _.refunded_amount
 _.dispute_status
 
-# Effects probes prove-action imports by name (--effects module:function) in its tests.
+# Probes prove-action imports by name (--effects, --reversals module:function) in its tests.
 _.orders_of
+_.revokes_of

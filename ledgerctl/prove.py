@@ -190,34 +190,39 @@ class Prover:
         value = self.redis.hget(keys.payment(pk), name)
         return text(value) if value is not None else ""
 
-    def settled(self, pk: str) -> bool:
+    def settled(self, pk: str, states: tuple[str, ...] = SETTLED) -> bool:
         due = self.redis.zscore(keys.DUE, pk) is not None
-        return self.field(pk, "state") in SETTLED and not due
+        return self.field(pk, "state") in states and not due
 
     def sweeps(self) -> int:
         return int(self.redis.hget(keys.SWEEPER, "sweeps") or 0)
 
-    def calls(self) -> Counter[str]:
-        return Counter(line.split()[0] for line in lines(self.folder / "calls"))
+    def calls(self, log: str = "calls") -> Counter[str]:
+        """Calls per payment of the action whose calls ``log`` names (REVERSAL_ACTION's:
+        ``reversal_calls``)."""
+        return Counter(line.split()[0] for line in lines(self.folder / log))
 
-    def depths(self) -> dict[str, int]:
+    def depths(self, log: str = "counts") -> dict[str, int]:
         """How many function calls each payment's deepest returned call made."""
         found: dict[str, int] = {}
-        for line in lines(self.folder / "counts"):
+        for line in lines(self.folder / log):
             pk, _, seen = line.split()[:3]
             found[pk] = max(found.get(pk, 0), int(seen))
         return found
 
     def quiet(self, pk: str) -> bool:
-        """No call for ``pk`` is still running: each started one returned or its process
-        is gone."""
-        started = Counter(tuple(line.split()) for line in lines(self.folder / "calls"))
-        ended = Counter(tuple(line.split()[:2]) for line in lines(self.folder / "counts"))
-        return all(
-            ended[(key, pid)] >= n or not alive(int(pid))
-            for (key, pid), n in started.items()
-            if key == pk
-        )
+        """No call for ``pk`` is still running, of either action: each started one returned
+        or its process is gone."""
+        for calls, counts in (("calls", "counts"), ("reversal_calls", "reversal_counts")):
+            started = Counter(tuple(line.split()) for line in lines(self.folder / calls))
+            ended = Counter(tuple(line.split()[:2]) for line in lines(self.folder / counts))
+            if not all(
+                ended[(key, pid)] >= n or not alive(int(pid))
+                for (key, pid), n in started.items()
+                if key == pk
+            ):
+                return False
+        return True
 
     def wait(self, done: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + self.row_seconds

@@ -5,7 +5,12 @@ A probe answers the number of effects in the downstream for one payment key: the
 ``%(payment_key)s``, also for SQLite) on ``--effects-db`` or the action's own database, or,
 for the built-in downstreams, their own table: SQLite's ``orders``, PostgreSQL's
 ``webhook_ledger_effects`` (one row per applied key, written with the effect; a key a
-settlement voided is none).
+settlement voided is none, and a reversal's key is the reversal's).
+
+A reversal probe (REVERSAL_ACTION set) answers the number of reversals applied for one
+payment key the same ways: ``--reversals``, ``--reversals-sql`` on ``--reversals-db``, or
+the built-in downstreams' reversal keys (SQLite's ``reversals``, the ``reverse:`` keys of
+PostgreSQL's table).
 """
 
 import re
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
 from workers.effects import imported
 from workers.exceptions import ActionConfigError
@@ -26,9 +32,19 @@ BUILT_IN = {
     "sqlite": "SELECT count(*) FROM orders WHERE payment_key = %(payment_key)s",
     "postgresql": (
         f"SELECT count(*) FROM {TABLE} WHERE payment_key = %(payment_key)s AND voided_at IS NULL"
+        " AND idempotency_key NOT LIKE 'reverse:%%'"
+    ),
+}
+BUILT_IN_REVERSALS = {
+    "sqlite": "SELECT count(*) FROM reversals WHERE payment_key = %(payment_key)s",
+    "postgresql": (
+        f"SELECT count(*) FROM {TABLE} WHERE payment_key = %(payment_key)s"
+        " AND idempotency_key LIKE 'reverse:%%'"
     ),
 }
 PASSING = ("exactly once", "at most once (interrupted)", "skipped")
+NOTHING_TO_TAKE_BACK = "nothing to take back"
+"""A payment refunded in full before any attempt: neither action ran for it."""
 
 
 class NoProbe(Exception):
@@ -38,24 +54,59 @@ class NoProbe(Exception):
 def probe_for(s: Settings, effects: str | None, sql: str | None, db: str | None) -> Probe:
     """The probe the options name, else the built-in downstream's."""
     if effects:
-        try:
-            found: Probe = imported(effects, "--effects")
-        except ActionConfigError as exc:
-            raise NoProbe(f"--effects: {exc}") from exc
-        return lambda key: int(found(key))
+        return imported_probe(effects, "--effects")
     spec = s.FULFILMENT_ACTION
-    url = db or (f"{spec.scheme}:///{spec.target}" if spec.scheme == "sqlite" else spec.target)
     statement = sql or BUILT_IN.get(spec.scheme if not db else "")
     if statement is None:
         raise NoProbe(
             f"FULFILMENT_ACTION is a {spec.scheme} action: give --effects module:function or"
             " --effects-sql (with --effects-db) to count its effects"
         )
+    return sql_probe(db or database_of(spec), statement, "--effects-db")
+
+
+def reversal_probe_for(
+    s: Settings, reversals: str | None, sql: str | None, db: str | None, effects_db: str | None
+) -> Probe:
+    """The probe of REVERSAL_ACTION's reversals the options name, else the built-in
+    downstream's; ``--reversals-sql`` runs on ``--reversals-db``, else on REVERSAL_ACTION's
+    database, else where ``--effects-sql`` runs."""
+    spec = s.REVERSAL_ACTION
+    if spec is None:
+        raise NoProbe("--reversals, --reversals-sql: REVERSAL_ACTION is not set")
+    if reversals:
+        return imported_probe(reversals, "--reversals")
+    statement = sql or BUILT_IN_REVERSALS.get(spec.scheme if not db else "")
+    if statement is None:
+        raise NoProbe(
+            f"REVERSAL_ACTION is a {spec.scheme} action: give --reversals module:function or"
+            " --reversals-sql (with --reversals-db) to count its reversals"
+        )
+    url = db or database_of(spec) or effects_db or database_of(s.FULFILMENT_ACTION)
+    return sql_probe(url, statement, "--reversals-db")
+
+
+def database_of(spec: ActionSpec) -> str:
+    """The database URL of a built-in downstream's action, else ''."""
+    if spec.scheme == "sqlite":
+        return f"sqlite:///{spec.target}"
+    return spec.target if spec.scheme == "postgresql" else ""
+
+
+def imported_probe(target: str, option: str) -> Probe:
+    try:
+        found: Probe = imported(target, option)
+    except ActionConfigError as exc:
+        raise NoProbe(f"{option}: {exc}") from exc
+    return lambda key: int(found(key))
+
+
+def sql_probe(url: str, statement: str, option: str) -> Probe:
     if url.startswith("sqlite:///"):
         return sqlite_probe(url.removeprefix("sqlite:///"), statement)
     if url.startswith(("postgresql://", "postgres://")):
         return postgres_probe(url, statement)
-    raise NoProbe("--effects-db: expected sqlite:///path or postgresql://…")
+    raise NoProbe(f"{option}: expected sqlite:///path or postgresql://…")
 
 
 def sqlite_probe(path: str, statement: str) -> Probe:
@@ -106,3 +157,48 @@ def verdict(effects: int, state: str) -> str:
     if effects == 1:
         return "effect without fulfilled"
     return f"not fulfilled ({state or 'unknown'})"
+
+
+@dataclass(frozen=True)
+class ReversalRow:
+    """One reversal fault's outcome, as printed: each action's calls, the fulfilment's
+    effects and the reversals the probe counted."""
+
+    fault: str
+    payment: str
+    calls: int
+    effects: int
+    reversal_calls: int
+    reversals: int
+    state: str
+    verdict: str
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in (*PASSING, NOTHING_TO_TAKE_BACK)
+
+
+def reversal_verdict(effects: int, reversals: int, state: str) -> str:
+    """What a payment fulfilled, then taken back, proves: reversed once, or left for a
+    person with at most one reversal (an action that is not replay-safe)."""
+    if effects > 1 or reversals > 1:
+        return "more than once"
+    if state == "interrupted":
+        return "at most once (interrupted)"
+    if state == "reversed":
+        return "exactly once" if reversals == 1 else "reversed without a reversal"
+    if reversals == 1:
+        return "reversal without reversed"
+    return f"not reversed ({state or 'unknown'})"
+
+
+def refunded_first_verdict(calls: int, effects: int, reversals: int, state: str) -> str:
+    """A payment refunded in full before any attempt: neither action may run for it."""
+    if calls or effects:
+        return "fulfilled after its refund"
+    if reversals:
+        return "reversal with nothing to take back"
+    if state == "refunded_unfulfilled":
+        return NOTHING_TO_TAKE_BACK
+    return f"not refunded_unfulfilled ({state or 'unknown'})"

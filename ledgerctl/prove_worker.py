@@ -5,8 +5,10 @@ placed where no fault point of ledger/faults.py reaches, inside the action's cal
 The wrapper appends ``<payment key> <pid>`` to ``PROVE_CALLS`` before each call (the calls
 the prover counts) and ``<payment key> <pid> <function calls made>`` to ``PROVE_COUNTS``
 after it (how deep a call goes, for the prover to choose ``k``; a call started and not
-ended is still running, unless its process is gone). Each for the first call of this
-process only:
+ended is still running, unless its process is gone); REVERSAL_ACTION's calls go to
+``PROVE_REVERSAL_CALLS`` and ``PROVE_REVERSAL_COUNTS``. The faults strike the action
+``PROVE_LEG`` names (``fulfil``, the default, or ``reverse``), each for its first call in
+this process only:
 
 - ``PROVE_STOP_AT=k``: at the k-th Python or C function call made inside the action (a
   profile hook counts them), the process stops itself: ``SIGKILL`` with
@@ -30,7 +32,7 @@ from ledger.connection import connect
 from ledger.purchase import Purchase
 from ledger.settings import Settings
 from workers import jobs
-from workers.actions import Action, Receipt, build_action
+from workers.actions import Action, Receipt, build_action, build_reversal_action
 from workers.worker import work_once
 
 PROFILED = ("call", "c_call")
@@ -39,14 +41,18 @@ PROFILED = ("call", "c_call")
 class Faulty:
     """The configured action, its first call in this process faulted as the env says."""
 
-    def __init__(self, action: Action, env: dict[str, str], timeout: float) -> None:
+    def __init__(self, action: Action, env: dict[str, str], timeout: float, leg: str) -> None:
         self.action, self.timeout = action, timeout
         self.replay_safe = action.replay_safe
-        self.stop_at = int(env.get("PROVE_STOP_AT") or 0)
+        faulted = env.get("PROVE_LEG", "fulfil") == leg
+        self.stop_at = int(env.get("PROVE_STOP_AT") or 0) if faulted else 0
         self.stop = env.get("PROVE_STOP", "kill")
-        self.slow = env.get("PROVE_SLOW") == "1"
-        self.resend = env.get("PROVE_RESEND") == "1"
-        self.calls_file, self.counts_file = env["PROVE_CALLS"], env["PROVE_COUNTS"]
+        self.slow = faulted and env.get("PROVE_SLOW") == "1"
+        self.resend = faulted and env.get("PROVE_RESEND") == "1"
+        files = ("PROVE_CALLS", "PROVE_COUNTS")
+        if leg == "reverse":
+            files = ("PROVE_REVERSAL_CALLS", "PROVE_REVERSAL_COUNTS")
+        self.calls_file, self.counts_file = env[files[0]], env[files[1]]
         self.first = True
 
     def __call__(self, purchase: Purchase) -> Receipt:
@@ -89,16 +95,26 @@ def append(path: str, line: str) -> None:
 
 def faulty_builder(env: dict[str, str]) -> Any:
     def build(s: Settings) -> Action:
-        return Faulty(build_action(s), env, s.FULFILMENT_TIMEOUT)
+        return Faulty(build_action(s), env, s.FULFILMENT_TIMEOUT, "fulfil")
+
+    return build
+
+
+def faulty_reversal_builder(env: dict[str, str]) -> Any:
+    def build(s: Settings) -> Action | None:
+        action = build_reversal_action(s)
+        return None if action is None else Faulty(action, env, s.FULFILMENT_TIMEOUT, "reverse")
 
     return build
 
 
 def main() -> None:
     s = settings_module.load_or_exit()
-    if not hasattr(jobs, "build_action"):  # a fault placed nowhere would prove nothing
-        sys.exit("prove_worker: workers.jobs builds its action another way; wrap that one")
+    if not all(hasattr(jobs, f) for f in ("build_action", "build_reversal_action")):
+        # a fault placed nowhere would prove nothing
+        sys.exit("prove_worker: workers.jobs builds its actions another way; wrap those")
     jobs.build_action = faulty_builder(dict(os.environ))  # what workers.jobs.context builds
+    jobs.build_reversal_action = faulty_reversal_builder(dict(os.environ))
     redis = connect(s)
     while not work_once(redis, (s.QUEUE_NAME,), burst=False):
         time.sleep(0.2)

@@ -90,10 +90,34 @@ def insert_every_call_declared_safe(call: dict[str, Any]) -> dict[str, Any]:
 insert_every_call_declared_safe.replay_safe = True  # type: ignore[attr-defined]
 
 
+def revoke_every_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A reversal that takes the effect back with a new row in ``SHOP_DB``'s ``revokes`` on
+    every call, whatever its idempotency key: fit to be run at most once (not replay-safe)."""
+    db = sqlite3.connect(os.environ["SHOP_DB"], timeout=30, isolation_level=None)
+    try:
+        db.execute(
+            "INSERT INTO revokes (payment_key, token) VALUES (?, ?)",
+            (call["payment_key"], call["token"]),
+        )
+    finally:
+        db.close()
+    return {"revoked": call["payment_key"]}
+
+
+def revoke_every_call_declared_safe(call: dict[str, Any]) -> dict[str, Any]:
+    """The same non-idempotent reversal, wrongly declared replay-safe: the prover must
+    catch it."""
+    return revoke_every_call(call)
+
+
+revoke_every_call_declared_safe.replay_safe = True  # type: ignore[attr-defined]
+
+
 def make_every_call_shop(path: str) -> str:
-    """``SHOP_DB`` for insert_every_call: an orders table with no unique key."""
+    """``SHOP_DB`` for insert_every_call and revoke_every_call: tables with no unique key."""
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE orders (payment_key TEXT NOT NULL, token INTEGER)")
+        db.execute("CREATE TABLE revokes (payment_key TEXT NOT NULL, token INTEGER)")
     return path
 
 
@@ -101,6 +125,14 @@ def orders_of(payment_key: str) -> int:
     """The effects probe (``--effects``) for insert_every_call: its rows for one payment."""
     with sqlite3.connect(os.environ["SHOP_DB"], timeout=30) as db:
         row = db.execute("SELECT count(*) FROM orders WHERE payment_key = ?", (payment_key,))
+        return int(row.fetchone()[0])
+
+
+def revokes_of(payment_key: str) -> int:
+    """The reversals probe (``--reversals``) for revoke_every_call: its rows for one
+    payment."""
+    with sqlite3.connect(os.environ["SHOP_DB"], timeout=30) as db:
+        row = db.execute("SELECT count(*) FROM revokes WHERE payment_key = ?", (payment_key,))
         return int(row.fetchone()[0])
 
 

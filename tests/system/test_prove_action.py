@@ -25,16 +25,19 @@ PAID_ROWS = 12
 """Duplicate and concurrent deliveries of each of the six paid types."""
 
 
-def prove(env: dict[str, str], *options: str) -> tuple[int, dict[str, Any], str]:
+def prove(
+    env: dict[str, str], *options: str, timeout: float = 280
+) -> tuple[int, dict[str, Any], str]:
     """Exit code, the JSON report and stderr of one run."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("FULFILMENT_", "FAULT"))}
+    actions = ("FULFILMENT_", "REVERSAL_", "FAULT")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(actions)}
     run = subprocess.run(
         [str(BIN / "webhook-ledger"), "prove-action", "--json", *options],
         env={**environ, "PYTHONPATH": str(ROOT), **FAST, **env},
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=timeout,
     )
     return run.returncode, json.loads(run.stdout or "{}"), run.stderr
 
@@ -74,6 +77,7 @@ def test_the_sqlite_action_passes_and_nothing_is_left_running(tmp_path: Path) ->
         {"FULFILMENT_ACTION": f"sqlite:///{tmp_path / 'd.sqlite3'}"}, "--keep"
     )
     passed(code, report, stderr)
+    assert "reversal_rows" not in report  # without REVERSAL_ACTION: the fulfilment rows alone
     folder = stderr.rsplit("scratch folder kept: ", 1)[1].split()[0]
     assert (Path(folder) / "redis.log").exists()
     assert using(folder) == []

@@ -6,7 +6,16 @@ from pathlib import Path
 import pytest
 
 from ledger.settings import load
-from ledgerctl.prove_probe import NoProbe, Row, probe_for, verdict
+from ledgerctl.prove_probe import (
+    NoProbe,
+    ReversalRow,
+    Row,
+    probe_for,
+    refunded_first_verdict,
+    reversal_probe_for,
+    reversal_verdict,
+    verdict,
+)
 
 
 @pytest.mark.parametrize(
@@ -62,3 +71,83 @@ def test_a_probe_module_raising_on_import_is_named_not_a_traceback(tmp_path, mon
     why = "--effects: cannot import shop_probe:count: importing it raised KeyError: 'SHOP_PROBE_DB'"
     with pytest.raises(NoProbe, match=why):
         probe_for(s, "shop_probe:count", None, None)
+
+
+@pytest.mark.parametrize(
+    ("effects", "reversals", "state", "expected", "ok"),
+    [
+        (1, 1, "reversed", "exactly once", True),
+        (1, 0, "interrupted", "at most once (interrupted)", True),
+        (1, 1, "interrupted", "at most once (interrupted)", True),
+        (1, 2, "reversed", "more than once", False),
+        (1, 2, "interrupted", "more than once", False),
+        (2, 1, "reversed", "more than once", False),
+        (1, 0, "reversed", "reversed without a reversal", False),
+        (1, 1, "failed", "reversal without reversed", False),
+        (1, 0, "fulfilled", "not reversed (fulfilled)", False),
+    ],
+)
+def test_reversal_verdicts(
+    effects: int, reversals: int, state: str, expected: str, ok: bool
+) -> None:
+    assert reversal_verdict(effects, reversals, state) == expected
+    assert ReversalRow("fault", "pi_1", 1, effects, 1, reversals, state, expected).ok is ok
+
+
+@pytest.mark.parametrize(
+    ("calls", "effects", "reversals", "state", "expected"),
+    [
+        (0, 0, 0, "refunded_unfulfilled", "nothing to take back"),
+        (1, 0, 0, "refunded_unfulfilled", "fulfilled after its refund"),
+        (0, 1, 0, "fulfilled", "fulfilled after its refund"),
+        (0, 0, 1, "refunded_unfulfilled", "reversal with nothing to take back"),
+        (0, 0, 0, "queued", "not refunded_unfulfilled (queued)"),
+    ],
+)
+def test_a_payment_refunded_first_runs_neither_action(
+    calls: int, effects: int, reversals: int, state: str, expected: str
+) -> None:
+    found = refunded_first_verdict(calls, effects, reversals, state)
+    assert found == expected
+    row = ReversalRow("fault", "pi_1", calls, effects, 0, reversals, state, found)
+    assert row.ok is (expected == "nothing to take back")
+
+
+def test_the_sqlite_downstream_counts_its_own_reversals(tmp_path: Path) -> None:
+    path = tmp_path / "d.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE reversals (payment_key TEXT)")
+        db.executemany("INSERT INTO reversals VALUES (?)", [("pi_a",), ("pi_a",), ("pi_b",)])
+    url = f"sqlite:///{path}"
+    s = load({"FULFILMENT_ACTION": url, "REVERSAL_ACTION": url})
+    probe = reversal_probe_for(s, None, None, None, None)
+    assert (probe("pi_a"), probe("pi_b"), probe("pi_c")) == (2, 1, 0)
+
+
+def test_reversals_sql_runs_where_the_effects_are_counted_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "shop.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE revokes (pk TEXT)")
+        db.execute("INSERT INTO revokes VALUES ('pi_a')")
+    s = load(
+        {
+            "FULFILMENT_ACTION": "tests.support.broken_actions:insert_every_call",
+            "REVERSAL_ACTION": "tests.support.broken_actions:insert_every_call",
+        }
+    )
+    sql = "SELECT count(*) FROM revokes WHERE pk = %(payment_key)s"
+    assert reversal_probe_for(s, None, sql, None, f"sqlite:///{path}")("pi_a") == 1
+    assert reversal_probe_for(s, None, sql, f"sqlite:///{path}", None)("pi_a") == 1
+
+
+def test_a_reversal_without_a_built_in_count_needs_a_probe() -> None:
+    s = load(
+        {"FULFILMENT_ACTION": "sqlite:///d.sqlite3", "REVERSAL_ACTION": "http://127.0.0.1:9/r"}
+    )
+    with pytest.raises(NoProbe, match="--reversals module:function"):
+        reversal_probe_for(s, None, None, None, None)
+    with pytest.raises(NoProbe, match="--reversals: cannot import"):
+        reversal_probe_for(s, "no_such_module:count", None, None, None)
+    unset = load({"FULFILMENT_ACTION": "sqlite:///d.sqlite3"})
+    with pytest.raises(NoProbe, match="REVERSAL_ACTION is not set"):
+        reversal_probe_for(unset, None, None, None, None)
