@@ -101,16 +101,7 @@ class Prover:
         event = self.event(paid_type)
         if event is None:
             return Row(name, "", 0, 0, "", "skipped", "no sample event of this type")
-        record = lambda: self.record(event)  # noqa: E731
-        if at_once:
-            threads = [threading.Thread(target=record) for _ in range(copies)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        else:
-            for _ in range(copies):
-                record()
+        send_copies(lambda: self.record(event), copies, at_once)
         return self.settled_row(name, self.key_of(event))
 
     def faulted(self, name: str, fault: dict[str, str], rescue: bool = True) -> Row:
@@ -271,3 +262,16 @@ def stopped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     except (OSError, IndexError):
         return False
+
+
+def send_copies(send: Callable[[], None], copies: int, at_once: bool) -> None:
+    """``send`` ``copies`` times: one after another, or each in its own thread at once."""
+    if not at_once:
+        for _ in range(copies):
+            send()
+        return
+    threads = [threading.Thread(target=send) for _ in range(copies)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

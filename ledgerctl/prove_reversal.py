@@ -13,7 +13,6 @@ queued, before any worker took it.
 """
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from subprocess import Popen
 from rq import Queue
 
 from ledgerctl import samples, takebacks
-from ledgerctl.prove import DURING, Prover, RowTimeout, marked, stopped
+from ledgerctl.prove import DURING, Prover, RowTimeout, marked, send_copies, stopped
 from ledgerctl.prove_probe import (
     Probe,
     ReversalRow,
@@ -156,15 +155,7 @@ class ReversalProver:
             for event in take_back:
                 self.prover.record(event)
 
-        if at_once:
-            threads = [threading.Thread(target=send) for _ in range(copies)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        else:
-            for _ in range(copies):
-                send()
+        send_copies(send, copies, at_once)
         return self.settled_row(name, self.prover.key_of(paid[-1]))
 
     def faulted(
