@@ -47,11 +47,10 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
+from workers.finishing import finish_while_leased
 from workers.gating import admit, health_of, rate_wait_until, report
 
 log = logging.getLogger("workers.jobs")
-FINISH_PAUSE_S = 0.5
-"""Between tries to record an outcome while Redis cannot be reached."""
 
 
 @dataclass(frozen=True)
@@ -245,35 +244,21 @@ def fulfil(
         detail = f"{LEG_NAMES[leg]}: {detail}"  # which call failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
-    report(ctx.gate, admission, payment_key, start.token, health, detail)  # before finish
+    try:  # before finish; a report lost with Redis only makes the breaker count again
+        report(ctx.gate, admission, payment_key, start.token, health, detail)
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        log.warning(
+            "%s token %s: breaker not told (%s)", payment_key, start.token, redact(str(exc))
+        )
     lease_end = fenced_at + ctx.call_window + ctx.timeout + 2 * ctx.kill_after
     verdict, state = finish_while_leased(
-        ctx, payment_key, start.token, (outcome, detail, call_ms), lease_end - ctx.kill_after
+        ctx.attempts,
+        payment_key,
+        start.token,
+        (outcome, detail, call_ms),
+        lease_end - ctx.kill_after,
     )
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
-
-
-def finish_while_leased(
-    ctx: Context, payment_key: str, token: int, ended: tuple[str, str, float], until: float
-) -> tuple[str, str]:
-    """Record how the call ended, trying again while Redis cannot be reached (restarted,
-    frozen, failing over) until ``until`` (time.monotonic(), short of the lease's end):
-    given up after one try's REDIS_RETRIES, a call that applied was left to the lease's
-    expiry, ``interrupted`` when not replay-safe. Each try is the same write (``finish``
-    answers ``already`` to a second one)."""
-    while True:
-        try:
-            return ctx.attempts.finish(payment_key, token, *ended)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            if time.monotonic() + FINISH_PAUSE_S >= until:
-                raise
-            log.warning(
-                "%s token %s: outcome not recorded yet (%s), trying again",
-                payment_key,
-                token,
-                redact(str(exc)),
-            )
-            time.sleep(FINISH_PAUSE_S)
 
 
 def not_called(ctx: Context, payment_key: str, token: int, stalled_s: float) -> dict[str, Any]:

@@ -17,7 +17,10 @@ pool's connections and threads belong to the process that opened them.
 import math
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -93,6 +96,8 @@ class PostgresAction:
         self._pool: tuple[int, ConnectionPool] | None = None
         self._inherited: list[ConnectionPool] = []
         self._in_use: psycopg.Connection | None = None
+        """The connection a call is using (its check by the pool too): ``abort``'s to cut."""
+        self._in_use_lock = threading.Lock()  # abort never cuts a socket handed on since
 
     def pool(self) -> ConnectionPool:
         """This process's pool, opened on first use and again after a fork."""
@@ -106,7 +111,7 @@ class PostgresAction:
                 min_size=1,
                 max_size=1,  # a worker process makes one call at a time
                 open=False,
-                check=ConnectionPool.check_connection,  # a server restarted since
+                check=self._check,  # a server restarted since
                 kwargs={"connect_timeout": max(2, math.ceil(self.timeout))},
                 reconnect_timeout=RECONNECT_SECONDS,
                 name=f"fulfilment-{os.getpid()}",
@@ -125,6 +130,22 @@ class PostgresAction:
     def __call__(self, purchase: Any) -> Receipt:
         return self._transaction(self._apply, purchase)
 
+    def _check(self, conn: psycopg.Connection) -> None:
+        """psycopg_pool's check of a connection it hands out, in the calling thread: a
+        frozen server answers it no more than a statement, so ``abort`` cuts it too."""
+        with self._using(conn):
+            ConnectionPool.check_connection(conn)
+
+    @contextmanager
+    def _using(self, conn: psycopg.Connection) -> Iterator[None]:
+        with self._in_use_lock:
+            self._in_use = conn
+        try:
+            yield
+        finally:
+            with self._in_use_lock:
+                self._in_use = None
+
     def abort(self) -> None:
         """At the call's deadline, from the thread waiting for it (a worker's slot): shut
         down the socket of the connection the call is using. libpq waits for the server in
@@ -132,14 +153,15 @@ class PostgresAction:
         enforces no statement_timeout: without this the watchdog ended the worker process,
         every other call in flight with it. The call fails at once; the pool drops the
         connection."""
-        conn = self._in_use
-        if conn is None or conn.closed:
-            return
-        try:
-            with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):  # closed meanwhile: the call has ended
-            pass
+        with self._in_use_lock:
+            conn = self._in_use
+            if conn is None or conn.closed:
+                return
+            try:
+                with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, psycopg.Error):  # closed meanwhile: the call has ended
+                pass
 
     def settle(self, purchase: Any) -> Receipt:
         """After an attempt that may have applied, the payment taken back: its key found
@@ -153,13 +175,10 @@ class PostgresAction:
         stage = "connecting"
         try:
             with self.pool().connection(timeout=self.timeout * CONNECT_SHARE) as conn:
-                stage, self._in_use = "applying", conn
-                try:
-                    with conn.transaction():
-                        receipt = body(conn, purchase, deadline)
-                        stage = "committing"
-                finally:
-                    self._in_use = None
+                stage = "applying"
+                with self._using(conn), conn.transaction():
+                    receipt = body(conn, purchase, deadline)
+                    stage = "committing"
         except PoolTimeout as exc:
             why = f"postgresql: no connection within {self.timeout * CONNECT_SHARE:g} s"
             raise TransientDownstreamError(masked(why, self.url), down=True, sent=False) from exc

@@ -40,8 +40,11 @@ def call(n):
 
 def slot():
     call("warm")
+    if sys.argv[1] == "between":  # frozen while the pool holds the connection idle
+        print("idle", flush=True)
+        sys.stdin.readline()
     print("calling", flush=True)
-    call("frozen")  # the test freezes the server while it runs
+    call("frozen")  # mid: the test freezes the server while it runs
     sys.stdin.readline()  # until the test has thawed it
     call("thawed")
 
@@ -59,9 +62,12 @@ def own_postgres() -> Iterator[PostgresServer]:
     server.remove()
 
 
+@pytest.mark.parametrize("when", ["mid", "between"])
 def test_a_call_to_a_frozen_database_ends_at_its_deadline_not_with_the_worker(
-    own_postgres: PostgresServer, tmp_path: Path
+    own_postgres: PostgresServer, tmp_path: Path, when: str
 ) -> None:
+    """Frozen mid-statement, or while the pool held the connection idle (the pool's own
+    check of it, before the call's transaction, meets the frozen server)."""
     url = make_shop(own_postgres.database("frozen"))
     env = {
         **os.environ,
@@ -76,7 +82,7 @@ def test_a_call_to_a_frozen_database_ends_at_its_deadline_not_with_the_worker(
     with (
         (tmp_path / "worker.err").open("w") as err,
         subprocess.Popen(
-            [sys.executable, "-c", SLOT],
+            [sys.executable, "-c", SLOT, when],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -88,11 +94,18 @@ def test_a_call_to_a_frozen_database_ends_at_its_deadline_not_with_the_worker(
         assert worker.stdout is not None and worker.stdin is not None
         try:
             assert worker.stdout.readline().split()[:2] == ["warm", "fulfilled"]
-            assert worker.stdout.readline().strip() == "calling"
+            if when == "between":
+                assert worker.stdout.readline().strip() == "idle"
+            else:
+                assert worker.stdout.readline().strip() == "calling"
             server = [own_postgres.pid, *children(own_postgres.pid)]  # its backend too
-            for pid in server:  # the call is in its pg_sleep(1) by now, or about to send it
+            for pid in server:  # mid: the call is in its pg_sleep(1), or about to send it
                 os.kill(pid, signal.SIGSTOP)
             try:
+                if when == "between":  # the pool's check of the connection meets it
+                    worker.stdin.write("call\n")
+                    worker.stdin.flush()
+                    assert worker.stdout.readline().strip() == "calling"
                 frozen = worker.stdout.readline().split()
             finally:
                 for pid in server:
