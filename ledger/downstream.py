@@ -90,11 +90,12 @@ reached the order's amount or a reversal of the whole payment or what remains wa
 (each reversal call is logged in ``reversal_calls``)."""
 
 
-def open_downstream(path: str | Path) -> sqlite3.Connection:
-    """The SQLite order system, created on first use (WAL, so readers never block it)."""
+def open_downstream(path: str | Path, busy_seconds: float = BUSY_SECONDS) -> sqlite3.Connection:
+    """The SQLite order system, created on first use (WAL, so readers never block it);
+    each wait for another connection's write lock ends after ``busy_seconds``."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
-    _into_wal(db)
+    db = sqlite3.connect(path, timeout=busy_seconds, isolation_level=None)
+    _into_wal(db, busy_seconds)
     db.executescript(SCHEMA)
     _add_columns(db)
     return db
@@ -119,11 +120,11 @@ def _missing_columns(db: sqlite3.Connection) -> list[str]:
     return [name for name in ADDED_ORDER_COLUMNS if name not in have]
 
 
-def _into_wal(db: sqlite3.Connection) -> None:
+def _into_wal(db: sqlite3.Connection, busy_seconds: float) -> None:
     """WAL mode, waiting for another process that holds the write lock: SQLite answers this
     PRAGMA "database is locked" at once instead of calling its busy handler, so two workers
     starting together on a new file failed (one refused to start)."""
-    deadline = time.monotonic() + BUSY_SECONDS
+    deadline = time.monotonic() + busy_seconds
     while True:
         try:
             db.execute("PRAGMA journal_mode=WAL")

@@ -250,14 +250,9 @@ def fulfil(
         log.warning(
             "%s token %s: breaker not told (%s)", payment_key, start.token, redact(str(exc))
         )
-    lease_end = fenced_at + ctx.call_window + ctx.timeout + 2 * ctx.kill_after
-    verdict, state = finish_while_leased(
-        ctx.attempts,
-        payment_key,
-        start.token,
-        (outcome, detail, call_ms),
-        lease_end - ctx.kill_after,
-    )
+    until = fenced_at + ctx.attempts.settings.LEASE_SECONDS - ctx.kill_after  # lease's end
+    ended = (outcome, detail, call_ms)
+    verdict, state = finish_while_leased(ctx.attempts, payment_key, start.token, ended, until)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
 
 

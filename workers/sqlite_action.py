@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ledger.downstream import open_downstream
+from ledger.downstream import BUSY_SECONDS, open_downstream
 from ledger.purchase import idempotency_key
 from ledger.reversals import ReversalCall
 from workers.effects import Effect, Receipt, for_sqlite, purchase_of, sample_for, sql_params
@@ -38,16 +38,14 @@ class SqliteAction:
         # Waiting for another writer's lock is C code no deadline in Python interrupts: it
         # ends inside the call's FULFILMENT_TIMEOUT (SQLITE_BUSY, retried), not by the
         # watchdog ending the worker process.
-        self.busy_ms = int(timeout * BUSY_SHARE * 1000) if timeout else None
+        self.busy_seconds = timeout * BUSY_SHARE if timeout else BUSY_SECONDS
         self._db: tuple[int, sqlite3.Connection] | None = None
 
     def connection(self) -> sqlite3.Connection:
-        """One connection per process (opened again after a fork)."""
+        """One connection per process (opened again after a fork, within a call: its
+        opening waits no longer than a call's statements)."""
         if self._db is None or self._db[0] != os.getpid():
-            db = open_downstream(self.path)
-            if self.busy_ms is not None:
-                db.execute(f"PRAGMA busy_timeout = {max(1, self.busy_ms)}")
-            self._db = (os.getpid(), db)
+            self._db = (os.getpid(), open_downstream(self.path, self.busy_seconds))
         return self._db[1]
 
     def __call__(self, purchase: Any) -> Receipt:

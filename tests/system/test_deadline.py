@@ -8,6 +8,8 @@ import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,24 @@ print("locked", flush=True)
 sys.stdin.readline()  # until the test says so
 db.execute("COMMIT")
 """
+
+
+@contextmanager
+def holding_the_lock(path: Path) -> Iterator[subprocess.Popen]:
+    """A process holding ``path``'s write lock until it is sent a line (``communicate``);
+    killed at the end if it still runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        yield holder
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
 
 
 def shop(tmp_path: Path) -> Path:
@@ -63,13 +83,7 @@ def test_a_call_stuck_in_c_code_ends_with_its_process_before_its_lease(
     replay_safe: bool, stack, redis: Redis, config, rng, tmp_path: Path
 ) -> None:
     path = shop(tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_THE_LOCK, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+    with holding_the_lock(path) as holder:
         s = stack(
             FULFILMENT_ACTION="tests.support.broken_actions:insert_order",
             FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
@@ -113,10 +127,6 @@ def test_a_call_stuck_in_c_code_ends_with_its_process_before_its_lease(
         assert orders(path) == [(pk, int(redis.hget(keys.payment(pk), "token") or 0))]
         survivor = next(w for w in workers if w is not stuck)
         assert isinstance(survivor, RqWorker) and survivor.proc and survivor.proc.poll() is None
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
 
 
 def test_the_built_in_sqlite_action_gives_up_a_lock_within_its_deadline(
@@ -131,13 +141,7 @@ def test_the_built_in_sqlite_action_gives_up_a_lock_within_its_deadline(
     s.start_web()
     worker = s.start_worker()  # makes the file (its start-up check) before the lock is taken
     wait_until(path.exists, what="the downstream file")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_THE_LOCK, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+    with holding_the_lock(path) as holder:
         event = samples.payment_events(rng)[2]
         pk = payment_key_of(event)
         assert s.send(samples.encode(event)).status_code == 200
@@ -153,7 +157,3 @@ def test_the_built_in_sqlite_action_gives_up_a_lock_within_its_deadline(
             assert db.execute("SELECT payment_key FROM orders").fetchall() == [(pk,)]
         finally:
             db.close()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()

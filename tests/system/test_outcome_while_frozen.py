@@ -1,5 +1,5 @@
 """Redis frozen (SIGSTOP) between a call that applied and the record of its outcome: the
-worker tries again until shortly before its lease ends (workers/jobs.py
+worker tries again until shortly before its lease ends (workers/finishing.py
 ``finish_while_leased``). Before, it gave up after one write's REDIS_RETRIES; on a Redis
 that had not run the outcome's script yet, the write sent before the freeze came back
 NOSCRIPT once it thawed, so the lease expired and a call that was not replay-safe ended
@@ -7,7 +7,6 @@ NOSCRIPT once it thawed, so the lease expired and a call that was not replay-saf
 
 import os
 import signal
-import time
 
 from ledger.read import payments
 from ledgerctl import samples
@@ -37,14 +36,17 @@ def test_an_outcome_written_while_redis_is_frozen_is_recorded_once_it_thaws(
             event = samples.payment_events(rng)[2]
             pk = payment_key_of(event)
             assert s.send(samples.encode(event)).status_code == 200
-            s.start_worker()
+            log = s.start_worker().log
+            assert log is not None
             wait_until(lambda: downstream.calls[pk] == 1, what="the call in flight")
             os.kill(own.pid, signal.SIGSTOP)
             try:
                 gate.set()  # it applies and answers 200 while Redis is frozen
-                # Frozen for a fault's length: 5 tries of the write (0.6 s each), far
-                # within the lease.
-                time.sleep(3)
+                # Frozen until two writes of the outcome have failed, far within the lease.
+                wait_until(
+                    lambda: log.read_text().count("outcome not recorded yet") >= 2,
+                    what="two failed writes of the outcome",
+                )
             finally:
                 os.kill(own.pid, signal.SIGCONT)
             wait_until(lambda: state_of(redis, pk) == "fulfilled", what="fulfilled")
