@@ -224,12 +224,21 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
         id=f["p_cs"],
         client_reference_id=f.get("p_cs_ref") or None,
         mode=f.get("p_cs_mode") or None,
-        payment_status=f.get("p_cs_status") or None,
+        payment_status=_session_status(f),
         customer_details=CustomerDetails(
             email=f.get("p_cs_email") or None, name=f.get("p_cs_name") or None
         ),
         metadata=_metadata(f, "p_md_cs", True) or {},
     )
+
+
+def _session_status(f: dict[str, str]) -> str | None:
+    """The session's ``payment_status``; ``paid`` once the payment is (``paid_by``): an
+    asynchronous method's session completes ``unpaid``, and its PaymentIntent's success may
+    be recorded before the session's async_payment_succeeded, or without it. Stripe's guide
+    has fulfilment skip an ``unpaid`` session."""
+    status = f.get("p_cs_status") or None
+    return "paid" if status == "unpaid" and f.get("paid_by") else status
 
 
 def _invoice(f: dict[str, str]) -> Invoice | None:

@@ -91,6 +91,28 @@ def test_a_late_unpaid_copy_of_the_session_does_not_undo_the_paid_one(
     assert got.checkout_session.payment_status == "paid"
 
 
+def test_a_session_completed_unpaid_then_paid_by_its_payment_intent_says_paid(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """An asynchronous payment whose PaymentIntent's success is recorded before the session's
+    async_payment_succeeded (or without it): the purchase the action receives is of a paid
+    payment, never ``unpaid``, the status Stripe's guide says not to fulfil. Before it was
+    paid, the session's own status."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    unpaid = events[3]
+    unpaid["data"]["object"]["payment_status"] = "unpaid"
+    pk = payment_key_of(events[2])
+    f.deliver(unpaid)
+    before = read_purchase(redis, pk, 1).checkout_session
+    assert before is not None and before.payment_status == "unpaid"
+    f.deliver(events[2])
+    got = read_purchase(redis, pk, 1)
+    assert got.checkout_session is not None
+    assert got.checkout_session.payment_status == "paid"
+    assert got.paid_by.type == "payment_intent.succeeded"
+
+
 def test_the_ledger_refuses_other_fields_than_the_purchase_s(fulfilment, redis, rng) -> None:
     f: Fulfilment = fulfilment()
     event = checkout_purchase(rng)[2]
