@@ -37,7 +37,7 @@ def _field(name: str) -> Callable[[Obj], str | None]:
     return lambda obj: obj.get(name) or None
 
 
-def _invoice_pi(obj: Obj) -> str | None:
+def invoice_payment_intent(obj: Obj) -> str | None:
     """The PaymentIntent an invoice names: ``payment_intent`` before API 2025-03-31.basil,
     else the first PaymentIntent among its ``payments`` (present when expanded)."""
     if isinstance(obj.get("payment_intent"), str):
@@ -54,7 +54,7 @@ def _invoice_pi(obj: Obj) -> str | None:
 
 def _invoice_key(obj: Obj) -> str | None:
     # Without a PaymentIntent (basil and later), the invoice id stands in.
-    return _invoice_pi(obj) or obj.get("id") or None
+    return invoice_payment_intent(obj) or obj.get("id") or None
 
 
 def _session_paid(obj: Obj) -> bool:
@@ -217,7 +217,7 @@ def classify(event: Obj, policy: Policy) -> Classified:
     key = rule.key(obj)
     if not isinstance(key, str):
         key = None
-    unlinked = rule.unlinked_invoice and not _invoice_pi(obj)
+    unlinked = rule.unlinked_invoice and not invoice_payment_intent(obj)
     paid = (
         key is not None
         and rule.role == "paid"
@@ -255,7 +255,7 @@ def _classify_thin(event: Obj, policy: Policy) -> Classified:
 def _linked(obj: Obj, key: str | None) -> tuple[str, ...]:
     """Ids this object ties together besides its key: its PaymentIntent, invoice, own id
     (an invoice's, or a Checkout Session's: the landing page asks by the session's id)."""
-    found = [obj.get("payment_intent"), obj.get("invoice"), _invoice_pi(obj)]
+    found = [obj.get("payment_intent"), obj.get("invoice"), invoice_payment_intent(obj)]
     if str(obj.get("id", "")).startswith(("in_", "cs_")):
         found.append(obj.get("id"))
     ids = [i for i in found if isinstance(i, str) and i and i != key and len(i) <= 255]

@@ -261,7 +261,8 @@ def email_of(f: dict[str, str]) -> str | None:
 def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
     """The purchase from a payment hash (decoded): its ``p_*`` and paid fields."""
     session, invoice = _session(f), _invoice(f)
-    pi = payment_key if payment_key.startswith("pi_") else None
+    # a payment keyed by its session or invoice (no PaymentIntent when it began) learns it
+    pi = payment_key if payment_key.startswith("pi_") else f.get("p_pi") or None
     amount = whole(f.get("amount"))
     return Purchase(
         schema=SCHEMA,

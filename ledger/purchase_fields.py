@@ -15,7 +15,7 @@ import orjson
 from redis import Redis
 
 from ledger import keys
-from ledger.events import data_object
+from ledger.events import data_object, invoice_payment_intent
 from ledger.payloads import decompress_payload
 
 Obj = dict[str, Any]
@@ -122,6 +122,7 @@ def _session(obj: Obj) -> dict[str, str]:
     found["p_md_cs"] = _metadata(obj)
     found["p_sub"] = _subscription(obj)
     found["p_in"] = _id(obj.get("invoice"))
+    found["p_pi"] = _id(obj.get("payment_intent"))
     return found
 
 
@@ -133,11 +134,13 @@ def _invoice(obj: Obj) -> dict[str, str]:
     found["p_md_in"] = _metadata(obj)
     found["p_sub"] = _subscription(obj)
     found["p_charge"] = _id(obj.get("charge"))
+    found["p_pi"] = invoice_payment_intent(obj) or ""
     return found
 
 
 def _payment_intent(obj: Obj) -> dict[str, str]:
     return {
+        "p_pi": _text(obj.get("id")),
         "p_charge": _pi_charge(obj),
         "p_md_pi": _metadata(obj),
         "p_pi_email": _text(obj.get("receipt_email")),
@@ -150,7 +153,7 @@ def _charge(obj: Obj) -> dict[str, str]:
     and receipt_email when it was confirmed: kept apart (``p_ch_*``), for a payment whose
     charge event came before its PaymentIntent's (the PaymentIntent's own win once an event
     brings them: an empty map is not stored, so the charge's copy stays then)."""
-    found = {"p_charge": _text(obj.get("id"))}
+    found = {"p_charge": _text(obj.get("id")), "p_pi": _id(obj.get("payment_intent"))}
     if _id(obj.get("payment_intent")):
         found["p_ch_md"] = _metadata(obj)
         found["p_ch_email"] = _text(obj.get("receipt_email"))

@@ -113,6 +113,40 @@ def test_a_session_completed_unpaid_then_paid_by_its_payment_intent_says_paid(
     assert got.paid_by.type == "payment_intent.succeeded"
 
 
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2)], ids=str)
+def test_a_subscription_s_purchase_names_its_payment_intent(
+    fulfilment, redis: Redis, rng, order
+) -> None:
+    """A subscription-mode session has no PaymentIntent: a payment its session began is keyed
+    by the session, and its invoice's PaymentIntent, learnt later, is the purchase's too."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    pi = events[2]["data"]["object"]["id"]
+    session = events[3]
+    obj = session["data"]["object"]
+    obj.update(mode="subscription", payment_intent=None, invoice="in_sub_1", subscription="sub_1")
+    invoice = samples.event_of_type(rng, "invoice.paid")
+    invoice["data"]["object"].update(
+        id="in_sub_1",
+        payment_intent=pi,
+        subscription="sub_1",
+        customer=obj["customer"],
+        amount_paid=obj["amount_total"],
+        currency="usd",
+    )
+    events[2]["data"]["object"]["invoice"] = "in_sub_1"
+    sent = (session, invoice, events[2])
+    (pk,) = {f.deliver(sent[i]).payment_key for i in order}
+    got = read_purchase(redis, pk, 1).to_dict()
+    assert purchase_validator().is_valid(got)
+    assert (got["payment_intent"], got["invoice_id"], got["subscription"]) == (
+        pi,
+        "in_sub_1",
+        "sub_1",
+    )
+    assert got["checkout_session_id"] == obj["id"]
+
+
 def test_the_ledger_refuses_other_fields_than_the_purchase_s(fulfilment, redis, rng) -> None:
     f: Fulfilment = fulfilment()
     event = checkout_purchase(rng)[2]

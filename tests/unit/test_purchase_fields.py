@@ -20,19 +20,19 @@ def test_a_payment_intent_of_api_2020_gives_its_succeeded_charge_not_its_card() 
     pi["charges"]["data"][0]["id"] = "ch_paid"
     pi["metadata"] = {"order": "7"}
     fields = purchase_fields(pi)
-    assert fields == {"p_charge": "ch_paid", "p_md_pi": '{"order":"7"}'}
+    assert fields == {"p_pi": pi["id"], "p_charge": "ch_paid", "p_md_pi": '{"order":"7"}'}
     assert "payment_method_details" not in json.dumps(fields)
 
 
 def test_a_payment_intent_of_a_later_api_names_latest_charge() -> None:
     pi = {"object": "payment_intent", "id": "pi_1", "latest_charge": "ch_9", "customer": "cus_1"}
-    assert purchase_fields(pi) == {"p_charge": "ch_9", "p_customer": "cus_1"}
+    assert purchase_fields(pi) == {"p_pi": "pi_1", "p_charge": "ch_9", "p_customer": "cus_1"}
 
 
-def test_a_charge_gives_its_id_and_customer_only() -> None:
+def test_a_charge_gives_its_id_its_payment_intent_and_customer_only() -> None:
     charge = obj("charge.succeeded")
-    charge.update(id="ch_1", customer="cus_1")
-    assert purchase_fields(charge) == {"p_charge": "ch_1", "p_customer": "cus_1"}
+    charge.update(id="ch_1", customer="cus_1", payment_intent="pi_1")
+    assert purchase_fields(charge) == {"p_charge": "ch_1", "p_pi": "pi_1", "p_customer": "cus_1"}
 
 
 def test_a_subscription_renewal_invoice_as_stripe_sent_it() -> None:
