@@ -8,13 +8,9 @@ same idempotency key has one effect; only then is an interrupted attempt re-run
 automatically.
 """
 
-import email.utils
-import os
 import sqlite3
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any, Protocol
-from urllib.parse import urljoin
 
 import requests
 from psycopg.conninfo import conninfo_to_dict
@@ -24,7 +20,7 @@ from ledger import settings as settings_module
 from ledger.downstream import downstream_name, short_digest
 from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
-from ledger.redact import origin, redact
+from ledger.redact import redact
 from ledger.setting_fields import refuse
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings
@@ -37,6 +33,7 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
+from workers.http_action import HttpAction, Unredirected, redirected
 from workers.postgres_action import PostgresAction
 from workers.sqlite_action import SqliteAction
 
@@ -53,7 +50,11 @@ def downstream_of(action: Action) -> str:
     """The action's name for its downstream, which a payment keeps for each downstream its
     replay-safe calls may have reached (``called_on``): a settlement settles only on that
     one (docs/REVERSAL.md). Hashed where the target may hold a secret (a capability URL's
-    path, a password: masked first, so a new password is the same database)."""
+    path, a password: masked first, so a new password is the same database). An action
+    wrapping another (prove-action's worker) names it ``wrapped``."""
+    wrapped = getattr(action, "wrapped", None)
+    if wrapped is not None:
+        return downstream_of(wrapped)
     if isinstance(action, SqliteAction):
         return downstream_name(action.path)
     if isinstance(action, PostgresAction):
@@ -81,124 +82,6 @@ def settler(action: Action) -> Callable[[Purchase], Receipt] | None:
     that may have applied, the payment taken back, it finds the payment's key or voids it in
     one transaction (docs/REVERSAL.md). None for an action that cannot."""
     return getattr(action, "settle", None)
-
-
-class HttpAction:
-    """POST the payment as JSON with a stable Idempotency-Key header, to FULFILMENT_ACTION's
-    URL and nowhere else: a redirect is never followed (requests follows 3xx by default,
-    turning a POST into a GET of another page or re-POSTing the purchase to another host),
-    so only this URL's own answer can fulfil a payment. Its errors name the downstream by
-    its origin only (scheme, host, port), with the error's class, the OS's reason and the
-    status: never the URL's path, ``;params`` or query, where a capability URL keeps its
-    secret, nor the answer's body, which may quote them."""
-
-    def __init__(
-        self, url: str, timeout: float, replay_safe: bool, setting: str = "FULFILMENT_ACTION"
-    ) -> None:
-        self.url = url
-        self.origin = origin(url)
-        self.timeout = timeout
-        self.replay_safe = replay_safe
-        self.setting = setting  # the one that names it: FULFILMENT_ACTION, REVERSAL_ACTION
-
-    def __call__(self, purchase: Purchase) -> Receipt:
-        try:
-            with Unredirected() as session:
-                answer = session.post(
-                    self.url,
-                    json=purchase.to_dict(),
-                    headers={"Idempotency-Key": purchase.idempotency_key},
-                    timeout=self.timeout,
-                    allow_redirects=False,
-                )
-        except (requests.ConnectionError, requests.ConnectTimeout) as exc:
-            if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
-                raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
-            raise AmbiguousDownstreamError(self._failed(exc)) from exc
-        except requests.RequestException as exc:  # read timeout and the like: it may have applied
-            raise AmbiguousDownstreamError(self._failed(exc)) from exc
-        return self._answered(answer)
-
-    def _answered(self, answer: requests.Response) -> Receipt:
-        """The receipt of a 2xx or 409 (already applied), else the error its status means."""
-        status = answer.status_code
-        if 200 <= status < 300 or status == 409:
-            return {"status": status, "body": answer.text[:200]}
-        refused = f"http {status} from {self.origin}"
-        if 300 <= status < 400:  # it reached a server that may have acted on it
-            raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))
-        if status in (502, 504):  # a gateway's answer: the origin may have applied it
-            raise AmbiguousDownstreamError(refused, down=True)
-        if status in (429, 503):  # the downstream as a whole refuses for now
-            wait = retry_after(answer.headers.get("Retry-After", ""))
-            raise TransientDownstreamError(refused, down=True, retry_after=wait)
-        if status >= 500:  # this payment's failure while the downstream answers
-            raise TransientDownstreamError(refused)
-        raise PermanentDownstreamError(refused)
-
-    def _failed(self, exc: requests.RequestException) -> str:
-        """``http: ConnectionError (Connection refused) calling http://host:port``."""
-        return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
-
-
-class Unredirected(requests.Session):
-    """A session (one per call, as ``requests.post`` makes) that neither follows nor
-    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
-    Location to prepare the next request, and raises ValueError on one it cannot parse."""
-
-    def resolve_redirects(
-        self, *args: Any, **kwargs: Any
-    ) -> Generator[requests.Response, None, None]:
-        yield from ()
-
-
-def redirected(url: str, answer: requests.Response, setting: str = "FULFILMENT_ACTION") -> str:
-    """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
-    (301, 308) is a misconfiguration a person fixes in ``setting``."""
-    status, location = answer.status_code, answer.headers.get("Location", "").strip()
-    try:
-        to = origin(urljoin(url, location)) if location else "none"
-    except ValueError:  # urljoin refuses some (an unclosed IPv6 bracket): no origin to name
-        to = origin("")
-    said = f"http {status} from {origin(url)}"
-    if status in (301, 308):
-        fix = f"{setting} should name the new URL"
-        return f"{said}: the endpoint moved (Location on {to}); {fix}"
-    return f"{said}: a redirect (Location on {to}), not followed"
-
-
-def retry_after(header: str) -> float:
-    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), else 0."""
-    header = header.strip()
-    if header.isascii() and header.isdigit():  # str.isdigit() also takes '²' and '١٢'
-        return float(header)
-    try:
-        when = email.utils.parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return 0.0
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _never_sent(exc: requests.ConnectionError) -> bool:
-    """True when the connection itself failed (refused, DNS), so the request never left."""
-    text = str(exc)
-    return any(s in text for s in ("Connection refused", "NewConnectionError", "Name or service"))
-
-
-def _os_reason(exc: BaseException) -> str:
-    """`` (Connection refused)``: the OS's words for the first errno in the exception's
-    chain (causes, contexts, urllib3's ``reason``), which name no URL; else ''."""
-    todo, seen = [exc], set()
-    while todo:
-        err = todo.pop(0)
-        if id(err) in seen:
-            continue
-        seen.add(id(err))
-        if isinstance(err, OSError) and isinstance(err.errno, int) and err.errno > 0:
-            return f" ({os.strerror(err.errno)})"
-        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
-        todo += [e for e in linked if isinstance(e, BaseException)]
-    return ""
 
 
 class CallableAction:

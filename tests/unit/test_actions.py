@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from workers.actions import retry_after
+from workers.http_action import retry_after
 
 
 @pytest.mark.parametrize(("header", "seconds"), [("120", 120.0), (" 5 ", 5.0), ("0", 0.0)])

@@ -1,0 +1,167 @@
+"""The HTTP action: the purchase POSTed as JSON to FULFILMENT_ACTION's (or REVERSAL_ACTION's)
+URL with a stable Idempotency-Key, its answer, or the way it failed, mapped to what the
+ledger records: applied, refused, the downstream down (never sent, or refused as a whole),
+or ambiguous (the call may have applied)."""
+
+import email.utils
+import os
+import socket
+import ssl
+import time
+from collections.abc import Generator, Iterator
+from typing import Any
+from urllib.parse import urljoin
+
+import requests
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+from ledger.purchase import Purchase
+from ledger.redact import origin
+from workers.exceptions import (
+    AmbiguousDownstreamError,
+    PermanentDownstreamError,
+    TransientDownstreamError,
+)
+
+Receipt = dict[str, Any]
+
+
+class HttpAction:
+    """POST the payment as JSON with a stable Idempotency-Key header, to FULFILMENT_ACTION's
+    URL and nowhere else: a redirect is never followed (requests follows 3xx by default,
+    turning a POST into a GET of another page or re-POSTing the purchase to another host),
+    so only this URL's own answer can fulfil a payment. Its errors name the downstream by
+    its origin only (scheme, host, port), with the error's class, the OS's reason and the
+    status: never the URL's path, ``;params`` or query, where a capability URL keeps its
+    secret, nor the answer's body, which may quote them."""
+
+    def __init__(
+        self, url: str, timeout: float, replay_safe: bool, setting: str = "FULFILMENT_ACTION"
+    ) -> None:
+        self.url = url
+        self.origin = origin(url)
+        self.timeout = timeout
+        self.replay_safe = replay_safe
+        self.setting = setting  # the one that names it: FULFILMENT_ACTION, REVERSAL_ACTION
+
+    def __call__(self, purchase: Purchase) -> Receipt:
+        try:
+            with Unredirected() as session:
+                answer = session.post(
+                    self.url,
+                    json=purchase.to_dict(),
+                    headers={"Idempotency-Key": purchase.idempotency_key},
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                )
+        except (requests.ConnectionError, requests.ConnectTimeout) as exc:
+            if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
+                raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
+            raise AmbiguousDownstreamError(self._failed(exc)) from exc
+        except requests.RequestException as exc:  # read timeout and the like: it may have applied
+            raise AmbiguousDownstreamError(self._failed(exc)) from exc
+        return self._answered(answer)
+
+    def _answered(self, answer: requests.Response) -> Receipt:
+        """The receipt of a 2xx or 409 (already applied), else the error its status means."""
+        status = answer.status_code
+        if 200 <= status < 300 or status == 409:
+            return {"status": status, "body": answer.text[:200]}
+        refused = f"http {status} from {self.origin}"
+        if 300 <= status < 400:  # it reached a server that may have acted on it
+            raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))
+        if status in (502, 504):  # a gateway's answer: the origin may have applied it
+            raise AmbiguousDownstreamError(refused, down=True)
+        if status in (429, 503):  # the downstream as a whole refuses for now
+            wait = retry_after(answer.headers.get("Retry-After", ""))
+            raise TransientDownstreamError(refused, down=True, retry_after=wait)
+        if status >= 500:  # this payment's failure while the downstream answers
+            raise TransientDownstreamError(refused)
+        raise PermanentDownstreamError(refused)
+
+    def _failed(self, exc: requests.RequestException) -> str:
+        """``http: ConnectionError (Connection refused) calling http://host:port``."""
+        return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
+
+
+class Unredirected(requests.Session):
+    """A session (one per call, as ``requests.post`` makes) that neither follows nor
+    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
+    Location to prepare the next request, and raises ValueError on one it cannot parse."""
+
+    def resolve_redirects(
+        self, *args: Any, **kwargs: Any
+    ) -> Generator[requests.Response, None, None]:
+        yield from ()
+
+
+def redirected(url: str, answer: requests.Response, setting: str = "FULFILMENT_ACTION") -> str:
+    """What a 3xx answer to ``url`` says, naming both ends by origin only: a permanent move
+    (301, 308) is a misconfiguration a person fixes in ``setting``."""
+    status, location = answer.status_code, answer.headers.get("Location", "").strip()
+    try:
+        to = origin(urljoin(url, location)) if location else "none"
+    except ValueError:  # urljoin refuses some (an unclosed IPv6 bracket): no origin to name
+        to = origin("")
+    said = f"http {status} from {origin(url)}"
+    if status in (301, 308):
+        fix = f"{setting} should name the new URL"
+        return f"{said}: the endpoint moved (Location on {to}); {fix}"
+    return f"{said}: a redirect (Location on {to}), not followed"
+
+
+def retry_after(header: str) -> float:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), else 0."""
+    header = header.strip()
+    if header.isascii() and header.isdigit():  # str.isdigit() also takes '²' and '١٢'
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+NEVER_SENT = (
+    NewConnectionError,  # refused, unreachable, and NameResolutionError: any DNS failure
+    ConnectTimeoutError,
+    socket.gaierror,
+    ConnectionRefusedError,
+    ssl.SSLCertVerificationError,  # the handshake, before any byte of the request
+    ssl.CertificateError,
+)
+"""Errors that end a call before its request was sent. Any other SSL error may come after
+(a connection reset mid-answer is one too): the call may have applied."""
+
+
+def _never_sent(exc: requests.ConnectionError) -> bool:
+    """True when the connection itself failed (refused, DNS, the downstream's certificate),
+    so the request never left."""
+    return any(isinstance(err, NEVER_SENT) for err in _chain(exc))
+
+
+def _os_reason(exc: BaseException) -> str:
+    """`` (Connection refused)``: the OS's words for the first errno in the exception's
+    chain, or the TLS library's reason (``CERTIFICATE_VERIFY_FAILED``), which name no URL;
+    else ''. An SSL error's errno is the library's code, not the OS's."""
+    for err in _chain(exc):
+        if isinstance(err, ssl.SSLError) and isinstance(err.reason, str):
+            return f" ({err.reason})"
+        if isinstance(err, ssl.SSLError):
+            continue
+        if isinstance(err, OSError) and isinstance(err.errno, int) and err.errno > 0:
+            return f" ({os.strerror(err.errno)})"
+    return ""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and those it wraps (causes, contexts, urllib3's ``reason``, args)."""
+    todo, seen = [exc], set()
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        yield err
+        linked = (err.__cause__, err.__context__, getattr(err, "reason", None), *err.args)
+        todo += [e for e in linked if isinstance(e, BaseException)]
