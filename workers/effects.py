@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from ledger.purchase import Purchase
 from ledger.purchase import purchase_of as sample_purchase
 from ledger.reversals import reversal_of
@@ -109,14 +111,23 @@ def receipt_of(cursor: Cursor) -> Receipt:
     if cursor.description:
         row = cursor.fetchone()
         names = [column[0] for column in cursor.description]
-        return json.loads(json.dumps(dict(zip(names, row or (), strict=False)), default=str))
+        return as_receipt(dict(zip(names, row or (), strict=False)))
     return {"rowcount": cursor.rowcount}
 
 
 def as_receipt(result: object) -> Receipt:
-    """What a function returned, as a JSON-able receipt (a dict, else ``{"result": …}``)."""
+    """What a function returned, as a receipt the ledger stores (a dict, else
+    ``{"result": …}``; a Decimal or a datetime as its text). One orjson, the ledger's encoder,
+    refuses (an integer beyond 64 bits, a lone surrogate, a key that is no string) is kept
+    whole as ``{"unstorable": ascii(…)}``: the call has applied, its receipt must not end the
+    job."""
     found = result if isinstance(result, dict) else {"result": result}
-    return json.loads(json.dumps(found, default=str))
+    try:
+        receipt: Receipt = json.loads(json.dumps(found, default=str))
+        orjson.dumps(receipt)
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        return {"unstorable": ascii(found if isinstance(result, dict) else result)}
+    return receipt
 
 
 @dataclass(frozen=True)

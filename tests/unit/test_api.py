@@ -119,3 +119,24 @@ def test_a_receipt_json_has_no_type_for_is_kept_as_text() -> None:
     assert json.loads(detail) == {"charged": "20.00", "at": str(at), "entitlement": 7}
     action.fn = lambda purchase: Decimal("1.5")
     assert json.loads(run_action(action, call(), 5, 1)[1]) == {"result": "1.5"}
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        {"order": 2**64},  # a UUID's .int
+        {"note": "\ud800"},  # a lone surrogate
+        {(1, 2): "a tuple key"},
+        {"nested": [{"big": -(2**70)}]},
+    ],
+    ids=["big int", "surrogate", "tuple key", "nested big int"],
+)
+def test_a_receipt_the_ledger_cannot_store_as_is_is_kept_as_its_text(returned: object) -> None:
+    """The call has applied: what it returned is stored whatever it holds. Before, a value
+    the standard json module takes and orjson (the ledger's) refuses crashed the job after
+    the effect, the payment interrupted, or failed once every re-run crashed the same way."""
+    action = CallableAction("examples.actions:grant_access", False)
+    action.fn = lambda purchase: returned
+    outcome, detail, _ = run_action(action, call(), 5, 1)
+    assert outcome == "fulfilled"
+    assert json.loads(detail) == {"unstorable": ascii(returned)}
