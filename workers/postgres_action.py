@@ -109,7 +109,7 @@ class PostgresAction:
             pool: ConnectionPool = ConnectionPool(
                 self.url,
                 min_size=1,
-                max_size=1,  # a worker process makes one call at a time
+                max_size=1,  # one per call slot (workers.jobs.context): one call at a time
                 open=False,
                 check=self._check,  # a server restarted since
                 kwargs={"connect_timeout": max(2, math.ceil(self.timeout))},
