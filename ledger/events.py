@@ -279,8 +279,8 @@ def _fingerprint(obj: Obj, event: Obj, unlinked: bool) -> str:
     whole number from 0): it would refuse the whole delivery."""
     customer = obj.get("customer")
     amount, currency = paid_amount(obj), obj.get("currency")
-    if amount is None or amount < 0 or not isinstance(currency, str):
-        return ""
+    if not amount or amount < 0 or not isinstance(currency, str):
+        return ""  # a free purchase: nothing was charged, no charge of it comes to tie to
     if not (currency.isascii() and currency.isalpha()):
         return ""
     if not isinstance(customer, str) or not customer or ":" in customer:

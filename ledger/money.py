@@ -31,13 +31,18 @@ def paid_amount(obj: dict[str, Any]) -> int | None:
     """What a Stripe object (an event's ``data.object``) says was paid, in minor units: the
     first whole number other than 0 of a PaymentIntent's ``amount_received``, a charge's
     ``amount_captured``, a session's ``amount_total``, an invoice's ``amount_paid``; else
-    ``amount`` if it is a whole number."""
+    ``amount`` if it is a whole number (a PaymentIntent or charge not captured yet); else 0
+    when one of the four says 0 (a session or invoice a coupon or trial made free)."""
+    zero = False
     for name in ("amount_received", "amount_captured", "amount_total", "amount_paid"):
         value = obj.get(name)
         if _whole(value) and value:
             return value
+        zero = zero or _whole(value)
     fallback = obj.get("amount")
-    return fallback if _whole(fallback) else None
+    if _whole(fallback):
+        return fallback
+    return 0 if zero else None
 
 
 def _whole(value: object) -> TypeGuard[int]:

@@ -145,7 +145,8 @@ class Purchase(TypedDict):
     invoice_id: str | None
     subscription: str | None
     amount: int | None
-    """The amount paid in the currency's smallest unit (cents)."""
+    """The amount paid in the currency's smallest unit (cents): 0 for a purchase a coupon or
+    trial made free; None when no event said (a thin event paid it)."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy

@@ -10,6 +10,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from examples.actions import grant_access
 from ledger import keys
 from ledger.downstream import open_downstream
 from ledger.purchase import read_purchase
@@ -145,6 +146,26 @@ def test_a_subscription_s_purchase_names_its_payment_intent(
         "sub_1",
     )
     assert got["checkout_session_id"] == obj["id"]
+
+
+def test_a_free_checkout_s_purchase_cost_nothing_and_the_example_grants_it(
+    fulfilment, redis: Redis, rng, tmp_path, monkeypatch
+) -> None:
+    """A session a coupon made free: the purchase says amount 0, not null (unknown), and the
+    shipped example action grants it rather than giving it up."""
+    f: Fulfilment = fulfilment()
+    session = checkout_purchase(rng)[3]
+    free = {"payment_status": "no_payment_required", "amount_total": 0, "payment_intent": None}
+    session["data"]["object"].update(free)
+    pk = f.deliver(session).payment_key
+    got = read_purchase(redis, pk, 1)
+    assert (got.payment_key, got.amount, got.currency) == (
+        session["data"]["object"]["id"],
+        0,
+        "usd",
+    )
+    monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
+    assert grant_access(got.to_dict()) == {"granted": True, "payment": pk}  # type: ignore[arg-type]
 
 
 def test_the_ledger_refuses_other_fields_than_the_purchase_s(fulfilment, redis, rng) -> None:

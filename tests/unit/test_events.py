@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ledger.events import Policy, classify
+from ledger.money import paid_amount
 from ledger.settings import Settings
 from ledgerctl import samples
 
@@ -166,3 +167,14 @@ def test_a_thin_payment_intent_pays_only_when_paid_types_list_it() -> None:
     assert (c.payment_key, c.role, c.paid, c.hold) == (PI, "paid", True, "")
     c = classify(thin("v1.payment_intent.succeeded", "payment_intent", PI), LIVE)
     assert not c.paid, "not listed in the default PAID_EVENT_TYPES"
+
+
+def test_a_free_checkout_is_paid_for_nothing_and_has_no_twin_to_find() -> None:
+    """A session a coupon made free (``no_payment_required``, ``amount_total`` 0, no
+    PaymentIntent): paid, its amount 0 (what it cost, not unknown), and no fingerprint, as
+    before: nothing was charged, so no charge of the same purchase can come to tie to it."""
+    free = {"payment_status": "no_payment_required", "amount_total": 0, "payment_intent": None}
+    event = sample("checkout.session.completed", **free)
+    c = classify(event, TEST)
+    assert (c.role, c.paid, c.fingerprint) == ("paid", True, "")
+    assert paid_amount(event["data"]["object"]) == 0
