@@ -19,7 +19,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from ledger.redact import redact
+from ledger.redact import mask_url
 from ledger.setting_fields import spelled
 from ledger.settings import Settings
 
@@ -119,7 +119,7 @@ def close(redis: Redis) -> None:
 def describe(settings: Settings) -> str:
     """Where the ledger is, for people (credentials masked)."""
     if not settings.REDIS_SENTINELS:
-        return redact(settings.REDIS_URL)
+        return mask_url(settings.REDIS_URL)
     where = spelled(settings, "REDIS_SENTINELS")
     db = f", db {settings.REDIS_SENTINEL_DB}" if settings.REDIS_SENTINEL_DB else ""
     tls = ", TLS" if settings.REDIS_SENTINEL_TLS else ""

@@ -1,22 +1,25 @@
 """Credentials out of text before it is stored, logged or shown: the userinfo of a URL, every
-query value and Authorization header values become ``***``.
+query value, Authorization header values and conninfo passwords become ``***``.
 
-Applied to error strings (a requests exception embeds the URL it called, query included)
-and to configured URLs printed at start-up; :func:`mask_secret` shows a secret setting (a
-webhook secret, a token, an API key) by its kind only. An HTTP downstream is named by its
-:func:`origin` alone (scheme, host, port): a capability URL carries its secret in the path
-or in ``;params`` (``/hooks/T0/B0/XXXX``), which no pattern can tell from a plain path.
+Applied to error strings (a requests exception embeds the URL it called, query included);
+a configured URL (REDIS_URL, STRIPE_API_BASE, a database action) is shown by
+:func:`mask_url`, whatever characters its password holds; :func:`mask_secret` shows a
+secret setting (a webhook secret, a token, an API key) by its kind only. An HTTP
+downstream is named by its :func:`origin` alone (scheme, host, port): a capability URL
+carries its secret in the path or in ``;params`` (``/hooks/T0/B0/XXXX``), which no pattern
+can tell from a plain path.
 Over-masking is fine; leaking is not.
 """
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 MASK = "***"
 
-# scheme://user:password@host -> scheme://***@host (up to the last @ before the path, as
-# urllib.parse does, so a password with an unencoded @ is masked whole).
-_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s'\"<>`]*@")
+# scheme://user:password@host -> scheme://***@host, up to the last @ before a space: a
+# pasted password holds any character (" ' / # ? @ unencoded), and text cannot tell where
+# such a URL ends. A path with an @ is masked too.
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)\S*@")
 # A query (and any fragment after it) up to whitespace or a quote: also the path-only form
 # urllib3 puts in its messages ("url: /fulfil?api_key=...").
 _QUERY = re.compile(r"\?[^\s'\"<>`]+")
@@ -25,13 +28,55 @@ _QUERY_FIELD = re.compile(r"([&;])")
 _AUTHORIZATION = re.compile(
     r"(?P<name>authorization['\"]?\s*[:=]\s*['\"]?)[^'\"\r\n,}]+", re.IGNORECASE
 )
+# libpq's key=value conninfo, which psycopg's errors may quote: password=x, password='x y'
+_CONNINFO_PASSWORD = re.compile(r"(?P<name>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)", re.I)
 
 
 def redact(text: str) -> str:
-    """``text`` with URL userinfo, query values and Authorization values masked."""
+    """``text`` with URL userinfo, query values, Authorization values and conninfo
+    passwords masked."""
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     text = _QUERY.sub(_mask_query, text)
+    text = _CONNINFO_PASSWORD.sub(lambda m: f"{m['name']}{MASK}", text)
     return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
+
+
+def mask_url(url: str) -> str:
+    """A configured URL as shown anywhere: everything between ``scheme://`` and its last
+    ``@`` masked (the userinfo, whatever it holds), query values masked; only its scheme
+    when the rest cannot be read as a URL. Text that is no URL: :func:`redact`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return redact(url)
+    userinfo, at, after = rest.rpartition("@")
+    if at and _QUERY_VALUE.search(userinfo):  # the @ may be a query value's: hide the rest
+        return f"{scheme}://{MASK}"
+    shown = f"{scheme}://{MASK + '@' if at else ''}{after}"
+    try:
+        urlsplit(shown)
+    except ValueError:
+        return f"{scheme}://{MASK}"
+    return _QUERY.sub(_mask_query, shown)
+
+
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*")
+_QUERY_VALUE = re.compile(r"\?.*=")
+
+
+def url_passwords(url: str) -> list[str]:
+    """The passwords ``url`` holds, as written and decoded: its userinfo's (read up to the
+    last ``@``) and its query's ``password`` values, each once, the longest first (so a
+    password is replaced before a part of it)."""
+    rest = url.partition("://")[2]
+    userinfo, at, _ = rest.rpartition("@")
+    found = [userinfo.partition(":")[2]] if at else []
+    query = rest.partition("?")[2]
+    for field in _QUERY_FIELD.split(query):
+        name, equals, value = field.partition("=")
+        if equals and name.strip().lower() == "password":
+            found.append(value)
+    found += [unquote(password) for password in found]
+    return sorted({p for p in found if p}, key=len, reverse=True)
 
 
 # whsec_, sk_test_, rk_live_, pk_test_...: what kind of secret it is, nothing of the secret.
@@ -77,15 +122,17 @@ def origin(url: str) -> str:
         return MASK
     if not parts.scheme or not parts.hostname:
         return MASK
+    if "@" in url.strip().partition(parts.netloc)[2]:
+        return MASK  # http://u:123/pw@h: urllib's host and port are a password's start
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
 def downstream(action: str) -> str:
     """FULFILMENT_ACTION as shown anywhere: an http(s) URL by its origin (``/***`` where it
-    had more), anything else (a file, a module) with its credentials masked."""
+    had more), a database URL by :func:`mask_url`, a module as it is."""
     if not action.startswith(("http://", "https://")):
-        return redact(action)
+        return mask_url(action)
     named = origin(action)
     more = action.strip().split("://", 1)[1].partition("/")[2] or "?" in action
     return named + ("/***" if more and named != MASK else "")

@@ -366,12 +366,19 @@ def redis_url(databases: int = REDIS_DATABASES) -> Kind:
 
 
 def _split_url(text: str) -> SplitResult:
-    """urllib's split, with a port that is not a number (or out of range) refused."""
+    """urllib's split, with a port that is not a number (or out of range) refused in words
+    of our own: urllib's quote the port it read, which may be a password's start."""
     try:
         parts = urlsplit(text.strip())
+    except ValueError:
+        raise Invalid("it cannot be read as a URL (a [ or ] of an IPv6 host unmatched?)") from None
+    try:
         _ = parts.port
-    except ValueError as exc:
-        raise Invalid(str(exc)) from None
+    except ValueError:
+        raise Invalid(
+            "the port is not a number from 0 to 65535 (a password with / # ? must be "
+            "percent-encoded)"
+        ) from None
     return parts
 
 

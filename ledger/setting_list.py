@@ -14,7 +14,7 @@ from functools import cached_property
 from ledger import limits
 from ledger import setting_kinds as kinds
 from ledger.events import RULES, THIN_RULES, Policy
-from ledger.redact import downstream, mask_secret, redact
+from ledger.redact import downstream, mask_secret, mask_url
 from ledger.setting_fields import setting
 from ledger.setting_kinds import ActionSpec, Network
 
@@ -27,7 +27,7 @@ SECONDS = "seconds"
 
 @dataclass(frozen=True)
 class Settings:
-    REDIS_URL: str = setting("redis://127.0.0.1:6389/0", kinds.redis_url(), redact)
+    REDIS_URL: str = setting("redis://127.0.0.1:6389/0", kinds.redis_url(), mask_url)
     """Where the ledger lives (the bundled config/redis.conf listens on 6389, so a system
     Redis on 6379 is never touched by accident)."""
     REDIS_SOCKET_TIMEOUT: float = setting(2.0, kinds.number(0, 300, SECONDS, above=True))
@@ -212,7 +212,7 @@ class Settings:
     a thin event paid (its amount and purchase); a restricted key that can read events,
     Checkout Sessions and PaymentIntents will do; ``scripts/run.sh --stripe-cli`` gives it and
     STRIPE_API_BASE to ``stripe listen``."""
-    STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), redact)
+    STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), mask_url)
     """Where reconcile, the workers and the landing page's trigger find Stripe's API (tests
     point it at a local server)."""
     RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))

@@ -3,8 +3,9 @@ which webhook secrets are active (by label and fingerprint, never the secret), w
 dashboard is, and a "ready" line once /readyz answers.
 
 Configured URLs are shown with their credentials masked (``ledger.redact``): REDIS_URL may
-carry a password; an http(s) FULFILMENT_ACTION is shown by its origin only (its path or
-query may hold a key).
+carry a password; an http(s) FULFILMENT_ACTION or REVERSAL_ACTION is shown by its origin
+only (its path or query may hold a key), and REVERSAL_ACTION is given to export only when
+nothing of it is masked.
 """
 
 from collections.abc import Mapping
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from ledger import limits
 from ledger.connection import describe
-from ledger.redact import downstream, redact
+from ledger.redact import downstream, mask_url
 from ledger.setting_fields import spelled
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, fingerprint
@@ -95,23 +96,25 @@ def moved_line(env: Mapping[str, str], settings: Settings) -> str:
     if settings.REDIS_SENTINELS:
         moved.append(f"REDIS_SENTINELS={spelled(settings, 'REDIS_SENTINELS')}")
     elif settings.REDIS_URL != Settings.REDIS_URL:
-        moved.append(f"REDIS_URL={redact(settings.REDIS_URL)}")
+        moved.append(f"REDIS_URL={mask_url(settings.REDIS_URL)}")
     port = web_port(env)
     if port != str(limits.DEFAULT_WEB_PORT):
         moved.append(f"WEB_PORT={port}")
     if moved_downstream(settings.FULFILMENT_ACTION):  # --ha: var/ha/downstream.sqlite3
-        moved.append(f"FULFILMENT_ACTION={redact(str(settings.FULFILMENT_ACTION))}")
+        moved.append(f"FULFILMENT_ACTION={downstream(str(settings.FULFILMENT_ACTION))}")
     moved += [
         f"{name}={spelled(settings, name)}"
         for name in READ_BY_THE_TOOLS
         if getattr(settings, name) != getattr(Settings, name)
     ]
-    reversal = settings.REVERSAL_ACTION
-    if reversal is not None and redact(str(reversal)) == str(reversal):
+    reversal = None if settings.REVERSAL_ACTION is None else str(settings.REVERSAL_ACTION)
+    shown_whole = reversal is not None and downstream(reversal) == reversal
+    if shown_whole:
         moved.append(f"REVERSAL_ACTION={reversal}")
     line = f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
-    if reversal is not None and redact(str(reversal)) != str(reversal):
-        line += "                and REVERSAL_ACTION as the service has it (it holds a secret)\n"
+    if reversal is not None and not shown_whole:
+        line += "                and REVERSAL_ACTION as the service has it (not shown: it may "
+        line += "hold a secret)\n"
     return line
 
 
@@ -155,4 +158,4 @@ def redis_line(settings: Settings) -> str:
             f"{describe(settings)}\n                "
             f"(LEDGER_MIN_REPLICAS={settings.LEDGER_MIN_REPLICAS}; run.sh --ha: var/ha)"
         )
-    return f"{redact(settings.REDIS_URL)} (data in var/redis, append-only, fsync always)"
+    return f"{describe(settings)} (data in var/redis, append-only, fsync always)"

@@ -15,7 +15,7 @@ import stripe
 from rich.text import Text
 
 from ledger import limits
-from ledger.redact import mask_secret, redact
+from ledger.redact import mask_secret, mask_url
 from ledger.settings import Settings
 from ledger.stripe_api import client_of
 from ledger.subscriptions import needed, snapshot_types
@@ -71,7 +71,7 @@ def endpoints(settings: Settings) -> list[dict[str, Any]]:
 def problem(exc: stripe.StripeError, settings: Settings) -> str:
     """One line saying why, never the key (Stripe's 401 message quotes part of it)."""
     key = mask_secret(settings.STRIPE_API_KEY)
-    where = redact(settings.STRIPE_API_BASE)
+    where = mask_url(settings.STRIPE_API_BASE)
     status = exc.http_status
     if isinstance(exc, stripe.AuthenticationError):
         return f"refused STRIPE_API_KEY {key} ({status}): not a valid key for {where}"

@@ -16,6 +16,7 @@ from redis.exceptions import (
     TimeoutError,
 )
 
+from ledger.connection import describe
 from ledger.deliveries import LedgerUnavailable
 from ledger.read.base import Problem
 from ledger.redact import redact
@@ -31,7 +32,7 @@ RETRY_AFTER_S = 5
 
 def answer(exc: Exception) -> Response:
     """503: JSON for the API, /metrics and anything else, a page for the dashboard."""
-    where = redact(current_settings().REDIS_URL)
+    where = describe(current_settings())
     error = redact(str(exc)) or type(exc).__name__
     message = f"the ledger's Redis at {where} cannot be used now: {error}"
     log.warning(orjson.dumps({"path": request.path, "status": 503, "error": message}).decode())

@@ -17,11 +17,9 @@ with ``voided_at`` when no effect holds it: the primary key then decides, agains
 attempt, whether the effect applied (docs/REVERSAL.md).
 """
 
-from urllib.parse import urlsplit
-
 import psycopg
 
-from ledger.redact import MASK, redact
+from ledger.redact import MASK, redact, url_passwords
 from workers.effects import Effect, sample_for, sql_params
 
 TABLE = "webhook_ledger_effects"
@@ -43,10 +41,17 @@ EXPLAINED = "planned with EXPLAIN: one SELECT, INSERT, UPDATE, DELETE, MERGE or 
 
 
 def masked(text: str, url: str) -> str:
-    """``text`` with URL credentials masked, and the URL's password wherever it appears."""
-    password = urlsplit(url).password or ""
-    text = redact(text)
-    return text.replace(password, MASK) if len(password) >= 3 else text
+    """``text`` (psycopg's words, which may quote a password as libpq read it) with URL
+    credentials masked, and the URL's passwords (userinfo, ``?password=``) wherever they
+    appear."""
+    for password in url_passwords(url):
+        if len(password) >= MIN_MASKED:
+            text = text.replace(password, MASK)
+    return redact(text)
+
+
+MIN_MASKED = 3
+"""A shorter password is not masked where it appears: it would mask bits of every word."""
 
 
 def migrate(url: str) -> str:

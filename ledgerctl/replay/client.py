@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ledger.redact import mask_url
+
 MAX_BODY_BYTES = 64 * 1024
 """Most bytes of an answer read: the service answers a few hundred."""
 SHOWN_CHARS = 200
@@ -39,11 +41,15 @@ class Poster:
     seconds in all. Not thread-safe: one per sending thread."""
 
     def __init__(self, url: str, deadline: float) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url}")
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname or "", parts.port
+        except ValueError:  # its words quote the port urllib read: maybe a password's start
+            parts, host, port = urlsplit(""), "", None
+        if parts.scheme not in ("http", "https") or not host:
+            raise ValueError(f"not an http(s) URL with a host and a port 0-65535: {mask_url(url)}")
         self.https = parts.scheme == "https"
-        self.host, self.port = parts.hostname, parts.port
+        self.host, self.port = host, port
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.deadline = deadline
         self.conn: http.client.HTTPConnection | None = None

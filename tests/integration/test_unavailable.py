@@ -4,6 +4,7 @@ answers 200 with ``webhook_ledger_up 0``: tests/integration/test_metrics_alertin
 Stripe endpoint keeps its own answers (503 ledger_unavailable for a delivery, 400 for a
 forgery)."""
 
+import html
 import logging
 import random
 import re
@@ -19,7 +20,7 @@ from ledgerctl import samples
 from tests.support.constants import BASIC, BEARER, OPS_TOKEN, SECRET
 from tests.support.helpers import signed_headers
 from tests.support.inprocess import app_without_redis
-from tests.support.processes import ROOT, RedisServer, wait_until
+from tests.support.processes import ROOT, RedisServer, free_port, wait_until
 from webhook import create_app
 from webhook.http import csrf_token
 
@@ -74,6 +75,21 @@ def test_dashboard_pages_answer_a_503_page(
     assert "503: the ledger is unavailable" in text and "Connection refused" in text
     assert answer.headers["X-Frame-Options"] == "DENY"  # the dashboard's own headers still apply
     no_traceback(caplog)
+
+
+def test_the_503_names_redis_without_its_password(caplog: pytest.LogCaptureFixture) -> None:
+    """A password with a quote ended the old mask's match: the JSON, the page and the log
+    showed it whole."""
+    port = free_port()
+    config = {"REDIS_URL": f'redis://:hun"ter2@127.0.0.1:{port}/0', "REDIS_RETRIES": 0}
+    client = create_app({**config, "STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": OPS_TOKEN})
+    with caplog.at_level(logging.INFO):
+        body = client.test_client().get("/ops/api/summary", headers=BEARER).get_json()
+        page = html.unescape(client.test_client().get("/ops/", headers=BASIC).text)
+    where = f"the ledger's Redis at redis://***@127.0.0.1:{port}/0 cannot be used now"
+    assert where in body["message"] and where in page and where in caplog.text
+    for text in (body["message"], page, caplog.text):
+        assert "ter2" not in text and "hun" not in text
 
 
 def test_a_decision_answers_503_and_credentials_still_come_first(down: FlaskClient) -> None:

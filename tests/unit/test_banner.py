@@ -54,4 +54,19 @@ def test_a_reversal_setting_is_given_and_a_secret_one_only_by_name() -> None:
     secret = "postgresql://shop:pw-SECRET-9@127.0.0.1:5433/shop"
     text = shown({"REVERSAL_ACTION": secret, "REVERSAL_SQL": "UPDATE x SET y = 1"})
     assert "pw-SECRET-9" not in text
-    assert "and REVERSAL_ACTION as the service has it (it holds a secret)" in text
+    assert "and REVERSAL_ACTION as the service has it (not shown: it may hold a secret)" in text
+
+
+def test_a_capability_url_reversal_is_given_only_by_name() -> None:
+    """Its secret is its path, which redact() never touches: the banner printed it whole."""
+    capability = "https://hooks.example.com/services/T0/B0/XXXXcapability"
+    text = shown({"REVERSAL_ACTION": capability})
+    assert "XXXXcapability" not in text and "services/T0" not in text
+    assert "and REVERSAL_ACTION as the service has it (not shown: it may hold a secret)" in text
+
+
+def test_a_redis_password_is_masked_whatever_it_holds() -> None:
+    text = shown({"REDIS_URL": 'redis://:hun"ter2@127.0.0.1:6420/0'})
+    assert "redis         redis://***@127.0.0.1:6420/0 (data in var/redis" in text
+    assert "export REDIS_URL=redis://***@127.0.0.1:6420/0" in text
+    assert "ter2" not in text and "hun" not in text

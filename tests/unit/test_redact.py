@@ -1,9 +1,11 @@
 """Credentials in FULFILMENT_ACTION (and REDIS_URL) never reach the ledger, the dashboard,
 the API, an export bundle, a log or the start-up banner."""
 
+import re
+
 import pytest
 
-from ledger.redact import downstream, mask_secret, origin, redact
+from ledger.redact import downstream, mask_secret, mask_url, origin, redact
 from ledger.settings import SettingsError, fingerprint, load
 from ledgerctl.banner import banner
 
@@ -119,3 +121,98 @@ def test_a_wrong_setting_is_named_with_its_credentials_masked() -> None:
 )
 def test_mask_secret_keeps_only_the_kind(value: str, masked: str) -> None:
     assert mask_secret(value) == masked
+
+
+PASSWORDS = ['hun"ter2', "hun'ter2", "hun<ter2", "hun`ter2", "Xk3d9/Qz+Wm2=", "ab#cdter2"]
+PASSWORDS += ["ab?cdter2", "p@ss@ter2", "hun ter2"]
+"""Pasted passwords, unencoded: each holds a character that ended the old pattern's match
+or that urllib reads as the end of the host."""
+
+
+def parts_of(password: str) -> list[str]:
+    """The password and each piece of it a parser could cut it into (3 characters or more)."""
+    return [password, *(p for p in re.split(r"[\"'<`/#?@ ]", password) if len(p) >= 3)]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_a_url_setting_is_masked_whatever_its_password_holds(password: str) -> None:
+    for url, where in [
+        (f"rediss://:{password}@cache.example.net:6380/0", "cache.example.net:6380/0"),
+        (f"postgresql://shop:{password}@db.example:5433/shop", "db.example:5433/shop"),
+        (f"https://user:{password}@proxy.example:8443", "proxy.example:8443"),
+    ]:
+        shown = mask_url(url)
+        assert shown == f"{url.split('://')[0]}://***@{where}"
+        assert downstream(url) == shown or url.startswith("https")
+        if " " not in password:  # free text: a URL ends at a space
+            logged = redact(f"waiting for Redis at {url} (up to 30 s)")
+            assert logged == f"waiting for Redis at {shown} (up to 30 s)"
+        assert not any(part in shown for part in parts_of(password))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://shop@db:5432/shop?password=hun%zzter2",
+            "postgresql://***@db:5432/shop?password=***",
+        ),
+        ("postgresql://shop@db:5432/shop?password=a@ter2", "postgresql://***"),
+        ("redis://:hunter2@[::1:6379/0", "redis://***"),
+        ("unix:///run/redis.sock?db=2", "unix:///run/redis.sock?db=***"),
+        ("sqlite:///var/downstream.sqlite3", "sqlite:///var/downstream.sqlite3"),
+    ],
+)
+def test_a_url_setting_that_urllib_cannot_read_shows_its_scheme(url: str, shown: str) -> None:
+    """A query's password is masked; an @ that may be a query value's, or a URL urllib
+    cannot split at all, leaves only the scheme."""
+    assert mask_url(url) == shown
+
+
+def test_an_http_downstream_whose_host_may_be_a_password_is_not_named() -> None:
+    """urllib reads http://u:123/pw@h as host u, port 123: the password's start."""
+    assert origin("http://u:123/TOKEN789@hooks.example:8080/x") == "***"
+    assert "123" not in downstream("http://u:123/TOKEN789@hooks.example:8080/x")
+
+
+def test_a_conninfo_password_in_an_error_is_masked() -> None:
+    text = "invalid connection option in \"host=db password='PASSWORD 456' dbname=x\""
+    assert redact(text) == 'invalid connection option in "host=db password=*** dbname=x"'
+    assert redact("host=db password=PASSWORD456 port=5") == "host=db password=*** port=5"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        (
+            "REDIS_URL",
+            "rediss://:Xk3d9/Qz+Wm2=@cache.example.net:6380/0",
+            "rediss://***@cache.example.net:6380/0",
+        ),
+        (
+            "FULFILMENT_ACTION",
+            "postgresql://shop:s3c/PASSWORD456@db.example:5433/shop",
+            "postgresql://***@db.example:5433/shop",
+        ),
+        (
+            "REVERSAL_ACTION",
+            "postgresql://shop:s3c#PASSWORD456@db.example:5433/shop",
+            "postgresql://***@db.example:5433/shop",
+        ),
+        (
+            "STRIPE_API_BASE",
+            "https://u:s3c?PASSWORD456@stripe.example",
+            "https://***@stripe.example",
+        ),
+    ],
+)
+def test_a_url_whose_password_urllib_reads_as_the_port_is_refused_in_our_words(
+    name: str, value: str, shown: str
+) -> None:
+    """urllib's own message quotes the port it read: the password's start."""
+    with pytest.raises(SettingsError) as refused:
+        load({name: value})
+    (line,) = refused.value.problems
+    assert line.startswith(f"invalid setting {name}='{shown}': the port is not a number")
+    assert "a password with / # ? must be percent-encoded" in line
+    assert not any(part in line for part in ("s3c", "Xk3d9", "Qz+Wm2", "PASSWORD456"))
