@@ -217,7 +217,7 @@ def classify(event: Obj, policy: Policy) -> Classified:
     key = rule.key(obj)
     if not isinstance(key, str):
         key = None
-    unlinked = rule.unlinked_invoice and not invoice_payment_intent(obj)
+    unlinked = rule.unlinked_invoice and not invoice_payment_intent(obj) and not _free(obj)
     paid = (
         key is not None
         and rule.role == "paid"
@@ -236,6 +236,16 @@ def classify(event: Obj, policy: Policy) -> Classified:
         account=account,
         fingerprint=_fingerprint(obj, event, unlinked) if paid and policy.unlinked_invoices else "",
     )
+
+
+FREE = ("amount_paid", "amount_due")
+"""Both 0 (JSON whole numbers, not ``false``) on an invoice that charged nothing."""
+
+
+def _free(invoice: Obj) -> bool:
+    """An invoice that charged nothing (a trial, a 100 % coupon, a credit balance): no
+    PaymentIntent exists or will, so none can fulfil its purchase a second time."""
+    return all(type(invoice.get(name)) is int and not invoice[name] for name in FREE)
 
 
 def _classify_thin(event: Obj, policy: Policy) -> Classified:

@@ -197,8 +197,9 @@ class Settings:
     """Event types that mean "paid" (each with its condition, ledger/events.py); a thin
     ``v1.payment_intent.succeeded`` only when listed."""
     FULFIL_UNLINKED_INVOICES: bool = setting(False, kinds.boolean())
-    """Whether an ``invoice.paid`` without a PaymentIntent fulfils, under the invoice id
-    (CONFIGURATION.md, "One purchase, one payment")."""
+    """Whether an ``invoice.paid`` without a PaymentIntent that charged something fulfils,
+    under the invoice id (one that charged nothing always does: CONFIGURATION.md, "One
+    purchase, one payment")."""
     STRIPE_MODE: str = setting("live", kinds.choice("live", "test", "any"))
     """Which events may fulfil; the other mode's payments are held for a person."""
     FULFIL_CONNECT: bool = setting(False, kinds.boolean())

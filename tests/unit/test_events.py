@@ -3,6 +3,7 @@ event must wait for a person. Payloads are the shipped real test-mode samples, c
 where a case needs it (the basil invoice, the manual-capture charge, a setup session...)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from ledger.money import paid_amount
 from ledger.settings import Settings
 from ledgerctl import samples
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stripe"
 PI = "pi_000000000000000000000000"
 IN = "in_000000000000000000000000"
 TEST = Policy(frozenset(Settings.PAID_EVENT_TYPES), mode="test")
@@ -178,3 +180,16 @@ def test_a_free_checkout_is_paid_for_nothing_and_has_no_twin_to_find() -> None:
     c = classify(event, TEST)
     assert (c.role, c.paid, c.fingerprint) == ("paid", True, "")
     assert paid_amount(event["data"]["object"]) == 0
+
+
+def test_an_invoice_that_cost_nothing_fulfils_under_its_own_id() -> None:
+    """A trial's or a 100 % coupon's invoice (Stripe's own payload: ``amount_paid`` and
+    ``amount_due`` 0, no PaymentIntent) is paid and no PaymentIntent will ever come to
+    fulfil the same purchase twice: it fulfils under the invoice id without
+    FULFIL_UNLINKED_INVOICES. Before, a free trial started through Checkout never did."""
+    event = json.loads((FIXTURES / "invoice.paid.subscription_cycle.json").read_text())
+    c = classify(event, TEST)
+    assert (c.payment_key, c.role, c.paid) == (event["data"]["object"]["id"], "paid", True)
+    charged = json.loads(json.dumps(event))
+    charged["data"]["object"].update(amount_paid=900, amount_due=900)
+    assert (classify(charged, TEST).role, classify(charged, TEST).paid) == ("info", False)
