@@ -44,6 +44,9 @@ BUILT_IN_REVERSALS = {
 }
 PASSING = ("exactly once", "at most once (interrupted)", "skipped")
 NOTHING_TO_TAKE_BACK = "nothing to take back"
+HELD = "at most once (held)"
+"""Taken back after a call that may have applied, on an action that cannot settle it: a
+person checks the downstream (docs/REVERSAL.md)."""
 """A payment refunded in full before any attempt: neither action ran for it."""
 
 
@@ -176,7 +179,7 @@ class ReversalRow:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in (*PASSING, NOTHING_TO_TAKE_BACK)
+        return self.verdict in (*PASSING, NOTHING_TO_TAKE_BACK, HELD)
 
 
 def reversal_verdict(effects: int, reversals: int, state: str) -> str:
@@ -191,6 +194,21 @@ def reversal_verdict(effects: int, reversals: int, state: str) -> str:
     if reversals == 1:
         return "reversal without reversed"
     return f"not reversed ({state or 'unknown'})"
+
+
+def cut_off_verdict(effects: int, reversals: int, state: str) -> str:
+    """A payment refunded in full after its fulfilment call was cut off, which may have
+    applied: reversed once if it did, its key voided if it did not (a built-in action's
+    settlement: nothing to take back), else left for a person with at most one effect."""
+    if effects > 1 or reversals > 1:
+        return "more than once"
+    if state == "refunded_unfulfilled":
+        if effects:
+            return "effect left after refunded_unfulfilled"
+        return "reversal with nothing to take back" if reversals else NOTHING_TO_TAKE_BACK
+    if state == "held" and not reversals:
+        return HELD
+    return reversal_verdict(effects, reversals, state)
 
 
 def refunded_first_verdict(calls: int, effects: int, reversals: int, state: str) -> str:

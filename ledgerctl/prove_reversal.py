@@ -8,8 +8,10 @@ over and four times at once (two workers running); then, one worker at a time, w
 faults on the reversal's call (``PROVE_LEG=reverse``, ledgerctl/prove_worker.py): the
 worker killed before it, inside it (three depths) and after it, paused inside it past its
 lease, its answer held past FULFILMENT_TIMEOUT after it applied, and sent again with the
-same idempotency key (a replay-safe reversal only); last, a refund while the payment waits
-queued, before any worker took it.
+same idempotency key (a replay-safe reversal only); then a refund while the fulfilment's
+own call was cut off (its worker killed inside it, the call may have applied): a built-in
+action settles it; last, a refund while the payment waits queued, before any worker took
+it.
 """
 
 import signal
@@ -25,6 +27,7 @@ from ledgerctl.prove import DURING, Prover, RowTimeout, marked, send_copies, sto
 from ledgerctl.prove_probe import (
     Probe,
     ReversalRow,
+    cut_off_verdict,
     refunded_first_verdict,
     reversal_verdict,
 )
@@ -38,6 +41,13 @@ TAKE_BACKS = {"full": "full refund", "dispute_lost": "dispute lost"}
 """The take-backs delivered in turn and at once (ledgerctl/takebacks.py kinds): a refund of
 the whole amount (refund.created, charge.refunded, refund.updated) and a dispute closed
 lost (charge.dispute.created, funds_withdrawn, closed)."""
+EXPECTED = {
+    "taken back": ("reversed",),
+    "refunded first": ("refunded_unfulfilled",),
+    "cut off": ("reversed", "refunded_unfulfilled"),
+}
+"""The states a row's payment should settle in, by how it was taken back; any other is
+explained in the row's note (its last error, or why it is held)."""
 FAULT_ROWS = 8
 """At most one pre-fulfilled payment for each fault row: before, three inside, after,
 paused, late answer, resent."""
@@ -62,6 +72,7 @@ class ReversalProver:
             yield self.delivered(f"{said} delivered 3 times in turn", kind, 3, False, paid.pop())
             yield self.delivered(f"{said} delivered 4 times at once", kind, 4, True, paid.pop())
         p.procs.stop(steady)
+        fulfil_depth = max(p.depths().values(), default=0)
         depth = max(p.depths("reversal_counts").values(), default=0)
         yield self.faulted("killed before the reversal call", "before", paid.pop())
         for part in DURING if depth else ():
@@ -81,6 +92,8 @@ class ReversalProver:
             yield ReversalRow(name, "", 0, 0, 0, 0, "", "skipped", note)
         else:
             yield self.faulted(name, {"PROVE_RESEND": "1"}, paid.pop(), rescue=False)
+        if fulfil_depth:
+            yield self.refunded_during_call(max(1, fulfil_depth // 2), fulfil_depth)
         yield self.refunded_while_queued()
 
     def payment(self) -> Events:
@@ -119,7 +132,30 @@ class ReversalProver:
         events = self.payment()
         self.take_back(events)
         self.prover.record(events[-1])
-        return self.settled_row(name, self.prover.key_of(events[-1]), refunded_first=True)
+        return self.settled_row(name, self.prover.key_of(events[-1]), "refunded first")
+
+    def refunded_during_call(self, at: int, depth: int) -> ReversalRow:
+        """The fulfilment's call killed at ``at`` of ``depth`` function calls, then the
+        refund, then another worker: the payment is reversed if the call applied, its key
+        voided if not (a built-in action's settlement), or held for a person."""
+        name = f"refunded in full after its fulfilment call was killed (at {at} of {depth})"
+        if self.late():
+            return late(name)
+        p = self.prover
+        events = self.payment()
+        doomed = p.procs.worker({**p.env, "PROVE_STOP_AT": str(at)})
+        p.record(events[-1])
+        pk = p.key_of(events[-1])
+        helper = None
+        try:
+            p.wait(lambda: doomed.poll() is not None or p.settled(pk), "the fault")
+            self.take_back(events)
+            helper = p.procs.worker(p.env)
+            return self.settled_row(name, pk, "cut off", not_reached=doomed.poll() is None)
+        except RowTimeout as exc:
+            return self.row(name, pk, "unsettled", str(exc))
+        finally:
+            p.procs.stop([doomed, *([helper] if helper else [])])
 
     def refunded_while_queued(self) -> ReversalRow:
         """Paid and refunded in full with no worker running, then a worker takes its job."""
@@ -135,7 +171,7 @@ class ReversalProver:
         try:
             p.wait(lambda: queue.count == 0, "the worker to take its job")
             p.wait(lambda: queue.started_job_registry.count == 0, "its job to end")
-            return self.settled_row(name, p.key_of(events[-1]), refunded_first=True)
+            return self.settled_row(name, p.key_of(events[-1]), "refunded first")
         except RowTimeout as exc:
             return self.row(name, p.key_of(events[-1]), "unsettled", str(exc))
         finally:
@@ -222,7 +258,7 @@ class ReversalProver:
         return self.row(name, pk, f"not fulfilled ({state or 'unknown'})", note)
 
     def settled_row(
-        self, name: str, pk: str, not_reached: bool = False, refunded_first: bool = False
+        self, name: str, pk: str, kind: str = "taken back", not_reached: bool = False
     ) -> ReversalRow:
         p = self.prover
         states = AFTER_TAKE_BACK + ("fulfilled",)
@@ -234,23 +270,24 @@ class ReversalProver:
         except RowTimeout as exc:
             return self.row(name, pk, "unsettled", str(exc))
         note = "the fault was not reached: the call is shallower" if not_reached else ""
-        if p.field(pk, "state") != ("refunded_unfulfilled" if refunded_first else "reversed"):
+        if p.field(pk, "state") not in EXPECTED[kind]:
             note = note or p.field(pk, "last_error") or p.field(pk, "hold_reason")
-        return self.row(name, pk, "", note, refunded_first)
+        if p.field(pk, "key_voided") == "1":
+            note = note or "settled: its key voided, no effect can follow"
+        return self.row(name, pk, "", note, kind)
 
     def row(
-        self, name: str, pk: str, verdict: str, note: str, refunded_first: bool = False
+        self, name: str, pk: str, verdict: str, note: str, kind: str = "taken back"
     ) -> ReversalRow:
         """The counts of ``pk`` now; its verdict from them unless given."""
         p = self.prover
         calls, reversal_calls = p.calls()[pk], p.calls("reversal_calls")[pk]
         effects, reversals, state = p.probe(pk), self.reversal_probe(pk), p.field(pk, "state")
-        if not verdict:
-            verdict = (
-                refunded_first_verdict(calls, effects, reversal_calls + reversals, state)
-                if refunded_first
-                else reversal_verdict(effects, reversals, state)
-            )
+        if not verdict and kind == "refunded first":
+            verdict = refunded_first_verdict(calls, effects, reversal_calls + reversals, state)
+        elif not verdict:
+            judge = cut_off_verdict if kind == "cut off" else reversal_verdict
+            verdict = judge(effects, reversals, state)
         return ReversalRow(
             name, pk, calls, effects, reversal_calls, reversals, state, verdict, note
         )

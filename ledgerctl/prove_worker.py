@@ -39,10 +39,13 @@ PROFILED = ("call", "c_call")
 
 
 class Faulty:
-    """The configured action, its first call in this process faulted as the env says."""
+    """The configured action, its first call in this process faulted as the env says. Its
+    other parts (a built-in action's ``settle`` and ``abort``) are the action's own, and
+    so is its downstream (``wrapped``, workers.actions.downstream_of): the worker takes
+    the paths it would take with the action itself."""
 
     def __init__(self, action: Action, env: dict[str, str], timeout: float, leg: str) -> None:
-        self.action, self.timeout = action, timeout
+        self.wrapped, self.timeout = action, timeout
         self.replay_safe = action.replay_safe
         faulted = env.get("PROVE_LEG", "fulfil") == leg
         self.stop_at = int(env.get("PROVE_STOP_AT") or 0) if faulted else 0
@@ -64,6 +67,9 @@ class Faulty:
             time.sleep(self.timeout + 1)  # the worker's deadline (SIGALRM) ends this sleep
         return receipt
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
     def _counted(self, purchase: Purchase, stop_at: int) -> Receipt:
         append(self.calls_file, f"{purchase.payment_key} {os.getpid()}")
         seen = 0
@@ -77,7 +83,7 @@ class Faulty:
 
         sys.setprofile(profile)
         try:
-            return self.action(purchase)
+            return self.wrapped(purchase)
         finally:
             sys.setprofile(None)
             append(self.counts_file, f"{purchase.payment_key} {os.getpid()} {seen}")

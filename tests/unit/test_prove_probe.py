@@ -10,6 +10,7 @@ from ledgerctl.prove_probe import (
     NoProbe,
     ReversalRow,
     Row,
+    cut_off_verdict,
     probe_for,
     refunded_first_verdict,
     reversal_probe_for,
@@ -111,6 +112,29 @@ def test_a_payment_refunded_first_runs_neither_action(
     assert found == expected
     row = ReversalRow("fault", "pi_1", calls, effects, 0, reversals, state, found)
     assert row.ok is (expected == "nothing to take back")
+
+
+@pytest.mark.parametrize(
+    ("effects", "reversals", "state", "expected", "ok"),
+    [
+        (1, 1, "reversed", "exactly once", True),
+        (0, 0, "refunded_unfulfilled", "nothing to take back", True),
+        (0, 0, "held", "at most once (held)", True),
+        (1, 0, "held", "at most once (held)", True),
+        (0, 0, "interrupted", "at most once (interrupted)", True),
+        (1, 0, "refunded_unfulfilled", "effect left after refunded_unfulfilled", False),
+        (0, 1, "refunded_unfulfilled", "reversal with nothing to take back", False),
+        (1, 1, "held", "reversal without reversed", False),
+        (2, 1, "reversed", "more than once", False),
+        (1, 0, "fulfilled", "not reversed (fulfilled)", False),
+        (0, 0, "failed", "not reversed (failed)", False),
+    ],
+)
+def test_a_payment_refunded_after_its_call_was_cut_off_is_reversed_voided_or_held(
+    effects: int, reversals: int, state: str, expected: str, ok: bool
+) -> None:
+    assert cut_off_verdict(effects, reversals, state) == expected
+    assert ReversalRow("fault", "pi_1", 1, effects, 1, reversals, state, expected).ok is ok
 
 
 def test_the_sqlite_downstream_counts_its_own_reversals(tmp_path: Path) -> None:
