@@ -18,7 +18,6 @@ from ledger.setting_fields import field_named
 from ledger.setting_kinds import ActionSpec
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
-from tests.support.helpers import cli_ok, run_cli
 from webhook import serving
 from webhook.serving import Server
 
@@ -133,7 +132,8 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
     },
 }
 FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
-"""Read by gunicorn itself, which names them when wrong."""
+"""Any text reads; the worker class is then checked as gunicorn loads it (test_serving.py),
+the access log by gunicorn itself."""
 # What a wrong value of these shows instead of itself.
 MASKED = {
     "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
@@ -338,51 +338,6 @@ def test_rules_between_settings_name_the_setting_to_change(env: dict[str, str], 
     with pytest.raises(SettingsError) as refused:
         load(env)
     assert len(refused.value.problems) == 1 and refused.value.problems[0].startswith(line)
-
-
-@pytest.mark.parametrize(
-    ("url", "line"),
-    [
-        (
-            "redis://:PASSWORD456@127.0.0.1:1/0?ssl=true",
-            "invalid setting REDIS_URL='redis://***@127.0.0.1:1/0?ssl=***': redis-py takes no "
-            "parameter ssl in it; TLS: rediss://",
-        ),
-        (
-            "redis://127.0.0.1:1/0?foo=1",
-            "invalid setting REDIS_URL='redis://127.0.0.1:1/0?foo=***': redis-py takes no "
-            "parameter foo in it",
-        ),
-        (
-            "redis://127.0.0.1:1/0?socket_timeout=abc",
-            "invalid setting REDIS_URL='redis://127.0.0.1:1/0?socket_timeout=***': redis-py "
-            "cannot use it: Invalid value for 'socket_timeout' in connection URL.",
-        ),
-        (
-            "redis://127.0.0.1:1/0?protocol=5",
-            "invalid setting REDIS_URL='redis://127.0.0.1:1/0?protocol=***': redis-py cannot use "
-            "it: protocol must be either 2 or 3",
-        ),
-    ],
-)
-def test_a_redis_url_parameter_redis_py_cannot_use_is_named(url: str, line: str) -> None:
-    """REDIS_URL's query parameters go to redis-py's connection as they are: one it does not
-    take, or a value it cannot read, failed only on connecting, with a traceback."""
-    assert problems(Settings, {"REDIS_URL": url}) == [line]
-    result = run_cli({"REDIS_URL": url}, "wait-redis", "--timeout", "1")
-    assert cli_ok(result, 2) and result.output == line + "\n"
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis://127.0.0.1:6389/0?socket_timeout=2&health_check_interval=10",
-        "rediss://h:6380/0?ssl_cert_reqs=none",
-        "unix:///run/redis.sock?db=2",
-    ],
-)
-def test_the_redis_url_parameters_redis_py_takes_pass(url: str) -> None:
-    assert problems(Settings, {"REDIS_URL": url}) == []
 
 
 @pytest.mark.parametrize(
