@@ -19,6 +19,7 @@ from redis.exceptions import (
 
 from ledger.connection import describe
 from ledger.deliveries import LedgerUnavailable
+from ledger.downstream import DownstreamUnusable
 from ledger.read.base import Problem
 from ledger.redact import redact
 from ledger.replication import NotReplicated
@@ -71,6 +72,16 @@ def answer(exc: Exception) -> Response:
     return response
 
 
+def downstream_unusable(exc: DownstreamUnusable) -> Response:
+    """503 where a payment is shown with the built-in downstream's record and its SQLite
+    file cannot be read: named by its safe name (ledger/downstream.py), never its path."""
+    problem = Problem(error="downstream_unavailable", message=str(exc))
+    log.warning(orjson.dumps({"path": request.path, "status": 503, "error": str(exc)}).decode())
+    if request.path.startswith("/ops/") and not request.path.startswith("/ops/api/"):
+        return Response(render_template("ops/problem.html", problem=problem), 503)
+    return view_response(problem, 503)
+
+
 def refused_write(exc: ResponseError) -> Response:
     """One of :data:`REFUSED_WRITES` is answered as unavailable; any other ResponseError goes
     on to Flask's 500."""
@@ -83,3 +94,4 @@ def init_app(app: Flask) -> None:
     for kind in UNAVAILABLE:
         app.register_error_handler(kind, answer)
     app.register_error_handler(ResponseError, refused_write)  # its subclasses above are answered
+    app.register_error_handler(DownstreamUnusable, downstream_unusable)
