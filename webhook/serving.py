@@ -41,8 +41,9 @@ class Server:
     GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
     """Threads per process of the ``gthread`` worker class."""
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
-    """gunicorn's worker class; ``gthread`` or ``sync`` only for comparison: they have no
-    body deadline and answer malformed HTTP with gunicorn's own HTML."""
+    """gunicorn's worker class (one of its names, or ``module.Class``: one it cannot load
+    stops start-up); ``gthread`` or ``sync`` only for comparison: they have no body deadline
+    and answer malformed HTTP with gunicorn's own HTML."""
     GUNICORN_REUSE_PORT: bool | None = setting(None, kinds.boolean())
     """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
     connections across them; false: one socket shared by every worker. Unset: on Linux only,
