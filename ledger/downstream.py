@@ -7,6 +7,8 @@ import hashlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,26 @@ def downstream_name(path: str) -> str:
 def short_digest(text: str) -> str:
     """How ``called_on`` names a downstream without its address or credentials."""
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class DownstreamUnusable(Exception):
+    """The built-in downstream's file cannot be opened, made or read (not a database, a
+    directory that cannot be made). ``str()`` names it by :func:`downstream_name`, for the
+    web; ``path`` and ``why`` are for the CLI, whose user set the path."""
+
+    def __init__(self, path: str | Path, exc: Exception) -> None:
+        self.path = str(path)
+        self.why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        super().__init__(f"the downstream {downstream_name(self.path)} cannot be used: {self.why}")
+
+
+@contextmanager
+def using(path: str | Path) -> Iterator[None]:
+    """Raise :class:`DownstreamUnusable` for what SQLite or the file system refuse inside."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        raise DownstreamUnusable(path, exc) from exc
 
 
 SCHEMA = """
@@ -146,6 +168,19 @@ def read_downstream(path: str) -> dict[str, Any]:
     some), not a second effect."""
     if not Path(path).exists():
         return {"totals": {"calls": 0, "effects": 0}, "payments": {}}
+    with using(path):
+        payments = _per_payment(path)
+    totals = {
+        "calls": sum(r["calls"] for r in payments.values()),
+        "effects": sum(r["effects"] for r in payments.values()),
+    }
+    regrants = sum(r.get("regrants", 0) for r in payments.values())
+    if regrants:
+        totals["regrants"] = regrants
+    return {"totals": totals, "payments": dict(sorted(payments.items()))}
+
+
+def _per_payment(path: str) -> dict[str, dict[str, int]]:
     db = open_downstream(path)
     try:
         payments: dict[str, dict[str, int]] = {}
@@ -161,19 +196,17 @@ def read_downstream(path: str) -> dict[str, Any]:
             row[kind] = row.get(kind, 0) + 1
     finally:
         db.close()
-    totals = {
-        "calls": sum(r["calls"] for r in payments.values()),
-        "effects": sum(r["effects"] for r in payments.values()),
-    }
-    regrants = sum(r.get("regrants", 0) for r in payments.values())
-    if regrants:
-        totals["regrants"] = regrants
-    return {"totals": totals, "payments": dict(sorted(payments.items()))}
+    return payments
 
 
 def read_tables(path: str) -> dict[str, list[dict[str, Any]]]:
     """Every call and order, and every reversal and reversal call, as stored (read-only),
     for evidence bundles (a file made before reversals has none)."""
+    with using(path):
+        return _tables(path)
+
+
+def _tables(path: str) -> dict[str, list[dict[str, Any]]]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:

@@ -14,6 +14,7 @@ from typing import cast
 from urllib.parse import parse_qs, urlsplit
 
 from ledger import limits, setting_fields
+from ledger.redis_url import redis_py_refusal
 from ledger.setting_fields import SettingsError, field_named, kind_of, or_exit, read
 from ledger.setting_list import Settings, fingerprint
 
@@ -72,6 +73,8 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "LEDGER_MIN_REPLICAS is set: a client that gives up on the WAIT first would retry "
         "the write",
     )
+    refusal = redis_py_refusal(s.REDIS_URL)
+    rule("REDIS_URL", refusal is not None, "REDIS_URL", refusal or "")
     url_scheme, url_db = url_database(s.REDIS_URL)
     url_tls = url_scheme == "rediss"
     rule(

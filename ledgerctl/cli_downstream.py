@@ -7,8 +7,8 @@ import sys
 import click
 import psycopg
 
-from ledger.downstream import open_downstream, read_downstream
-from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option
+from ledger.downstream import open_downstream, read_downstream, using
+from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
 from workers.postgres_schema import TABLE, masked, migrate
 
@@ -30,7 +30,7 @@ def downstream(click_ctx: click.Context, limit: int, as_json: bool) -> None:
     if path is None:
         say("FULFILMENT_ACTION is not the built-in SQLite downstream")
         sys.exit(EXIT_NOT_FOUND)
-    data = read_downstream(path)
+    data = run(lambda: read_downstream(path))
     counts = ("calls", "applied", "already_applied", "effects")
     rows = [{"payment": key, **row} for key, row in data["payments"].items()]
     totals = data["totals"]
@@ -49,7 +49,7 @@ def migrate_command(ctx: Context) -> None:
     postgresql://, webhook_ledger_effects in that database (docs/ACTIONS.md)."""
     action = ctx.settings.FULFILMENT_ACTION
     if action.scheme == "sqlite":
-        open_downstream(action.target).close()  # creates its tables when missing
+        run(lambda: made(action.target))
         say(f"{action.target}: ready")
         return
     if action.scheme != "postgresql":
@@ -61,6 +61,12 @@ def migrate_command(ctx: Context) -> None:
         say(masked(f"cannot migrate: {type(exc).__name__}: {exc}".splitlines()[0], action.target))
         sys.exit(EXIT_DATABASE)
     say(f"{TABLE}: {done}")
+
+
+def made(path: str) -> None:
+    """The SQLite file with its tables (created when missing)."""
+    with using(path):
+        open_downstream(path).close()
 
 
 COMMANDS = (downstream,)

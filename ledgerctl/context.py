@@ -1,7 +1,8 @@
 """What every ``webhook-ledger`` command shares: settings and Redis, ``--json``, output and
 exit codes (0 ok, 1 not there or not in that state, or for ``reconcile`` events missing and
-not recorded, 2 usage or a wrong setting, 3 Redis unreachable or a write not confirmed by
-LEDGER_MIN_REPLICAS replicas, 4 Stripe's API refused or could not be reached)."""
+not recorded, 2 usage or a wrong setting, 3 Redis unreachable, a write not confirmed by
+LEDGER_MIN_REPLICAS replicas or the built-in downstream's file unusable, 4 Stripe's API
+refused or could not be reached)."""
 
 import sys
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from rich.text import Text
 from ledger import settings
 from ledger.connection import connect
 from ledger.deliveries import LedgerUnavailable
+from ledger.downstream import DownstreamUnusable
 from ledger.read.base import to_json
 from ledger.redact import redact
 from ledger.replication import NotReplicated
@@ -61,10 +63,14 @@ def emit(data: object, as_json: bool, *text: RenderableType) -> None:
 
 
 def run(fn: Callable[[], T]) -> T:
-    """``fn()``; an unreachable Redis, or a write fewer than LEDGER_MIN_REPLICAS replicas
-    confirmed, ends the command with exit code 3."""
+    """``fn()``; an unreachable Redis, a write fewer than LEDGER_MIN_REPLICAS replicas
+    confirmed, or a built-in downstream file that cannot be used ends the command with exit
+    code 3."""
     try:
         return fn()
+    except DownstreamUnusable as exc:  # the path is the user's own setting: shown whole
+        say(Text("Downstream unusable:", "red"), f"{exc.path}: {exc.why}")
+        sys.exit(EXIT_REDIS)
     except NotReplicated as exc:
         say(Text("Not confirmed by the replicas:", "red"), redact(str(exc)))
         sys.exit(EXIT_REDIS)

@@ -27,7 +27,6 @@ from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.sessions import SessionFulfilment
 from ledger.read.stats import Series, Summary
-from ledger.replication import NotReplicated
 from webhook.http import (
     BadArgument,
     change_pause,
@@ -204,10 +203,7 @@ def api_fulfilment() -> Response:
 def api_pause(action: str) -> Response:
     if not csrf_ok():
         return csrf_refused()
-    try:
-        return view_response(change_pause(action, operator("ops")))
-    except NotReplicated as exc:
-        return problem_response(Problem(error="not_replicated", message=str(exc)))
+    return view_response(change_pause(action, operator("ops")))  # not_replicated: unavailable.py
 
 
 @api_bp.post("/bulk/<any(retry, resolve):action>")

@@ -2,8 +2,8 @@
 
 gunicorn.conf.py reads them in gunicorn's master, before it forks, together with the
 service's settings (ledger/settings.py): a misconfigured web process exits once, with one
-line per problem, instead of one traceback per worker. Standard library and ``ledger`` only
-(gevent has not patched anything yet in the master).
+line per problem, instead of one traceback per worker. The worker class is loaded here as
+gunicorn's master loads it next (its module imported, nothing patched by gevent yet).
 """
 
 import os
@@ -11,6 +11,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from gunicorn.util import load_class
+from gunicorn.workers import SUPPORTED_WORKERS
+from gunicorn.workers.base import Worker
 
 from ledger import limits, settings
 from ledger import setting_kinds as kinds
@@ -37,8 +41,9 @@ class Server:
     GUNICORN_THREADS: int = setting(4, kinds.whole(1, 1024))
     """Threads per process of the ``gthread`` worker class."""
     GUNICORN_WORKER_CLASS: str = setting("webhook.server.Worker", kinds.text())
-    """gunicorn's worker class; ``gthread`` or ``sync`` only for comparison: they have no
-    body deadline and answer malformed HTTP with gunicorn's own HTML."""
+    """gunicorn's worker class (one of its names, or ``module.Class``: one it cannot load
+    stops start-up); ``gthread`` or ``sync`` only for comparison: they have no body deadline
+    and answer malformed HTTP with gunicorn's own HTML."""
     GUNICORN_REUSE_PORT: bool | None = setting(None, kinds.boolean())
     """Each worker listens on its own socket (SO_REUSEPORT) and the kernel spreads new
     connections across them; false: one socket shared by every worker. Unset: on Linux only,
@@ -81,9 +86,34 @@ def reuse_port_caveat() -> str | None:
     )
 
 
+def worker_class_refusal(uri: str) -> str | None:
+    """Why gunicorn cannot run ``uri`` as its worker class (as its master loads it: one of
+    its names, ``module.Class`` or ``egg:dist#name``), else None; never its traceback."""
+    expected = f"expected one of {', '.join(SUPPORTED_WORKERS)}, or an importable module.Class"
+    try:
+        found = load_class(uri)
+    except (RuntimeError, AttributeError):  # RuntimeError wraps any failure to import it
+        return f"gunicorn cannot load it; {expected}"
+    if not (isinstance(found, type) and issubclass(found, Worker)):
+        return f"not a gunicorn worker class; {expected}"
+    return None
+
+
+def server_rules(server: Server, failed: set[str]) -> list[tuple[str, str]]:
+    """The web process's checks beyond each value read (ledger/setting_fields.py's rules)."""
+    refusal = (
+        None
+        if "GUNICORN_WORKER_CLASS" in failed
+        else worker_class_refusal(server.GUNICORN_WORKER_CLASS)
+    )
+    return [("GUNICORN_WORKER_CLASS", refusal)] if refusal else []
+
+
 def load_or_exit(environ: Mapping[str, str] | None = None) -> Server:
     """The web process's settings, after every setting the service reads is checked; else
     exit with one line per problem (code 2)."""
     env = os.environ if environ is None else environ
-    server: Server = or_exit(lambda: load(Server, env), lambda: settings.load(env, REQUIRED))[0]
+    server: Server = or_exit(
+        lambda: load(Server, env, rules=server_rules), lambda: settings.load(env, REQUIRED)
+    )[0]
     return server

@@ -6,6 +6,7 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ledger.downstream import using
 from ledger.read.base import View
 from ledger.reversals import is_refulfil_key
 
@@ -24,9 +25,15 @@ class DownstreamRecord(View):
 
 
 def downstream_record(path: str, payment_key: str) -> DownstreamRecord | None:
-    """One payment's calls and effects in the downstream's own tables (None: no file yet)."""
+    """One payment's calls and effects in the downstream's own tables (None: no file yet);
+    DownstreamUnusable when its file cannot be read."""
     if not Path(path).exists():
         return None
+    with using(path):
+        return _record(path, payment_key)
+
+
+def _record(path: str, payment_key: str) -> DownstreamRecord | None:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         calls: dict[str, int] = dict(

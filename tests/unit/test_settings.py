@@ -132,7 +132,8 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
     },
 }
 FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
-"""Read by gunicorn itself, which names them when wrong."""
+"""Any text reads; the worker class is then checked as gunicorn loads it (test_serving.py),
+the access log by gunicorn itself."""
 # What a wrong value of these shows instead of itself.
 MASKED = {
     "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
