@@ -69,7 +69,7 @@ from bench.latency import first_fulfilled
 from bench.recording import recorder
 from bench.stats import alternate, column, spread, target
 from ledger import keys
-from ledger.setting_kinds import parse_action
+from ledger.setting_urls import parse_action
 from ledger.stored import text
 
 

@@ -13,33 +13,26 @@ later position), trailing commas and spaces around items are dropped.
 """
 
 import ipaddress
-import keyword
 import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Literal
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from typing import Any
 
 from ledger import limits
 
 SECONDS = "seconds"
-REDIS_DATABASES = 16
-"""Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
 CEILINGS = {
     SECONDS: (limits.MAX_DURATION_SECONDS, "ten years"),
     "days": (limits.MAX_DURATION_DAYS, "100 years"),
 }
 """The longest duration of each unit, and how it reads."""
 
-_SECRET_PREFIX = "whsec_"
-_API_KEY_PREFIXES = ("sk_", "rk_")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
-_LABEL = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_DIGITS = re.compile(r"[0-9]+")
+DIGITS = re.compile(r"[0-9]+")
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -69,19 +62,6 @@ class Kind:
     """What is allowed, in words (``a whole number from 1 to 1000``)."""
     spell: Callable[[Any], str] = spelled
     """A value as the environment spells it (parse's inverse, for overrides and docs)."""
-
-
-@dataclass(frozen=True)
-class ActionSpec:
-    """FULFILMENT_ACTION, parsed: the built-in SQLite downstream, the built-in PostgreSQL one
-    (the user's own database), an http(s) URL or a user's ``module:function``."""
-
-    scheme: Literal["sqlite", "postgresql", "http", "callable"]
-    target: str
-    """The SQLite file, the PostgreSQL or http(s) URL, or ``module:function``."""
-
-    def __str__(self) -> str:
-        return f"sqlite:///{self.target}" if self.scheme == "sqlite" else self.target
 
 
 def _num(x: float) -> str:
@@ -223,7 +203,7 @@ def _item(item: str, *_: int) -> str:
     return item
 
 
-def _listed(
+def listed(
     allowed: str,
     each: Callable[[str, int, int], Any] = _item,
     spell: Callable[[Any], str] = spelled,
@@ -240,7 +220,7 @@ def _listed(
 
 def _host_port(item: str, *_: int) -> tuple[str, int]:
     host_part, _colon, port = item.rpartition(":")
-    if not (_HOST.fullmatch(host_part) and _DIGITS.fullmatch(port)) or not 0 < int(port) < 65536:
+    if not (_HOST.fullmatch(host_part) and DIGITS.fullmatch(port)) or not 0 < int(port) < 65536:
         raise Invalid(f"{item or '(empty)'} is not host:port")
     return host_part.strip("[]"), int(port)
 
@@ -248,7 +228,7 @@ def _host_port(item: str, *_: int) -> tuple[str, int]:
 def host_ports() -> Kind:
     """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
     allowed = "host:port[,host:port...] (port 1-65535)"
-    return _listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
+    return listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
 
 
 def _address(host_part: str, port: int) -> str:
@@ -264,191 +244,20 @@ def _network(item: str, *_: int) -> Network:
 
 def networks() -> Kind:
     """IP addresses or networks (``10.0.0.0/8``, ``::1``), as networks."""
-    return _listed("IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)", _network)
-
-
-def token() -> Kind:
-    """A bearer token or password: any printable text without surrounding spaces."""
-
-    def parse(text: str) -> str:
-        if text != text.strip():
-            raise Invalid("it has leading or trailing spaces")
-        if not text.isprintable():
-            raise Invalid("it has control characters")
-        return text
-
-    return Kind(parse, "a token without spaces around it")
-
-
-def tokens() -> Kind:
-    """One or more bearer tokens (token()'s rules for the whole text)."""
-    allowed = "one or more tokens, comma-separated, without spaces around them"
-    return Kind(lambda text: _listed(allowed).parse(token().parse(text)), allowed)
-
-
-def _token_label(label: str, *_: int) -> str:
-    if not _LABEL.fullmatch(label):
-        raise Invalid(f"label {label!r} has a character other than A-Z a-z 0-9 _ . @ -")
-    return label
-
-
-def token_labels() -> Kind:
-    return _listed(
-        "one label per token, comma-separated, each of A-Z a-z 0-9 _ . @ -", _token_label
-    )
-
-
-def _secret(item: str, position: int, count: int) -> str:
-    if not item.startswith(_SECRET_PREFIX) or item == _SECRET_PREFIX:
-        what = (
-            "a Stripe API key, not a webhook signing secret"
-            if item.startswith(("sk_", "rk_", "pk_"))
-            else f"it does not start with {_SECRET_PREFIX}"
-        )
-        raise Invalid(f"secret {position} of {count}: {what}")
-    return item
-
-
-def webhook_secrets() -> Kind:
-    allowed = "one or more webhook signing secrets whsec_…, comma-separated"
-    return _listed(allowed + " (the endpoint's, from the Dashboard or 'stripe listen')", _secret)
-
-
-def _secret_label(label: str, *_: int) -> str:
-    if label.isdigit():
-        raise Invalid(f"label {label} is a plain number")
-    return label
-
-
-def labels() -> Kind:
-    allowed = "one label per secret, comma-separated, not plain numbers (they read as positions)"
-    return _listed(allowed, _secret_label)
+    return listed("IP addresses or networks, comma-separated (10.0.0.0/8,192.168.1.7)", _network)
 
 
 def event_types(known: Collection[str]) -> Kind:
     """Event types, each one of ``known``; at least one."""
 
     def parse(text: str) -> tuple[str, ...]:
-        items = _listed("").parse(text)
+        items = listed("").parse(text)
         unknown = [item for item in items if item not in known]
         if unknown or not items:
             raise Invalid(f"{', '.join(unknown)} cannot mean paid" if unknown else "")
         return items
 
     return Kind(parse, "one or more of " + ", ".join(sorted(known)))
-
-
-def redis_url(databases: int = REDIS_DATABASES) -> Kind:
-    allowed = (
-        f"redis://[user:password@]host[:port][/db] (db 0-{databases - 1}), "
-        "rediss://… (TLS) or unix:///path/to/socket[?db=N]"
-    )
-
-    def parse(text: str) -> str:
-        parts = _split_url(text)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise Invalid(f"scheme {parts.scheme or '(none)'}")
-        if parts.scheme == "unix":
-            if not parts.path:
-                raise Invalid("no socket path")
-        elif not parts.hostname:
-            raise Invalid("no host")
-        query = parse_qs(parts.query)
-        path_db = parts.path.strip("/") if parts.scheme != "unix" else ""
-        db = query["db"][0] if "db" in query else path_db
-        if db and not _DIGITS.fullmatch(db):
-            raise Invalid(f"database {db} is not a number")
-        if db and int(db) >= databases:
-            raise Invalid(f"database {db} is out of range")
-        return text
-
-    return Kind(parse, allowed)
-
-
-def _split_url(text: str) -> SplitResult:
-    """urllib's split, with a port that is not a number (or out of range) refused in words
-    of our own: urllib's quote the port it read, which may be a password's start."""
-    try:
-        parts = urlsplit(text.strip())
-    except ValueError:
-        raise Invalid("it cannot be read as a URL (a [ or ] of an IPv6 host unmatched?)") from None
-    try:
-        _ = parts.port
-    except ValueError:
-        raise Invalid(
-            "the port is not a number from 0 to 65535 (a password with / # ? must be "
-            "percent-encoded)"
-        ) from None
-    return parts
-
-
-def _http_url(text: str) -> str:
-    parts = _split_url(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Invalid()
-    return text
-
-
-def http_url() -> Kind:
-    return Kind(_http_url, "an http:// or https:// URL with a host")
-
-
-def parse_action(text: str) -> ActionSpec:
-    """FULFILMENT_ACTION's text as an ActionSpec; raises Invalid."""
-    if text.startswith("sqlite:///"):
-        if not text.removeprefix("sqlite:///"):
-            raise Invalid("no file path after sqlite:///")
-        return ActionSpec("sqlite", text.removeprefix("sqlite:///"))
-    if text.startswith(("postgresql://", "postgres://")):
-        return ActionSpec("postgresql", _postgresql_url(text))
-    if text.startswith(("http://", "https://")):
-        return ActionSpec("http", _http_url(text))
-    if _target(text):
-        return ActionSpec("callable", text)
-    raise Invalid()
-
-
-def _postgresql_url(text: str) -> str:
-    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``."""
-    parts = _split_url(text)
-    if not parts.path.strip("/"):
-        raise Invalid("no database after the host (postgresql://user@host:port/db)")
-    return text
-
-
-def _target(text: str) -> bool:
-    """Whether ``text`` reads as ``module:function`` (dotted names, no keywords)."""
-    module, colon, function = text.partition(":")
-    parts = [*module.split("."), *function.split(".")]
-    return bool(colon) and all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
-
-
-def fulfilment_action() -> Kind:
-    return Kind(
-        parse_action,
-        "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, http(s)://URL or module:function",
-    )
-
-
-def python_target() -> Kind:
-    """A user's ``module:function`` (imported by the process that calls it)."""
-
-    def parse(text: str) -> str:
-        if not _target(text.strip()):
-            raise Invalid()
-        return text.strip()
-
-    return Kind(parse, "module:function (dotted names)")
-
-
-def api_key() -> Kind:
-    def parse(text: str) -> str:
-        if not text.startswith(_API_KEY_PREFIXES) or text != text.strip():
-            what = "a webhook signing secret, not an API key" if text.startswith("whsec_") else ""
-            raise Invalid(what)
-        return text
-
-    return Kind(parse, "a Stripe secret or restricted API key (sk_… or rk_…)")
 
 
 def sql_statement() -> Kind:

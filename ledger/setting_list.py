@@ -13,10 +13,13 @@ from functools import cached_property
 
 from ledger import limits
 from ledger import setting_kinds as kinds
+from ledger import setting_secrets as secrets
+from ledger import setting_urls as urls
 from ledger.events import RULES, THIN_RULES, Policy
 from ledger.redact import downstream, mask_secret, mask_url
 from ledger.setting_fields import setting
-from ledger.setting_kinds import ActionSpec, Network
+from ledger.setting_kinds import Network
+from ledger.setting_urls import ActionSpec
 
 PAID = tuple(t for t, rule in RULES.items() if rule.role == "paid")
 """PAID_EVENT_TYPES by default: every snapshot event type the event table can count as paid."""
@@ -27,7 +30,7 @@ SECONDS = "seconds"
 
 @dataclass(frozen=True)
 class Settings:
-    REDIS_URL: str = setting("redis://127.0.0.1:6389/0", kinds.redis_url(), mask_url)
+    REDIS_URL: str = setting("redis://127.0.0.1:6389/0", urls.redis_url(), mask_url)
     """Where the ledger lives (the bundled config/redis.conf listens on 6389, so a system
     Redis on 6379 is never touched by accident)."""
     REDIS_SOCKET_TIMEOUT: float = setting(2.0, kinds.number(0, 300, SECONDS, above=True))
@@ -45,16 +48,16 @@ class Settings:
     through them instead of REDIS_URL, and a new one after a failover (DEPLOYMENT.md)."""
     REDIS_SENTINEL_MASTER: str = setting("ledger", kinds.name())
     """The name the Sentinels monitor the ledger's primary under."""
-    REDIS_SENTINEL_PASSWORD: str = setting("", kinds.token(), mask_secret)
+    REDIS_SENTINEL_PASSWORD: str = setting("", secrets.token(), mask_secret)
     """Password of the Sentinels themselves (their ``requirepass``)."""
-    REDIS_PASSWORD: str = setting("", kinds.token(), mask_secret)
+    REDIS_PASSWORD: str = setting("", secrets.token(), mask_secret)
     """Password of the primary and replicas found through Sentinel (with REDIS_URL, put it
     in the URL)."""
     REDIS_SENTINEL_TLS: bool = setting(False, kinds.boolean())
     """TLS to the Sentinels and to the primary and replicas they name, as ``rediss://`` is
     for REDIS_URL (certificates checked against the system's CAs, or OpenSSL's
     ``SSL_CERT_FILE``)."""
-    REDIS_SENTINEL_DB: int = setting(0, kinds.whole(0, kinds.REDIS_DATABASES - 1))
+    REDIS_SENTINEL_DB: int = setting(0, kinds.whole(0, urls.REDIS_DATABASES - 1))
     """The database number of the primary found through Sentinel (with REDIS_URL, put it
     in the URL)."""
     LEDGER_MIN_REPLICAS: int = setting(0, kinds.whole(0, 100))
@@ -63,10 +66,10 @@ class Settings:
     LEDGER_WAIT_TIMEOUT: float = setting(1.0, kinds.milliseconds(300))
     """Seconds a write waits for LEDGER_MIN_REPLICAS; then the delivery is answered 503
     (Stripe retries) and a worker does not call. Under REDIS_SOCKET_TIMEOUT."""
-    STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), kinds.webhook_secrets(), mask_secret)
+    STRIPE_WEBHOOK_SECRET: tuple[str, ...] = setting((), secrets.webhook_secrets(), mask_secret)
     """The webhook signing secrets, checked in order (old and new during a rotation, or the
     Dashboard endpoint's and ``stripe listen``'s). The web app needs one."""
-    STRIPE_WEBHOOK_SECRET_LABELS: tuple[str, ...] = setting((), kinds.labels())
+    STRIPE_WEBHOOK_SECRET_LABELS: tuple[str, ...] = setting((), secrets.labels())
     """A label per secret, in the same order (``dashboard,cli``): what deliveries are
     counted under; unlabelled: ``sha256:`` and 8 hex digits. ``cli`` marks source
     ``stripe-cli``."""
@@ -107,21 +110,21 @@ class Settings:
     120 days after it, decided months later): a refund or dispute of a purged payment finds
     no paid record and reverses nothing (listed `pending`, its reason says so), so with
     `REVERSAL_ACTION` keep them 240 days or more."""
-    OPS_TOKEN: tuple[str, ...] = setting((), kinds.tokens(), mask_secret)
+    OPS_TOKEN: tuple[str, ...] = setting((), secrets.tokens(), mask_secret)
     """Bearer tokens (or basic-auth passwords) of the dashboard, the ops API and /metrics,
     one per person or system; unset: those routes answer 401."""
-    OPS_TOKEN_LABELS: tuple[str, ...] = setting((), kinds.token_labels())
+    OPS_TOKEN_LABELS: tuple[str, ...] = setting((), secrets.token_labels())
     """A label per ops token, in the same order: who an action is recorded as (``ops:alice``);
     unset: ``default`` for one token, else ``token1``, ``token2``…"""
-    METRICS_TOKEN: str = setting("", kinds.token(), mask_secret)
+    METRICS_TOKEN: str = setting("", secrets.token(), mask_secret)
     """Bearer token of /metrics, when it should differ from OPS_TOKEN."""
     QUEUE_NAME: str = setting("fulfilment", kinds.name())
     """The RQ queue fulfilment jobs go to."""
     RQ_RESULT_TTL: int = setting(0, kinds.whole(0, None, SECONDS))
     """Seconds RQ keeps a finished job; 0: deleted at once, the outcome is in the ledger."""
     FULFILMENT_ACTION: ActionSpec = setting(
-        kinds.parse_action("sqlite:///var/downstream.sqlite3"),
-        kinds.fulfilment_action(),
+        urls.parse_action("sqlite:///var/downstream.sqlite3"),
+        urls.fulfilment_action(),
         downstream,
     )
     """The downstream action (a relative SQLite path is from the process's directory;
@@ -130,12 +133,12 @@ class Settings:
     """The built-in SQLite or PostgreSQL downstream's effect as one SQL statement (or
     ``@path`` of a file holding it), run in the transaction that records the payment's key,
     with the purchase's fields as named parameters: ``%(payment_key)s``, ``%(amount)s``."""
-    FULFILMENT_EFFECT: str = setting("", kinds.python_target())
+    FULFILMENT_EFFECT: str = setting("", urls.python_target())
     """The same as a Python function, ``module:function``, called as ``effect(conn,
     purchase)`` inside that transaction; what it returns (JSON-able) is the receipt."""
     FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
-    REVERSAL_ACTION: ActionSpec | None = setting(None, kinds.fulfilment_action(), downstream)
+    REVERSAL_ACTION: ActionSpec | None = setting(None, urls.fulfilment_action(), downstream)
     """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
     is lost, called once per payment (per refund with REVERSAL_PER_REFUND) with the purchase
     and its reversal (the same kinds as FULFILMENT_ACTION; unset: no reversal,
@@ -147,7 +150,7 @@ class Settings:
     ``@path``), run in the transaction that records the reversal's key, with the purchase's
     fields and the reversal's as ``%(reversal_amount)s``, ``%(reversal_refund_id)s``...
     (e.g. the order marked reversed in the user's own database)."""
-    REVERSAL_EFFECT: str = setting("", kinds.python_target())
+    REVERSAL_EFFECT: str = setting("", urls.python_target())
     """The same as a Python function, ``module:function``, called as ``effect(conn,
     purchase)`` inside that transaction (``purchase["reversal"]`` the reversal); what it
     returns (JSON-able) is the reversal's receipt."""
@@ -206,14 +209,14 @@ class Settings:
     """Whether events of connected accounts fulfil; otherwise they are held for a person."""
     STUCK_QUEUED_SECONDS: int = setting(300, kinds.whole(1, None, SECONDS))
     """A payment queued longer than this is listed under "needs a person"."""
-    STRIPE_API_KEY: str = setting("", kinds.api_key(), mask_secret)
+    STRIPE_API_KEY: str = setting("", secrets.api_key(), mask_secret)
     """The key reconcile reads Stripe's events with, and workers and the landing page's
     trigger (``/ops/api/checkout-sessions/{id}/fulfil``) Checkout Sessions and their line
     items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS), and the PaymentIntent of a payment only
     a thin event paid (its amount and purchase); a restricted key that can read events,
     Checkout Sessions and PaymentIntents will do; ``scripts/run.sh --stripe-cli`` gives it and
     STRIPE_API_BASE to ``stripe listen``."""
-    STRIPE_API_BASE: str = setting("https://api.stripe.com", kinds.http_url(), mask_url)
+    STRIPE_API_BASE: str = setting("https://api.stripe.com", urls.http_url(), mask_url)
     """Where reconcile, the workers and the landing page's trigger find Stripe's API (tests
     point it at a local server)."""
     RECONCILE_INTERVAL: float = setting(0.0, kinds.milliseconds(off="never"))

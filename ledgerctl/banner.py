@@ -15,7 +15,7 @@ from ledger import limits
 from ledger.connection import describe
 from ledger.redact import downstream, mask_url
 from ledger.setting_fields import spelled
-from ledger.setting_kinds import ActionSpec
+from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings, fingerprint
 from ledgerctl.stripe_listen import forward_commands
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ledger.setting_kinds import ActionSpec
+from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings
 from workers.effects import imported
 from workers.exceptions import ActionConfigError

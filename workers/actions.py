@@ -22,7 +22,7 @@ from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
 from ledger.redact import redact
 from ledger.setting_fields import refuse
-from ledger.setting_kinds import ActionSpec
+from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action

@@ -15,7 +15,7 @@ import workers
 from ledger import setting_fields
 from ledger.ports import port_in_use
 from ledger.setting_fields import field_named
-from ledger.setting_kinds import ActionSpec
+from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings, SettingsError, load
 from ledgerctl.run_local import Local
 from webhook import serving
