@@ -27,8 +27,8 @@ from redis import Redis
 
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import classify
-from ledger.purchase import pack_line_items
 from ledger.purchase_fields import purchase_fields
+from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import SESSION_RECORD
 from ledger.read.sessions import SessionFulfilment, session_fulfilment
 from ledger.settings import Settings

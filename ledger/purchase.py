@@ -7,7 +7,8 @@ fields: ledger/purchase_fields.py) and its paid fields, without calling Stripe, 
 same for every attempt and still whole after its events expire. Versioned by ``schema``:
 fields are added, never renamed or removed; a reader ignores fields it does not know.
 Personal data: the customer's email and name (from the Checkout Session, the Invoice or
-the PaymentIntent's ``receipt_email``); never card details.
+the PaymentIntent's ``receipt_email``), phone and address, and where to ship
+(ledger/purchase_shipping.py); never card details.
 """
 
 from typing import Any, Literal
@@ -18,6 +19,8 @@ from redis import Redis
 
 from ledger import keys
 from ledger.purchase_fields import recorded_fields
+from ledger.purchase_line_items import LineItem, line_items_of
+from ledger.purchase_shipping import Address, Shipping, address_of, shipping_of
 from ledger.stored import text, whole
 
 SCHEMA: Literal[1] = 1
@@ -32,6 +35,9 @@ class PaidBy(msgspec.Struct, kw_only=True, frozen=True):
 class CustomerDetails(msgspec.Struct, kw_only=True, frozen=True):
     email: str | None
     name: str | None
+    phone: str | None
+    address: Address | None
+    """The address the customer gave Checkout (billing; where to ship is ``shipping``)."""
 
 
 class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
@@ -62,18 +68,6 @@ class Invoice(msgspec.Struct, kw_only=True, frozen=True):
     lines: list[InvoiceLine]
 
 
-class LineItem(msgspec.Struct, kw_only=True, frozen=True):
-    """One of a Checkout Session's line items, fetched once from Stripe's API."""
-
-    price: str | None
-    product: str | None
-    quantity: int | None
-    unit_amount: int | None
-    amount_total: int | None
-    currency: str | None
-    description: str | None
-
-
 class PurchaseMetadata(msgspec.Struct, kw_only=True, frozen=True):
     """Each object's own ``metadata``, never merged: null where the purchase has no such
     object, ``{}`` where it has one without metadata."""
@@ -100,6 +94,8 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
     customer: str | None
     customer_email: str | None
     customer_name: str | None
+    shipping: Shipping | None
+    """Where to ship: the session's shipping details, else the PaymentIntent's."""
     charge: str | None
     invoice_id: str | None
     subscription: str | None
@@ -152,51 +148,6 @@ reversal is, ``refulfil`` once fulfilled again after a dispute won, ``settle``),
 reversal call says (ledger/reversals.py), and which downstreams its calls went to (a
 settlement's: workers/jobs.py)."""
 
-LINE_ITEM_FIELDS = (
-    "price",
-    "product",
-    "quantity",
-    "unit_amount",
-    "amount_total",
-    "currency",
-    "description",
-)
-"""A line item as kept (``p_items``): one JSON array of these per item, in this order."""
-
-
-def pack_line_items(items: list[dict[str, Any]]) -> str:
-    """Line items as Stripe's API answers them, kept compactly: price, product, quantity,
-    unit and total amounts, currency and description, by position."""
-    rows = []
-    for item in items:
-        price = item.get("price")
-        price = price if isinstance(price, dict) else {}
-        product = price.get("product")
-        product = product.get("id") if isinstance(product, dict) else product
-        rows.append(
-            [
-                price.get("id"),
-                product,
-                item.get("quantity"),
-                price.get("unit_amount"),
-                item.get("amount_total"),
-                item.get("currency"),
-                item.get("description"),
-            ]
-        )
-    return orjson.dumps(rows).decode()
-
-
-def _line_items(packed: str | None) -> list[LineItem] | None:
-    rows = _json(packed, list[list[Any]])
-    if rows is None:
-        return None
-    try:
-        named = [dict(zip(LINE_ITEM_FIELDS, row, strict=False)) for row in rows]
-        return msgspec.convert(named, list[LineItem])
-    except msgspec.ValidationError:
-        return None
-
 
 def idempotency_key(payment_key: str) -> str:
     """Stable across every attempt for a payment, so a replay-safe downstream dedupes."""
@@ -226,7 +177,10 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
         mode=f.get("p_cs_mode") or None,
         payment_status=_session_status(f),
         customer_details=CustomerDetails(
-            email=f.get("p_cs_email") or None, name=f.get("p_cs_name") or None
+            email=f.get("p_cs_email") or None,
+            name=f.get("p_cs_name") or None,
+            phone=f.get("p_cs_phone") or None,
+            address=address_of(f.get("p_cs_addr")),
         ),
         metadata=_metadata(f, "p_md_cs", True) or {},
     )
@@ -275,6 +229,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         customer=f.get("p_customer") or None,
         customer_email=email_of(f) or None,
         customer_name=f.get("p_cs_name") or f.get("p_in_name") or None,
+        shipping=shipping_of(f),
         charge=f.get("p_charge") or None,
         invoice_id=invoice.id if invoice else None,
         subscription=f.get("p_sub") or None,
@@ -285,7 +240,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         event_ids=f.get("events", "").split(),
         checkout_session=session,
         invoice=invoice,
-        line_items=_line_items(f.get("p_items")),
+        line_items=line_items_of(f.get("p_items")),
         metadata=PurchaseMetadata(
             payment_intent=_metadata(f, "p_md_pi" if "p_md_pi" in f else "p_ch_md", pi is not None),
             checkout_session=_metadata(f, "p_md_cs", session is not None),

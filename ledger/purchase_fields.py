@@ -5,7 +5,8 @@ without Stripe and after the events themselves expire (EVENT_RETENTION_DAYS).
 Session, Invoice or Charge) and answers the payment-hash fields it says something about,
 all named ``p_*`` and stored by record_delivery.lua: a paying event's replace what is stored,
 any other event's only fill fields still missing. Empty values are left out (they cost
-memory and say nothing). Card details (``payment_method_details``, ``billing_details``,
+memory and say nothing). Where to ship and the customer's phone and address are kept
+(ledger/purchase_shipping.py); card details (``payment_method_details``, ``billing_details``,
 ``charges.data[].payment_method_details``) are never read.
 """
 
@@ -17,6 +18,7 @@ from redis import Redis
 from ledger import keys
 from ledger.events import data_object, invoice_payment_intent
 from ledger.payloads import decompress_payload
+from ledger.purchase_shipping import address_json, session_shipping_json, shipping_json
 
 Obj = dict[str, Any]
 
@@ -119,6 +121,9 @@ def _session(obj: Obj) -> dict[str, str]:
     details = details if isinstance(details, dict) else {}
     found["p_cs_email"] = _text(details.get("email")) or _text(obj.get("customer_email"))
     found["p_cs_name"] = _text(details.get("name"))
+    found["p_cs_phone"] = _text(details.get("phone"))
+    found["p_cs_addr"] = address_json(details.get("address"))
+    found["p_cs_ship"] = session_shipping_json(obj)
     found["p_md_cs"] = _metadata(obj)
     found["p_sub"] = _subscription(obj)
     found["p_in"] = _id(obj.get("invoice"))
@@ -144,6 +149,7 @@ def _payment_intent(obj: Obj) -> dict[str, str]:
         "p_charge": _pi_charge(obj),
         "p_md_pi": _metadata(obj),
         "p_pi_email": _text(obj.get("receipt_email")),
+        "p_pi_ship": shipping_json(obj.get("shipping")),
         "p_in": _id(obj.get("invoice")),
     }
 
@@ -152,11 +158,14 @@ def _charge(obj: Obj) -> dict[str, str]:
     """A PaymentIntent's charge carries the copy Stripe made of the PaymentIntent's metadata
     and receipt_email when it was confirmed: kept apart (``p_ch_*``), for a payment whose
     charge event came before its PaymentIntent's (the PaymentIntent's own win once an event
-    brings them: an empty map is not stored, so the charge's copy stays then)."""
+    brings them: an empty map is not stored, so the charge's copy stays then). Its copy of
+    the shipping is the PaymentIntent's field (``p_pi_ship``): the same name, phone and
+    address, kept once."""
     found = {"p_charge": _text(obj.get("id")), "p_pi": _id(obj.get("payment_intent"))}
     if _id(obj.get("payment_intent")):
         found["p_ch_md"] = _metadata(obj)
         found["p_ch_email"] = _text(obj.get("receipt_email"))
+        found["p_pi_ship"] = shipping_json(obj.get("shipping"))
     return found
 
 

@@ -29,8 +29,9 @@ from ledger.clock import now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
-from ledger.purchase import pack_line_items, stored_fields
+from ledger.purchase import stored_fields
 from ledger.purchase_fields import purchase_fields
+from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import INTENT_RECORD
 from ledger.scripts import Script
 from ledger.settings import Settings

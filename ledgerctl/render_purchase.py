@@ -1,12 +1,13 @@
 """What a payment bought, for people (``webhook-ledger payment``): the purchase its action
-gets, with the line items when they were fetched. The email and name are shown whole here,
-on one payment's page, and masked in lists (ledger/redact.py ``mask_email``)."""
+gets, with the line items when they were fetched. The email, name, phone and addresses are
+shown whole here, on one payment's page; lists show a masked email and no address
+(ledger/redact.py ``mask_email``)."""
 
 from typing import Any
 
 from rich.table import Table
 
-from ledger.purchase import Purchase
+from ledger.purchase import Address, Purchase
 from ledgerctl.terminal import kv_table, rows_table
 
 
@@ -14,8 +15,14 @@ def _metadata(found: dict[str, str] | None) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in sorted(found.items())) if found else None
 
 
+def _address(a: Address | None) -> str | None:
+    parts = (a.line1, a.line2, a.postal_code, a.city, a.state, a.country) if a else ()
+    return ", ".join(part for part in parts if part) or None
+
+
 def purchase(p: Purchase) -> list[Table]:
-    session, invoice = p.checkout_session, p.invoice
+    session, invoice, ship = p.checkout_session, p.invoice, p.shipping
+    details = session.customer_details if session else None
     facts: dict[str, Any] = {
         "checkout session": session.id if session else None,
         "client reference id": p.client_reference_id,
@@ -23,6 +30,11 @@ def purchase(p: Purchase) -> list[Table]:
         "customer": p.customer,
         "email": p.customer_email,
         "name": p.customer_name,
+        "phone": details.phone if details else None,
+        "address": _address(details.address) if details else None,
+        "ship to": " · ".join(filter(None, (ship.name, ship.phone, _address(ship.address))))
+        if ship
+        else None,
         "charge": p.charge,
         "invoice": f"{invoice.id} ({invoice.billing_reason})" if invoice else None,
         "subscription": p.subscription,

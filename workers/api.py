@@ -48,6 +48,7 @@ from workers.exceptions import PermanentDownstreamError, TransientDownstreamErro
 
 __all__ = [
     "Action",
+    "Address",
     "DownstreamDown",
     "Effect",
     "GiveUp",
@@ -60,6 +61,7 @@ __all__ = [
     "Reversal",
     "ReversalAction",
     "ReversalCall",
+    "Shipping",
     "replay_safe",
 ]
 
@@ -70,9 +72,29 @@ class PaidBy(TypedDict):
     type: str | None
 
 
+class Address(TypedDict):
+    line1: str | None
+    line2: str | None
+    city: str | None
+    state: str | None
+    postal_code: str | None
+    country: str | None
+    """Two-letter ISO code."""
+
+
+class Shipping(TypedDict):
+    name: str | None
+    phone: str | None
+    """The PaymentIntent's shipping phone; for a session's shipping, the phone it collected."""
+    address: Address | None
+
+
 class CustomerDetails(TypedDict):
     email: str | None
     name: str | None
+    phone: str | None
+    address: Address | None
+    """The address the customer gave Checkout (billing; where to ship is ``shipping``)."""
 
 
 class CheckoutSession(TypedDict):
@@ -141,6 +163,9 @@ class Purchase(TypedDict):
     customer: str | None
     customer_email: str | None
     customer_name: str | None
+    shipping: Shipping | None
+    """Where to ship: the Checkout Session's shipping details, else the PaymentIntent's
+    ``shipping``; None when neither had any."""
     charge: str | None
     invoice_id: str | None
     subscription: str | None

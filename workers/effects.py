@@ -21,6 +21,7 @@ import orjson
 
 from ledger.purchase import Purchase
 from ledger.purchase import purchase_of as sample_purchase
+from ledger.purchase_shipping import address_json, shipping_json
 from ledger.reversals import reversal_of
 from ledger.settings import Settings
 from workers.exceptions import ActionConfigError
@@ -47,6 +48,13 @@ class Connection(Protocol):
     def execute(self, query: Any, params: Any = ...) -> Any: ...
 
 
+_SAMPLE_ADDRESS = {
+    "line1": "1 Main St",
+    "city": "Springfield",
+    "state": "IL",
+    "postal_code": "62701",
+    "country": "US",
+}
 _SAMPLE = sample_purchase(
     "pi_check",
     1,
@@ -63,6 +71,9 @@ _SAMPLE = sample_purchase(
         "p_cs_ref": "order_check",
         "p_cs_email": "buyer@example.com",
         "p_cs_name": "A Buyer",
+        "p_cs_phone": "+15555550100",
+        "p_cs_addr": address_json(_SAMPLE_ADDRESS),
+        "p_cs_ship": shipping_json({"name": "A Buyer", "address": _SAMPLE_ADDRESS}),
         "p_in": "in_check",
         "p_sub": "sub_check",
     },

@@ -37,7 +37,12 @@ def test_a_checkout_purchase_in_any_order(fulfilment, redis: Redis, rng, order) 
         EMAIL,
         NAME,
     )
-    assert got["checkout_session"]["customer_details"] == {"email": EMAIL, "name": NAME}
+    assert got["checkout_session"]["customer_details"] == {
+        "email": EMAIL,
+        "name": NAME,
+        "phone": None,
+        "address": None,
+    }
     assert (got["checkout_session"]["mode"], got["checkout_session"]["payment_status"]) == (
         "payment",
         "paid",
@@ -270,3 +275,88 @@ def test_a_charge_of_no_payment_intent_gives_no_payment_intent_metadata(
     f.deliver(charge)
     got = read_purchase(redis, obj["id"], 1).to_dict()
     assert got["metadata"]["payment_intent"] is None and got["customer_email"] is None
+
+
+SHIP_TO = {
+    "line1": "1 Main St",
+    "line2": None,
+    "city": "Springfield",
+    "state": "IL",
+    "postal_code": "62701",
+    "country": "US",
+}
+
+
+def shipped_checkout_purchase(rng) -> list[dict]:
+    """A Checkout purchase that collected a shipping address and a phone (API basil's
+    shape), which Checkout also set on the PaymentIntent as its ``shipping``."""
+    events = checkout_purchase(rng)
+    session = events[3]["data"]["object"]
+    session.pop("shipping")
+    session["collected_information"] = {
+        "shipping_details": {"name": "Sam Shipper", "address": SHIP_TO}
+    }
+    session["customer_details"].update(phone="+15555550100", address={**SHIP_TO, "line1": "B"})
+    for intent in (events[0], events[2]):
+        intent["data"]["object"]["shipping"] = {
+            "name": "Sam Shipper",
+            "phone": "+15555550100",
+            "address": SHIP_TO,
+            "carrier": None,
+            "tracking_number": None,
+        }
+    return events
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (1, 3, 0, 2), (2, 0, 3, 1)], ids=str)
+def test_a_checkout_purchase_ships_to_one_address_in_any_order(
+    fulfilment, redis: Redis, rng, order
+) -> None:
+    f: Fulfilment = fulfilment()
+    events = shipped_checkout_purchase(rng)
+    for i in order:
+        f.deliver(events[i])
+    got = read_purchase(redis, payment_key_of(events[2]), 1).to_dict()
+    assert purchase_validator().is_valid(got)
+    assert got["shipping"] == {"name": "Sam Shipper", "phone": "+15555550100", "address": SHIP_TO}
+    details = got["checkout_session"]["customer_details"]
+    assert (details["phone"], details["address"]) == ("+15555550100", {**SHIP_TO, "line1": "B"})
+
+
+@pytest.mark.parametrize("paying_first", [False, True], ids=["created_first", "succeeded_first"])
+def test_the_paying_event_s_shipping_wins(fulfilment, redis: Redis, rng, paying_first) -> None:
+    """A card payment outside Checkout whose shipping changed before it was paid:
+    payment_intent.created carries the old address, payment_intent.succeeded the one paid
+    for, whichever Stripe delivers first."""
+    f: Fulfilment = fulfilment()
+    events = samples.payment_events(rng)
+    created, succeeded = events[0], events[2]
+    created["data"]["object"]["shipping"]["address"]["line1"] = "Old Rd 1"
+    sent = (succeeded, created) if paying_first else (created, succeeded)
+    for event in sent:
+        f.deliver(event)
+    got = read_purchase(redis, payment_key_of(succeeded), 1)
+    assert got.shipping is not None and got.shipping.address is not None
+    assert got.shipping.address.line1 == "510 Townsend St"
+    assert purchase_validator().is_valid(got.to_dict())
+
+
+def test_a_session_paid_later_ships_where_its_paying_event_says(
+    fulfilment, redis: Redis, rng
+) -> None:
+    """An asynchronous payment: the session completed unpaid, and its
+    async_payment_succeeded (the paying event) carries the address the customer changed."""
+    f: Fulfilment = fulfilment()
+    events = shipped_checkout_purchase(rng)
+    unpaid = events[3]
+    unpaid["data"]["object"]["payment_status"] = "unpaid"
+    paid = json.loads(json.dumps(unpaid))
+    paid["type"], paid["id"] = "checkout.session.async_payment_succeeded", "evt_async_paid_2"
+    paid["data"]["object"]["payment_status"] = "paid"
+    shipping = paid["data"]["object"]["collected_information"]["shipping_details"]
+    shipping["address"] = {**SHIP_TO, "line1": "2 New St"}
+    f.deliver(unpaid)
+    f.deliver(paid)
+    got = read_purchase(redis, payment_key_of(events[2]), 1)
+    assert got.shipping is not None and got.shipping.address is not None
+    assert got.shipping.address.line1 == "2 New St"

@@ -1,6 +1,6 @@
 """People see what was bought (issue 40, requirement 5): a payment's own page shows its
 purchase in the dashboard, the API, ``webhook-ledger payment`` and the evidence bundle;
-lists show the order id and a masked email, never a whole one."""
+lists show the order id and a masked email, never a whole one, nor where it ships."""
 
 import json
 
@@ -11,12 +11,16 @@ from tests.support.inprocess import Fulfilment
 from tests.support.purchases import EMAIL, NAME, ORDER, checkout_purchase
 
 MASKED = "j***@example.com"
+STREET = "510 Townsend St"
+"""Where the sample payment's PaymentIntent ships to."""
+PHONE = "+15555550100"
 
 
 def recorded(fulfilment, rng) -> tuple[str, str]:
     """A Checkout purchase recorded (not fulfilled); its payment key and session id."""
     f: Fulfilment = fulfilment()
     events = checkout_purchase(rng)
+    events[3]["data"]["object"]["customer_details"]["phone"] = PHONE
     for event in events:
         f.deliver(event)
     return payment_key_of(events[2]), events[3]["data"]["object"]["id"]
@@ -37,32 +41,41 @@ def test_the_api_shows_the_purchase_and_masks_the_list(fulfilment, client, rng) 
     one = client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()
     assert one["purchase"]["checkout_session_id"] == session
     assert (one["purchase"]["customer_email"], one["purchase"]["customer_name"]) == (EMAIL, NAME)
+    assert one["purchase"]["shipping"]["address"]["line1"] == STREET
+    assert one["purchase"]["checkout_session"]["customer_details"]["phone"] == PHONE
     assert (one["client_reference_id"], one["customer_email"]) == (ORDER, MASKED)
     listed = client.get("/ops/api/payments", headers=BEARER)
     [row] = listed.get_json()["payments"]
     assert (row["client_reference_id"], row["customer_email"]) == (ORDER, MASKED)
     assert EMAIL.encode() not in listed.data and NAME.encode() not in listed.data
+    assert STREET.encode() not in listed.data and PHONE.encode() not in listed.data
 
 
 def test_the_dashboard_shows_the_purchase_and_masks_the_list(fulfilment, client, rng) -> None:
     pk, session = recorded(fulfilment, rng)
     page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
     assert session in page and ORDER in page and EMAIL in page and NAME in page
+    assert STREET in page and PHONE in page
     listed = client.get("/ops/payments", headers=BASIC).get_data(as_text=True)
     assert ORDER in listed and MASKED in listed
     assert EMAIL not in listed and NAME not in listed
+    assert STREET not in listed and PHONE not in listed
 
 
 def test_the_cli_and_the_bundle_show_the_purchase(fulfilment, config, rng, tmp_path) -> None:
     pk, session = recorded(fulfilment, rng)
     shown = run_cli(config, "payment", pk)
     assert shown.exit_code == 0
-    assert all(s in shown.stdout for s in (session, ORDER, EMAIL, NAME)), shown.stdout
+    assert all(s in shown.stdout for s in (session, ORDER, EMAIL, NAME, STREET, PHONE)), (
+        shown.stdout
+    )
     listed = run_cli(config, "payments")
     assert listed.exit_code == 0 and MASKED in listed.stdout and EMAIL not in listed.stdout
+    assert STREET not in listed.stdout and PHONE not in listed.stdout
     as_json = json.loads(run_cli(config, "payment", pk, "--json").stdout)
     assert as_json["purchase"]["client_reference_id"] == ORDER
     assert run_cli(config, "export", str(tmp_path / "b")).exit_code == 0
     [bundled] = json.loads((tmp_path / "b" / "payments.json").read_text())
     assert bundled["purchase"]["checkout_session_id"] == session
+    assert bundled["purchase"]["shipping"]["address"]["line1"] == STREET
     assert run_cli(config, "verify", str(tmp_path / "b")).exit_code == 0

@@ -45,7 +45,7 @@ def call(amount: int | None = 2000) -> Purchase:
 @pytest.mark.parametrize(
     "name",
     ["Purchase", "PaidBy", "CustomerDetails", "CheckoutSession", "Invoice", "InvoiceLine"]
-    + ["LineItem", "PurchaseMetadata"],
+    + ["LineItem", "PurchaseMetadata", "Shipping", "Address"],
 )
 def test_the_typed_purchase_has_the_fields_the_actions_receive(name: str) -> None:
     """workers/api.py's TypedDicts name exactly the fields ledger/purchase.py builds."""

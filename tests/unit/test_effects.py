@@ -1,9 +1,12 @@
 """The user's effect in the built-in downstreams: one SQL text for both databases, the
 purchase as flat named parameters."""
 
+import sqlite3
+
 import msgspec
 
 from ledger.purchase import Purchase, purchase_of
+from ledger.purchase_shipping import shipping_json
 from workers.effects import SAMPLE, for_sqlite, sql_params
 
 
@@ -30,4 +33,16 @@ def test_the_start_up_sample_has_every_field_an_action_receives() -> None:
     though it is there at run time; and none is None, so the database sees its type."""
     assert set(SAMPLE) == {f.name for f in msgspec.structs.fields(Purchase)}
     flat = ("payment_key", "client_reference_id", "customer", "customer_email", "amount")
-    assert all(SAMPLE[name] is not None for name in flat)
+    assert all(SAMPLE[name] is not None for name in flat + ("shipping",))
+
+
+def test_fulfilment_sql_reads_where_to_ship_from_its_json_text() -> None:
+    """``%(shipping)s::jsonb`` on PostgreSQL; SQLite's json_extract reads the same text."""
+    address = {"line1": "1 Main St", "city": "Springfield", "country": "US"}
+    shipped = {"p_pi_ship": shipping_json({"name": "Sam", "address": address})}
+    sql = "SELECT json_extract(%(shipping)s, '$.address.city'), %(shipping)s IS NULL"
+    params = sql_params(purchase_of("pi_1", 1, shipped))
+    unshipped = sql_params(purchase_of("pi_2", 1, {}))
+    db = sqlite3.connect(":memory:")
+    assert db.execute(for_sqlite(sql), params).fetchone() == ("Springfield", 0)
+    assert db.execute(for_sqlite(sql), unshipped).fetchone() == (None, 1)

@@ -4,6 +4,8 @@ payload shapes of several API versions: ids and what was bought, never card deta
 import json
 from pathlib import Path
 
+import pytest
+
 from ledger.purchase import purchase_of
 from ledger.purchase_fields import purchase_fields
 from ledgerctl import samples
@@ -19,6 +21,7 @@ def test_a_payment_intent_of_api_2020_gives_its_succeeded_charge_not_its_card() 
     pi = obj("payment_intent.succeeded")
     pi["charges"]["data"][0]["id"] = "ch_paid"
     pi["metadata"] = {"order": "7"}
+    pi["shipping"] = None
     fields = purchase_fields(pi)
     assert fields == {"p_pi": pi["id"], "p_charge": "ch_paid", "p_md_pi": '{"order":"7"}'}
     assert "payment_method_details" not in json.dumps(fields)
@@ -29,10 +32,12 @@ def test_a_payment_intent_of_a_later_api_names_latest_charge() -> None:
     assert purchase_fields(pi) == {"p_pi": "pi_1", "p_charge": "ch_9", "p_customer": "cus_1"}
 
 
-def test_a_charge_gives_its_id_its_payment_intent_and_customer_only() -> None:
+def test_a_charge_gives_its_id_its_payment_intent_customer_and_shipping_only() -> None:
     charge = obj("charge.succeeded")
     charge.update(id="ch_1", customer="cus_1", payment_intent="pi_1")
-    assert purchase_fields(charge) == {"p_charge": "ch_1", "p_pi": "pi_1", "p_customer": "cus_1"}
+    fields = purchase_fields(charge)
+    assert json.loads(fields.pop("p_pi_ship"))[0] == "Jenny Rosen"
+    assert fields == {"p_charge": "ch_1", "p_pi": "pi_1", "p_customer": "cus_1"}
 
 
 def test_a_subscription_renewal_invoice_as_stripe_sent_it() -> None:
@@ -93,3 +98,107 @@ def test_a_session_gives_who_bought_and_its_own_metadata() -> None:
 def test_objects_of_other_kinds_give_nothing() -> None:
     assert purchase_fields({"object": "refund", "id": "re_1", "customer": "cus_1"}) == {}
     assert purchase_fields({}) == {}
+
+
+ADDRESS = {
+    "line1": "1 Main St",
+    "line2": "Apt 2",
+    "city": "Springfield",
+    "state": "IL",
+    "postal_code": "62701",
+    "country": "US",
+}
+BILLING = {**ADDRESS, "line1": "9 Billing Rd", "line2": None}
+SHIPPING = {"name": "Sam Shipper", "address": ADDRESS}
+
+
+def shipped_session(**shape: object) -> dict:
+    """A paid session of the shipping ``shape`` Stripe's API version gives it, with the phone
+    and billing address the customer gave."""
+    session = obj("checkout.session.completed")
+    session.pop("shipping")
+    session.update(shape)
+    session["customer_details"].update(phone="+15555550100", address=BILLING)
+    return session
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"shipping": SHIPPING},  # before API 2022-08-01
+        {"shipping_details": SHIPPING},  # 2022-08-01 until 2025-03-31.basil
+        {"collected_information": {"shipping_details": SHIPPING}},  # 2025-02-24.acacia on
+        {"shipping_details": None, "collected_information": {"shipping_details": SHIPPING}},
+    ],
+    ids=["shipping", "shipping_details", "collected_information", "both"],
+)
+def test_a_session_gives_where_to_ship_in_each_api_shape(shape: dict) -> None:
+    got = purchase_of("pi_1", 1, purchase_fields(shipped_session(**shape))).to_dict()
+    assert got["shipping"] == {"name": "Sam Shipper", "phone": "+15555550100", "address": ADDRESS}
+    details = got["checkout_session"]["customer_details"]
+    assert (details["phone"], details["address"]) == ("+15555550100", BILLING)
+
+
+def test_a_session_s_collected_information_wins_over_its_legacy_field() -> None:
+    """API 2025-02-24.acacia sends both; the shipping an update_shipping_details changed is in
+    collected_information."""
+    moved = {"name": "Sam Shipper", "address": {**ADDRESS, "line1": "2 New St"}}
+    session = shipped_session(
+        shipping_details=SHIPPING, collected_information={"shipping_details": moved}
+    )
+    got = purchase_of("pi_1", 1, purchase_fields(session))
+    assert got.shipping is not None and got.shipping.address is not None
+    assert got.shipping.address.line1 == "2 New St"
+
+
+def test_a_card_payment_outside_checkout_gives_its_payment_intent_s_shipping() -> None:
+    pi = obj("payment_intent.succeeded")  # as Stripe sent it (API 2020-08-27): shipping set
+    pi["shipping"].update(phone="+15555550199", carrier="UPS", tracking_number="1Z999")
+    got = purchase_of(pi["id"], 1, purchase_fields(pi)).to_dict()
+    assert got["shipping"] == {
+        "name": "Jenny Rosen",
+        "phone": "+15555550199",
+        "address": {
+            "line1": "510 Townsend St",
+            "line2": None,
+            "city": "San Francisco",
+            "state": "CA",
+            "postal_code": "94103",
+            "country": "US",
+        },
+    }
+    assert got["checkout_session"] is None
+
+
+def test_a_charge_that_comes_first_gives_its_copy_of_the_shipping() -> None:
+    charge = obj("charge.succeeded")
+    charge.update(id="ch_1", payment_intent="pi_1")
+    got = purchase_of("pi_1", 1, purchase_fields(charge))
+    assert got.shipping is not None and got.shipping.name == "Jenny Rosen"
+
+
+def test_the_session_s_shipping_wins_over_the_payment_intent_s() -> None:
+    pi = obj("payment_intent.succeeded")
+    fields = {**purchase_fields(pi), **purchase_fields(shipped_session(shipping=SHIPPING))}
+    got = purchase_of(pi["id"], 1, fields)
+    assert got.shipping is not None and got.shipping.name == "Sam Shipper"
+
+
+def test_no_shipping_and_no_card_details() -> None:
+    """A session that collected none, empty shapes, and a charge's billing details (the card's
+    address: never read) give no shipping."""
+    session = obj("checkout.session.completed")
+    session.update(shipping_details={"name": None, "address": None})
+    session["collected_information"] = {"shipping_details": None}
+    charge = obj("charge.succeeded")
+    charge.update(id="ch_1", payment_intent="pi_1", shipping=None)
+    charge["billing_details"] = {"address": BILLING, "phone": "+15555550100", "name": "Card"}
+    fields = {**purchase_fields(session), **purchase_fields(charge)}
+    got = purchase_of("pi_1", 1, fields)
+    assert got.shipping is None
+    assert got.checkout_session is not None
+    assert (
+        got.checkout_session.customer_details.phone,
+        got.checkout_session.customer_details.address,
+    ) == (None, None)
+    assert "Billing" not in json.dumps(fields) and "+1555" not in json.dumps(fields)
