@@ -5,15 +5,18 @@
 -- releases it at once on resume or when the breaker closes). rate_park 0: a rate refusal
 -- only answers how long to wait (the worker waits in its job and asks again). `dirty`: the
 -- breaker counts failures or is open, so the job must report even a success (it resets them).
+-- out_of_time 1: the job's RQ timeout no longer leaves its attempt's time (workers/gating.py):
+-- a payment that would be admitted is due again at once instead, for a fresh job.
 -- verdict: go (probe, dirty) | pass (reason; no call can follow: recorded as start_attempt
 -- records a skip) | wait (reason, until_ms: deferred in the ledger) | rate (wait_ms)
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'job_id', 'cooldown_ms', 'probe_ms', 'max_rate', 'park_ms',
-  'rate_park')
+  'rate_park', 'out_of_time')
 local reply = replies('verdict', 'probe', 'dirty', 'reason', 'wait_ms', 'until_ms')
 local cooldown_ms, probe_ms = whole_arg(ARG, 'cooldown_ms', 1), whole_arg(ARG, 'probe_ms', 1)
 local max_rate, park_ms = whole_arg(ARG, 'max_rate', 0), whole_arg(ARG, 'park_ms', 1)
 choice_arg(ARG, 'rate_park', BIT)
+choice_arg(ARG, 'out_of_time', BIT)
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local held = redis.call('HMGET', pay, 'state', 'lease_until', 'next_at', 'waiting')
@@ -43,6 +46,31 @@ local function wait(reason, at)
   return reply{verdict = 'wait', reason = reason, until_ms = at}
 end
 
+-- Out of time for its attempt: due again now, for the sweeper to re-enqueue with a fresh job.
+-- No `waiting` reason: nothing is to end first.
+local function due_now()
+  redis.call('HINCRBY', STATS, 'deferred:job_timeout', 1)
+  if state ~= 'in_progress' then
+    move(pay, 'retrying', now, state)
+    redis.call('HSET', pay, 'next_at', now, 'last_skip', 'job_timeout job ' .. ARG.job_id ..
+      ' at ' .. now)
+    redis.call('ZADD', DUE, now, pk)
+    if waiting then
+      redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
+      redis.call('HDEL', pay, 'waiting')
+    end
+  end
+  return reply{verdict = 'wait', reason = 'job_timeout', until_ms = now}
+end
+
+local function admitted(probe, dirty)
+  if waiting then
+    redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
+    redis.call('HDEL', pay, 'waiting')
+  end
+  return reply{verdict = 'go', probe = probe, dirty = dirty}
+end
+
 if redis.call('EXISTS', PAUSE) == 1 then return wait('paused', now + park_ms) end
 local b = redis.call('HMGET', BREAKER, 'state', 'open_until', 'probe_until', 'failures')
 local probe = false
@@ -52,6 +80,7 @@ if b[1] == 'open' then
   if probe_until > now then return wait('breaker', probe_until + cooldown_ms) end
   probe = true
 end
+if ARG.out_of_time == '1' then return due_now() end
 -- Every admitted call is logged for a second (the call rate shown); max_rate 0: no limit.
 redis.call('ZREMRANGEBYSCORE', CALL_LOG, '-inf', now - 1000)
 if max_rate > 0 and redis.call('ZCARD', CALL_LOG) >= max_rate then
@@ -65,9 +94,4 @@ if probe then
   redis.call('HSET', BREAKER, 'probe_until', now + probe_ms, 'probe_payment', pk)
   redis.call('HINCRBY', BREAKER, 'probes', 1)
 end
-if waiting then
-  redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
-  redis.call('HDEL', pay, 'waiting')
-end
-local dirty = b[1] == 'open' or tonumber(b[4] or '0') > 0
-return reply{verdict = 'go', probe = probe, dirty = dirty}
+return admitted(probe, b[1] == 'open' or tonumber(b[4] or '0') > 0)
