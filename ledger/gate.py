@@ -36,7 +36,11 @@ class Gate:
         names = ("gate", "breaker", "release", "pause", "resume")
         self.scripts = {n: Script(redis, n, clock_key) for n in names}
 
-    def admit(self, payment_key: str, job_id: str, park_rate: bool = False) -> Admission:
+    def admit(
+        self, payment_key: str, job_id: str, park_rate: bool = False, out_of_time: bool = False
+    ) -> Admission:
+        """``out_of_time``: the job has no longer the time its attempt needs; a payment that
+        would be admitted is due again at once instead (verdict ``wait``)."""
         s = self.settings
         args = {
             "job_id": job_id,
@@ -45,6 +49,7 @@ class Gate:
             "max_rate": s.FULFILMENT_MAX_RATE,
             "park_ms": limits.PAUSE_RECHECK_SECONDS * 1000,
             "rate_park": int(park_rate),
+            "out_of_time": int(out_of_time),
         }
         return self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)
 

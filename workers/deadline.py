@@ -129,8 +129,9 @@ class Helper:
 
 
 class Call(Generic[T]):
-    def __init__(self, fn: Callable[[], T]) -> None:
+    def __init__(self, fn: Callable[[], T], watched: int) -> None:
         self.fn = fn
+        self.watched = watched
         self.done = threading.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -140,6 +141,10 @@ class Call(Generic[T]):
             self.result = self.fn()
         except BaseException as exc:  # handed to the caller
             self.error = exc
+        # Here, not in the caller: RQ's TimerDeathPenalty may raise in the caller anywhere
+        # (as its wait returns, say), and the watchdog must stay armed exactly while the
+        # call runs, however its caller leaves.
+        WATCHDOG.disarm(self.watched)
         self.done.set()
 
 
@@ -164,7 +169,7 @@ def _in_thread(
     helper = _helpers.get(caller)
     if helper is None:
         helper = _helpers[caller] = Helper()
-    call = Call(fn)
+    call = Call(fn, watched)
     helper.calls.put(call)
     if not call.done.wait(seconds):
         # Still running: the watchdog stays armed and ends the process if it does not stop.
@@ -173,9 +178,7 @@ def _in_thread(
         if abort is not None:
             abort()
         call.done.wait()
-        WATCHDOG.disarm(watched)
         raise DeadlineExceeded(f"the call took longer than {seconds:g} s")
-    WATCHDOG.disarm(watched)
     if call.error is not None:
         raise call.error
     return call.result  # type: ignore[return-value]

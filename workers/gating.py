@@ -1,8 +1,11 @@
 """A job's side of the shared gate (ledger/gate.py): ask before the call, say after it how
 the downstream behaved. Rate refusals are waited out in the job (a slot frees within a
 second) up to RATE_WAIT_SECONDS, and never past what the job's own RQ timeout leaves for its
-attempt; then, as on a pause or the open breaker, the payment is deferred in the ledger."""
+attempt; then, as on a pause or the open breaker, the payment is deferred in the ledger. A job
+whose RQ timeout no longer leaves its attempt's time is not admitted: its payment is due again
+at once, for a fresh job."""
 
+import math
 import time
 
 from ledger import limits
@@ -11,27 +14,43 @@ from workers.deadline import DeadlineExceeded
 from workers.exceptions import AmbiguousDownstreamError, TransientDownstreamError
 
 
-def admit(gate: Gate, payment_key: str, job_id: str, give_up: float) -> Admission:
-    """``go`` (call now), ``pass`` (no call will follow) or ``wait`` (deferred); rate
-    refusals are waited out until ``give_up`` (time.monotonic()), then deferred."""
+def admit(
+    gate: Gate, payment_key: str, job_id: str, give_up: float, latest_start: float = math.inf
+) -> Admission:
+    """``go`` (start the attempt now), ``pass`` (no call will follow) or ``wait``
+    (deferred); rate refusals are waited out until ``give_up`` (time.monotonic()), then
+    deferred. Past ``latest_start`` (:func:`start_by`) the payment is deferred instead of
+    admitted: due again at once, for a fresh job."""
     while True:
         now = time.monotonic()
-        admission = gate.admit(payment_key, job_id, park_rate=now >= give_up)
+        late = now > latest_start
+        admission = gate.admit(payment_key, job_id, park_rate=now >= give_up, out_of_time=late)
+        if admission.verdict == "go" and time.monotonic() > latest_start:
+            # Its own round trip took the job past it: a probe granted is given back.
+            report(gate, admission, payment_key, 0, Health("none"), "")
+            continue
         if admission.verdict != "rate":
             return admission
         time.sleep(min(max(admission.wait_ms, 1) / 1000, max(give_up - now, 0.0)))
 
 
+def start_by(entered: float, job_timeout: float | None, attempt_s: float) -> float:
+    """The latest time.monotonic() a job that ``entered`` then, with RQ timeout
+    ``job_timeout`` (None or 0: none), may start its attempt: ``attempt_s``
+    (Settings.attempt_s) before RQ would end it. RQ ends a job at its timeout wherever it
+    is: past the call, before its outcome is written, a call that applied would be left to
+    its lease's expiry (``interrupted`` when not replay-safe). A job enqueued with an older,
+    shorter timeout, or one held in Stripe's API reads, defers instead."""
+    if job_timeout is None or job_timeout <= 0:
+        return math.inf
+    return entered + job_timeout - attempt_s
+
+
 def rate_wait_until(entered: float, job_timeout: float | None, attempt_s: float) -> float:
     """When a job that ``entered`` (time.monotonic()) stops waiting for a rate slot: after
-    RATE_WAIT_SECONDS, or sooner if its RQ timeout (None: none) would then leave less than
-    ``attempt_s`` for its attempt (Settings.attempt_s). RQ kills a job at its timeout
-    wherever it is, so a wait past it would end the job with no call and count against
-    the payment (a job enqueued with an older, shorter timeout defers at once)."""
-    until = entered + limits.RATE_WAIT_SECONDS
-    if job_timeout is not None and job_timeout > 0:
-        until = min(until, entered + job_timeout - attempt_s)
-    return until
+    RATE_WAIT_SECONDS, or at :func:`start_by`, whichever comes first: a wait past it would
+    end the job with no call and count against the payment."""
+    return min(entered + limits.RATE_WAIT_SECONDS, start_by(entered, job_timeout, attempt_s))
 
 
 def report(

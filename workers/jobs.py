@@ -48,7 +48,7 @@ from workers.exceptions import (
     TransientDownstreamError,
 )
 from workers.finishing import finish_while_leased
-from workers.gating import admit, health_of, rate_wait_until, report
+from workers.gating import admit, health_of, rate_wait_until, report, start_by
 
 log = logging.getLogger("workers.jobs")
 
@@ -202,7 +202,8 @@ def fulfil(
         detail = f"purchase not read from Stripe's API: {ready.detail}"
         return failed_without_call(ctx, payment_key, job_id, detail)
     give_up = rate_wait_until(entered, job_timeout, ctx.attempt_s)
-    admission = admit(ctx.gate, payment_key, job_id, give_up)  # a rate wait, unleased
+    latest = start_by(entered, job_timeout, ctx.attempt_s)  # Stripe's reads counted
+    admission = admit(ctx.gate, payment_key, job_id, give_up, latest)  # a rate wait, unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
     # The lease a call runs under starts in Redis after this moment: the call window is

@@ -93,12 +93,19 @@ if probed and state == 'open' then
 end
 if not live then return state end
 
+-- The same report sent again (its reply lost: ledger/connection.py retries a command)
+-- changes the attempt no further: its retry_at only moves later, it is refunded once.
+local raw = redis.call('HGET', pay, 'attempt:' .. ARG.token)
+local record = raw and cjson.decode(raw) or {}
 local retry_at = retry_after_ms > 0 and now + retry_after_ms or nil
 if probed and state == 'open' then  -- the next probe is another payment's
   retry_at = math.max(retry_at or 0, hold_until + probe_ms + cooldown_ms)
 end
-if retry_at then update_attempt(pay, ARG.token, {retry_at = retry_at}) end
-if (unsent or (state == 'open' and evidence)) and attempts_used(pay) >= 1 then
+if retry_at and retry_at > (tonumber(record.retry_at) or 0) then
+  update_attempt(pay, ARG.token, {retry_at = retry_at}, nil, raw)
+end
+local refund = unsent or (state == 'open' and evidence)
+if refund and not record.refunded and attempts_used(pay) >= 1 then
   redis.call('HINCRBY', pay, 'budget_base', 1)
   redis.call('HINCRBY', pay, 'refunds', 1)
   update_attempt(pay, ARG.token, {refunded = unsent and 'not_sent' or 'breaker'})

@@ -26,8 +26,9 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,7 @@ class Protocol(RuleBasedStateMachine):
         self.settle_calls: Counter[str] = Counter()
         # REVERSAL_PER_REFUND: pk -> reversed refunds that failed since, seen held for a person
         self.failed_reversals_held: dict[str, set[str]] = {}
+        self.sending_twice = False  # the next admission or report is sent again
         TALLY["programs"] += 1
 
     # --- what happens -------------------------------------------------------------------
@@ -630,6 +632,9 @@ class Protocol(RuleBasedStateMachine):
                 assert self.state(pk) == "held", f"{pk}: settled on another downstream"
             return
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
+        if self.sending_twice and admission.verdict == "go":
+            again = partial(self.gate.admit, pk, job_id.decode(), park_rate=True)
+            self.sent_again_changes_nothing(pk, again, admission, "admission")
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
         if admission.verdict != "go":
@@ -807,15 +812,50 @@ class Protocol(RuleBasedStateMachine):
         TALLY[f"finished_{w.outcome}"] += 1
         health, detail = HEALTH[w.outcome], f"model {w.outcome}"
         report(self.gate, w.admission, w.payment, w.token, health, detail)  # workers/gating.py
+        if self.sending_twice:
+            again = partial(report, self.gate, w.admission, w.payment, w.token, health, detail)
+            self.sent_again_changes_nothing(w.payment, again, None, "report")
         self.witness(w, health)
         self.finish(slot, mapped.get(w.outcome, "retry"))
 
     @precondition(lambda self: None in self.workers)
-    @rule(never_sent=st.booleans())
-    def downstream_down_for_a_job(self, never_sent: bool) -> None:
+    @rule(outcome=st.sampled_from(OUTCOMES), hit=st.booleans())
+    def worker_runs_a_whole_job_sending_twice(self, outcome: str, hit: bool) -> None:
+        """A whole job whose admission and report are each sent again, their replies lost
+        (ledger/connection.py retries a command): the gate's and the breaker's scripts."""
+        self.sending_twice = True
+        try:
+            self.worker_runs_a_whole_job(outcome, hit)
+        finally:
+            self.sending_twice = False
+
+    def sent_again_changes_nothing(
+        self, pk: str, send: Callable[[], Any], first: Any, what: str
+    ) -> None:
+        """``send`` again answers ``first`` and leaves the payment, the breaker, its
+        witnesses and the counters as they were."""
+
+        def seen() -> tuple[Any, ...]:
+            hashes = (keys.payment(pk), keys.BREAKER, keys.STATS)
+            witnesses = self.redis.zrange(keys.BREAKER_WITNESSES, 0, -1, withscores=True)
+            return (*map(self.redis.hgetall, hashes), witnesses)
+
+        before = seen()
+        assert send() == first, f"{pk}: the {what} sent again answered otherwise"
+        assert seen() == before, f"{pk}: the {what} sent again changed the ledger"
+        TALLY[f"{what}_sent_twice"] += 1
+
+    @precondition(lambda self: None in self.workers)
+    @rule(never_sent=st.booleans(), twice=st.booleans())
+    def downstream_down_for_a_job(self, never_sent: bool, twice: bool) -> None:
         """A whole job against a downstream that is down (refused, or a 503): its own rule,
-        so short programs open the breaker and reach its probes as often as other steps."""
-        self.worker_runs_a_whole_job("refused" if never_sent else "down", False)
+        so short programs open the breaker and reach its probes as often as other steps;
+        ``twice``: its admission and report are each sent again, their replies lost."""
+        outcome = "refused" if never_sent else "down"
+        if twice:
+            self.worker_runs_a_whole_job_sending_twice(outcome, False)
+        else:
+            self.worker_runs_a_whole_job(outcome, False)
 
     @precondition(lambda self: None in self.workers)
     @rule(outcome=st.sampled_from(OUTCOMES), hit=st.booleans())
@@ -1746,6 +1786,32 @@ def test_an_outage_walked_by_hand_opens_probes_and_closes_the_breaker(
     assert m.state(pk) == "fulfilled" and m.applied[pk] == 1
     record = payments.payment(m.redis, pk)
     assert record is not None and record.attempts_started == 4  # 1 counted, 3 refunded
+    m.one_effect_per_payment()
+    m.teardown()
+
+
+def test_an_outage_with_its_admissions_and_reports_sent_twice_counts_each_once(
+    protocol_redis: RedisServer,
+) -> None:
+    """The same outage with every reply of the gate and the breaker lost and the command
+    sent again (ledger/connection.py retries it): the refused attempt is refunded once
+    though two are counted, and the probe admitted again is the same probe, not deferred
+    behind its own grant; each second run answers as the first and changes nothing."""
+    m, pk = taken_by_a_worker(protocol_redis, seed=4)
+    m.worker_fences(0)
+    m.worker_calls(0, "down", False)
+    m.worker_finishes(0)  # 1 of 2: closed, the attempt counted
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_runs_a_whole_job_sending_twice("refused", False)  # 2 of 2: open, refunded
+    assert m.redis.hget(keys.BREAKER, "state") == b"open"
+    assert m.redis.hmget(keys.payment(pk), "token", "budget_base") == [b"2", b"1"]
+    m.time_passes(2 * (LEASE_MS + 1))
+    m.sweeper_runs()
+    m.worker_runs_a_whole_job_sending_twice("ok", True)  # the probe, answered: closed
+    assert m.redis.hget(keys.BREAKER, "probes") == b"1"
+    assert m.redis.hget(keys.BREAKER, "state") == b"closed"
+    assert m.state(pk) == "fulfilled" and m.applied[pk] == 1
     m.one_effect_per_payment()
     m.teardown()
 

@@ -1,7 +1,8 @@
 """The call deadline in a child process: Python code is interrupted at the deadline and the
 process goes on; the job's own alarm (RQ's job timeout) is put back after each call; a call
 blocked inside C code (SQLite waiting for a lock this test holds) ends with its process,
-from the main thread or a helper thread."""
+from the main thread or a helper thread; RQ's job timeout in a worker slot's thread leaves no
+watchdog armed."""
 
 import sqlite3
 import subprocess
@@ -66,6 +67,30 @@ else:
     call()
 """
 
+JOB_TIMEOUT_IN_A_SLOT = """
+import threading
+from rq.timeouts import JobTimeoutException, TimerDeathPenalty
+from workers.deadline import WATCHDOG, call_within
+started, go, penalty, ended = threading.Event(), threading.Event(), [], []
+def call():
+    started.set()
+    go.wait()
+    return "applied"
+def job():  # a job in a worker slot's thread, under RQ's job timeout for such threads
+    penalty.append(TimerDeathPenalty(60))
+    try:
+        call_within(30, call, kill_after=1.0)
+    except JobTimeoutException:
+        ended.append("job timeout")
+slot = threading.Thread(target=job, name="fulfil_0")
+slot.start()
+started.wait()
+penalty[0].handle_death_penalty()  # RQ's timer fires while the slot waits for its call
+go.set()
+slot.join()
+print(ended[0], "watchdog armed" if WATCHDOG.kill_at else "watchdog off", flush=True)
+"""
+
 
 def child(code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -99,3 +124,11 @@ def test_a_call_blocked_in_c_code_ends_with_its_process(where: str, tmp_path: Pa
         lock.close()
     assert done.returncode == 1 and b"returned" not in done.stdout
     assert b"Timeout" in done.stderr  # faulthandler's dump: every thread's traceback
+
+
+def test_rq_timing_out_a_slots_job_leaves_no_watchdog_armed() -> None:
+    """RQ's TimerDeathPenalty raises in a worker slot's thread wherever it is: here as the
+    wait for the call returns. The call has stopped, so the watchdog is off: armed, it
+    would end the process, every other call in flight with it, once the kill time came."""
+    done = child(JOB_TIMEOUT_IN_A_SLOT)
+    assert (done.returncode, done.stdout) == (0, b"job timeout watchdog off\n"), done.stderr

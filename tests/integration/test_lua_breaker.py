@@ -1,0 +1,121 @@
+"""The circuit breaker's scripts called twice with the same arguments, as the client's retry
+policy (ledger/connection.py, OutermostRetry) sends a command again whose reply was lost:
+the second run answers as the first and changes nothing. And the gate's answer to a job out
+of time for its attempt."""
+
+import random
+
+from redis import Redis
+
+from ledger import keys, settings
+from ledger.attempts import Attempts
+from ledger.deliveries import Delivery, Ledger, new_request_id
+from ledger.events import classify
+from ledger.gate import Gate, Health
+from tests.support.helpers import paid_event
+from tests.support.processes import wait_until
+
+
+def ledger_of(redis_server, **env: str) -> tuple[Attempts, Gate]:
+    s = settings.load(
+        {}, REDIS_URL=redis_server.url, STRIPE_WEBHOOK_SECRET="whsec_x", STRIPE_MODE="test", **env
+    )
+    client = Redis.from_url(s.REDIS_URL)
+    return Attempts(client, s), Gate(client, s)
+
+
+def paid(attempts: Attempts, rng: random.Random) -> str:
+    """A paid payment, queued; its key."""
+    event, body = paid_event(rng)
+    c = classify(event, attempts.settings.policy)
+    delivery = Delivery(event, body, c, 0, "stripe", new_request_id())
+    Ledger(attempts.redis, attempts.settings).record_delivery(delivery)
+    return str(c.payment_key)
+
+
+def second_attempt(redis: Redis, attempts: Attempts, pk: str) -> int:
+    """Attempt 2 of ``pk`` under its lease, attempt 1 having ended as a retry."""
+    first = attempts.start(pk, "job-1", replay_safe=True)
+    attempts.finish(pk, first.token, "retry", "http 500", 1.0)
+    redis.hset(keys.payment(pk), "next_at", 0)  # due now: not the backoff's point here
+    assert attempts.recover(pk) == "requeued"
+    second = attempts.start(pk, "job-2", replay_safe=True)
+    assert (second.verdict, second.token) == ("go", 2)
+    return second.token
+
+
+def counted(redis: Redis, pk: str) -> tuple[dict, dict, dict]:
+    """The payment's hash, the breaker's (but when it last heard of a failure) and the
+    ledger's counters."""
+    breaker = redis.hgetall(keys.BREAKER)
+    breaker.pop(b"last_failure_at", None)
+    return redis.hgetall(keys.payment(pk)), breaker, redis.hgetall(keys.STATS)
+
+
+def test_a_report_sent_again_refunds_its_attempt_once(redis: Redis, redis_server, rng) -> None:
+    """Two attempts counted, the second's request never left: refunded (budget_base + 1),
+    once however often the report comes."""
+    attempts, gate = ledger_of(redis_server)
+    pk = paid(attempts, rng)
+    token = second_attempt(redis, attempts, pk)
+    unsent = Health("down", sent=False)
+    first = gate.report(pk, token, unsent, "http: ConnectionError")
+    after_one = counted(redis, pk)
+    payment, _, stats = after_one
+    assert (payment[b"budget_base"], payment[b"refunds"], stats[b"attempts_refunded"]) == (
+        b"1",
+        b"1",
+        b"1",
+    )
+    assert gate.report(pk, token, unsent, "http: ConnectionError") == first
+    assert counted(redis, pk) == after_one
+
+
+def cooled_breaker(redis: Redis, redis_server, rng: random.Random) -> tuple[Attempts, Gate]:
+    """The breaker opened by a request that never left, its cool-down over: the next
+    payment admitted is its probe."""
+    attempts, gate = ledger_of(redis_server, BREAKER_THRESHOLD="1", BREAKER_COOLDOWN_SECONDS="0.05")
+    other = paid(attempts, rng)
+    start = attempts.start(other, "job-0", replay_safe=True)
+    assert gate.report(other, start.token, Health("down", sent=False), "refused") == "open"
+    opened = int(redis.hget(keys.BREAKER, "open_until") or 0)
+
+    def cooled() -> bool:
+        seconds, micros = redis.time()
+        return seconds * 1000 + micros // 1000 > opened
+
+    wait_until(cooled, what="the cool-down over")
+    return attempts, gate
+
+
+def test_a_probe_admission_sent_again_is_the_same_probe(redis: Redis, redis_server, rng) -> None:
+    """The breaker open, its cool-down over: the payment admitted is the probe. The same
+    admission again finds its own grant and answers as the first, not deferred behind it."""
+    attempts, gate = cooled_breaker(redis, redis_server, rng)
+    pk = paid(attempts, rng)
+    first = gate.admit(pk, "job-1")
+    assert (first.verdict, first.probe) == ("go", True)
+    after_one = counted(redis, pk)
+    assert gate.admit(pk, "job-1") == first
+    assert counted(redis, pk) == after_one
+    assert redis.hget(keys.BREAKER, "probes") == b"1"
+
+
+def test_a_job_out_of_time_is_deferred_due_now_and_takes_no_probe(
+    redis: Redis, redis_server, rng
+) -> None:
+    """A job whose RQ timeout no longer leaves its attempt's time (workers/gating.py): its
+    payment is due again at once for a fresh job, waiting for nothing; the probe is left
+    for the next admission."""
+    attempts, gate = cooled_breaker(redis, redis_server, rng)
+    pk = paid(attempts, rng)
+    late = gate.admit(pk, "job-1", out_of_time=True)
+    assert (late.verdict, late.reason) == ("wait", "job_timeout")
+    payment = redis.hgetall(keys.payment(pk))
+    assert payment[b"state"] == b"retrying" and b"waiting" not in payment
+    assert redis.zscore(keys.DUE, pk) == late.until_ms == int(payment[b"next_at"])
+    assert redis.hget(keys.BREAKER, "probes") is None
+    assert redis.hget(keys.STATS, "deferred:job_timeout") == b"1"
+    assert attempts.recover(pk) == "requeued"
+    again = gate.admit(pk, "job-2")
+    assert (again.verdict, again.probe) == ("go", True)
