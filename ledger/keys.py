@@ -132,6 +132,9 @@ without a call, scored by when they began to wait; each is ``retrying`` in the l
 ``waiting`` = reason in its hash."""
 
 WAIT_REASONS = ("paused", "breaker", "rate")
+JOB_TIMEOUT = "job_timeout"
+"""A deferral's reason (``deferred:job_timeout`` in STATS) that is no wait: a job whose RQ
+timeout left no room for an attempt leaves its payment due at once (gate.lua)."""
 
 STRIPE_API_CALLS = PREFIX + "stripe_api:calls"
 """Sorted set: requests to Stripe's API for purchases (line items, late sessions) in the

@@ -158,10 +158,11 @@ class LedgerCollector(Collector):
         deferred = CounterMetricFamily(
             "webhook_fulfilment_deferred",
             "Times a job deferred its payment instead of calling, by reason: paused, "
-            "breaker, rate (the gate), stripe_api, checkout_session (their purchase).",
+            "breaker, rate (the gate), stripe_api, checkout_session (their purchase), "
+            "job_timeout (its RQ timeout left no room for an attempt: due again at once).",
             labels=["reason"],
         )
-        for reason in (*keys.WAIT_REASONS, *fulfilment.PURCHASE_WAITS):
+        for reason in (*keys.WAIT_REASONS, *fulfilment.PURCHASE_WAITS, keys.JOB_TIMEOUT):
             deferred.add_metric([reason], stats.get(f"deferred:{reason}", 0))
         yield deferred
         yield CounterMetricFamily(

@@ -12,6 +12,7 @@ from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.gate import Gate, Health
+from tests.support.constants import BEARER
 from tests.support.helpers import paid_event
 from tests.support.processes import wait_until
 
@@ -102,7 +103,7 @@ def test_a_probe_admission_sent_again_is_the_same_probe(redis: Redis, redis_serv
 
 
 def test_a_job_out_of_time_is_deferred_due_now_and_takes_no_probe(
-    redis: Redis, redis_server, rng
+    redis: Redis, redis_server, rng, client
 ) -> None:
     """A job whose RQ timeout no longer leaves its attempt's time (workers/gating.py): its
     payment is due again at once for a fresh job, waiting for nothing; the probe is left
@@ -116,6 +117,8 @@ def test_a_job_out_of_time_is_deferred_due_now_and_takes_no_probe(
     assert redis.zscore(keys.DUE, pk) == late.until_ms == int(payment[b"next_at"])
     assert redis.hget(keys.BREAKER, "probes") is None
     assert redis.hget(keys.STATS, "deferred:job_timeout") == b"1"
+    scraped = client.get("/metrics", headers=BEARER).get_data(as_text=True)
+    assert 'webhook_fulfilment_deferred_total{reason="job_timeout"} 1.0' in scraped
     assert attempts.recover(pk) == "requeued"
     again = gate.admit(pk, "job-2")
     assert (again.verdict, again.probe) == ("go", True)
