@@ -127,7 +127,6 @@ def _session(obj: Obj) -> dict[str, str]:
     found["p_md_cs"] = _metadata(obj)
     found["p_sub"] = _subscription(obj)
     found["p_in"] = _id(obj.get("invoice"))
-    found["p_pi"] = _id(obj.get("payment_intent"))
     return found
 
 
@@ -145,7 +144,9 @@ def _invoice(obj: Obj) -> dict[str, str]:
 
 def _payment_intent(obj: Obj) -> dict[str, str]:
     return {
-        "p_pi": _text(obj.get("id")),
+        # a subscription's PaymentIntent may join a payment its session began (keyed cs_);
+        # any other is its payment's key, already
+        "p_pi": _text(obj.get("id")) if _id(obj.get("invoice")) else "",
         "p_charge": _pi_charge(obj),
         "p_md_pi": _metadata(obj),
         "p_pi_email": _text(obj.get("receipt_email")),
@@ -161,7 +162,7 @@ def _charge(obj: Obj) -> dict[str, str]:
     brings them: an empty map is not stored, so the charge's copy stays then). Its copy of
     the shipping is the PaymentIntent's field (``p_pi_ship``): the same name, phone and
     address, kept once."""
-    found = {"p_charge": _text(obj.get("id")), "p_pi": _id(obj.get("payment_intent"))}
+    found = {"p_charge": _text(obj.get("id"))}
     if _id(obj.get("payment_intent")):
         found["p_ch_md"] = _metadata(obj)
         found["p_ch_email"] = _text(obj.get("receipt_email"))

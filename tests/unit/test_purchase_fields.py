@@ -23,21 +23,28 @@ def test_a_payment_intent_of_api_2020_gives_its_succeeded_charge_not_its_card() 
     pi["metadata"] = {"order": "7"}
     pi["shipping"] = None
     fields = purchase_fields(pi)
-    assert fields == {"p_pi": pi["id"], "p_charge": "ch_paid", "p_md_pi": '{"order":"7"}'}
+    assert fields == {"p_charge": "ch_paid", "p_md_pi": '{"order":"7"}'}
     assert "payment_method_details" not in json.dumps(fields)
 
 
 def test_a_payment_intent_of_a_later_api_names_latest_charge() -> None:
     pi = {"object": "payment_intent", "id": "pi_1", "latest_charge": "ch_9", "customer": "cus_1"}
-    assert purchase_fields(pi) == {"p_pi": "pi_1", "p_charge": "ch_9", "p_customer": "cus_1"}
+    assert purchase_fields(pi) == {"p_charge": "ch_9", "p_customer": "cus_1"}
 
 
-def test_a_charge_gives_its_id_its_payment_intent_customer_and_shipping_only() -> None:
+def test_only_a_subscription_s_payment_intent_is_kept_apart_from_its_key() -> None:
+    """Any other PaymentIntent is its payment's key already; a subscription's (it names its
+    invoice) may join a payment its session began, keyed by the session."""
+    pi = {"object": "payment_intent", "id": "pi_1", "invoice": "in_1"}
+    assert purchase_fields(pi) == {"p_pi": "pi_1", "p_in": "in_1"}
+
+
+def test_a_charge_gives_its_id_customer_and_shipping_only() -> None:
     charge = obj("charge.succeeded")
     charge.update(id="ch_1", customer="cus_1", payment_intent="pi_1")
     fields = purchase_fields(charge)
     assert json.loads(fields.pop("p_pi_ship"))[0] == "Jenny Rosen"
-    assert fields == {"p_charge": "ch_1", "p_pi": "pi_1", "p_customer": "cus_1"}
+    assert fields == {"p_charge": "ch_1", "p_customer": "cus_1"}
 
 
 def test_a_subscription_renewal_invoice_as_stripe_sent_it() -> None:
