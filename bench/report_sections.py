@@ -300,12 +300,12 @@ def memory_section(mem: dict[str, Any] | None) -> Lines:
     rows += [
         [
             f"fulfilled payment: one hash ({f['payment_hash_fields']} fields, {f['payment_hash_encoding']}), attempts included",
-            f"**{num(f['per_payment_bytes'])}** mean, {100 * f.get('shipping_share', 0):.0f}% with an"
-            f" address; max {num(f.get('payment_bytes_max', 0))}, "
+            f"**{num(f['per_payment_bytes'])}** mean, {100 * f.get('shipping_share', 0):.0f}% with a"
+            f" shipping address; max {num(f.get('payment_bytes_max', 0))}, "
             f"{100 * f.get('share_over_512', 0):.0f}% over 512",
         ],
         [
-            "the same without the address and phone (a shop shipping nothing)",
+            "the same without the shipping address (a shop shipping nothing)",
             f"**{num(f.get('per_payment_bytes_unshipped', 0))}** mean (target ≤ 757)",
         ],
         ["event hash encoding", str(f["event_hash_encoding"])],

@@ -126,3 +126,11 @@ def shipping_of(f: dict[str, str]) -> Shipping | None:
     if session is not None:
         phone = phone or f.get("p_cs_phone") or None
     return Shipping(name=name, phone=phone, address=_address(row[2]))
+
+
+def address_text(address: Address | None) -> str | None:
+    """An address on one line for a person (the payment's page, the CLI): its parts in
+    order, the empty ones left out; None for none."""
+    parts = [address.line1, address.line2, address.postal_code] if address else []
+    parts += [address.city, address.state, address.country] if address else []
+    return ", ".join(part for part in parts if part) or None

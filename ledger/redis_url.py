@@ -28,15 +28,18 @@ def redis_py_refusal(url: str) -> str | None:
         return None
     if "redis" in sys.modules:
         return refusal_in_this_process(url)
-    asked = subprocess.run(  # the URL on stdin: the command line is visible to every user
-        [sys.executable, "-c", ASK_IN_CHILD],
-        input=url,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_SECONDS,
-        cwd=Path(__file__).resolve().parents[1],
-        check=False,
-    )
+    try:
+        asked = subprocess.run(  # the URL on stdin: the command line is visible to every user
+            [sys.executable, "-c", ASK_IN_CHILD],
+            input=url,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_SECONDS,
+            cwd=Path(__file__).resolve().parents[1],
+            check=False,
+        )
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return f"redis-py could not be asked to read it: {type(exc).__name__}"
     if asked.returncode:
         last = (asked.stderr.strip().splitlines() or ["no output"])[-1]
         return f"redis-py could not be asked to read it: {last}"

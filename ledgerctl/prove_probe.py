@@ -44,10 +44,10 @@ BUILT_IN_REVERSALS = {
 }
 PASSING = ("exactly once", "at most once (interrupted)", "skipped")
 NOTHING_TO_TAKE_BACK = "nothing to take back"
+"""A payment refunded in full before any attempt: neither action ran for it."""
 HELD = "at most once (held)"
 """Taken back after a call that may have applied, on an action that cannot settle it: a
 person checks the downstream (docs/REVERSAL.md)."""
-"""A payment refunded in full before any attempt: neither action ran for it."""
 
 
 class NoProbe(Exception):

@@ -7,17 +7,13 @@ from typing import Any
 
 from rich.table import Table
 
-from ledger.purchase import Address, Purchase
+from ledger.purchase import Purchase
+from ledger.purchase_shipping import address_text
 from ledgerctl.terminal import kv_table, rows_table
 
 
 def _metadata(found: dict[str, str] | None) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in sorted(found.items())) if found else None
-
-
-def _address(a: Address | None) -> str | None:
-    parts = (a.line1, a.line2, a.postal_code, a.city, a.state, a.country) if a else ()
-    return ", ".join(part for part in parts if part) or None
 
 
 def purchase(p: Purchase) -> list[Table]:
@@ -31,8 +27,8 @@ def purchase(p: Purchase) -> list[Table]:
         "email": p.customer_email,
         "name": p.customer_name,
         "phone": details.phone if details else None,
-        "address": _address(details.address) if details else None,
-        "ship to": " · ".join(filter(None, (ship.name, ship.phone, _address(ship.address))))
+        "address": address_text(details.address) if details else None,
+        "ship to": " · ".join(filter(None, (ship.name, ship.phone, address_text(ship.address))))
         if ship
         else None,
         "charge": p.charge,

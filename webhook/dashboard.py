@@ -17,6 +17,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from ledger import reconcile
 from ledger.decisions import STATES, BadFilter, decide
+from ledger.purchase_shipping import address_text
 from ledger.read import events as read_events
 from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
@@ -86,6 +87,9 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
 @bp.app_template_filter("why")
 def why(row: read_payments.PaymentRow) -> str:
     return read_payments.reason(row) or ""
+
+
+bp.add_app_template_filter(address_text, "address")
 
 
 @bp.app_template_filter("pretty_json")

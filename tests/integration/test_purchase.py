@@ -119,12 +119,13 @@ def test_a_session_completed_unpaid_then_paid_by_its_payment_intent_says_paid(
     assert got.paid_by.type == "payment_intent.succeeded"
 
 
-@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2)], ids=str)
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 0, 2), (0, 3)], ids=str)
 def test_a_subscription_s_purchase_names_its_payment_intent(
     fulfilment, redis: Redis, rng, order
 ) -> None:
     """A subscription-mode session has no PaymentIntent: a payment its session began is keyed
-    by the session, and its invoice's PaymentIntent, learnt later, is the purchase's too."""
+    by the session, and its invoice's PaymentIntent, learnt later (from the invoice, the
+    PaymentIntent or its charge, which pays it alone), is the purchase's too."""
     f: Fulfilment = fulfilment()
     events = checkout_purchase(rng)
     pi = events[2]["data"]["object"]["id"]
@@ -141,7 +142,8 @@ def test_a_subscription_s_purchase_names_its_payment_intent(
         currency="usd",
     )
     events[2]["data"]["object"]["invoice"] = "in_sub_1"
-    sent = (session, invoice, events[2])
+    events[1]["data"]["object"]["invoice"] = "in_sub_1"
+    sent = (session, invoice, events[2], events[1])
     (pk,) = {f.deliver(sent[i]).payment_key for i in order}
     got = read_purchase(redis, pk, 1).to_dict()
     assert purchase_validator().is_valid(got)
