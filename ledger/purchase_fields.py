@@ -163,9 +163,9 @@ def _charge(obj: Obj) -> dict[str, str]:
     the shipping is the PaymentIntent's field (``p_pi_ship``): the same name, phone and
     address, kept once."""
     found = {"p_charge": _text(obj.get("id"))}
-    if _id(obj.get("payment_intent")) and _id(obj.get("invoice")):  # as _payment_intent's
-        found["p_pi"] = _id(obj.get("payment_intent"))
-    if _id(obj.get("payment_intent")):
+    pi = _id(obj.get("payment_intent"))
+    if pi:
+        found["p_pi"] = pi if _id(obj.get("invoice")) else ""  # as _payment_intent's
         found["p_ch_md"] = _metadata(obj)
         found["p_ch_email"] = _text(obj.get("receipt_email"))
         found["p_pi_ship"] = shipping_json(obj.get("shipping"))

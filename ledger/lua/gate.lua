@@ -46,6 +46,14 @@ local function wait(reason, at)
   return reply{verdict = 'wait', reason = reason, until_ms = at}
 end
 
+-- Out of the set its `waiting` names, and without one.
+local function no_longer_waiting()
+  if waiting then
+    redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
+    redis.call('HDEL', pay, 'waiting')
+  end
+end
+
 -- Out of time for its attempt: due again now, for the sweeper to re-enqueue with a fresh job.
 -- No `waiting` reason: nothing is to end first.
 local function due_now()
@@ -55,19 +63,13 @@ local function due_now()
     redis.call('HSET', pay, 'next_at', now, 'last_skip', 'job_timeout job ' .. ARG.job_id ..
       ' at ' .. now)
     redis.call('ZADD', DUE, now, pk)
-    if waiting then
-      redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
-      redis.call('HDEL', pay, 'waiting')
-    end
+    no_longer_waiting()
   end
   return reply{verdict = 'wait', reason = 'job_timeout', until_ms = now}
 end
 
 local function admitted(probe, dirty)
-  if waiting then
-    redis.call('ZREM', WAITING_PREFIX .. waiting, pk)
-    redis.call('HDEL', pay, 'waiting')
-  end
+  no_longer_waiting()
   return reply{verdict = 'go', probe = probe, dirty = dirty}
 end
 
