@@ -55,7 +55,7 @@ def answer(exc: Exception) -> Response:
         code, title = "ledger_unavailable", "the ledger is unavailable"
         message = f"the ledger's Redis at {where} cannot be used now: {error}"
     log.warning(orjson.dumps({"path": request.path, "status": 503, "error": message}).decode())
-    if request.path.startswith("/ops/") and not request.path.startswith("/ops/api/"):
+    if on_dashboard():
         page = render_template(
             "ops/unavailable.html",
             title=title,
@@ -77,7 +77,7 @@ def downstream_unusable(exc: DownstreamUnusable) -> Response:
     file cannot be read: named by its safe name (ledger/downstream.py), never its path."""
     problem = Problem(error="downstream_unavailable", message=str(exc))
     log.warning(orjson.dumps({"path": request.path, "status": 503, "error": str(exc)}).decode())
-    if request.path.startswith("/ops/") and not request.path.startswith("/ops/api/"):
+    if on_dashboard():
         return Response(render_template("ops/problem.html", problem=problem), 503)
     return view_response(problem, 503)
 
@@ -88,6 +88,11 @@ def refused_write(exc: ResponseError) -> Response:
     if not str(exc).startswith(REFUSED_WRITES):
         raise exc
     return answer(exc)
+
+
+def on_dashboard() -> bool:
+    """The request is for a dashboard page (answered with a page), not the API's JSON."""
+    return request.path.startswith("/ops/") and not request.path.startswith("/ops/api/")
 
 
 def init_app(app: Flask) -> None:

@@ -137,7 +137,7 @@ def as_receipt(result: object) -> Receipt:
         receipt: Receipt = json.loads(json.dumps(found, default=str))
         orjson.dumps(receipt)
     except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
-        return {"unstorable": ascii(found if isinstance(result, dict) else result)}
+        return {"unstorable": ascii(result)}
     return receipt
 
 
