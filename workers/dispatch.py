@@ -53,6 +53,8 @@ class BatchWorker(InFlightWorker):
         self.in_flight = 0
         self.state_lock = threading.Lock()
         """Held while the busy/idle state is written (:meth:`show_state`)."""
+        self.state_unwritten = False
+        """The last busy/idle write was refused: the next heartbeat writes it again."""
         self.beat_at = 0.0
 
     def _shutdown(self) -> None:
@@ -101,6 +103,8 @@ class BatchWorker(InFlightWorker):
     def maintain(self) -> None:
         if time.monotonic() - self.beat_at >= HEARTBEAT_SECONDS:
             self.heartbeat()
+            if self.state_unwritten:
+                self.show_state()
             self.beat_at = time.monotonic()
 
     def take_slots(self) -> int:
@@ -208,4 +212,6 @@ class BatchWorker(InFlightWorker):
         with self.state_lock:
             with self.lock:
                 busy = self.in_flight > 0
+            self.state_unwritten = True
             self.set_state(WorkerStatus.BUSY if busy else WorkerStatus.IDLE)
+            self.state_unwritten = False

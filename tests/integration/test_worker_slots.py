@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from redis.exceptions import ResponseError
 from rq import Queue
 from rq.worker import WorkerStatus
 
@@ -96,4 +97,37 @@ def test_a_job_ending_as_the_next_starts_leaves_the_worker_busy(redis: Redis) ->
     assert worker.in_flight == 1 and redis.hget(worker.key, "state") == b"busy"
     assert worker.pool is not None
     worker.pool.shutdown(wait=True)
+    assert redis.hget(worker.key, "state") == b"idle"
+
+
+class RefusedIdle(BatchWorker):
+    """Its first idle write from a slot thread is refused, as while Redis fails over."""
+
+    refused = False
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        in_pool = threading.current_thread() is not threading.main_thread()
+        if state == WorkerStatus.IDLE and in_pool and not self.refused:
+            self.refused = True
+            raise ResponseError("NOREPLICAS Not enough good replicas to write.")
+        super().set_state(state, pipeline)
+
+
+def test_an_idle_state_refused_in_a_slot_thread_is_written_at_the_next_heartbeat(
+    redis: Redis,
+) -> None:
+    """The refusal never reaches the worker's loop (it is in a slot thread), so the loop goes
+    on; before, the worker stayed shown busy (dashboard, `webhook_workers_busy`) until its
+    next job."""
+    queue = Queue("fulfilment", connection=redis)
+    worker = RefusedIdle([queue], connection=redis, concurrency=SLOTS)
+    worker.register_birth()
+    queue.enqueue("time.sleep", 0, result_ttl=0)
+    (job,) = worker.take(1, block=False)
+    assert worker.slots.acquire(blocking=False)
+    worker.start(job)
+    assert worker.pool is not None
+    worker.pool.shutdown(wait=True)
+    assert worker.refused and redis.hget(worker.key, "state") == b"busy"
+    worker.maintain()
     assert redis.hget(worker.key, "state") == b"idle"
