@@ -9,7 +9,13 @@ from typing import TypeVar
 from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from redis import Redis
-from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, TimeoutError
+from redis.exceptions import (
+    ConnectionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+)
 
 from ledger import health
 from ledger.read import stats
@@ -18,7 +24,15 @@ from ledger.settings import Settings
 
 Family = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 Labelled = TypeVar("Labelled", CounterMetricFamily, GaugeMetricFamily)
-UNAVAILABLE_REASONS = ("unreachable", "not_replicated", "read_only", "out_of_memory", "other")
+UNAVAILABLE_REASONS = (
+    "unreachable",
+    "not_replicated",
+    "too_few_replicas",
+    "read_only",
+    "out_of_memory",
+    "cannot_persist",
+    "other",
+)
 UNAVAILABLE_RESPONSES = Counter(
     "webhook_ledger_unavailable_responses",
     "Stripe deliveries answered 503 because the ledger could not record them, by reason.",
@@ -42,6 +56,10 @@ def unavailable_reason(cause: BaseException | None) -> str:
         return "out_of_memory"  # maxmemory with noeviction
     if isinstance(cause, ConnectionError | TimeoutError):
         return "unreachable"
+    if isinstance(cause, ResponseError) and str(cause).startswith("NOREPLICAS "):
+        return "too_few_replicas"  # refused, not written: min-replicas-to-write not met
+    if isinstance(cause, ResponseError) and str(cause).startswith("MISCONF "):
+        return "cannot_persist"  # its last RDB save or AOF write failed (a full disk)
     return "other"
 
 

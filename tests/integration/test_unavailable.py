@@ -23,6 +23,7 @@ from tests.support.inprocess import app_without_redis
 from tests.support.processes import ROOT, RedisServer, free_port, wait_until
 from webhook import create_app
 from webhook.http import csrf_token
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES
 
 API = ["summary", "events", "events/evt_1", "payments", "payments/pi_1", "rejections", "series"]
 API += ["secrets", "reconcile"]
@@ -136,10 +137,12 @@ def test_a_redis_that_cannot_persist_is_unavailable(
     """redis-py raises MISCONF as a plain ResponseError; it is no bug of ours but Redis
     refusing writes: a delivery 503 (Stripe retries), an ops POST 503, never a 500."""
     body = samples.encode(samples.payment_events(random.Random(1))[2])
+    counted = UNAVAILABLE_RESPONSES.labels("cannot_persist")._value.get()
     with caplog.at_level(logging.INFO):
         delivery = not_persisting.post("/webhooks/stripe", data=body, headers=signed_headers(body))
         assert delivery.status_code == 503
         assert delivery.get_json()["error"] == "ledger_unavailable"
+        assert UNAVAILABLE_RESPONSES.labels("cannot_persist")._value.get() == counted + 1
         paused = not_persisting.post("/ops/api/fulfilment/pause", headers=BEARER)
         assert paused.status_code == 503 and paused.get_json()["error"] == "ledger_unavailable"
         assert "MISCONF" in paused.get_json()["message"]

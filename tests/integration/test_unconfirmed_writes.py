@@ -10,13 +10,15 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
+from ledgerctl import samples
 from tests.integration.test_decisions import called_long_ago
 from tests.integration.test_ops import deliver
 from tests.support.constants import BASIC, BEARER, OPS_TOKEN, SECRET
-from tests.support.helpers import fail_payment
+from tests.support.helpers import fail_payment, signed_headers
 from tests.support.processes import free_port
 from webhook import create_app
 from webhook.http import csrf_token
+from webhook.metrics_alerting import UNAVAILABLE_RESPONSES
 
 CSRF = {"X-CSRF-Token": csrf_token(OPS_TOKEN)}
 WRITES = {  # route under /ops/api/ and /ops/ -> the state its payment is put in first
@@ -105,6 +107,27 @@ def test_a_dashboard_write_not_replicated_answers_a_503_page(
     said = "confirmed by 0 of 1 replicas" if how == "min_replicas" else "NOREPLICAS"
     assert said in page.get_data(as_text=True)
     no_traceback(caplog)
+
+
+@pytest.mark.parametrize(("how", "reason"), [("min_replicas", "not_replicated"),
+                                             ("noreplicas", "too_few_replicas")])  # fmt: skip
+def test_a_delivery_refused_for_want_of_replicas_is_counted_by_its_reason(
+    config: dict[str, object], redis: Redis, how: str, reason: str
+) -> None:
+    """`webhook_ledger_unavailable_responses_total{reason}`: NOREPLICAS (Redis's own
+    min-replicas-to-write, config/replication.conf) was counted as `other`."""
+    if how == "min_replicas":
+        config = {**config, "LEDGER_MIN_REPLICAS": 1, "LEDGER_WAIT_TIMEOUT": 0.05}
+    client = create_app(config).test_client()
+    counted = UNAVAILABLE_RESPONSES.labels(reason)._value.get()
+    refuse_from_now(redis, how)
+    try:
+        body = samples.encode(samples.payment_events(random.Random(3))[2])
+        answer = client.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+    finally:
+        redis.config_set("min-replicas-to-write", 0)
+    assert answer.status_code == 503 and answer.get_json()["error"] == "ledger_unavailable"
+    assert UNAVAILABLE_RESPONSES.labels(reason)._value.get() == counted + 1
 
 
 def test_with_sentinels_a_503_names_the_sentinels_not_redis_url(redis: Redis) -> None:
