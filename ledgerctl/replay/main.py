@@ -34,6 +34,7 @@ from rich.text import Text
 
 from ledger import settings as settings_module
 from ledger.connection import connect
+from ledger.downstream import DownstreamUnusable
 from ledger.events import classify
 from ledger.redact import redact
 from ledger.setting_fields import exit_with
@@ -274,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run(args))
     except RedisError as exc:
         console.print(line(Text("Redis unreachable:", "red"), redact(str(exc))))
+        sys.exit(3)
+    except DownstreamUnusable as exc:  # the path is the user's own (--downstream-db, a setting)
+        console.print(line(Text("Downstream unusable:", "red"), f"{exc.path}: {exc.why}"))
         sys.exit(3)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from ledgerctl import samples
 from tests.support.processes import Gunicorn, wait_until
-from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay
+from tests.support.replay import AGAINST_A_STAND_IN, local_server, replay, run_script
 from tests.support.stripe_api import API_KEY, EventsApi
 
 
@@ -142,6 +142,22 @@ def test_expect_once_fails_on_a_double_effect(stack, redis, tmp_path) -> None:
     assert status == 1
     assert len(report["findings"]["duplicated"]) == 2
     assert report["findings"]["lost"] == []
+
+
+def test_a_downstream_db_that_is_not_sqlite_ends_with_exit_3_and_its_path(
+    stack, redis, tmp_path
+) -> None:
+    """Read once everything was sent and settled: one line naming the file, not a traceback."""
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    s = stack()
+    url = f"{s.start_web().url}/webhooks/stripe"
+    s.start_worker()
+    proc = run_script(s.env, "--url", url, "--generate", "1", "--downstream-db", str(text))
+    assert proc.returncode == 3, proc.stderr
+    said = " ".join(proc.stderr.split())  # the terminal's width wraps it
+    assert f"Downstream unusable: {text}: file is not a database" in said
+    assert "Traceback" not in proc.stderr
 
 
 def test_expect_once_fails_on_a_missing_delivery(stack, redis, tmp_path) -> None:
