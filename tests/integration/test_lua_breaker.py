@@ -1,9 +1,12 @@
 """The circuit breaker's scripts called twice with the same arguments, as the client's retry
 policy (ledger/connection.py, OutermostRetry) sends a command again whose reply was lost:
 the second run answers as the first and changes nothing. And the gate's answer to a job out
-of time for its attempt."""
+of time for its attempt, before its admission or once an admission came back too late."""
 
+import math
 import random
+import time
+from typing import Any
 
 from redis import Redis
 
@@ -11,10 +14,11 @@ from ledger import keys, settings
 from ledger.attempts import Attempts
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
-from ledger.gate import Gate, Health
+from ledger.gate import Admission, Gate, Health
 from tests.support.constants import BEARER
 from tests.support.helpers import paid_event
 from tests.support.processes import wait_until
+from workers.gating import admit
 
 
 def ledger_of(redis_server, **env: str) -> tuple[Attempts, Gate]:
@@ -122,3 +126,57 @@ def test_a_job_out_of_time_is_deferred_due_now_and_takes_no_probe(
     assert attempts.recover(pk) == "requeued"
     again = gate.admit(pk, "job-2")
     assert (again.verdict, again.probe) == ("go", True)
+
+
+class SlowGate(Gate):
+    """Its first admission's answer arrives after the job's latest start (a slow round trip,
+    a stalled primary): workers/gating.py's admit must not start the attempt then."""
+
+    answered = 0
+
+    def admit(self, *args: Any, **kwargs: Any) -> Admission:
+        admission = super().admit(*args, **kwargs)
+        self.answered += 1
+        if self.answered == 1:
+            time.sleep(LATE_BY)
+        return admission
+
+
+LATE_BY = 0.2
+
+
+def test_a_probe_granted_past_the_jobs_latest_start_is_given_back_and_the_payment_deferred(
+    redis: Redis, redis_server, rng
+) -> None:
+    """The grant came back too late for the attempt's time: the probe is given back (the
+    next payment's to take, not held for its window) and the payment is due again at once,
+    as a job out of time before its admission is."""
+    attempts, gate = cooled_breaker(redis, redis_server, rng)
+    slow = SlowGate(gate.redis, gate.settings)
+    pk = paid(attempts, rng)
+    admission = admit(slow, pk, "job-1", math.inf, time.monotonic() + LATE_BY / 2)
+    assert (admission.verdict, admission.reason) == ("wait", "job_timeout")
+    assert slow.answered == 2
+    assert redis.hget(keys.BREAKER, "probes") == b"1"  # granted once, then given back
+    assert redis.hmget(keys.BREAKER, "probe_payment", "probe_until") == [b"", b"0"]
+    payment = redis.hgetall(keys.payment(pk))
+    assert (payment[b"state"], payment[b"token"]) == (b"retrying", b"0")  # no attempt started
+    assert redis.zscore(keys.DUE, pk) == admission.until_ms
+    other = paid(attempts, rng)
+    taken = gate.admit(other, "job-2")
+    assert (taken.verdict, taken.probe) == ("go", True)
+
+
+def test_an_admission_past_the_jobs_latest_start_defers_the_payment(
+    redis: Redis, redis_server, rng
+) -> None:
+    """The same with the breaker closed: no attempt started, the payment due again at once."""
+    attempts, gate = ledger_of(redis_server)
+    slow = SlowGate(gate.redis, gate.settings)
+    pk = paid(attempts, rng)
+    admission = admit(slow, pk, "job-1", math.inf, time.monotonic() + LATE_BY / 2)
+    assert (admission.verdict, admission.reason) == ("wait", "job_timeout")
+    assert redis.hget(keys.payment(pk), "state") == b"retrying"
+    assert redis.hget(keys.STATS, "deferred:job_timeout") == b"1"
+    assert attempts.recover(pk) == "requeued"
+    assert attempts.start(pk, "job-2", replay_safe=True).verdict == "go"
