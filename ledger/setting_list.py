@@ -137,14 +137,16 @@ class Settings:
     """The same as a Python function, ``module:function``, called as ``effect(conn,
     purchase)`` inside that transaction; what it returns (JSON-able) is the receipt."""
     FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
-    """Whether an HTTP or callable action may be re-run after an interrupted attempt."""
+    """Whether an HTTP or callable action may be re-run after an attempt that may have
+    applied it (interrupted, a read timeout, an HTTP 500)."""
     REVERSAL_ACTION: ActionSpec | None = setting(None, urls.fulfilment_action(), downstream)
     """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
     is lost, called once per payment (per refund with REVERSAL_PER_REFUND) with the purchase
     and its reversal (the same kinds as FULFILMENT_ACTION; unset: no reversal,
     docs/REVERSAL.md)."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
-    """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an interrupted attempt."""
+    """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an attempt that may
+    have applied it (interrupted, a read timeout, an HTTP 500)."""
     REVERSAL_SQL: str = setting("", kinds.sql_statement())
     """The built-in SQLite or PostgreSQL REVERSAL_ACTION's effect as one SQL statement (or
     ``@path``), run in the transaction that records the reversal's key, with the purchase's

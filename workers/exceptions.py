@@ -22,13 +22,18 @@ class TransientDownstreamError(FulfilmentError):
 
 
 class AmbiguousDownstreamError(TransientDownstreamError):
-    """The request reached the downstream but no answer came back (a read timeout, a reset):
-    it may have been applied. Retried only when the action is replay-safe; otherwise the
-    payment is ``interrupted`` for a person."""
+    """The request reached the downstream and what came back does not say whether it was
+    applied (a read timeout, a reset, a gateway's 502, the origin's 500): it may have been.
+    Retried only when the action is replay-safe; otherwise the payment is ``interrupted``
+    for a person. ``answered``: the downstream itself answered (a 500), so it is up."""
+
+    def __init__(self, message: str, down: bool = False, answered: bool = False) -> None:
+        super().__init__(message, down=down)
+        self.answered = answered
 
 
 class PermanentDownstreamError(FulfilmentError):
-    """The downstream refused for good (a 4xx other than 409): fail, no retry."""
+    """The downstream refused for good (a 4xx other than 409 and 429): fail, no retry."""
 
 
 class ActionConfigError(FulfilmentError):

@@ -67,6 +67,8 @@ def health_of(error: BaseException | None) -> Health:
     """What a call's error (None: success) says about the downstream as a whole."""
     if isinstance(error, TransientDownstreamError) and error.down:
         return Health("down", error.sent, error.retry_after)
+    if isinstance(error, AmbiguousDownstreamError) and error.answered:
+        return Health("up")  # it answered (a 500): this payment's failure, not an outage
     if isinstance(error, DeadlineExceeded | AmbiguousDownstreamError):
         return Health("none")  # no answer: neither up nor (by itself) down
     return Health("up")

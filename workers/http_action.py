@@ -63,9 +63,10 @@ class HttpAction:
         return self._answered(answer)
 
     def _answered(self, answer: requests.Response) -> Receipt:
-        """The receipt of a 2xx or 409 (already applied), else the error its status means."""
+        """The receipt of a 2xx (applied now, or the stored answer to a key already
+        applied), else the error its status means."""
         status = answer.status_code
-        if 200 <= status < 300 or status == 409:
+        if 200 <= status < 300:
             return {"status": status, "body": answer.text[:200]}
         refused = f"http {status} from {self.origin}"
         if 300 <= status < 400:  # it reached a server that may have acted on it
@@ -75,8 +76,11 @@ class HttpAction:
         if status in (429, 503):  # the downstream as a whole refuses for now
             wait = retry_after(answer.headers.get("Retry-After", ""))
             raise TransientDownstreamError(refused, down=True, retry_after=wait)
-        if status >= 500:  # this payment's failure while the downstream answers
-            raise TransientDownstreamError(refused)
+        if status == 409:  # a request with this key still in progress (Stripe's, the IETF
+            # Idempotency-Key draft's): not applied yet, and it may yet fail; ask again later
+            raise TransientDownstreamError(f"{refused}: its Idempotency-Key is in use")
+        if status >= 500:  # a handler may fail after its commit: it may have been applied
+            raise AmbiguousDownstreamError(refused, answered=True)
         raise PermanentDownstreamError(refused)
 
     def _failed(self, exc: requests.RequestException) -> str:

@@ -77,8 +77,9 @@ def test_fifty_concurrent_copies_one_job_one_call_one_effect(fulfilment, redis, 
 
 
 def test_transient_failures_retry_then_fulfil(fulfilment, redis, rng) -> None:
+    """A replay-safe downstream's 500s are retried with the same key."""
     with CountingDownstream(script=[500, 500]) as downstream:
-        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        f = fulfilment(FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true")
         pk = pay(f, rng)
         work_until(f, redis, pk, "fulfilled")
         record = read_payments.payment(redis, pk)
@@ -90,7 +91,9 @@ def test_transient_failures_retry_then_fulfil(fulfilment, redis, rng) -> None:
 
 def test_always_failing_downstream_dead_letters_then_retry_recovers(fulfilment, redis, rng) -> None:
     with CountingDownstream(default=500) as downstream:
-        f = fulfilment(FULFILMENT_ACTION=downstream.url, MAX_ATTEMPTS="3")
+        f = fulfilment(
+            FULFILMENT_ACTION=downstream.url, MAX_ATTEMPTS="3", FULFILMENT_REPLAY_SAFE="true"
+        )
         pk = pay(f, rng)
         work_until(f, redis, pk, "failed")
         record = read_payments.payment(redis, pk)
@@ -121,14 +124,37 @@ def test_slow_downstream(replay_safe: bool, fulfilment, redis, rng) -> None:
         assert "ReadTimeout" in first or "deadline" in first  # whichever of the two fired first
 
 
-def test_downstream_answering_409_counts_as_done(fulfilment, redis, rng) -> None:
-    with CountingDownstream(default=409) as downstream:
+def test_a_500_from_a_downstream_not_replay_safe_waits_for_a_person(fulfilment, redis, rng) -> None:
+    """A handler may fail after its commit: the 500 does not say nothing was applied, so a
+    call that may not run twice is not run again (before: retried, a second effect)."""
+    with CountingDownstream(script=[500]) as downstream:
         f = fulfilment(FULFILMENT_ACTION=downstream.url)
         pk = pay(f, rng)
-        f.work()
-        assert settled_as(redis, pk, "fulfilled")
-        assert getattr(read_payments.payment(redis, pk), "receipt", {})["status"] == 409
+        work_until(f, redis, pk, "interrupted")
         assert downstream.calls[pk] == 1
+        record = read_payments.payment(redis, pk)
+        assert record is not None and (record.last_error or "").startswith("http 500")
+        assert redis.hget(keys.BREAKER, "failures") in (None, b"0")  # it answered: up
+
+
+@pytest.mark.parametrize("replay_safe", [True, False])
+def test_a_409_is_a_key_in_use_asked_again_never_done(
+    replay_safe: bool, fulfilment, redis, rng
+) -> None:
+    """409: a request with this Idempotency-Key is still in progress (Stripe's answer, the
+    IETF draft's): not applied yet, and it may yet fail. Before, it counted as done: a
+    payment `fulfilled` with no effect when that first request then failed."""
+    with CountingDownstream(script=[409]) as downstream:
+        f = fulfilment(
+            FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE=str(replay_safe).lower()
+        )
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "fulfilled")
+        record = read_payments.payment(redis, pk)
+        assert record is not None and [a.outcome for a in record.attempts] == ["retry", "fulfilled"]
+        assert "Idempotency-Key is in use" in (record.attempts[0].error or "")
+        assert getattr(record, "receipt", {})["status"] == 200
+        assert downstream.calls[pk] == 2
 
 
 def test_downstream_refusing_connections_waits_without_spending_attempts(

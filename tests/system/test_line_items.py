@@ -42,7 +42,11 @@ def with_line_items(stripe_api: EventsApi, **extra: str) -> dict[str, str]:
 def test_every_page_read_once_and_given_to_every_attempt(stack, redis: Redis, rng, stripe_api):
     events, pk, path = checkout(stripe_api, rng, 250)  # three pages of at most 100
     with CountingDownstream(script=[500]) as downstream:  # the first attempt fails: a retry
-        s = stack(FULFILMENT_ACTION=downstream.url, **with_line_items(stripe_api))
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_REPLAY_SAFE="true",
+            **with_line_items(stripe_api),
+        )
         s.start_web()
         for event in (events[3], *events[:3]):
             assert s.send(samples.encode(event)).status_code == 200
