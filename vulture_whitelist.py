@@ -35,7 +35,8 @@ _.child_exit
 _.QUEUES
 _.death_penalty_class
 
-# FULFILMENT_ACTION and RQ jobs named by dotted path (bench/fulfilment.py, the fault tests).
+# FULFILMENT_ACTION and RQ jobs named by dotted path (bench/fulfilment.py and
+# bench/drain_round.py, the fault tests).
 _.noop
 _.noop_action
 _.exit_worker

@@ -43,9 +43,9 @@ from bench.common import (
     write_json,
 )
 from bench.cpu import CpuMeter
+from bench.drain import HELD, QUEUE, RELEASE
 from bench.events import EventFactory, Pool
 from bench.failover_script import script_throughput
-from bench.fulfilment import HELD, QUEUE, RELEASE
 from bench.recording import delivery
 from bench.stats import alternate, column, median, ratio_runs, spread
 from ledger import keys, settings

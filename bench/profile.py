@@ -77,7 +77,8 @@ def _parse_steps(pairs: list[Pair], events: list[Any], settings: Any) -> dict[st
 
     import orjson
 
-    from ledger.events import check_shape, classify
+    from ledger.event_shape import check_shape
+    from ledger.events import classify
     from ledger.payloads import LEVEL, compress_payload
     from webhook.verify import verify
 

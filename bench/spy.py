@@ -59,7 +59,7 @@ RECEIVER_RULES = [
     ("JSON parse + UTF-8 decode (orjson) in parse_event", r"parse_event"),
     (
         "event shape, classify, source",
-        r"check_shape|classify|rule_for|delivery_source|ledger/events\.py",
+        r"check_shape|classify|rule_for|delivery_source|ledger/events\.py|ledger/event_shape\.py",
     ),
     ("logging: one JSON line per delivery", r"logging/|log\.info"),
     ("Prometheus metrics", r"prometheus_client|webhook/metrics\.py"),

@@ -16,7 +16,8 @@ from redis.exceptions import RedisError
 
 from ledger import keys
 from ledger.enqueue import NO_JOB, Jobs
-from ledger.events import Classified, data_object, is_thin, related
+from ledger.event_shape import data_object, is_thin, related
+from ledger.events import Classified
 from ledger.money import paid_amount
 from ledger.payloads import compress_payload
 from ledger.purchase_fields import encode_fields, purchase_fields

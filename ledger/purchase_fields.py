@@ -16,7 +16,8 @@ import orjson
 from redis import Redis
 
 from ledger import keys
-from ledger.events import data_object, invoice_payment_intent
+from ledger.event_shape import data_object
+from ledger.events import invoice_payment_intent
 from ledger.payloads import decompress_payload
 from ledger.purchase_shipping import address_json, session_shipping_json, shipping_json
 

@@ -21,7 +21,8 @@ from stripe.params import EventListParams
 from ledger import keys, limits
 from ledger.clock import duration_s, now_ms
 from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
-from ledger.events import NotAStripeEvent, check_shape, classify
+from ledger.event_shape import NotAStripeEvent, check_shape
+from ledger.events import classify
 from ledger.read.reconcile import MissingEvent, ReconcileRun
 from ledger.redact import redact
 from ledger.stored import count, ms_time, s_time

@@ -17,7 +17,7 @@ from ledger.attempts import Attempts
 from ledger.connection import close, connect, describe
 from ledger.decisions import decide
 from ledger.read.base import Problem
-from ledger.read.payments import TAKEN_BACK
+from ledger.read.payment_reasons import TAKEN_BACK
 from ledger.read.reversal import leg_of, taken_back_now
 from ledger.redact import redact
 from ledger.replication import online_replicas

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from ledger import money
 from ledger.read.events import Event, EventList
-from ledger.read.payments import Payment, PaymentList, PaymentRow, reason
+from ledger.read.payment_reasons import reason
+from ledger.read.payments import Payment, PaymentList, PaymentRow
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary

@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from ledger.read.payments import Payment, spent
+from ledger.read.payment_reasons import spent
+from ledger.read.payments import Payment
 from ledger.read.timeline import LEG_NAMES, Attempt, ended_by_the_ledger, outcome_words
 
 

@@ -22,7 +22,7 @@ from ledger.read import events as read_events
 from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
-from ledger.read.payments import spent
+from ledger.read.payment_reasons import reason, spent
 from ledger.read.stats import Minute
 from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
 from ledger.replication import NotReplicated
@@ -86,7 +86,7 @@ def reject_offset(args: dict[str, str]) -> dict[str, str]:
 
 @bp.app_template_filter("why")
 def why(row: read_payments.PaymentRow) -> str:
-    return read_payments.reason(row) or ""
+    return reason(row) or ""
 
 
 bp.add_app_template_filter(address_text, "address")

@@ -9,7 +9,7 @@ import orjson
 from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length, get_input_stream
 
-from ledger.events import NotAStripeEvent, check_shape
+from ledger.event_shape import NotAStripeEvent, check_shape
 from ledger.settings import Settings
 from webhook.exceptions import Rejected
 from webhook.verify import verify

@@ -246,37 +246,6 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
     )
 
 
-TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
-TAKEN_BEFORE_PAID = {"refund": "refunded", "dispute": "a dispute lost"}
-"""With no paid record the amount paid is not known: any refund says it, not "in full"."""
-
-
-def spent(p: Payment, a: Attempt) -> bool:
-    """Whether ``a`` is the attempt whose retry the ledger refused for want of attempts: the
-    failed payment's last, its error the payment's (not a payment failed by lost jobs)."""
-    return p.state == "failed" and a is p.attempts[-1] and a.error == p.last_error
-
-
-def reason(p: PaymentRow) -> str | None:
-    """Why a payment is where it is, as lists show it: a held one's hold reason, any other's
-    last error (a reversal's starts with ``reversal: ``), then what is left of either (a
-    hold reason stays after its hold was decided); an interrupted fulfilment taken back since
-    says so first (it decides what a person does: docs/RUNBOOK.md)."""
-    first, then = (
-        (p.hold_reason, p.last_error) if p.state == "held" else (p.last_error, p.hold_reason)
-    )
-    why = first or then
-    if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
-        return (
-            f"{TAKEN_BEFORE_PAID[p.taken_back]}, with no paid "
-            "record yet (its paid event may still come; else purged after "
-            "PAYMENT_RETENTION_DAYS, or paid before this ledger ran): nothing reversed"
-        )
-    if p.state == "interrupted" and p.leg == "fulfil" and p.taken_back in TAKEN_BACK:
-        return f"{TAKEN_BACK[p.taken_back]} since; {why}" if why else TAKEN_BACK[p.taken_back]
-    return why
-
-
 def _ms_between(start: object, end: object) -> int | None:
     a, b = whole(start), whole(end)
     return b - a if a is not None and b is not None else None

@@ -5,6 +5,7 @@ unfulfilled without a call); given back since, they no longer do."""
 from ledger import keys
 from ledger import settings as settings_module
 from ledger.read import payments, stats
+from ledger.read.payment_reasons import reason
 from tests.integration.test_lua_reversal import Shop
 from tests.support.constants import BEARER
 from tests.support.helpers import run_cli
@@ -28,7 +29,7 @@ def test_the_lists_say_it_was_refunded_in_full_since(
     for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
         assert shop.deliver(event) == "interrupted"
     row = payments.payments(redis, "interrupted")[0]
-    assert (row.taken_back, payments.reason(row)) == ("refund", "refunded in full since; died")
+    assert (row.taken_back, reason(row)) == ("refund", "refunded in full since; died")
     listed = run_cli(config, "payments", "--state", "interrupted").stdout
     assert "refunded in full since; died" in listed, listed
     page = client.get("/ops/payments?state=interrupted", headers=BEARER).get_data(as_text=True)
@@ -46,10 +47,10 @@ def test_a_dispute_lost_then_won_since_is_no_longer_said(redis, redis_server, rn
     interrupted(shop)
     assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "lost")) == "interrupted"
     row = payments.payments(redis, "interrupted")[0]
-    assert (row.taken_back, payments.reason(row)) == ("dispute", "a dispute lost since; died")
+    assert (row.taken_back, reason(row)) == ("dispute", "a dispute lost since; died")
     assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount, "won")) == "interrupted"
     row = payments.payments(redis, "interrupted")[0]
-    assert (row.taken_back, payments.reason(row)) == (None, "died")
+    assert (row.taken_back, reason(row)) == (None, "died")
     record = payments.payment(redis, shop.pk)
     assert record is not None and record.taken_back is None
     assert record.reversal is not None and record.reversal.taken_back is None  # the card's
@@ -66,7 +67,7 @@ def test_a_refund_of_a_payment_with_no_paid_record_says_nothing_was_reversed(
     for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
         assert shop.deliver(event) == "pending"
     row = payments.payments(redis, "pending")[0]
-    assert payments.reason(row) == (
+    assert reason(row) == (
         "refunded, with no paid record yet (its paid event may still come; else purged after "
         "PAYMENT_RETENTION_DAYS, or paid before this ledger ran): nothing reversed"
     )

@@ -55,7 +55,8 @@ from ledger import settings as settings_module
 from ledger.attempts import Attempts
 from ledger.clock import StepWatch
 from ledger.deliveries import Delivery, Ledger, new_request_id
-from ledger.events import classify, data_object
+from ledger.event_shape import data_object
+from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
 from ledger.money import paid_amount
 from ledger.purchase_reads import intent_delivery

@@ -1,4 +1,4 @@
-"""The pure statistics behind the benchmark figures (bench/stats.py, bench/fulfilment.py).
+"""The pure statistics behind the benchmark figures (bench/stats.py, bench/drain.py).
 
 No Redis and no processes: these only use the plain functions.
 """
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.fulfilment import redis_work_per_job
+from bench.drain import redis_work_per_job
 from bench.stats import alternate, column, pct, ratio_runs, short, spread, target
 
 
