@@ -10,6 +10,7 @@ memory and say nothing). Where to ship and the customer's phone and address are 
 ``charges.data[].payment_method_details``) are never read.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,10 +28,13 @@ PREFIX = "p_"
 """Every purchase field of a payment hash starts with this (record_delivery.lua refuses
 any other)."""
 
-MAX_VALUE = 4096
-"""Longest stored value: a metadata map (at most 50 keys of 40 and values of 500 characters
-at Stripe) or an invoice's lines beyond this are cut to nothing rather than bloat the
-ledger."""
+MAX_VALUE = 32_768
+"""Longest stored value. Stripe bounds what reaches it: a metadata map has at most 50 keys of
+40 and values of 500 characters (about 27 KB as JSON), so any map is kept whole but one
+whose text JSON must escape heavily; of that one, and of an invoice's lines beyond it, the
+pairs (in key order) and lines (in Stripe's order) that fit are kept, never none of them. A
+value over 2 KB (config/redis.conf's hash-max-listpack-value) costs its payment the larger
+hash encoding: memory only those payments pay."""
 
 SESSION = {
     "id": "p_cs",
@@ -58,8 +62,21 @@ def _metadata(obj: Obj) -> str:
     md = obj.get("metadata")
     if not isinstance(md, dict) or not md:
         return ""
-    pairs = {str(k): str(v) for k, v in md.items()}
-    return orjson.dumps(pairs, option=orjson.OPT_SORT_KEYS).decode()
+    pairs = sorted((str(k), str(v)) for k, v in md.items())
+    kept = _fitting(pairs, lambda n: dict(pairs[:n]))
+    return orjson.dumps(kept).decode() if kept else ""
+
+
+def _fitting(items: list[Any], shown: Callable[[int], Any]) -> Any:
+    """``shown(n)`` for the most leading ``items`` whose JSON fits MAX_VALUE (bisected)."""
+    low, high = 0, len(items)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(orjson.dumps(shown(mid))) <= MAX_VALUE:
+            low = mid
+        else:
+            high = mid - 1
+    return shown(low)
 
 
 def _pi_charge(obj: Obj) -> str:
@@ -113,7 +130,9 @@ def _lines(obj: Obj) -> str:
     data = lines.get("data") if isinstance(lines, dict) else None
     if not isinstance(data, list) or not data:
         return ""
-    return orjson.dumps([_line(x) for x in data if isinstance(x, dict)]).decode()
+    shown = [_line(x) for x in data if isinstance(x, dict)]
+    kept = _fitting(shown, lambda n: shown[:n])
+    return orjson.dumps(kept).decode() if kept else ""
 
 
 def _session(obj: Obj) -> dict[str, str]:

@@ -3,7 +3,10 @@ downstream migrate`` (never at a worker's start), and the checks a worker makes 
 first job: the database reachable with these credentials, the table there, FULFILMENT_SQL
 accepted by the server (planned with EXPLAIN in a transaction rolled back: never run).
 
-One row per payment whose effect committed; the row and the effect commit together::
+One row per idempotency key whose effect committed; the row and the effect commit together.
+A payment's fulfilment is ``fulfil:<payment key>``; with REVERSAL_ACTION on the same
+database its reversals (``reverse:…``) and a fulfilment again after a dispute won
+(``refulfil:…``) are rows of their own::
 
     idempotency_key text PRIMARY KEY   -- fulfil:<payment key>, the same for every attempt
     payment_key     text NOT NULL

@@ -4,10 +4,11 @@ payload shapes of several API versions: ids and what was bought, never card deta
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from ledger.purchase import purchase_of
-from ledger.purchase_fields import purchase_fields
+from ledger.purchase_fields import MAX_VALUE, purchase_fields
 from ledgerctl import samples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stripe"
@@ -209,3 +210,35 @@ def test_no_shipping_and_no_card_details() -> None:
         got.checkout_session.customer_details.address,
     ) == (None, None)
     assert "Billing" not in json.dumps(fields) and "+1555" not in json.dumps(fields)
+
+
+def test_metadata_as_large_as_stripe_allows_is_kept_whole() -> None:
+    """50 keys of 40 characters, values of 500 (Stripe's limits): before, any map over 4,096
+    characters was dropped whole, `order_id` with it, and looked like no metadata."""
+    md = {"order_id": "ord_42", **{f"note{i:02}".ljust(40, "x"): "v" * 500 for i in range(49)}}
+    session = {"object": "checkout.session", "id": "cs_1", "metadata": md}
+    assert json.loads(purchase_fields(session)["p_md_cs"]) == md
+
+
+def test_metadata_past_the_cap_keeps_the_pairs_that_fit_in_key_order() -> None:
+    """Only text that JSON escapes heavily gets there: whole pairs kept, never none."""
+    md = {"a_order_id": "ord_42", **{f"n{i:02}": "\x01" * 500 for i in range(49)}}
+    kept = json.loads(purchase_fields({"object": "checkout.session", "metadata": md})["p_md_cs"])
+    assert kept["a_order_id"] == "ord_42" and 0 < len(kept) < len(md)
+    assert list(kept) == sorted(md)[: len(kept)] and all(kept[k] == md[k] for k in kept)
+    assert len(orjson.dumps(kept)) <= MAX_VALUE
+
+
+def test_an_invoice_s_lines_are_kept_and_past_the_cap_the_leading_ones() -> None:
+    def invoice(n: int) -> dict:
+        lines = [
+            {"id": f"il_{i}", "description": "1 × Seat (at $10.00 / month)" + " " * 150,
+             "amount": 1000, "currency": "usd", "quantity": 1, "price": {"id": "price_1"}}
+            for i in range(n)
+        ]  # fmt: skip
+        return {"object": "invoice", "id": "in_1", "lines": {"data": lines}}
+
+    twenty = json.loads(purchase_fields(invoice(20))["p_in_lines"])
+    assert [line["id"] for line in twenty] == [f"il_{i}" for i in range(20)]
+    many = json.loads(purchase_fields(invoice(1000))["p_in_lines"])
+    assert 20 < len(many) < 1000 and many[-1]["id"] == f"il_{len(many) - 1}"
