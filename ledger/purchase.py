@@ -47,6 +47,14 @@ class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
     payment_status: str | None
     customer_details: CustomerDetails
     metadata: dict[str, str]
+    payment_link: str | None = None
+    """The Payment Link it was made from (``plink_…``), if any: which link was bought."""
+
+
+class LinePeriod(msgspec.Struct, kw_only=True, frozen=True):
+    start: int
+    """Unix seconds."""
+    end: int
 
 
 class InvoiceLine(msgspec.Struct, kw_only=True, frozen=True):
@@ -59,6 +67,11 @@ class InvoiceLine(msgspec.Struct, kw_only=True, frozen=True):
     currency: str | None
     price: str | None
     product: str | None
+    period: LinePeriod | None = None
+    """What it bills for: a subscription's line, the service period to grant (Stripe's
+    guide provisions on ``invoice.paid`` until its end)."""
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    """The line's own: a subscription's metadata is on its lines, not on the invoice."""
 
 
 class Invoice(msgspec.Struct, kw_only=True, frozen=True):
@@ -183,6 +196,7 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
             address=address_of(f.get("p_cs_addr")),
         ),
         metadata=_metadata(f, "p_md_cs", True) or {},
+        payment_link=f.get("p_cs_link") or None,
     )
 
 

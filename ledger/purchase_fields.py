@@ -41,6 +41,7 @@ SESSION = {
     "client_reference_id": "p_cs_ref",
     "mode": "p_cs_mode",
     "payment_status": "p_cs_status",
+    "payment_link": "p_cs_link",
 }
 """Checkout Session scalars -> payment hash fields."""
 
@@ -114,7 +115,7 @@ def _line(line: Obj) -> dict[str, Any]:
         price_id, product = _id(price), ""
     amount = line.get("amount")
     quantity = line.get("quantity")
-    return {
+    shown: dict[str, Any] = {
         "id": _text(line.get("id")) or None,
         "description": _text(line.get("description")) or None,
         "quantity": quantity if isinstance(quantity, int) else None,
@@ -123,6 +124,14 @@ def _line(line: Obj) -> dict[str, Any]:
         "price": price_id or None,
         "product": product or None,
     }
+    period = line.get("period")  # left out when absent or empty, as the purchase's default
+    start, end = (period.get("start"), period.get("end")) if isinstance(period, dict) else (0, 0)
+    if isinstance(start, int) and isinstance(end, int) and (start or end):
+        shown["period"] = {"start": start, "end": end}
+    metadata = line.get("metadata")
+    if isinstance(metadata, dict) and metadata:
+        shown["metadata"] = {str(k): str(v) for k, v in sorted(metadata.items())}
+    return shown
 
 
 def _lines(obj: Obj) -> str:

@@ -105,6 +105,14 @@ class CheckoutSession(TypedDict):
     payment_status: str | None
     customer_details: CustomerDetails
     metadata: dict[str, str]
+    payment_link: str | None
+    """The Payment Link it was made from (``plink_…``), if any."""
+
+
+class LinePeriod(TypedDict):
+    start: int
+    """Unix seconds."""
+    end: int
 
 
 class InvoiceLine(TypedDict):
@@ -115,6 +123,10 @@ class InvoiceLine(TypedDict):
     currency: str | None
     price: str | None
     product: str | None
+    period: LinePeriod | None
+    """What it bills for: a subscription's service period, to grant until its end."""
+    metadata: dict[str, str]
+    """The line's own: a subscription's metadata is on its lines, not on the invoice."""
 
 
 class Invoice(TypedDict):

@@ -67,6 +67,12 @@ def test_a_subscription_renewal_invoice_as_stripe_sent_it() -> None:
     )
     assert got.customer == "cus_JsuO3bmrj0QlAw" and got.subscription == "sub_JsuPyCPhXWfZar"
     assert got.payment_intent is None and got.metadata.invoice == {}
+    # what to grant and until when: the subscription's metadata is on its line, not the invoice
+    assert line.period is not None and (line.period.start, line.period.end) == (
+        1642645280,
+        1645323680,
+    )
+    assert line.metadata["project_id"] == "295" and len(line.metadata) == 5
 
 
 def test_an_invoice_of_api_basil_names_its_subscription_and_price_in_new_places() -> None:
@@ -89,16 +95,28 @@ def test_an_invoice_of_api_basil_names_its_subscription_and_price_in_new_places(
     got = purchase_of("in_1", 1, purchase_fields(invoice))
     assert got.subscription == "sub_1" and got.invoice is not None
     assert (got.invoice.lines[0].price, got.invoice.lines[0].product) == ("price_1", "prod_1")
+    assert (got.invoice.lines[0].period, got.invoice.lines[0].metadata) == (None, {})
+
+
+def test_lines_kept_before_periods_and_metadata_read_as_none_and_empty() -> None:
+    """A payment recorded by an earlier release keeps lines without either: still read."""
+    old = '[{"id":"il_1","description":null,"quantity":1,"amount":500,"currency":"usd",'
+    old += '"price":"price_1","product":"prod_1"}]'
+    got = purchase_of("in_1", 1, {"p_in": "in_1", "p_in_lines": old})
+    assert got.invoice is not None and [
+        (x.id, x.period, x.metadata) for x in got.invoice.lines
+    ] == [("il_1", None, {})]
 
 
 def test_a_session_gives_who_bought_and_its_own_metadata() -> None:
     session = obj("checkout.session.completed")
-    session.update(client_reference_id="order_1", metadata={"a": "1"})
+    session.update(client_reference_id="order_1", metadata={"a": "1"}, payment_link="plink_1")
     session["customer_details"]["name"] = "Jenny Rosen"
     got = purchase_of("pi_1", 1, purchase_fields(session))
     assert got.checkout_session is not None
     assert got.checkout_session.customer_details.email == "stripe@example.com"
     assert (got.client_reference_id, got.customer_name) == ("order_1", "Jenny Rosen")
+    assert got.checkout_session.payment_link == "plink_1"  # which link was bought
     assert got.metadata.checkout_session == {"a": "1"}
     assert got.metadata.payment_intent == {} and got.metadata.invoice is None
 
