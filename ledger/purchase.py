@@ -40,6 +40,14 @@ class CustomerDetails(msgspec.Struct, kw_only=True, frozen=True):
     """The address the customer gave Checkout (billing; where to ship is ``shipping``)."""
 
 
+class CustomField(msgspec.Struct, kw_only=True, frozen=True):
+    key: str
+    type: str | None
+    """``text``, ``numeric`` or ``dropdown``."""
+    value: str | None
+    """What was entered or chosen (a dropdown's option ``value``); null if left empty."""
+
+
 class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
     id: str
     client_reference_id: str | None
@@ -49,6 +57,8 @@ class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
     metadata: dict[str, str]
     payment_link: str | None = None
     """The Payment Link it was made from (``plink_…``), if any: which link was bought."""
+    custom_fields: list[CustomField] = msgspec.field(default_factory=list)
+    """What the customer typed or chose in the session's custom fields."""
 
 
 class LinePeriod(msgspec.Struct, kw_only=True, frozen=True):
@@ -197,6 +207,7 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
         ),
         metadata=_metadata(f, "p_md_cs", True) or {},
         payment_link=f.get("p_cs_link") or None,
+        custom_fields=_json(f.get("p_cs_fields"), list[CustomField]) or [],
     )
 
 

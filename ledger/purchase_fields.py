@@ -144,6 +144,24 @@ def _lines(obj: Obj) -> str:
     return orjson.dumps(kept).decode() if kept else ""
 
 
+def _custom_fields(obj: Obj) -> str:
+    """The session's custom fields as key, type and what was entered (a dropdown's chosen
+    option; a numeric field's digits, a string as Stripe sends them)."""
+    fields = obj.get("custom_fields")
+    if not isinstance(fields, list):
+        return ""
+    shown = []
+    for field in fields:
+        if not isinstance(field, dict) or not _text(field.get("key")):
+            continue
+        kind = _text(field.get("type"))
+        entered = field.get(kind) if kind else None
+        value = entered.get("value") if isinstance(entered, dict) else None
+        shown.append({"key": field["key"], "type": kind or None, "value": _text(value) or None})
+    kept = _fitting(shown, lambda n: shown[:n])
+    return orjson.dumps(kept).decode() if kept else ""
+
+
 def _session(obj: Obj) -> dict[str, str]:
     found = {field: _text(obj.get(name)) for name, field in SESSION.items()}
     details = obj.get("customer_details")
@@ -154,6 +172,7 @@ def _session(obj: Obj) -> dict[str, str]:
     found["p_cs_addr"] = address_json(details.get("address"))
     found["p_cs_ship"] = session_shipping_json(obj)
     found["p_md_cs"] = _metadata(obj)
+    found["p_cs_fields"] = _custom_fields(obj)
     found["p_sub"] = _subscription(obj)
     found["p_in"] = _id(obj.get("invoice"))
     return found

@@ -97,6 +97,14 @@ class CustomerDetails(TypedDict):
     """The address the customer gave Checkout (billing; where to ship is ``shipping``)."""
 
 
+class CustomField(TypedDict):
+    key: str
+    type: str | None
+    """``text``, ``numeric`` or ``dropdown``."""
+    value: str | None
+    """What was entered or chosen (a dropdown's option ``value``); None if left empty."""
+
+
 class CheckoutSession(TypedDict):
     id: str
     client_reference_id: str | None
@@ -107,6 +115,8 @@ class CheckoutSession(TypedDict):
     metadata: dict[str, str]
     payment_link: str | None
     """The Payment Link it was made from (``plink_…``), if any."""
+    custom_fields: list[CustomField]
+    """What the customer typed or chose in the session's custom fields."""
 
 
 class LinePeriod(TypedDict):

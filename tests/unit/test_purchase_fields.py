@@ -121,6 +121,25 @@ def test_a_session_gives_who_bought_and_its_own_metadata() -> None:
     assert got.metadata.payment_intent == {} and got.metadata.invoice is None
 
 
+def test_a_session_gives_what_its_custom_fields_collected() -> None:
+    session = obj("checkout.session.completed")
+    session["custom_fields"] = [
+        {"key": "engraving", "label": {"custom": "Engraving", "type": "custom"},
+         "optional": False, "type": "text", "text": {"maximum_length": None, "value": "Jane"}},
+        {"key": "size", "optional": False, "type": "dropdown",
+         "dropdown": {"options": [{"label": "Large", "value": "l"}], "value": "l"}},
+        {"key": "floor", "optional": True, "type": "numeric", "numeric": {"value": None}},
+        {"label": {"custom": "no key"}},
+    ]  # fmt: skip
+    got = purchase_of("pi_1", 1, purchase_fields(session))
+    assert got.checkout_session is not None
+    assert [(f.key, f.type, f.value) for f in got.checkout_session.custom_fields] == [
+        ("engraving", "text", "Jane"),
+        ("size", "dropdown", "l"),
+        ("floor", "numeric", None),
+    ]
+
+
 def test_objects_of_other_kinds_give_nothing() -> None:
     assert purchase_fields({"object": "refund", "id": "re_1", "customer": "cus_1"}) == {}
     assert purchase_fields({}) == {}
