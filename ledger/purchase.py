@@ -123,7 +123,8 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
     invoice_id: str | None
     subscription: str | None
     amount: int | None
-    """Amount paid, in the currency's smallest unit."""
+    """Amount paid, in the currency's smallest unit; in a fulfilment again after a dispute
+    won, what it grants again (ledger/reversals.py refulfil_of)."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy
@@ -165,11 +166,15 @@ REVERSAL_FIELDS = (
     "reversal_refund",
     "reversal_amount",
     "called_on",
+    "rv",
+    "rv_failed",
+    "reversed_amount",
 )
 """What a job also reads of a payment hash: which leg is due (``leg`` = ``reverse`` once its
 reversal is, ``refulfil`` once fulfilled again after a dispute won, ``settle``), what the
-reversal call says (ledger/reversals.py), and which downstreams its calls went to (a
-settlement's: workers/jobs.py)."""
+reversal call says (ledger/reversals.py) and what a fulfilment again grants (``rv``,
+``rv_failed``, ``reversed_amount``), and which downstreams its calls went to (a settlement's:
+workers/jobs.py)."""
 
 
 def idempotency_key(payment_key: str) -> str:

@@ -150,9 +150,19 @@ def is_refulfil_key(idempotency_key: str) -> bool:
     return idempotency_key.startswith(REFULFIL_PREFIX)
 
 
-def refulfil_of(purchase: Purchase) -> Purchase:
-    """The purchase a fulfilment again after a dispute won passes, under its own key."""
-    return msgspec.structs.replace(purchase, idempotency_key=refulfil_key(purchase.payment_key))
+def refulfil_of(purchase: Purchase, stored: dict[str, str]) -> Purchase:
+    """The purchase a fulfilment again after a dispute won passes, under its own key, its
+    ``amount`` what it grants again: what the dispute's reversal took. With refunds reversed
+    on their own (REVERSAL_PER_REFUND, ``rv``) that is less than was paid, as those refunds
+    stand: the whole amount would grant the customer what they were refunded."""
+    key = refulfil_key(purchase.payment_key)
+    failed = _ints(stored.get("rv_failed"))  # failed since, and granted back by a person
+    standing = sum(a for rid, a in _ints(stored.get("rv")).items() if rid not in failed)
+    took = whole(stored.get("reversed_amount"))
+    if not standing or took is None or purchase.amount is None:
+        return msgspec.structs.replace(purchase, idempotency_key=key)
+    amount = max(0, min(purchase.amount, took) - standing)
+    return msgspec.structs.replace(purchase, idempotency_key=key, amount=amount)
 
 
 def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:

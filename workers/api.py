@@ -193,7 +193,8 @@ class Purchase(TypedDict):
     subscription: str | None
     amount: int | None
     """The amount paid in the currency's smallest unit (cents): 0 for a purchase a coupon or
-    trial made free; None when no event said (a thin event paid it)."""
+    trial made free; None when no event said (a thin event paid it). In a fulfilment again
+    after a dispute won (``refulfil:`` key), what it grants again (docs/REVERSAL.md)."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy

@@ -238,7 +238,7 @@ def fulfil(
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
     if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
-        call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call)
+        call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call, stored)
     settling = settle if leg == "settle" else None
     outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after, settling)
     if leg in ("reverse", "settle") and outcome != "fulfilled":

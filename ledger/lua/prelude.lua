@@ -663,6 +663,34 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
   return nil
 end
 
+-- With refunds reversed on their own (REVERSAL_PER_REFUND, `rv`), a reversed payment given
+-- back is not given back whole: the refunds that stand keep what their reversals took. What
+-- a person grants back, for the hold's reason: nil when no refund reversed on its own stands
+-- or failed.
+local function what_stands(pay, why)
+  local f = redis.call('HMGET', pay, 'rv', 'rv_failed', 'rf', 'reversed_amount')
+  local failed, refunds = cjson.decode(f[2] or '{}'), cjson.decode(f[3] or '{}')
+  local standing, gone, named = 0, 0, {}
+  for id, amount in pairs(cjson.decode(f[1] or '{}')) do
+    if refunds[id] == -1 and not failed[id] then
+      gone = gone + amount
+      named[#named + 1] = id .. ' (' .. amount .. ')'
+    elseif not failed[id] then
+      standing = standing + amount
+    end
+  end
+  if standing == 0 and gone == 0 then return nil end
+  table.sort(named)
+  local took = (tonumber(f[4] or '0') or 0) - standing - gone
+  if why == 'dispute' and standing > 0 then
+    return ' less its refunds reversed on their own (' .. standing .. ', they stand): ' ..
+      'grant back by hand what the dispute\'s reversal took (' .. took .. ')'
+  end
+  if #named == 0 then return nil end
+  return ' less the refunds that stand (' .. standing .. '): grant back by hand what the ' ..
+    'reversal of ' .. table.concat(named, ', ') .. ' took'
+end
+
 -- A payment settled as taken back that Stripe no longer takes back (given_back) is never
 -- left so silently (and one held so, taken back again: taken_back_again). Refunded before any effect (`refunded_unfulfilled`): held
 -- (hold_given_back). Reversed: the customer keeps the money's worth, so by default a person
@@ -697,8 +725,8 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   end
   return hold_reinstated(pay, now, (why == 'dispute' and 'dispute won' or
     'a refund failed or was canceled') .. ' after its reversal: the customer keeps the ' ..
-    'purchase; grant it again by hand, then resolve it as fulfilled (a retry runs nothing)',
-    true)
+    'purchase' .. (what_stands(pay, why) or '; grant it again by hand') ..
+    ', then resolve it as fulfilled (a retry runs nothing)', true)
 end
 
 -- REVERSAL_PER_REFUND: a refund reversed on its own (`rv`) that then failed or was canceled

@@ -355,6 +355,71 @@ def test_per_refund_a_dispute_lost_reverses_what_remains_once(redis, redis_serve
     assert shop.deliver(lost) == "reversed"
 
 
+@pytest.mark.parametrize("refund_failed", [False, True])
+def test_per_refund_a_dispute_won_grants_again_what_the_dispute_took_back(
+    redis, redis_server, rng, refund_failed: bool
+) -> None:
+    """A partial refund reversed on its own stands when the dispute that took the rest back
+    is won: the fulfilment again carries that rest as its amount (before: the whole amount
+    paid, granting the customer what they were refunded). A refund whose reversal a person
+    granted back after it failed counts no longer: then the whole amount again."""
+    shop = per_refund_shop(redis_server, rng, REVERSAL_DISPUTE_WON="fulfil")
+    part = shop.amount // 4
+    created, _, updated = refund_events(rng, shop.pk, shop.amount, part)
+    shop.deliver(created)
+    assert len(reverse_all(shop)) == 1
+    if refund_failed:
+        updated["data"]["object"]["status"] = "failed"
+        assert shop.deliver(updated) == "held"
+        assert shop.attempts.record_decision(shop.pk, "fulfilled", ("held",), "cli")[0] == "ok"
+    lost = dispute_closed(rng, shop.pk, shop.amount - part, "lost")
+    assert shop.deliver(lost) == "queued" and len(reverse_all(shop)) == 1
+    won = dispute_closed(rng, shop.pk, shop.amount - part, "won")
+    assert shop.deliver(won) == "queued" and shop.field("leg") == "refulfil"
+    start = shop.attempts.start(shop.pk, "job-r", True, leg="refulfil")
+    stored = {k.decode(): v.decode() for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()}
+    call = refulfil_of(purchase_of(shop.pk, start.token, stored), stored)
+    assert call.amount == (shop.amount if refund_failed else shop.amount - part)
+
+
+def test_per_refund_a_dispute_won_held_says_what_stands_and_what_to_grant_back(
+    redis, redis_server, rng
+) -> None:
+    """REVERSAL_DISPUTE_WON=hold: the person is told to grant back what the dispute's
+    reversal took, not the whole purchase (before: "the customer keeps the purchase")."""
+    shop = per_refund_shop(redis_server, rng)
+    part = shop.amount // 4
+    shop.deliver(refund_events(rng, shop.pk, shop.amount, part)[0])
+    assert len(reverse_all(shop)) == 1
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount - part, "lost")) == "queued"
+    assert len(reverse_all(shop)) == 1 and shop.state() == "reversed"
+    assert shop.deliver(dispute_closed(rng, shop.pk, shop.amount - part, "won")) == "held"
+    reason = shop.field("hold_reason") or ""
+    assert f"refunds reversed on their own ({part}, they stand)" in reason, reason
+    assert f"grant back by hand what the dispute's reversal took ({shop.amount - part})" in reason
+
+
+def test_per_refund_a_refund_failed_after_the_payment_was_reversed_names_it(
+    redis, redis_server, rng
+) -> None:
+    """Two refunds each reversed, the payment reversed; one fails: a person grants back what
+    its reversal took, the other refund stands (before: "the customer keeps the purchase")."""
+    shop = per_refund_shop(redis_server, rng)
+    part = shop.amount // 4
+    first = refund_events(rng, shop.pk, shop.amount, part)
+    shop.deliver(first[0])
+    rest = refund_events(rng, shop.pk, shop.amount, shop.amount - part, refunded_before=part)
+    shop.deliver(rest[0])
+    assert len(reverse_all(shop)) == 2 and shop.state() == "reversed"
+    failed = first[2]
+    failed["data"]["object"]["status"] = "failed"
+    assert shop.deliver(failed) == "held"
+    reason = shop.field("hold_reason") or ""
+    refund_id = failed["data"]["object"]["id"]
+    assert f"less the refunds that stand ({shop.amount - part})" in reason, reason
+    assert f"grant back by hand what the reversal of {refund_id} ({part}) took" in reason
+
+
 def test_per_refund_a_full_refund_no_known_refund_accounts_for_reverses_the_rest(
     redis, redis_server, rng
 ) -> None:
@@ -384,8 +449,8 @@ def test_a_dispute_won_after_its_reversal_is_fulfilled_again_once_under_the_sett
     assert shop.attempts.start(shop.pk, "job-f", True).reason == "leg"
     start = shop.attempts.start(shop.pk, "job-r", True, leg="refulfil")
     stored = {k.decode(): v.decode() for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()}
-    call = refulfil_of(purchase_of(shop.pk, start.token, stored))
-    assert call.idempotency_key == f"refulfil:{shop.pk}"
+    call = refulfil_of(purchase_of(shop.pk, start.token, stored), stored)
+    assert (call.idempotency_key, call.amount) == (f"refulfil:{shop.pk}", shop.amount)
     assert shop.attempts.finish(shop.pk, start.token, "fulfilled", "{}", 1.0)[1] == "fulfilled"
     assert shop.field("refulfilled_at") and shop.field("reinstated_at")
     assert shop.deliver(won) == "fulfilled"
