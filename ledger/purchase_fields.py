@@ -28,13 +28,14 @@ PREFIX = "p_"
 """Every purchase field of a payment hash starts with this (record_delivery.lua refuses
 any other)."""
 
-MAX_VALUE = 32_768
-"""Longest stored value. Stripe bounds what reaches it: a metadata map has at most 50 keys of
-40 and values of 500 characters (about 27 KB as JSON), so any map is kept whole but one
-whose text JSON must escape heavily; of that one, and of an invoice's lines beyond it, the
-pairs (in key order) and lines (in Stripe's order) that fit are kept, never none of them. A
-value over 2 KB (config/redis.conf's hash-max-listpack-value) costs its payment the larger
-hash encoding: memory only those payments pay."""
+MAX_VALUE = 131_072
+"""Longest stored value, in bytes of JSON. Stripe bounds what reaches it: a metadata map has
+at most 50 keys of 40 and values of 500 characters, under 110 KB as UTF-8 JSON even with
+every character 4 bytes, so any map is kept whole but one whose text JSON must escape
+heavily (control characters); of that one, and of an invoice's lines beyond it, the pairs
+(in key order) and lines (in Stripe's order) that fit are kept. A value over 2 KB
+(config/redis.conf's hash-max-listpack-value) costs its payment the larger hash encoding:
+memory only those payments pay."""
 
 SESSION = {
     "id": "p_cs",

@@ -157,7 +157,9 @@ def refulfil_of(purchase: Purchase, stored: dict[str, str]) -> Purchase:
     stand: the whole amount would grant the customer what they were refunded."""
     key = refulfil_key(purchase.payment_key)
     failed = _ints(stored.get("rv_failed"))  # failed since, and granted back by a person
-    standing = sum(a for rid, a in _ints(stored.get("rv")).items() if rid not in failed)
+    refunds = _ints(stored.get("rf"))  # -1: failed or canceled since, held or not
+    reversed_each = _ints(stored.get("rv"))
+    standing = sum(a for r, a in reversed_each.items() if r not in failed and refunds.get(r) != -1)
     took = whole(stored.get("reversed_amount"))
     if not standing or took is None or purchase.amount is None:
         return msgspec.structs.replace(purchase, idempotency_key=key)

@@ -91,7 +91,8 @@ class Prover:
         yield self.faulted(name, {"PROVE_SLOW": "1"}, rescue=False)
         name = "resent with the same idempotency key"
         if not self.replay_safe:
-            yield Row(name, "", 0, 0, "", "skipped", "not replay-safe: the service resends none")
+            why = "not replay-safe: the service resends none that may have applied"
+            yield Row(name, "", 0, 0, "", "skipped", why)
         else:
             yield self.faulted(name, {"PROVE_RESEND": "1"}, rescue=False)
 

@@ -78,7 +78,9 @@ class HttpAction:
             raise TransientDownstreamError(refused, down=True, retry_after=wait)
         if status == 409:  # a request with this key still in progress (Stripe's, the IETF
             # Idempotency-Key draft's): not applied yet, and it may yet fail; ask again later
-            raise TransientDownstreamError(f"{refused}: its Idempotency-Key is in use")
+            raise TransientDownstreamError(f"{refused}: {KEY_IN_USE}")
+        if status in NOT_HANDLED:  # refused before any handler ran: nothing applied
+            raise TransientDownstreamError(refused)
         if status >= 500:  # a handler may fail after its commit: it may have been applied
             raise AmbiguousDownstreamError(refused, answered=True)
         raise PermanentDownstreamError(refused)
@@ -86,6 +88,15 @@ class HttpAction:
     def _failed(self, exc: requests.RequestException) -> str:
         """``http: ConnectionError (Connection refused) calling http://host:port``."""
         return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
+
+
+KEY_IN_USE = (
+    "its Idempotency-Key is in use (a request with it still running); a key already applied "
+    "is answered with its stored 2xx, not 409"
+)
+NOT_HANDLED = (501, 505, 511)
+"""Server errors that say no handler ran: the method or HTTP version not served, a proxy's
+login (network authentication) page."""
 
 
 class Unredirected(requests.Session):

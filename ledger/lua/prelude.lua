@@ -665,10 +665,13 @@ end
 
 -- With refunds reversed on their own (REVERSAL_PER_REFUND, `rv`), a reversed payment given
 -- back is not given back whole: the refunds that stand keep what their reversals took. What
--- a person grants back, for the hold's reason: nil when no refund reversed on its own stands
--- or failed.
+-- a person grants back, for the hold's reason: a dispute won, what its reversal took and
+-- the reversals of refunds failed since; a refund failed, its own reversal's, else what the
+-- rest's took. nil (the whole purchase: the reason says so) when no refund reversed on its
+-- own stands or failed, or the amount paid is not known (reversals carried no amounts).
 local function what_stands(pay, why)
-  local f = redis.call('HMGET', pay, 'rv', 'rv_failed', 'rf', 'reversed_amount')
+  local f = redis.call('HMGET', pay, 'rv', 'rv_failed', 'rf', 'reversed_amount', 'amount')
+  if not tonumber(f[5] or '') then return nil end
   local failed, refunds = cjson.decode(f[2] or '{}'), cjson.decode(f[3] or '{}')
   local standing, gone, named = 0, 0, {}
   for id, amount in pairs(cjson.decode(f[1] or '{}')) do
@@ -681,14 +684,15 @@ local function what_stands(pay, why)
   end
   if standing == 0 and gone == 0 then return nil end
   table.sort(named)
-  local took = (tonumber(f[4] or '0') or 0) - standing - gone
-  if why == 'dispute' and standing > 0 then
-    return ' less its refunds reversed on their own (' .. standing .. ', they stand): ' ..
-      'grant back by hand what the dispute\'s reversal took (' .. took .. ')'
-  end
-  if #named == 0 then return nil end
-  return ' less the refunds that stand (' .. standing .. '): grant back by hand what the ' ..
-    'reversal of ' .. table.concat(named, ', ') .. ' took'
+  local rest = math.max(0, (tonumber(f[4] or '0') or 0) - standing - gone)
+  local grants = {}
+  if why == 'dispute' then grants[1] = "what the dispute's reversal took (" .. rest .. ')' end
+  if #named > 0 then grants[#grants + 1] = 'what the reversal of ' .. table.concat(named, ', ') ..
+    ' took' end
+  if #grants == 0 and rest > 0 then grants[1] = "what the rest's reversal took (" .. rest .. ')' end
+  if #grants == 0 then return nil end
+  return ' less the refunds that stand (' .. standing .. '): grant back by hand ' ..
+    table.concat(grants, ' and ')
 end
 
 -- A payment settled as taken back that Stripe no longer takes back (given_back) is never

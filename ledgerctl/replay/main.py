@@ -13,7 +13,8 @@ reversal has no effect to take back, an acknowledged delivery is missing from th
 or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
 2 usage error (a --secret that is not whsec_…, an event file that is missing or holds no
 events, an unknown --scenario, a --json file that cannot be written), before anything is
-sent; 3 Redis unreachable.
+sent; 3 Redis unreachable, or the SQLite file effects are counted from (--downstream-db)
+unreadable, once everything was sent.
 """
 
 import argparse

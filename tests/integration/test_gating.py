@@ -35,6 +35,7 @@ def health_of_call(url: str) -> Health:
         (409, None, Health("up")),
         (400, None, Health("up")),  # this payment's refusal: the downstream answers
         (500, None, Health("up")),  # this payment's failure
+        (501, None, Health("up")),
         (503, None, Health("down")),
         (503, 7, Health("down", retry_after_s=7.0)),
         (429, 30, Health("down", retry_after_s=30.0)),

@@ -157,6 +157,32 @@ def test_a_409_is_a_key_in_use_asked_again_never_done(
         assert downstream.calls[pk] == 2
 
 
+def test_a_downstream_answering_409_for_a_key_it_applied_fails_saying_what_to_answer(
+    fulfilment, redis, rng
+) -> None:
+    """A downstream that answers 409 for a key it already applied (what this service once
+    asked for) ends `failed`, its error saying to answer such a key with its stored 2xx."""
+    with CountingDownstream(default=409) as downstream:
+        f = fulfilment(
+            FULFILMENT_ACTION=downstream.url, FULFILMENT_REPLAY_SAFE="true", MAX_ATTEMPTS="2"
+        )
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "failed")
+        record = read_payments.payment(redis, pk)
+        assert record is not None and downstream.calls[pk] == 2
+        assert "a key already applied is answered with its stored 2xx" in (record.last_error or "")
+
+
+def test_a_501_from_a_downstream_not_replay_safe_is_asked_again(fulfilment, redis, rng) -> None:
+    """No handler ran (the method not served, as a proxy in front may answer): nothing was
+    applied, so it is retried, unlike a 500."""
+    with CountingDownstream(script=[501]) as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url)
+        pk = pay(f, rng)
+        work_until(f, redis, pk, "fulfilled")
+        assert downstream.calls[pk] == 2
+
+
 def test_downstream_refusing_connections_waits_without_spending_attempts(
     fulfilment, redis, rng
 ) -> None:

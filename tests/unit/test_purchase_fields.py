@@ -255,6 +255,9 @@ def test_metadata_as_large_as_stripe_allows_is_kept_whole() -> None:
     md = {"order_id": "ord_42", **{f"note{i:02}".ljust(40, "x"): "v" * 500 for i in range(49)}}
     session = {"object": "checkout.session", "id": "cs_1", "metadata": md}
     assert json.loads(purchase_fields(session)["p_md_cs"]) == md
+    wide = {"order_id": "ord_42", **{f"n{i:02}": "注文" * 250 for i in range(49)}}  # 3 bytes each
+    session["metadata"] = wide
+    assert json.loads(purchase_fields(session)["p_md_cs"]) == wide
 
 
 def test_metadata_past_the_cap_keeps_the_pairs_that_fit_in_key_order() -> None:
