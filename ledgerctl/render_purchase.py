@@ -3,17 +3,32 @@ gets, with the line items when they were fetched. The email, name, phone and add
 shown whole here, on one payment's page; lists show a masked email and no address
 (ledger/redact.py ``mask_email``)."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
-from ledger.purchase import Purchase
+from ledger.purchase import CustomField, LinePeriod, Purchase
 from ledger.purchase_shipping import address_text
 from ledgerctl.terminal import kv_table, rows_table
 
 
 def _metadata(found: dict[str, str] | None) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in sorted(found.items())) if found else None
+
+
+def _custom_fields(fields: list[CustomField]) -> str | None:
+    shown = [f"{f.key}={'(empty)' if f.value is None else f.value}" for f in fields]
+    return ", ".join(shown) or None
+
+
+def _period(period: LinePeriod | None) -> str | None:
+    if period is None:
+        return None
+    start, end = (
+        datetime.fromtimestamp(s, UTC).strftime("%Y-%m-%d") for s in (period.start, period.end)
+    )
+    return f"{start} – {end}"
 
 
 def purchase(p: Purchase) -> list[Table]:
@@ -23,6 +38,8 @@ def purchase(p: Purchase) -> list[Table]:
         "checkout session": session.id if session else None,
         "client reference id": p.client_reference_id,
         "session": f"{session.mode} mode, {session.payment_status}" if session else None,
+        "payment link": session.payment_link if session else None,
+        "custom fields": _custom_fields(session.custom_fields) if session else None,
         "customer": p.customer,
         "email": p.customer_email,
         "name": p.customer_name,
@@ -55,4 +72,18 @@ def purchase(p: Purchase) -> list[Table]:
         tables.append(
             rows_table("Line items", items, tuple(items[0]), ("quantity", "unit amount", "total"))
         )
+    lines = [
+        {
+            "price": i.price,
+            "product": i.product,
+            "quantity": i.quantity,
+            "amount": i.amount,
+            "period": _period(i.period),
+            "metadata": _metadata(i.metadata),
+            "description": i.description,
+        }
+        for i in (invoice.lines if invoice else [])
+    ]
+    if lines:
+        tables.append(rows_table("Invoice lines", lines, tuple(lines[0]), ("quantity", "amount")))
     return tables

@@ -8,7 +8,7 @@ only read; the retry/resolve buttons and the pause/resume page POST with the CSR
 """
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
@@ -71,6 +71,12 @@ def when(moment: datetime | None) -> Markup:
         return Markup('<span class="muted">-</span>')
     iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
     return Markup('<time datetime="{0}">{1}</time>').format(iso, iso.replace("T", " "))
+
+
+@bp.app_template_filter("epoch")
+def epoch(seconds: int) -> Markup:
+    """Stripe's unix seconds (an invoice line's period), as :func:`when` shows a time."""
+    return when(datetime.fromtimestamp(seconds, UTC))
 
 
 @bp.app_template_filter("number")

@@ -3,6 +3,7 @@ purchase in the dashboard, the API, ``webhook-ledger payment`` and the evidence 
 lists show the order id and a masked email, never a whole one, nor where it ships."""
 
 import json
+from pathlib import Path
 
 from ledger.redact import mask_email
 from tests.support.constants import BASIC, BEARER
@@ -14,6 +15,7 @@ MASKED = "j***@example.com"
 STREET = "510 Townsend St"
 """Where the sample payment's PaymentIntent ships to."""
 PHONE = "+15555550100"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stripe"
 
 
 def recorded(fulfilment, rng) -> tuple[str, str]:
@@ -79,3 +81,33 @@ def test_the_cli_and_the_bundle_show_the_purchase(fulfilment, config, rng, tmp_p
     assert bundled["purchase"]["checkout_session_id"] == session
     assert bundled["purchase"]["shipping"]["address"]["line1"] == STREET
     assert run_cli(config, "verify", str(tmp_path / "b")).exit_code == 0
+
+
+def test_what_the_customer_typed_and_a_subscription_s_lines_are_shown(
+    fulfilment, client, config, rng
+) -> None:
+    """A session's payment link and custom fields, an invoice's lines with their period and
+    metadata: on the payment's page and in ``webhook-ledger payment``, as the action gets them."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    session = events[3]["data"]["object"]
+    session["payment_link"] = "plink_1Q2w3E"
+    session["custom_fields"] = [
+        {"key": "engraving", "type": "text", "text": {"value": "For Jenny"}, "optional": False}
+    ]
+    for event in events:
+        f.deliver(event)
+    pk = payment_key_of(events[2])
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    assert "plink_1Q2w3E" in page and "For Jenny" in page
+    shown = run_cli(config, "payment", pk).stdout
+    assert "plink_1Q2w3E" in shown and "engraving=For Jenny" in shown, shown
+    invoice = json.loads((FIXTURES / "invoice.paid.subscription_cycle.json").read_text())
+    f.deliver(invoice)
+    key = invoice["data"]["object"]["id"]
+    page = client.get(f"/ops/payments/{key}", headers=BASIC).get_data(as_text=True)
+    assert 'id="invoice-lines"' in page and "project_id" in page
+    assert '<time datetime="2022-01-20T02:21:20Z">' in page  # the line's period start
+    shown = run_cli(config, "payment", key).stdout
+    assert "Invoice lines" in shown and "2022-01-20 – 2022-02-20" in shown, shown
+    assert "project_id=295" in " ".join(shown.split())
