@@ -59,9 +59,10 @@ from ledger.event_shape import data_object
 from ledger.events import classify
 from ledger.gate import Admission, Gate, Health
 from ledger.money import paid_amount
+from ledger.purchase import purchase_of, stored_fields
 from ledger.purchase_reads import intent_delivery
 from ledger.read import payments
-from ledger.reversals import taken_of
+from ledger.reversals import refulfil_of, taken_of
 from ledger.scripts import Script
 from ledger.setting_list import PAID
 from ledger.stored import whole
@@ -653,6 +654,9 @@ class Protocol(RuleBasedStateMachine):
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
                 worker.refund, worker.amount = (due[0] or b"").decode(), whole(due[1])
+            if leg == "refulfil":  # what jobs.py passes: the amount it grants again
+                stored = stored_fields(self.redis, pk)
+                worker.amount = refulfil_of(purchase_of(pk, start.token, stored), stored).amount
             self.workers[self.workers.index(None)] = worker
         else:
             report(self.gate, admission, pk, start.token, Health("none"), "")
@@ -793,6 +797,18 @@ class Protocol(RuleBasedStateMachine):
         assert pk in self.won, f"{pk}: fulfilled again without a dispute won"
         reversed_ = any(n for (p, _), n in self.reversals_applied.items() if p == pk)
         assert reversed_ or pk in self.person_reversed, f"{pk}: fulfilled again, never reversed"
+        paid = self.amounts.get(pk)
+        if paid is not None and pk not in self.known_late and self.per_refund:
+            # the refunds reversed on their own that stand keep theirs (not failed since, nor
+            # granted back by a person): it grants again what the dispute's reversal took
+            mine = self.refunds.get(pk, {})
+            standing = sum(
+                self.reversal_amounts[(p, r)]
+                for (p, r), n in self.reversals_applied.items()
+                if p == pk and r and n and mine.get(r) != -1 and (p, r) not in self.regranted
+            )
+            assert w.amount == paid - standing, f"{pk}: grants {w.amount} again, {standing} stand"
+            TALLY["regrants_less_what_stands" if standing else "regrants_whole"] += 1
         self.refulfil_calls[pk] += 1
         if pk in self.refulfil_maybe_applied:
             self.refulfil_again[pk] += 1
