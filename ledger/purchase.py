@@ -55,9 +55,9 @@ class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
     payment_status: str | None
     customer_details: CustomerDetails
     metadata: dict[str, str]
-    payment_link: str | None = None
+    payment_link: str | None
     """The Payment Link it was made from (``plink_…``), if any: which link was bought."""
-    custom_fields: list[CustomField] = msgspec.field(default_factory=list)
+    custom_fields: list[CustomField]
     """What the customer typed or chose in the session's custom fields."""
 
 
@@ -77,10 +77,10 @@ class InvoiceLine(msgspec.Struct, kw_only=True, frozen=True):
     currency: str | None
     price: str | None
     product: str | None
-    period: LinePeriod | None = None
+    period: LinePeriod | None
     """What it bills for: a subscription's line, the service period to grant (Stripe's
     guide provisions on ``invoice.paid`` until its end)."""
-    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    metadata: dict[str, str]
     """The line's own: a subscription's metadata is on its lines, not on the invoice."""
 
 
@@ -191,6 +191,23 @@ def _json(value: str | None, kind: type[Any]) -> Any:
         return None
 
 
+def _lines(stored: str | None) -> list[InvoiceLine]:
+    """An invoice's lines; those an earlier release kept have no ``period`` or ``metadata``."""
+    try:
+        found = orjson.loads(stored) if stored else []
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(found, list):
+        return []
+    earlier: dict[str, Any] = {"period": None, "metadata": {}}
+    try:
+        return msgspec.convert(
+            [{**earlier, **x} if isinstance(x, dict) else x for x in found], list[InvoiceLine]
+        )
+    except msgspec.ValidationError:
+        return []
+
+
 def _metadata(f: dict[str, str], field: str, present: bool) -> dict[str, str] | None:
     found = _json(f.get(field), dict[str, str])
     return found if found is not None else ({} if present else None)
@@ -232,7 +249,7 @@ def _invoice(f: dict[str, str]) -> Invoice | None:
         id=f["p_in"],
         subscription=f.get("p_sub") or None,
         billing_reason=f.get("p_in_reason") or None,
-        lines=_json(f.get("p_in_lines"), list[InvoiceLine]) or [],
+        lines=_lines(f.get("p_in_lines")),
     )
 
 
