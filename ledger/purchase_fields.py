@@ -65,12 +65,12 @@ def _metadata(obj: Obj) -> str:
     if not isinstance(md, dict) or not md:
         return ""
     pairs = sorted((str(k), str(v)) for k, v in md.items())
-    kept = _fitting(pairs, lambda n: dict(pairs[:n]))
-    return orjson.dumps(kept).decode() if kept else ""
+    return _fitting(pairs, lambda n: dict(pairs[:n]))
 
 
-def _fitting(items: list[Any], shown: Callable[[int], Any]) -> Any:
-    """``shown(n)`` for the most leading ``items`` whose JSON fits MAX_VALUE (bisected)."""
+def _fitting(items: list[Any], shown: Callable[[int], Any]) -> str:
+    """The JSON of ``shown(n)`` for the most leading ``items`` that fit MAX_VALUE (bisected);
+    '' when none does."""
     low, high = 0, len(items)
     while low < high:
         mid = (low + high + 1) // 2
@@ -78,7 +78,7 @@ def _fitting(items: list[Any], shown: Callable[[int], Any]) -> Any:
             low = mid
         else:
             high = mid - 1
-    return shown(low)
+    return orjson.dumps(shown(low)).decode() if low else ""
 
 
 def _pi_charge(obj: Obj) -> str:
@@ -141,8 +141,7 @@ def _lines(obj: Obj) -> str:
     if not isinstance(data, list) or not data:
         return ""
     shown = [_line(x) for x in data if isinstance(x, dict)]
-    kept = _fitting(shown, lambda n: shown[:n])
-    return orjson.dumps(kept).decode() if kept else ""
+    return _fitting(shown, lambda n: shown[:n])
 
 
 def _custom_fields(obj: Obj) -> str:
@@ -159,8 +158,7 @@ def _custom_fields(obj: Obj) -> str:
         entered = field.get(kind) if kind else None
         value = entered.get("value") if isinstance(entered, dict) else None
         shown.append({"key": field["key"], "type": kind or None, "value": _text(value) or None})
-    kept = _fitting(shown, lambda n: shown[:n])
-    return orjson.dumps(kept).decode() if kept else ""
+    return _fitting(shown, lambda n: shown[:n])
 
 
 def _session(obj: Obj) -> dict[str, str]:
