@@ -1,7 +1,9 @@
 """The ledger's Redis pool refuses to hand out a connection holding a reply nobody read
 (ledger/connection.py, ``maint_notifications_config``): it reconnects it first, in a plain
 process and in one gevent has patched (the web process). With redis-py's default the next
-command read that reply as its own. And with Redis frozen a command gives up after
+command read that reply as its own. A connection Redis closed is replaced the same way, and
+in the gevent-patched process that check polls with the system's ``poll``, not gevent's
+(``ReadyCheckParser``). And with Redis frozen a command gives up after
 REDIS_RETRIES + 1 tries, not the square of that (``OutermostRetry``)."""
 
 import os
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from redis.exceptions import ConnectionError, TimeoutError
 
@@ -34,10 +37,21 @@ monkey.patch_all()
 import select
 import sys
 
-from tests.integration.test_redis_pool import unread_reply_is_dropped
+from ledger import connection, settings
+from tests.integration.test_redis_pool import closed_connection_is_replaced, unread_reply_is_dropped
 
 assert select.poll is not monkey.get_original("select", "poll"), "gevent did not patch"
 unread_reply_is_dropped(sys.argv[1])
+closed_connection_is_replaced(sys.argv[1])
+# the check before each command polls with the system's poll, not gevent's (a timer and a
+# watcher per command)
+patched, polls = select.poll, []
+select.poll = lambda: polls.append(1) or patched()
+client = connection.connect(settings.load({}, REDIS_URL=sys.argv[1]))
+for n in range(50):
+    client.set("pool:n", n)
+    assert client.get("pool:n") == str(n).encode()
+assert not polls, f"gevent's poll ran {len(polls)} times in 100 commands"
 """
 
 
@@ -55,13 +69,44 @@ def unread_reply_is_dropped(url: str) -> None:
         connection.close(client)
 
 
+def closed(pooled: Any) -> bool:
+    try:
+        return bool(pooled.can_read(timeout=0.1))
+    except ConnectionError:
+        return True
+
+
+def closed_connection_is_replaced(url: str) -> None:
+    """A pooled connection Redis closed (CLIENT KILL, a restart, a timeout) is replaced
+    before the next command, which neither fails nor spends a retry."""
+    given = {"REDIS_URL": url, "REDIS_MAX_CONNECTIONS": 1, "REDIS_RETRIES": 0}
+    client = connection.connect(settings.load({}, **given))
+    observer = connection.connect(settings.load({}, REDIS_URL=url))
+    try:
+        client.set("pool:key", "value")
+        pooled = client.connection_pool.get_connection()
+        pooled.send_command("CLIENT", "ID")
+        pooled_id = pooled.read_response()
+        client.connection_pool.release(pooled)
+        assert observer.client_kill_filter(_id=pooled_id) == 1
+        wait_until(lambda: closed(pooled), what="the close to reach the client")
+        assert client.get("pool:key") == b"value"
+    finally:
+        connection.close(client)
+        connection.close(observer)
+
+
 def test_a_connection_left_with_an_unread_reply_is_reconnected_before_reuse(
     redis_server: RedisServer,
 ) -> None:
     unread_reply_is_dropped(redis_server.url)
 
 
-def test_so_it_is_in_a_process_gevent_patched(redis_server: RedisServer) -> None:
+def test_a_connection_redis_closed_is_replaced_before_reuse(redis_server: RedisServer) -> None:
+    closed_connection_is_replaced(redis_server.url)
+
+
+def test_so_they_are_in_a_process_gevent_patched(redis_server: RedisServer) -> None:
     done = subprocess.run(
         [sys.executable, "-c", IN_GEVENT, redis_server.url],
         cwd=ROOT,
