@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ledger.purchase import CustomField, LinePeriod, Purchase
+from ledger.purchase import CustomField, Purchase
+from ledger.purchase_invoice import LinePeriod
 from ledger.purchase_shipping import address_text
 from ledgerctl.terminal import kv_table, rows_table
 
