@@ -140,19 +140,18 @@ def _lines(obj: Obj) -> dict[str, str]:
     were kept (``p_in_more``: "1" when Stripe left some out, ``has_more``, or MAX_VALUE cut
     some; "0" when they are all there). Written together, so a paying event that replaces
     the lines replaces the flag too (the flag alone if not one line fits); neither when the
-    event carried no lines and said none were left out."""
+    invoice came without its ``lines`` list (then they are not known)."""
     lines = obj.get("lines")
     lines = lines if isinstance(lines, dict) else {}
     data = lines.get("data")
-    data = data if isinstance(data, list) else []
-    shown = [invoice_line(x) for x in data if isinstance(x, dict)]
-    left_out = lines.get("has_more") is True
-    if not shown and not left_out:
+    if not isinstance(data, list):
         return {}
+    shown = [invoice_line(x) for x in data if isinstance(x, dict)]
     whole = orjson.dumps(shown)
     cut = len(whole) > MAX_VALUE
     kept = _fitting(shown, lambda n: shown[:n]) if cut else whole.decode()
-    return {"p_in_lines": kept, "p_in_more": "1" if left_out or cut else "0"}
+    found = {"p_in_lines": kept, "p_in_more": "1" if lines.get("has_more") is True or cut else "0"}
+    return found if kept else {"p_in_more": "1"}
 
 
 def _custom_fields(obj: Obj) -> str:

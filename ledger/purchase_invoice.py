@@ -19,7 +19,9 @@ EVENT_LINES = "p_in_lines"
 
 LINES_LEFT_OUT = "p_in_more"
 """Written with EVENT_LINES by the same event: "1" when lines were left out, "0" when not.
-Lines an earlier release kept have none: taken as complete, as the purchase said then."""
+Lines an earlier release kept have none: taken as complete, as the purchase said then. An
+invoice no invoice event brought (a PaymentIntent's ``invoice`` names it) has neither: its
+lines are not known, so not complete."""
 
 ALL_LINES = "p_in_lines_all"
 """Every line, read from Stripe's API (INVOICE_LINES), in EVENT_LINES' shape."""
@@ -55,9 +57,9 @@ class Invoice(msgspec.Struct, kw_only=True, frozen=True):
     billing_reason: str | None
     lines: list[InvoiceLine]
     lines_complete: bool
-    """False when ``lines`` are only the first of them: Stripe's event carried one page
-    (``has_more``) or the ledger's cap cut some, and they were not read from Stripe's API
-    (INVOICE_LINES)."""
+    """False when ``lines`` are only the first of them (Stripe's event carried one page,
+    ``has_more``, or the ledger's cap cut some) or none are known (no invoice event came),
+    and they were not read from Stripe's API (INVOICE_LINES)."""
 
 
 def _lines(stored: str | None) -> list[InvoiceLine]:
@@ -77,6 +79,13 @@ def _lines(stored: str | None) -> list[InvoiceLine]:
         return []
 
 
+def lines_known_complete(f: dict[str, str]) -> bool:
+    """Whether the lines an event carried are all of the invoice's."""
+    if LINES_LEFT_OUT in f:
+        return f[LINES_LEFT_OUT] != "1"
+    return EVENT_LINES in f  # kept by an earlier release, which wrote no flag
+
+
 def invoice_of(f: dict[str, str]) -> Invoice | None:
     """The invoice of a payment hash's purchase fields, if it names one."""
     if not f.get("p_in"):
@@ -87,5 +96,5 @@ def invoice_of(f: dict[str, str]) -> Invoice | None:
         subscription=f.get("p_sub") or None,
         billing_reason=f.get("p_in_reason") or None,
         lines=_lines(f[ALL_LINES] if read else f.get(EVENT_LINES)),
-        lines_complete=read or f.get(LINES_LEFT_OUT) != "1",
+        lines_complete=read or lines_known_complete(f),
     )

@@ -32,7 +32,7 @@ from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
 from ledger.purchase import stored_fields
 from ledger.purchase_fields import invoice_line, purchase_fields
-from ledger.purchase_invoice import ALL_LINES, LINES_LEFT_OUT
+from ledger.purchase_invoice import ALL_LINES, lines_known_complete
 from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import INTENT_RECORD
 from ledger.scripts import Script
@@ -169,11 +169,12 @@ class PurchaseReads:
         self._keep(payment_key, {"p_items": pack_line_items(items)}, stored)
 
     def _lines_left_out(self, stored: dict[str, str]) -> bool:
-        """With INVOICE_LINES, an invoice whose event left lines out, not read yet."""
+        """With INVOICE_LINES, an invoice whose event left lines out (or no invoice event
+        came: a PaymentIntent named it), not read yet."""
         return (
             self.settings.INVOICE_LINES
             and bool(stored.get("p_in"))
-            and stored.get(LINES_LEFT_OUT) == "1"
+            and not lines_known_complete(stored)
             and ALL_LINES not in stored
         )
 

@@ -151,8 +151,8 @@ class Invoice(TypedDict):
     INVOICE_LINES every line, read once from Stripe's API before the first attempt."""
     lines_complete: bool
     """False when ``lines`` are only the first of them (Stripe's event left some out, or
-    the ledger's 128 KiB cap cut some) and INVOICE_LINES did not read the rest: do not
-    fulfil from them as if they were all."""
+    the ledger's 128 KiB cap cut some) or none are known (no invoice event came before the
+    call), and INVOICE_LINES did not read them: do not fulfil from them as if they were all."""
 
 
 class LineItem(TypedDict):

@@ -169,3 +169,22 @@ def test_the_paying_event_s_lines_replace_the_flag_with_them(
     assert redis.hget(keys.payment(pk), "p_in_more") == b"1"
     f.deliver({**succeeded, "id": samples.random_id(rng, "evt")})  # after the paying one
     assert redis.hget(keys.payment(pk), "p_in_more") == b"1"
+
+
+def test_an_invoice_only_its_payment_intent_named_has_its_lines_read(
+    fulfilment, redis: Redis, rng, stripe_api: EventsApi
+) -> None:
+    """Paid by its PaymentIntent's event before any invoice event came: the lines are not
+    known, so they are read."""
+    event = samples.event_of_type(rng, "payment_intent.succeeded")
+    intent = event["data"]["object"]
+    intent["invoice"] = "in_" + intent["id"].removeprefix("pi_")
+    every = invoice_lines(CARRIED, intent["invoice"])
+    stripe_api.add_invoice_lines(intent["invoice"], every)
+    with CountingDownstream() as downstream:
+        f = fulfilment(FULFILMENT_ACTION=downstream.url, **reading(stripe_api))
+        f.deliver(event)
+        work_until(f, redis, intent["id"], "fulfilled")
+    [body] = downstream.bodies
+    assert body["invoice"]["id"] == intent["invoice"]
+    assert lines_of(body) == ([x["id"] for x in every], True)

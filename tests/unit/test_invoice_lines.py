@@ -40,11 +40,25 @@ def test_lines_all_there_are_flagged_so() -> None:
     assert len(json.loads(fields["p_in_lines"])) == 20 and fields["p_in_more"] == "0"
 
 
-def test_an_invoice_without_lines_has_no_flag() -> None:
+def test_an_invoice_without_its_lines_list_has_no_flag() -> None:
     fields = purchase_fields({"object": "invoice", "id": "in_1"})
     assert "p_in_lines" not in fields and "p_in_more" not in fields
+
+
+def test_an_invoice_of_no_lines_says_they_are_all_there() -> None:
     empty = purchase_fields(invoice(0, has_more=False))
-    assert "p_in_lines" not in empty and "p_in_more" not in empty
+    assert empty["p_in_lines"] == "[]" and empty["p_in_more"] == "0"
+    got = purchase_of("in_1", 1, empty)
+    assert got.invoice is not None and got.invoice.lines_complete is True
+
+
+def test_an_invoice_only_a_payment_intent_named_has_lines_not_known() -> None:
+    """Fulfilled before any invoice event came: its lines are not known, so not complete
+    (with INVOICE_LINES they are read: tests/integration/test_invoice_lines.py)."""
+    named = purchase_fields({"object": "payment_intent", "id": "pi_1", "invoice": "in_1"})
+    got = purchase_of("pi_1", 1, named)
+    assert got.invoice is not None and got.invoice.lines == []
+    assert got.invoice.lines_complete is False
 
 
 def test_the_purchase_says_whether_its_lines_are_all_of_them() -> None:
