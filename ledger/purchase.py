@@ -3,12 +3,13 @@
 stored columns), the ops API shows, and webhook/openapi.yaml describes (``Purchase``).
 
 Built here and only here, from what the payment hash keeps of its events (the ``p_*``
-fields: ledger/purchase_fields.py) and its paid fields, without calling Stripe, so it is the
-same for every attempt and still whole after its events expire. Versioned by ``schema``:
-fields are added, never renamed or removed; a reader ignores fields it does not know.
-Personal data: the customer's email and name (from the Checkout Session, the Invoice or
-the PaymentIntent's ``receipt_email``), phone and address, and where to ship
-(ledger/purchase_shipping.py); never card details.
+fields: ledger/purchase_fields.py, and what ledger/purchase_reads.py read once from Stripe's
+API) and its paid fields, without calling Stripe, so it is the same for every attempt and
+still whole after its events expire. Versioned by ``schema``: fields are added, never
+renamed or removed; a reader ignores fields it does not know. Personal data: the customer's
+email and name (from the Checkout Session, the Invoice or the PaymentIntent's
+``receipt_email``), phone and address, and where to ship (ledger/purchase_shipping.py);
+never card details. An invoice's part: ledger/purchase_invoice.py.
 """
 
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.purchase_fields import recorded_fields
+from ledger.purchase_invoice import Invoice, invoice_of
 from ledger.purchase_line_items import LineItem, line_items_of
 from ledger.purchase_shipping import Address, Shipping, address_of, shipping_of
 from ledger.stored import text, whole
@@ -59,36 +61,6 @@ class CheckoutSession(msgspec.Struct, kw_only=True, frozen=True):
     """The Payment Link it was made from (``plink_…``), if any: which link was bought."""
     custom_fields: list[CustomField]
     """What the customer typed or chose in the session's custom fields."""
-
-
-class LinePeriod(msgspec.Struct, kw_only=True, frozen=True):
-    start: int
-    """Unix seconds."""
-    end: int
-
-
-class InvoiceLine(msgspec.Struct, kw_only=True, frozen=True):
-    """One line as the invoice's event carries it (Stripe sends the first lines only)."""
-
-    id: str | None
-    description: str | None
-    quantity: int | None
-    amount: int | None
-    currency: str | None
-    price: str | None
-    product: str | None
-    period: LinePeriod | None
-    """What it bills for: a subscription's line, the service period to grant (Stripe's
-    guide provisions on ``invoice.paid`` until its end)."""
-    metadata: dict[str, str]
-    """The line's own: a subscription's metadata is on its lines, not on the invoice."""
-
-
-class Invoice(msgspec.Struct, kw_only=True, frozen=True):
-    id: str
-    subscription: str | None
-    billing_reason: str | None
-    lines: list[InvoiceLine]
 
 
 class PurchaseMetadata(msgspec.Struct, kw_only=True, frozen=True):
@@ -191,23 +163,6 @@ def _json(value: str | None, kind: type[Any]) -> Any:
         return None
 
 
-def _lines(stored: str | None) -> list[InvoiceLine]:
-    """An invoice's lines; those an earlier release kept have no ``period`` or ``metadata``."""
-    try:
-        found = orjson.loads(stored) if stored else []
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(found, list):
-        return []
-    earlier: dict[str, Any] = {"period": None, "metadata": {}}
-    try:
-        return msgspec.convert(
-            [{**earlier, **x} if isinstance(x, dict) else x for x in found], list[InvoiceLine]
-        )
-    except msgspec.ValidationError:
-        return []
-
-
 def _metadata(f: dict[str, str], field: str, present: bool) -> dict[str, str] | None:
     found = _json(f.get(field), dict[str, str])
     return found if found is not None else ({} if present else None)
@@ -242,17 +197,6 @@ def _session_status(f: dict[str, str]) -> str | None:
     return "paid" if status == "unpaid" and f.get("paid_by") else status
 
 
-def _invoice(f: dict[str, str]) -> Invoice | None:
-    if not f.get("p_in"):
-        return None
-    return Invoice(
-        id=f["p_in"],
-        subscription=f.get("p_sub") or None,
-        billing_reason=f.get("p_in_reason") or None,
-        lines=_lines(f.get("p_in_lines")),
-    )
-
-
 def email_of(f: dict[str, str]) -> str | None:
     """The customer's email: the Checkout Session's, the invoice's, the PaymentIntent's
     receipt_email, else its charge's copy of it (purchase_fields._charge)."""
@@ -261,7 +205,7 @@ def email_of(f: dict[str, str]) -> str | None:
 
 def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
     """The purchase from a payment hash (decoded): its ``p_*`` and paid fields."""
-    session, invoice = _session(f), _invoice(f)
+    session, invoice = _session(f), invoice_of(f)
     # a payment keyed by its session or invoice (no PaymentIntent when it began) learns it
     pi = payment_key if payment_key.startswith("pi_") else f.get("p_pi") or None
     amount = whole(f.get("amount"))

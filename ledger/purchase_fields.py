@@ -33,9 +33,9 @@ MAX_VALUE = 131_072
 at most 50 keys of 40 and values of 500 characters, under 110 KB as UTF-8 JSON even with
 every character 4 bytes, so any map is kept whole but one whose text JSON must escape
 heavily (control characters); of that one, and of an invoice's lines beyond it, the pairs
-(in key order) and lines (in Stripe's order) that fit are kept. A value over 2 KB
-(config/redis.conf's hash-max-listpack-value) costs its payment the larger hash encoding:
-memory only those payments pay."""
+(in key order) and lines (in Stripe's order, ``p_in_more`` saying so) that fit are kept. A
+value over 2 KB (config/redis.conf's hash-max-listpack-value) costs its payment the larger
+hash encoding: memory only those payments pay."""
 
 SESSION = {
     "id": "p_cs",
@@ -103,7 +103,7 @@ def _subscription(obj: Obj) -> str:
     return found or (_id(details.get("subscription")) if isinstance(details, dict) else "")
 
 
-def _line(line: Obj) -> dict[str, Any]:
+def invoice_line(line: Obj) -> dict[str, Any]:
     """An invoice line as the purchase gives it: what was billed, never how it was paid."""
     price = line.get("price")
     pricing = line.get("pricing")
@@ -135,13 +135,23 @@ def _line(line: Obj) -> dict[str, Any]:
     return shown
 
 
-def _lines(obj: Obj) -> str:
+def _lines(obj: Obj) -> dict[str, str]:
+    """The invoice's lines its event carries (``p_in_lines``) and whether more exist than
+    were kept (``p_in_more``: "1" when Stripe left some out, ``has_more``, or MAX_VALUE cut
+    some; "0" when they are all there). Written together, so a paying event that replaces
+    the lines replaces the flag too (the flag alone if not one line fits); neither when the
+    invoice came without its ``lines`` list (then they are not known)."""
     lines = obj.get("lines")
-    data = lines.get("data") if isinstance(lines, dict) else None
-    if not isinstance(data, list) or not data:
-        return ""
-    shown = [_line(x) for x in data if isinstance(x, dict)]
-    return _fitting(shown, lambda n: shown[:n])
+    lines = lines if isinstance(lines, dict) else {}
+    data = lines.get("data")
+    if not isinstance(data, list):
+        return {}
+    shown = [invoice_line(x) for x in data if isinstance(x, dict)]
+    whole = orjson.dumps(shown)
+    cut = len(whole) > MAX_VALUE
+    kept = _fitting(shown, lambda n: shown[:n]) if cut else whole.decode()
+    found = {"p_in_lines": kept, "p_in_more": "1" if lines.get("has_more") is True or cut else "0"}
+    return found if kept else {"p_in_more": "1"}
 
 
 def _custom_fields(obj: Obj) -> str:
@@ -181,7 +191,7 @@ def _invoice(obj: Obj) -> dict[str, str]:
     found = {field: _text(obj.get(name)) for name, field in INVOICE.items()}
     found["p_in_email"] = _text(obj.get("customer_email"))
     found["p_in_name"] = _text(obj.get("customer_name"))
-    found["p_in_lines"] = _lines(obj)
+    found.update(_lines(obj))
     found["p_md_in"] = _metadata(obj)
     found["p_sub"] = _subscription(obj)
     found["p_charge"] = _id(obj.get("charge"))

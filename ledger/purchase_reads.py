@@ -7,6 +7,7 @@ never reads again:
   looks the session up by its PaymentIntent through the API (with STRIPE_API_KEY), and is
   fulfilled without a session if there is none;
 - the session's line items (CHECKOUT_LINE_ITEMS), every page;
+- an invoice's lines, every page, when its event did not carry them all (INVOICE_LINES);
 - the PaymentIntent of a payment only a thin event paid (``v1.payment_intent.succeeded``
   listed in PAID_EVENT_TYPES, with STRIPE_API_KEY): a thin event carries no object, so it is
   read once and recorded as a synthetic paid record (:func:`intent_delivery`), which gives the
@@ -30,7 +31,8 @@ from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
 from ledger.purchase import stored_fields
-from ledger.purchase_fields import purchase_fields
+from ledger.purchase_fields import invoice_line, purchase_fields
+from ledger.purchase_invoice import ALL_LINES, lines_known_complete
 from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import INTENT_RECORD
 from ledger.scripts import Script
@@ -64,7 +66,7 @@ GO = Ready("go")
 
 
 class PurchaseReads:
-    """One per process, when CHECKOUT_LINE_ITEMS or CHECKOUT_WAIT_SECONDS asks for it."""
+    """One per process, when a setting asks for a read (:meth:`wanted`)."""
 
     def __init__(self, redis: Redis, settings: Settings, clock_key: str = "") -> None:
         self.redis, self.settings = redis, settings
@@ -77,6 +79,7 @@ class PurchaseReads:
     def wanted(settings: Settings) -> bool:
         return (
             settings.CHECKOUT_LINE_ITEMS
+            or settings.INVOICE_LINES
             or settings.CHECKOUT_WAIT_SECONDS > 0
             or reads_intents(settings)
         )
@@ -96,6 +99,8 @@ class PurchaseReads:
             if self.settings.CHECKOUT_LINE_ITEMS and stored.get("p_cs"):
                 if "p_items" not in stored:
                     self._read_line_items(payment_key, stored)
+            if self._lines_left_out(stored):
+                self._read_invoice_lines(payment_key, stored)
         except StripeUnavailable as exc:
             self.wait_for_stripe(payment_key, exc)
             return Ready("wait", keys.STRIPE_WAIT)
@@ -162,6 +167,23 @@ class PurchaseReads:
             raise StripeRefused("STRIPE_API_KEY is not set")
         items = self.api.line_items(stored["p_cs"], stored.get("account", ""))
         self._keep(payment_key, {"p_items": pack_line_items(items)}, stored)
+
+    def _lines_left_out(self, stored: dict[str, str]) -> bool:
+        """With INVOICE_LINES, an invoice whose event left lines out (or no invoice event
+        came: a PaymentIntent named it), not read yet."""
+        return (
+            self.settings.INVOICE_LINES
+            and bool(stored.get("p_in"))
+            and not lines_known_complete(stored)
+            and ALL_LINES not in stored
+        )
+
+    def _read_invoice_lines(self, payment_key: str, stored: dict[str, str]) -> None:
+        if self.api is None:  # a settings rule makes INVOICE_LINES need the key
+            raise StripeRefused("STRIPE_API_KEY is not set")
+        lines = self.api.invoice_lines(stored["p_in"], stored.get("account", ""))
+        every = orjson.dumps([invoice_line(x) for x in lines]).decode()
+        self._keep(payment_key, {ALL_LINES: every}, stored)
 
     def _keep(self, payment_key: str, fields: dict[str, str], stored: dict[str, str]) -> None:
         """Keep ``fields`` (a field already stored stays) and add them to ``stored``."""

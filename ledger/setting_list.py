@@ -214,10 +214,10 @@ class Settings:
     STRIPE_API_KEY: str = setting("", secrets.api_key(), mask_secret)
     """The key reconcile reads Stripe's events with, and workers and the landing page's
     trigger (``/ops/api/checkout-sessions/{id}/fulfil``) Checkout Sessions and their line
-    items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS), and the PaymentIntent of a payment only
-    a thin event paid (its amount and purchase); a restricted key that can read events,
-    Checkout Sessions and PaymentIntents will do; ``scripts/run.sh --stripe-cli`` gives it and
-    STRIPE_API_BASE to ``stripe listen``."""
+    items (CHECKOUT_LINE_ITEMS, CHECKOUT_WAIT_SECONDS), an invoice's lines (INVOICE_LINES), and
+    the PaymentIntent of a payment only a thin event paid (its amount and purchase); a
+    restricted key that can read events, Checkout Sessions, Invoices and PaymentIntents will
+    do; ``scripts/run.sh --stripe-cli`` gives it and STRIPE_API_BASE to ``stripe listen``."""
     STRIPE_API_BASE: str = setting("https://api.stripe.com", urls.http_url(), mask_url)
     """Where reconcile, the workers and the landing page's trigger find Stripe's API (tests
     point it at a local server)."""
@@ -227,16 +227,20 @@ class Settings:
     """Whether a Checkout purchase's line items are fetched from Stripe's API (with
     STRIPE_API_KEY) once, before its first attempt, kept in the ledger and given to every
     attempt (``line_items`` of the purchase)."""
+    INVOICE_LINES: bool = setting(False, kinds.boolean())
+    """Whether an invoice's lines its event did not carry whole (``has_more``, or past the
+    ledger's cap) are all read from Stripe's API (with STRIPE_API_KEY) once, before its
+    first attempt, and given to every attempt (``invoice.lines``, ``lines_complete``)."""
     CHECKOUT_WAIT_SECONDS: float = setting(0.0, kinds.milliseconds(3600, off="none"))
     """The longest a payment paid before its Checkout Session's event came waits for it; then
     the session is looked up by its PaymentIntent through Stripe's API (with STRIPE_API_KEY),
     and the payment is fulfilled without a session if there is none. A deployment that sells
     through Checkout sets it; at 0 no payment waits."""
     STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
-    """Requests per second to Stripe's API for purchases (line items, late sessions, a thin
-    event's PaymentIntent, the landing page's sessions), shared by every worker and web
-    process on every host (Stripe allows about 100 read requests a second live, 25 in test
-    mode)."""
+    """Requests per second to Stripe's API for purchases (line items, late sessions, an
+    invoice's lines, a thin event's PaymentIntent, the landing page's sessions), shared by
+    every worker and web process on every host (Stripe allows about 100 read requests a
+    second live, 25 in test mode)."""
 
     @cached_property  # read on every delivery: made once
     def secret_labels(self) -> list[str]:

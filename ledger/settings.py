@@ -136,6 +136,13 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "expected false while STRIPE_API_KEY is not set: line items are read from Stripe's "
         "API with it",
     )
+    rule(
+        "INVOICE_LINES STRIPE_API_KEY",
+        s.INVOICE_LINES and not s.STRIPE_API_KEY,
+        "INVOICE_LINES",
+        "expected false while STRIPE_API_KEY is not set: an invoice's lines are read from "
+        "Stripe's API with it",
+    )
     secrets, labels = s.STRIPE_WEBHOOK_SECRET, s.STRIPE_WEBHOOK_SECRET_LABELS
     shared = sorted({label for label in s.secret_labels if s.secret_labels.count(label) > 1})
     names = "STRIPE_WEBHOOK_SECRET STRIPE_WEBHOOK_SECRET_LABELS"

@@ -1,8 +1,9 @@
-"""Reading Stripe's API for a payment's purchase: a Checkout Session's line items (every
-page), and a session itself. One client per process, through stripe-python, without its
-own retries: a refused or unanswered request is the caller's to wait out (the payment waits
-in the ledger), and every request first takes a slot under STRIPE_API_MAX_RATE, a rate
-shared by every worker on every host (lua/stripe_rate.lua)."""
+"""Reading Stripe's API for a payment's purchase: a Checkout Session's line items and an
+invoice's lines (every page), a session itself, a PaymentIntent. One client per process,
+through stripe-python, without its own retries: a refused or unanswered request is the
+caller's to wait out (the payment waits in the ledger), and every request first takes a slot
+under STRIPE_API_MAX_RATE, a rate shared by every worker on every host
+(lua/stripe_rate.lua)."""
 
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from ledger.settings import Settings
 from ledger.stripe_http import StripeSession
 
 PAGE = 100
-"""Line items per request: the most Stripe's list endpoints return."""
+"""Objects per request: the most Stripe's list endpoints return."""
 
 
 class StripeUnavailable(Exception):
@@ -119,20 +120,28 @@ class StripeApi:
     def _options(self, account: str) -> Any:
         return {"stripe_account": account} if account else {}
 
-    def line_items(self, session_id: str, account: str = "") -> list[dict[str, Any]]:
-        """Every line item of a Checkout Session, page after page, as Stripe sends them."""
-        sessions = self.client.v1.checkout.sessions
-        items: list[dict[str, Any]] = []
+    def _every(self, list_page: Callable[[Any], Any]) -> list[dict[str, Any]]:
+        """Every object of a Stripe list, page after page (``list_page(params)``)."""
+        found: list[dict[str, Any]] = []
         while True:
             params: dict[str, Any] = {"limit": PAGE}
-            if items:
-                params["starting_after"] = items[-1]["id"]
-            page = self._call(
-                lambda p=params: sessions.line_items.list(session_id, p, self._options(account))
-            )
-            items += [item.to_dict() for item in page.data]
+            if found:
+                params["starting_after"] = found[-1]["id"]
+            page = self._call(lambda p=params: list_page(p))
+            found += [item.to_dict() for item in page.data]
             if not page.has_more or not page.data:
-                return items
+                return found
+
+    def line_items(self, session_id: str, account: str = "") -> list[dict[str, Any]]:
+        """Every line item of a Checkout Session, as Stripe sends them."""
+        items = self.client.v1.checkout.sessions.line_items
+        return self._every(lambda p: items.list(session_id, p, self._options(account)))
+
+    def invoice_lines(self, invoice_id: str, account: str = "") -> list[dict[str, Any]]:
+        """Every line of an invoice, as Stripe sends them (its event carries the first
+        page only)."""
+        lines = self.client.v1.invoices.line_items
+        return self._every(lambda p: lines.list(invoice_id, p, self._options(account)))
 
     def session_for(self, payment_intent: str, account: str = "") -> dict[str, Any] | None:
         """The Checkout Session that made a PaymentIntent, if any."""
@@ -161,12 +170,12 @@ class StripeApi:
         return dict(found.to_dict())
 
 
-def key_refused(settings: Settings, sessions: bool, intents: bool) -> str | None:
+def key_refused(settings: Settings, sessions: bool, intents: bool, invoices: bool) -> str | None:
     """Why Stripe's API refuses STRIPE_API_KEY (401, 403) for what a worker reads with it:
     Checkout Sessions (``sessions``: CHECKOUT_LINE_ITEMS), PaymentIntents (``intents``: a thin
-    event may pay), or None: checked when a worker starts. No answer says nothing about the
-    key: the payments wait for the API then."""
-    if not (sessions or intents):
+    event may pay), Invoices (``invoices``: INVOICE_LINES), or None: checked when a worker
+    starts. No answer says nothing about the key: the payments wait for the API then."""
+    if not (sessions or intents or invoices):
         return None
     client = client_of(settings)
     reads: list[tuple[str, Callable[[Any], object]]] = []
@@ -174,6 +183,8 @@ def key_refused(settings: Settings, sessions: bool, intents: bool) -> str | None
         reads.append(("Checkout Sessions", client.v1.checkout.sessions.list))
     if intents:
         reads.append(("PaymentIntents", client.v1.payment_intents.list))
+    if invoices:
+        reads.append(("Invoices", client.v1.invoices.list))
     for name, read in reads:
         try:
             read({"limit": 1})

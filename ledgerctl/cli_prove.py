@@ -52,6 +52,7 @@ SCRATCH = {
     "LEDGER_MIN_REPLICAS": "0",
     "STRIPE_MODE": "test",  # the generated events are test-mode payloads
     "CHECKOUT_LINE_ITEMS": "false",  # loopback only: nothing asks Stripe's API
+    "INVOICE_LINES": "false",
     "STRIPE_API_KEY": "",
     "SWEEP_INTERVAL": "0.2",
     "QUEUED_GRACE_SECONDS": "1",

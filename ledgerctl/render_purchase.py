@@ -1,14 +1,16 @@
 """What a payment bought, for people (``webhook-ledger payment``): the purchase its action
-gets, with the line items when they were fetched. The email, name, phone and addresses are
-shown whole here, on one payment's page; lists show a masked email and no address
-(ledger/redact.py ``mask_email``)."""
+gets, with the line items when they were fetched, and an invoice's lines (saying so when they
+are only the first of them). The email, name, phone and addresses are shown whole here, on
+one payment's page; lists show a masked email and no address (ledger/redact.py
+``mask_email``)."""
 
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
-from ledger.purchase import CustomField, LinePeriod, Purchase
+from ledger.purchase import CustomField, Purchase
+from ledger.purchase_invoice import LinePeriod
 from ledger.purchase_shipping import address_text
 from ledgerctl.terminal import kv_table, rows_table
 
@@ -84,6 +86,15 @@ def purchase(p: Purchase) -> list[Table]:
         }
         for i in (invoice.lines if invoice else [])
     ]
-    if lines:
-        tables.append(rows_table("Invoice lines", lines, tuple(lines[0]), ("quantity", "amount")))
+    if lines and invoice:
+        title = "Invoice lines" if invoice.lines_complete else lines_left_out(len(lines))
+        tables.append(rows_table(title, lines, tuple(lines[0]), ("quantity", "amount")))
     return tables
+
+
+def lines_left_out(shown: int) -> str:
+    """The title of an invoice's lines when its event left some out."""
+    return (
+        f"Invoice lines: the first {shown} of more"
+        " (its event left the rest out; INVOICE_LINES reads every line)"
+    )

@@ -199,7 +199,7 @@ def settings_or_exit() -> Settings:
     found = unusable(s)
     if found:
         refuse(s, *found)
-    refused = key_refused(s, s.CHECKOUT_LINE_ITEMS, reads_intents(s))
+    refused = key_refused(s, s.CHECKOUT_LINE_ITEMS, reads_intents(s), s.INVOICE_LINES)
     if refused:
         refuse(s, "STRIPE_API_KEY", refused)
     return s

@@ -126,6 +126,9 @@ class LinePeriod(TypedDict):
 
 
 class InvoiceLine(TypedDict):
+    """One line of the invoice: its event's, or every one read from Stripe's API
+    (INVOICE_LINES); ``Invoice["lines_complete"]`` says which."""
+
     id: str | None
     description: str | None
     quantity: int | None
@@ -144,7 +147,12 @@ class Invoice(TypedDict):
     subscription: str | None
     billing_reason: str | None
     lines: list[InvoiceLine]
-    """The lines the paying event carried (Stripe sends the first page only)."""
+    """The lines its events carried (Stripe sends the first page only), or with
+    INVOICE_LINES every line, read once from Stripe's API before the first attempt."""
+    lines_complete: bool
+    """False when ``lines`` are only the first of them (Stripe's event left some out, or
+    the ledger's 128 KiB cap cut some) or none are known (no invoice event came before the
+    call), and INVOICE_LINES did not read them: do not fulfil from them as if they were all."""
 
 
 class LineItem(TypedDict):

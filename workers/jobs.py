@@ -68,7 +68,7 @@ class Context:
     attempt_s: float
     """Seconds a job needs from its admission to its end (Settings.attempt_s)."""
     reads: PurchaseReads | None
-    """Reads what a purchase still needs from Stripe (CHECKOUT_LINE_ITEMS,
+    """Reads what a purchase still needs from Stripe (CHECKOUT_LINE_ITEMS, INVOICE_LINES,
     CHECKOUT_WAIT_SECONDS), else None."""
     reversal: Action | None = None
     """REVERSAL_ACTION's action (None: unset, or it could not be built: ``action_error``)."""

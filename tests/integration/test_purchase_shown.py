@@ -111,3 +111,23 @@ def test_what_the_customer_typed_and_a_subscription_s_lines_are_shown(
     shown = run_cli(config, "payment", key).stdout
     assert "Invoice lines" in shown and "2022-01-20 – 2022-02-20" in shown, shown
     assert "project_id=295" in " ".join(shown.split())
+
+
+def test_lines_the_event_left_out_are_said_to_be_the_first_only(
+    fulfilment, client, config, rng
+) -> None:
+    """An invoice whose event carried its first lines only (``has_more``), not read from
+    Stripe's API (INVOICE_LINES): the page and ``webhook-ledger payment`` say so."""
+    f: Fulfilment = fulfilment()
+    invoice = json.loads((FIXTURES / "invoice.paid.subscription_cycle.json").read_text())
+    invoice["data"]["object"]["lines"]["has_more"] = True
+    f.deliver(invoice)
+    key = invoice["data"]["object"]["id"]
+    page = client.get(f"/ops/payments/{key}", headers=BASIC).get_data(as_text=True)
+    assert 'id="invoice-lines-left-out"' in page and "the first 1 of more" in page
+    shown = " ".join(run_cli(config, "payment", key).stdout.split())
+    assert "Invoice lines: the first 1 of more" in shown, shown
+    invoice["data"]["object"]["lines"]["has_more"] = False  # the paying event's own lines
+    f.deliver({**invoice, "id": "evt_again_all_lines"})
+    page = client.get(f"/ops/payments/{key}", headers=BASIC).get_data(as_text=True)
+    assert 'id="invoice-lines-left-out"' not in page and 'id="invoice-lines"' in page

@@ -1,6 +1,7 @@
 """A Checkout purchase as Stripe sends it, with what a merchant's fulfilment needs: the
 session's ``client_reference_id``, metadata on the session and on the PaymentIntent (not the
-same), the buyer's email and name; and the Purchase schema of webhook/openapi.yaml."""
+same), the buyer's email and name; the line items and invoice lines Stripe's API lists; and
+the Purchase schema of webhook/openapi.yaml."""
 
 import random
 from pathlib import Path
@@ -61,6 +62,28 @@ def line_items(count: int, session_id: str) -> list[dict[str, Any]]:
                 "unit_amount": 500,
             },
             "quantity": i % 3 + 1,
+        }
+        for i in range(count)
+    ]
+
+
+def invoice_lines(count: int, invoice_id: str) -> list[dict[str, Any]]:
+    """``count`` lines of a subscription's invoice as Stripe's API lists them (``line_item``
+    objects, each a seat with its service period and the subscription's metadata)."""
+    tail = invoice_id[-8:]
+    return [
+        {
+            "id": f"il_{tail}{i:06d}",
+            "object": "line_item",
+            "amount": 1000,
+            "currency": "usd",
+            "description": f"1 × Seat {i} (at $10.00 / month)",
+            "livemode": False,
+            "metadata": {"seat": str(i)},
+            "period": {"start": 1_700_000_000, "end": 1_702_592_000},
+            "price": {"id": f"price_seat{i:06d}", "object": "price", "product": "prod_seat"},
+            "quantity": 1,
+            "type": "subscription",
         }
         for i in range(count)
     ]

@@ -7,7 +7,9 @@ and ``delivery_success``, a bearer key, and Stripe's error shape for a wrong key
 purchase needs of Checkout: ``GET /v1/checkout/sessions/{id}``, its ``/line_items`` over as
 many pages as ``limit`` makes (a retrieved session expands its PaymentIntent and its
 first 10 line items when asked), and ``GET /v1/checkout/sessions?payment_intent=``; and
-``GET /v1/payment_intents/{id}`` (``intents``, for a payment a thin event paid). It can
+``GET /v1/payment_intents/{id}`` (``intents``, for a payment a thin event paid); and an
+invoice's lines, ``GET /v1/invoices/{id}/lines`` over as many pages as ``limit`` makes
+(``add_invoice_lines``; ``GET /v1/invoices`` lists none, for a worker's key check). It can
 answer 429 or 500 to those for a while, and 403 (a key without that permission). Sessions are
 added in the test's process (``add_session``) or over HTTP (``PUT
 /standin/checkout/sessions/{id}``, the replay's ``--serve-sessions``). And the account's
@@ -47,8 +49,10 @@ class EventsApi:
         self.intents: dict[str, dict[str, Any]] = {}
         """PaymentIntents a session's ``expand[]=payment_intent`` gives (else its id stays)."""
         self.line_items: dict[str, list[dict[str, Any]]] = {}
+        self.invoice_lines: dict[str, list[dict[str, Any]]] = {}
         self.checkout_requests: Counter[str] = Counter()
-        """Requests for Checkout Sessions and PaymentIntents by path, the failed ones included."""
+        """Requests for Checkout Sessions, PaymentIntents and Invoices by path, the failed ones
+        included."""
         self.failing: tuple[int, float] | None = None
         self.fails_until = 0.0
         self.forbidden = False
@@ -80,6 +84,19 @@ class EventsApi:
         self.sessions[session["id"]] = session
         self.line_items[session["id"]] = items
 
+    def add_invoice_lines(self, invoice_id: str, lines: list[dict[str, Any]]) -> None:
+        """Every line of an invoice (each needs an ``id``), as its lines endpoint lists them."""
+        self.invoice_lines[invoice_id] = lines
+
+    def invoice(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """``GET /v1/invoices/{id}/lines``: one page of its lines; ``/v1/invoices``: none."""
+        if path == "/v1/invoices":
+            return 200, {"object": "list", "url": path, "has_more": False, "data": []}
+        found = self.invoice_lines.get(path.removeprefix("/v1/invoices/").removesuffix("/lines"))
+        if found is None or not path.endswith("/lines"):
+            return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing"}}
+        return 200, list_page(found, query, path)
+
     def add_endpoint(
         self, url: str, enabled_events: list[str], status: str = "enabled"
     ) -> dict[str, Any]:
@@ -102,8 +119,9 @@ class EventsApi:
         return list_page(self.webhook_endpoints, query, "/v1/webhook_endpoints")
 
     def fail_for(self, status: int, seconds: float) -> None:
-        """Answer every Checkout request with ``status`` for ``seconds`` from the first one
-        (so the window does not run out while the workers start)."""
+        """Answer every request for a Stripe object (Checkout, PaymentIntents, Invoices) with
+        ``status`` for ``seconds`` from the first one (so the window does not run out while
+        the workers start)."""
         self.failing = (status, seconds)
 
     def refused(self, path: str) -> tuple[int, dict[str, Any]] | None:
@@ -202,9 +220,11 @@ class EventsApi:
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
                     error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
                     return self.answer(401, {"error": error})
-                stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents")
+                stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents", "/v1/invoices")
                 if url.path.startswith(stripe_objects) and (refused := api.refused(url.path)):
                     return self.answer(*refused)
+                if url.path.startswith("/v1/invoices"):
+                    return self.answer(*api.invoice(url.path, parse_qs(url.query)))
                 if url.path.startswith("/v1/checkout/sessions"):
                     return self.answer(*api.checkout(url.path, parse_qs(url.query)))
                 if url.path.startswith("/v1/payment_intents"):

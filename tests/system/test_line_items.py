@@ -115,12 +115,16 @@ def test_a_key_stripe_refuses_fails_the_payment_without_a_call(
     assert "Stripe's API refused STRIPE_API_KEY (403)" in error, error
 
 
-@pytest.mark.parametrize("reads", ["Checkout Sessions", "PaymentIntents"])
+@pytest.mark.parametrize("reads", ["Checkout Sessions", "PaymentIntents", "Invoices"])
 def test_a_worker_refuses_to_start_with_a_key_stripe_refuses(config, stripe_api, reads) -> None:
-    """For line items, or for a thin-paid payment's PaymentIntent (a thin event may pay)."""
+    """For line items, for a thin-paid payment's PaymentIntent (a thin event may pay), or
+    for an invoice's lines (INVOICE_LINES)."""
     stripe_api.forbidden = True
     if reads == "Checkout Sessions":
         given = with_line_items(stripe_api)
+    elif reads == "Invoices":
+        given = {"INVOICE_LINES": "true", "STRIPE_API_KEY": API_KEY}
+        given |= {"STRIPE_API_BASE": stripe_api.url}
     else:
         paid = "payment_intent.succeeded,v1.payment_intent.succeeded"
         given = {"PAID_EVENT_TYPES": paid, "STRIPE_API_KEY": API_KEY}

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from ledger.settings import load
+from ledgerctl.cli_prove import checked
 from ledgerctl.prove_probe import (
     NoProbe,
     ReversalRow,
@@ -175,3 +176,16 @@ def test_a_reversal_without_a_built_in_count_needs_a_probe() -> None:
     unset = load({"FULFILMENT_ACTION": "sqlite:///d.sqlite3"})
     with pytest.raises(NoProbe, match="REVERSAL_ACTION is not set"):
         reversal_probe_for(unset, None, None, None, None)
+
+
+def test_prove_action_turns_off_what_reads_stripe_s_api(tmp_path: Path) -> None:
+    """Its scratch ledger has no STRIPE_API_KEY: a deployment's reads of Stripe's API are
+    turned off with it, or the settings' rules would refuse the run."""
+    environ = {
+        "FULFILMENT_ACTION": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+        "STRIPE_API_KEY": "rk_test_x",
+        "CHECKOUT_LINE_ITEMS": "true",
+        "INVOICE_LINES": "true",
+    }
+    s = checked(environ)
+    assert not (s.STRIPE_API_KEY or s.CHECKOUT_LINE_ITEMS or s.INVOICE_LINES)

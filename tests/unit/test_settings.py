@@ -101,6 +101,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "STRIPE_API_BASE": ("http://127.0.0.1:9", None, "api.stripe.com", "http:// or https://"),
     "RECONCILE_INTERVAL": ("0", 0.0, "0.0004", "0 (never) or 0.001 or more"),
     "CHECKOUT_LINE_ITEMS": ("no", False, "some", "true or false"),
+    "INVOICE_LINES": ("off", False, "all", "true or false"),
     "CHECKOUT_WAIT_SECONDS": ("5", 5.0, "3601", "0 (none) or from 0.001 to 3600"),
     "STRIPE_API_MAX_RATE": ("25", 25, "0", "1 or more"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
@@ -276,6 +277,10 @@ def test_every_problem_is_a_line_of_its_own() -> None:
         (
             {"CHECKOUT_LINE_ITEMS": "true"},
             "invalid setting CHECKOUT_LINE_ITEMS=true: expected false while STRIPE_API_KEY",
+        ),
+        (
+            {"INVOICE_LINES": "true"},
+            "invalid setting INVOICE_LINES=true: expected false while STRIPE_API_KEY",
         ),
         (
             {"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_WEBHOOK_SECRET_LABELS": "cli,local"},
