@@ -98,6 +98,9 @@ class PostgresAction:
         self._in_use: psycopg.Connection | None = None
         """The connection a call is using (its check by the pool too): ``abort``'s to cut."""
         self._in_use_lock = threading.Lock()  # abort never cuts a socket handed on since
+        self.connect_error = ""
+        """Why the pool's latest try to connect failed ('' once one succeeds): a timeout
+        waiting for a connection says it, not only that none came."""
 
     def pool(self) -> ConnectionPool:
         """This process's pool, opened on first use and again after a fork."""
@@ -116,10 +119,29 @@ class PostgresAction:
                 reconnect_timeout=RECONNECT_SECONDS,
                 name=f"fulfilment-{os.getpid()}",
                 timeout=self.timeout,
+                connection_class=self._reporting_connection(),
             )
             pool.open(wait=False)
             self._pool = (os.getpid(), pool)
         return self._pool[1]
+
+    def _reporting_connection(self) -> type[psycopg.Connection[Any]]:
+        """psycopg's connection, keeping why the pool's tries to connect fail (in its own
+        threads, where psycopg_pool only logs it) in :attr:`connect_error`."""
+        action = self
+
+        class Reporting(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, *args: Any, **kwargs: Any) -> "Reporting":
+                try:
+                    conn = super().connect(*args, **kwargs)
+                except psycopg.Error as exc:
+                    action.connect_error = " ".join(str(exc).split())
+                    raise
+                action.connect_error = ""
+                return conn
+
+        return Reporting
 
     def close(self) -> None:
         """Close this process's pool (its connections, its threads)."""
@@ -181,6 +203,7 @@ class PostgresAction:
                     stage = "committing"
         except PoolTimeout as exc:
             why = f"postgresql: no connection within {self.timeout * CONNECT_SHARE:g} s"
+            why += f": {self.connect_error}" if self.connect_error else ""
             raise TransientDownstreamError(masked(why, self.url), down=True, sent=False) from exc
         except psycopg.Error as exc:
             raise failure(exc, stage == "committing", self.url) from exc

@@ -138,6 +138,24 @@ def test_a_refused_connection_is_the_downstream_down_and_never_sent() -> None:
         action.close()
     assert (raised.value.down, raised.value.sent) == (True, False)
     assert USER_PASSWORD not in str(raised.value)
+    assert "Connection refused" in str(raised.value)  # why none came, not only that
+
+
+def test_a_password_the_server_refuses_is_said_when_no_connection_comes(shop) -> None:
+    """The pool connects in its own threads, where psycopg_pool only logs why it fails: a
+    password rotated under a running worker read "no connection within 0.5 s" alone on the
+    payment, the CLI and the dashboard."""
+    wrong = "Rotated-" + USER_PASSWORD
+    action = PostgresAction(shop.replace(USER_PASSWORD, wrong), 1.0, None)
+    try:
+        with pytest.raises(TransientDownstreamError) as raised:
+            action(call())
+    finally:
+        action.close()
+    said = str(raised.value)
+    assert "no connection within" in said and "password authentication failed" in said, said
+    assert wrong not in said and USER_PASSWORD not in said
+    assert (raised.value.down, raised.value.sent) == (True, False)
 
 
 def test_a_backend_terminated_between_calls_is_replaced(shop, postgres_server) -> None:
