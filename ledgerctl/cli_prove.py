@@ -202,9 +202,7 @@ def report(
         return
     failed = [row for row in rows if not row.ok]
     caption = f"{len(rows)} fault(s); replay-safe: {'yes' if replay_safe else 'no'}; " + (
-        "every payment at most once, fulfilled or interrupted"
-        if not failed
-        else f"FAILED: {', '.join(row.fault for row in failed)}"
+        f"FAILED: {', '.join(row.fault for row in failed)}" if failed else outcome(rows)
     )
     columns = ("fault", "calls", "effects", "state", "verdict", "note")
     shown_rows = [asdict(row) for row in rows]
@@ -215,6 +213,15 @@ def report(
         said = reversal_caption(reversal_rows, reversal_safe)
         every = ("fault", *numbers, "state", "verdict", "note")
         show(rows_table("prove-action: reversal", shown_rows, every, numbers, said))
+
+
+def outcome(rows: list[Row]) -> str:
+    """What passing rows add up to: exactly once where every one was, else how many."""
+    once = sum(row.verdict == "exactly once" for row in rows)
+    skipped = sum(row.verdict == "skipped" for row in rows)
+    if once + skipped == len(rows):
+        return "every payment exactly once"
+    return f"every payment at most once: {once} exactly once, the rest interrupted for a person"
 
 
 COMMANDS = (prove_action,)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ledger.settings import load
-from ledgerctl.cli_prove import checked
+from ledgerctl.cli_prove import checked, outcome
 from ledgerctl.prove_probe import (
     NoProbe,
     ReversalRow,
@@ -189,3 +189,14 @@ def test_prove_action_turns_off_what_reads_stripe_s_api(tmp_path: Path) -> None:
     }
     s = checked(environ)
     assert not (s.STRIPE_API_KEY or s.CHECKOUT_LINE_ITEMS or s.INVOICE_LINES)
+
+
+def test_the_caption_says_exactly_once_only_when_every_row_was() -> None:
+    """A run of only exactly-once rows read "at most once, fulfilled or interrupted"."""
+    once = Row("kill", "pi_1", 1, 1, "fulfilled", "exactly once")
+    skipped = Row("stall", "pi_2", 0, 0, "", "skipped")
+    interrupted = Row("stop", "pi_3", 1, 1, "interrupted", "at most once (interrupted)")
+    assert outcome([once, skipped]) == "every payment exactly once"
+    assert outcome([once, interrupted]) == (
+        "every payment at most once: 1 exactly once, the rest interrupted for a person"
+    )
