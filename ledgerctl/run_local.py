@@ -10,7 +10,8 @@ var/downstream.sqlite3, ``--ha`` in var/ha.
 honcho's own ``honcho start`` dies of BrokenPipeError writing "SIGINT received" to the
 closed pipe, leaving Redis, gunicorn, the workers and the sweeper running. Here the output
 drops what it cannot write, so the manager goes on to stop every process (SIGTERM to each
-process group, SIGKILL after 5 s). A closed terminal (SIGHUP) stops them the same way.
+process group, Redis once the others are gone, SIGKILL to any left after 5 s:
+ledgerctl/stack_stop.py). A closed terminal (SIGHUP) stops them the same way.
 """
 
 import argparse
@@ -40,6 +41,7 @@ from ledger.limits import DEFAULT_WEB_PORT
 from ledger.setting_fields import exit_with, load, or_exit, setting
 from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import banner, base_url, ready_line
+from ledgerctl.stack_stop import OrderedStop
 
 DEV_ENV = Path("var/dev.env")
 NOT_READY_NOTE_S = 60.0
@@ -218,7 +220,7 @@ def main() -> None:
     output.write(
         banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"], args.stripe_cli)
     )
-    manager = Manager(Printer(output))
+    manager = OrderedStop(Printer(output))
     concurrency = {"worker": local.WORKERS}
     for p in expand_processes(processes(replicated), concurrency=concurrency, env=env):
         holding(manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env))

@@ -100,7 +100,21 @@ class Running:
         os.killpg(self.proc.pid, signal.SIGINT)
         wait_until(lambda: not alive(pids), timeout=60, interval=0.2, what="every process gone")
         self.proc.wait(30)
-        return time.monotonic() - started
+        seconds = time.monotonic() - started
+        self.stopped_redis_last()
+        return seconds
+
+    def stopped_redis_last(self) -> None:
+        """Redis is stopped once every process using it is (ledgerctl/stack_stop.py), so
+        none of them met it gone while finishing its work."""
+        text = self.log.read_text(errors="replace")
+        after = text.split("SIGINT received", 1)[-1]
+        stopped = re.findall(r"\| (\S+) stopped \(rc=", after)
+        if not stopped:  # the reader went away (| head): nothing was written
+            return
+        assert [name.split(".")[0] for name in stopped][-1:] == ["redis"], stopped
+        assert sum(name.startswith("redis") for name in stopped) == 1, stopped
+        assert "Connection refused" not in after and "could not connect" not in after, after
 
     def kill_leftovers(self) -> None:
         for pid in alive([self.proc.pid, *descendants(self.proc.pid)]):
