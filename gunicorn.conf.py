@@ -63,6 +63,9 @@ def on_starting(server):
             from ledger.setting_fields import exit_with
 
             exit_with(filter(None, taken))
+    if server.cfg.reuse_port:
+        # gunicorn's own "Listening at:  (pid)" names no address then: when_ready's does
+        server.log.error_log.addFilter(_no_empty_listening_line)
     caveat = serving.reuse_port_caveat() if server.cfg.reuse_port else None
     if caveat:
         server.log.warning(caveat)
@@ -70,6 +73,10 @@ def on_starting(server):
         import tempfile
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="webhook-prometheus-")
+
+
+def _no_empty_listening_line(record):
+    return not (record.msg == "Listening at: %s (%s)" and record.args and not record.args[0])
 
 
 def when_ready(server):

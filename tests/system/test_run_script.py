@@ -155,6 +155,7 @@ def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, che
     assert out.index("Listening at:") < out.index("ready:")  # after the server, not a banner
     # A socket in each worker: gunicorn's own line names none, the service's names them.
     assert f"Listening at: http://127.0.0.1:{port} (a socket in each worker)" in out
+    assert not re.search(r"Listening at:  \(\d+\)", out), out  # gunicorn's, naming none
     assert len(re.findall(rf"Worker \d+ listening at: http://127.0.0.1:{port}", out)) == 2
 
 
