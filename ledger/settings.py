@@ -238,6 +238,28 @@ def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str
     return settings
 
 
+def effect_line(s: Settings, reversal: bool = False) -> str | None:
+    """What a built-in SQLite or PostgreSQL downstream runs beside the key it records:
+    FULFILMENT_SQL or FULFILMENT_EFFECT (``reversal``: the REVERSAL_ ones), or that nothing
+    does, as the banner, the worker's start-up line and the dashboard say it. None for an
+    action of another kind, or no REVERSAL_ACTION."""
+    prefix = "REVERSAL" if reversal else "FULFILMENT"
+    action = s.REVERSAL_ACTION if reversal else s.FULFILMENT_ACTION
+    if action is None or action.scheme not in ("sqlite", "postgresql"):
+        return None
+    sql, function = getattr(s, f"{prefix}_SQL"), getattr(s, f"{prefix}_EFFECT")
+    if sql:  # a statement itself may be long: its file, or only its setting
+        return f"effect: {prefix}_SQL" + (f"={sql}" if sql.startswith("@") else " (a statement)")
+    if function:
+        return f"effect: {prefix}_EFFECT={function}"
+    recorded = (
+        "only the key is recorded"
+        if action.scheme == "postgresql"
+        else "only the built-in orders table is written"
+    )
+    return f"effect: none — {recorded} ({prefix}_SQL or {prefix}_EFFECT adds yours)"
+
+
 def given_secrets(env: Mapping[str, str]) -> tuple[list[str], list[str]] | None:
     """STRIPE_WEBHOOK_SECRET and its labels in ``env`` as the settings read them, to add one
     (scripts/run.sh); None when either is wrong, for the start-up check to name."""
