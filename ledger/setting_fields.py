@@ -7,11 +7,12 @@ as setting_kinds.py.
 """
 
 import ast
+import difflib
 import inspect
 import shlex
 import sys
 import textwrap
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import MISSING, Field, field, fields
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +23,10 @@ EXIT_SETTINGS = 2
 """Exit code of a process that refuses to start for its settings (the CLI's usage code)."""
 SHOWN_MAX = 120
 """Characters of a wrong value a problem line shows at most."""
+NEAR_MISS = 0.9
+"""How alike (difflib's ratio) a variable's name must be to a setting's to be taken for a
+slip of it: one letter added, dropped or changed in a name of ten letters or more
+(``FULFILLMENT_SQL``), never ``PORT0`` beside PORT or ``RQ_REDIS_URL`` beside REDIS_URL."""
 
 
 def _as_is(text: str) -> str:
@@ -79,6 +84,41 @@ def read(
             why = f"{exc}; " if str(exc) else ""
             problems.append(invalid(spec, text, f"{why}expected {kind.allowed}"))
     return values, problems
+
+
+def meant(name: str, known: Collection[str]) -> str | None:
+    """The setting a variable that is none was meant to be: the same name in other case,
+    two neighbouring letters swapped, or a name at least NEAR_MISS alike; else None."""
+    if name in known:
+        return None
+    upper = name.upper()
+    for setting in sorted(known):
+        if upper == setting or _swapped(upper, setting):
+            return setting
+    close = difflib.get_close_matches(upper, sorted(known), 1, NEAR_MISS)
+    return close[0] if close else None
+
+
+def _swapped(a: str, b: str) -> bool:
+    apart = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
+    return (
+        len(a) == len(b)
+        and len(apart) == 2
+        and apart[1] == apart[0] + 1
+        and (a[apart[0]], a[apart[1]]) == (b[apart[1]], b[apart[0]])
+    )
+
+
+def misspelt(names: Iterable[str], known: Collection[str]) -> list[str]:
+    """One problem line per variable in ``names`` that is no setting but a slip of one: its
+    name only, never its value (the value of a misspelt secret is a secret)."""
+    lines = []
+    for name in sorted(names):
+        setting = meant(name, known)
+        if setting:
+            shown = name if name.isprintable() and " " not in name else repr(name)
+            lines.append(f"unknown setting {shown}: did you mean {setting}?")
+    return lines
 
 
 def field_named(cls: type, name: str) -> Field[Any]:

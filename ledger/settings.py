@@ -15,13 +15,24 @@ from urllib.parse import parse_qs, urlsplit
 
 from ledger import limits, setting_fields
 from ledger.redis_url import redis_py_refusal
-from ledger.setting_fields import SettingsError, field_named, kind_of, or_exit, read
+from ledger.setting_fields import SettingsError, field_named, kind_of, misspelt, or_exit, read
 from ledger.setting_list import Settings, fingerprint
 
 __all__ = ["Settings", "SettingsError", "fingerprint", "load", "load_or_exit"]
 
 
 DEFAULT_REDIS_URL = field_named(Settings, "REDIS_URL").default
+ELSEWHERE = frozenset(
+    {
+        *("WEB_PORT", "PORT", "HOST", "WEB_CONCURRENCY", "GUNICORN_WORKER_CONNECTIONS"),
+        *("GUNICORN_THREADS", "GUNICORN_WORKER_CLASS", "GUNICORN_REUSE_PORT"),
+        *("GUNICORN_ACCESS_LOG", "LOG_LEVEL", "WORKERS", "REDIS_PORT"),
+    }
+)
+"""The settings the web process (webhook/serving.py ``Server``) and scripts/run.sh
+(ledgerctl/run_local.py ``Local``) declare, which this layer cannot import: known here, so
+every process takes them for settings and names a slip of one."""
+KNOWN = frozenset(f.name for f in fields(Settings)) | ELSEWHERE
 
 
 def url_database(url: str) -> tuple[str, int]:
@@ -107,12 +118,20 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "REVERSAL_EFFECT",
         "expected REVERSAL_SQL or REVERSAL_EFFECT, not both: one effect per reversal",
     )
+    reversal_effect = "REVERSAL_SQL" if s.REVERSAL_SQL else "REVERSAL_EFFECT"
+    rule(
+        "REVERSAL_ACTION REVERSAL_SQL REVERSAL_EFFECT",
+        bool(s.REVERSAL_SQL or s.REVERSAL_EFFECT) and s.REVERSAL_ACTION is None,
+        reversal_effect,
+        "REVERSAL_ACTION is not set, so it would never run: expected REVERSAL_ACTION naming "
+        "the database (FULFILMENT_ACTION's URL to revoke in the same database), or this unset",
+    )
     rule(
         "REVERSAL_ACTION REVERSAL_SQL REVERSAL_EFFECT",
         bool(s.REVERSAL_SQL or s.REVERSAL_EFFECT)
         and s.REVERSAL_ACTION is not None
         and s.REVERSAL_ACTION.scheme not in ("sqlite", "postgresql"),
-        "REVERSAL_SQL" if s.REVERSAL_SQL else "REVERSAL_EFFECT",
+        reversal_effect,
         "expected unset while REVERSAL_ACTION is not sqlite:/// or postgresql://: the effect "
         "runs in the built-in downstreams' transaction",
     )
@@ -193,7 +212,8 @@ def load(
 ) -> Settings:
     """Settings from defaults, then the environment, then explicit overrides (tests: values
     or texts), each checked, then the rules between them; raises SettingsError with every
-    problem found."""
+    problem found, first each variable whose name is a slip of a setting's (a misspelt
+    FULFILMENT_SQL would leave the effect unset without a word)."""
     env = os.environ if environ is None else environ
     given = {f.name: env[f.name] for f in fields(Settings) if f.name in env}
     unknown = set(overrides) - {f.name for f in fields(Settings)}
@@ -202,13 +222,42 @@ def load(
     for name, value in overrides.items():
         kind = kind_of(field_named(Settings, name))
         given[name] = value if isinstance(value, str) else kind.spell(value)
-    return setting_fields.load(Settings, given, require, rule_problems)
+    problems = misspelt(env, KNOWN)
+    try:
+        found = setting_fields.load(Settings, given, require, rule_problems)
+    except SettingsError as exc:
+        problems += exc.problems
+    if problems:
+        raise SettingsError(problems)
+    return found
 
 
 def load_or_exit(environ: Mapping[str, str] | None = None, require: Iterable[str] = ()) -> Settings:
     """:func:`load`, or refuse to start with one line per problem (process entry points)."""
     settings: Settings = or_exit(lambda: load(environ, require))[0]
     return settings
+
+
+def effect_line(s: Settings, reversal: bool = False) -> str | None:
+    """What a built-in SQLite or PostgreSQL downstream runs beside the key it records:
+    FULFILMENT_SQL or FULFILMENT_EFFECT (``reversal``: the REVERSAL_ ones), or that nothing
+    does, as the banner, the worker's start-up line and the dashboard say it. None for an
+    action of another kind, or no REVERSAL_ACTION."""
+    prefix = "REVERSAL" if reversal else "FULFILMENT"
+    action = s.REVERSAL_ACTION if reversal else s.FULFILMENT_ACTION
+    if action is None or action.scheme not in ("sqlite", "postgresql"):
+        return None
+    sql, function = getattr(s, f"{prefix}_SQL"), getattr(s, f"{prefix}_EFFECT")
+    if sql:  # a statement itself may be long: its file, or only its setting
+        return f"effect: {prefix}_SQL" + (f"={sql}" if sql.startswith("@") else " (a statement)")
+    if function:
+        return f"effect: {prefix}_EFFECT={function}"
+    recorded = (
+        "only the key is recorded"
+        if action.scheme == "postgresql"
+        else "only the built-in orders table is written"
+    )
+    return f"effect: none — {recorded} ({prefix}_SQL or {prefix}_EFFECT adds yours)"
 
 
 def given_secrets(env: Mapping[str, str]) -> tuple[list[str], list[str]] | None:

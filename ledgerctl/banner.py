@@ -4,8 +4,8 @@ dashboard is, and a "ready" line once /readyz answers.
 
 Configured URLs are shown with their credentials masked (``ledger.redact``): REDIS_URL may
 carry a password; an http(s) FULFILMENT_ACTION or REVERSAL_ACTION is shown by its origin
-only (its path or query may hold a key), and REVERSAL_ACTION is given to export only when
-nothing of it is masked.
+only (its path or query may hold a key). What another terminal needs, secrets included, is
+written to var/run.env (0600, as var/dev.env) for it to source, never printed.
 """
 
 from collections.abc import Mapping
@@ -16,10 +16,13 @@ from ledger.connection import describe
 from ledger.redact import downstream, mask_url
 from ledger.setting_fields import spelled
 from ledger.setting_urls import ActionSpec
-from ledger.settings import Settings, fingerprint
+from ledger.settings import Settings, effect_line, fingerprint
 from ledgerctl.stripe_listen import forward_commands
 
 FINGERPRINT_HOWTO = 'printf %s "$SECRET" | sha256sum | cut -c1-8'
+TOOLS_ENV = "var/run.env"
+"""Where scripts/run.sh writes what the tools in another terminal need (``tools_env``);
+``--ha``: var/ha/run.env."""
 
 
 def base_url(env: Mapping[str, str]) -> str:
@@ -58,6 +61,7 @@ def banner(
     local_secret: str,
     dev_token: str,
     cli_running: bool = False,
+    env_file: str = TOOLS_ENV,
 ) -> str:
     """The banner for this environment and its (already checked) settings."""
     url = base_url(env)
@@ -77,11 +81,24 @@ Stripe webhook ledger
   dashboard     {url}/ops/   (any user name, the ops token as password)
   ops token     {token}
   redis         {redis_line(settings)}
-  downstream    {downstream(str(settings.FULFILMENT_ACTION))}
-  stripe mode   {settings.STRIPE_MODE}   \
+{downstream_lines(settings)}  stripe mode   {settings.STRIPE_MODE}   \
 (events of the other mode are held for a person; production defaults to live)
   tools         export PATH="$PWD/.venv/bin:$PATH"   (webhook-ledger, replay-events)
-{moved_line(env, settings)}"""
+{moved_line(env, settings, env_file)}"""
+
+
+def downstream_lines(settings: Settings) -> str:
+    """FULFILMENT_ACTION and REVERSAL_ACTION, each with what its built-in database runs
+    beside the key (``effect: none``: only the key is recorded, said so)."""
+    lines = ""
+    shown = [("downstream", settings.FULFILMENT_ACTION, False)]
+    if settings.REVERSAL_ACTION is not None:
+        shown.append(("reversal", settings.REVERSAL_ACTION, True))
+    for name, action, reversal in shown:
+        lines += f"  {name:<14}{downstream(str(action))}\n"
+        effect = effect_line(settings, reversal)
+        lines += f"                {effect}\n" if effect else ""
+    return lines
 
 
 def web_port(env: Mapping[str, str]) -> str:
@@ -90,32 +107,39 @@ def web_port(env: Mapping[str, str]) -> str:
     return env.get("WEB_PORT") or str(limits.DEFAULT_WEB_PORT)
 
 
-def moved_line(env: Mapping[str, str], settings: Settings) -> str:
-    """What the tools in another terminal need when this run is not at the default places."""
-    moved = []
+def tools_env(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """What the tools in another terminal need of this run, as the service has it (secrets
+    included: scripts/run.sh writes it to a file only its user reads, TOOLS_ENV): where the
+    ledger and the web process are when not at the default places, the downstreams, and the
+    settings the tools judge and decide by that this run changed."""
+    found = {}
     if settings.REDIS_SENTINELS:
-        moved.append(f"REDIS_SENTINELS={spelled(settings, 'REDIS_SENTINELS')}")
+        found["REDIS_SENTINELS"] = spelled(settings, "REDIS_SENTINELS")
     elif settings.REDIS_URL != Settings.REDIS_URL:
-        moved.append(f"REDIS_URL={mask_url(settings.REDIS_URL)}")
+        found["REDIS_URL"] = settings.REDIS_URL
     port = web_port(env)
     if port != str(limits.DEFAULT_WEB_PORT):
-        moved.append(f"WEB_PORT={port}")
-    if moved_downstream(settings.FULFILMENT_ACTION):  # --ha: var/ha/downstream.sqlite3
-        moved.append(f"FULFILMENT_ACTION={downstream(str(settings.FULFILMENT_ACTION))}")
-    moved += [
-        f"{name}={spelled(settings, name)}"
+        found["WEB_PORT"] = port
+    action = settings.FULFILMENT_ACTION
+    if action.scheme != "sqlite" or moved_downstream(action):  # --ha: var/ha/downstream.sqlite3
+        found["FULFILMENT_ACTION"] = str(action)
+    found |= {
+        name: spelled(settings, name)
         for name in READ_BY_THE_TOOLS
         if getattr(settings, name) != getattr(Settings, name)
-    ]
-    reversal = None if settings.REVERSAL_ACTION is None else str(settings.REVERSAL_ACTION)
-    shown_whole = reversal is not None and downstream(reversal) == reversal
-    if shown_whole:
-        moved.append(f"REVERSAL_ACTION={reversal}")
-    line = f"                and in another terminal: export {' '.join(moved)}\n" if moved else ""
-    if reversal is not None and not shown_whole:
-        line += "                and REVERSAL_ACTION as the service has it (not shown: it may "
-        line += "hold a secret)\n"
-    return line
+    }
+    if settings.REVERSAL_ACTION is not None:  # without it the tools take nothing back
+        found["REVERSAL_ACTION"] = str(settings.REVERSAL_ACTION)
+    return found
+
+
+def moved_line(env: Mapping[str, str], settings: Settings, env_file: str = TOOLS_ENV) -> str:
+    """What another terminal sources to reach this run as its tools need (``tools_env``),
+    with what it sets shown as everywhere else: URLs masked, an http(s) action by origin."""
+    masks = {"REDIS_URL": mask_url, "FULFILMENT_ACTION": downstream, "REVERSAL_ACTION": downstream}
+    found = tools_env(env, settings)
+    shown = " ".join(f"{name}={masks.get(name, str)(value)}" for name, value in found.items())
+    return f"                and in another terminal: . {env_file}   ({shown})\n" if found else ""
 
 
 READ_BY_THE_TOOLS = (
@@ -132,8 +156,8 @@ READ_BY_THE_TOOLS = (
 )
 """Settings webhook-ledger reads to say what it shows (stuck, the breaker's cool-down, the
 rate, the queue) and to decide (a person's resolve reverses by REVERSAL_*): the tools in
-another terminal read them from their own environment, so the banner gives those this run
-changed (no secret is among them; REVERSAL_ACTION is given apart, by name if it holds one)."""
+another terminal read them from their own environment, so ``tools_env`` gives those this
+run changed."""
 
 
 def moved_downstream(action: ActionSpec) -> bool:

@@ -20,6 +20,7 @@ import functools
 import json
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
@@ -40,7 +41,7 @@ from ledger import settings as settings_module
 from ledger.limits import DEFAULT_WEB_PORT
 from ledger.setting_fields import exit_with, load, or_exit, setting
 from ledgerctl import ha, local_guard, stripe_listen
-from ledgerctl.banner import banner, base_url, ready_line
+from ledgerctl.banner import TOOLS_ENV, banner, base_url, ready_line, tools_env
 from ledgerctl.stack_stop import OrderedStop
 
 DEV_ENV = Path("var/dev.env")
@@ -92,6 +93,19 @@ def dev_values() -> dict[str, str]:
             out.write(text)
     pairs = (line.partition("=") for line in DEV_ENV.read_text().splitlines())
     return {name: value for name, _, value in pairs if name}
+
+
+def write_tools_env(path: Path, values: Mapping[str, str]) -> None:
+    """What the tools in another terminal need of this run (banner.tools_env), as ``export``
+    lines for ``. var/run.env``, readable by this user only, as var/dev.env (it may hold the
+    downstream's password); written on every start, so none is left from an earlier one."""
+    lines = [f"# scripts/run.sh: . {path} in another terminal (it holds secrets: 0600)"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file an earlier run left with wider permissions
+    with os.fdopen(descriptor, "w") as out:
+        out.write("\n".join(lines) + "\n")
 
 
 def local_env(
@@ -216,9 +230,18 @@ def main() -> None:
         exit_with(problems)
     if replicated:
         ha.write(topology)
+    env_file = Path(TOOLS_ENV).parent / "ha" / "run.env" if replicated else Path(TOOLS_ENV)
+    write_tools_env(env_file, tools_env(env, settings))
     output = PipeSafeOutput()
     output.write(
-        banner(env, settings, dev["DEV_WEBHOOK_SECRET"], dev["DEV_OPS_TOKEN"], args.stripe_cli)
+        banner(
+            env,
+            settings,
+            dev["DEV_WEBHOOK_SECRET"],
+            dev["DEV_OPS_TOKEN"],
+            args.stripe_cli,
+            str(env_file),
+        )
     )
     manager = OrderedStop(Printer(output))
     concurrency = {"worker": local.WORKERS}

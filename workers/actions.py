@@ -8,6 +8,7 @@ same idempotency key has one effect; only then is an interrupted attempt re-run
 automatically.
 """
 
+import logging
 import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -20,10 +21,10 @@ from ledger import settings as settings_module
 from ledger.downstream import downstream_name, short_digest
 from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
-from ledger.redact import redact
+from ledger.redact import downstream, redact
 from ledger.setting_fields import refuse
 from ledger.setting_urls import ActionSpec
-from ledger.settings import Settings
+from ledger.settings import Settings, effect_line
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
 from workers.effects import Effect, as_receipt, imported, load_effect, load_reversal_effect
@@ -38,6 +39,7 @@ from workers.postgres_action import PostgresAction
 from workers.sqlite_action import SqliteAction
 
 Receipt = dict[str, Any]
+log = logging.getLogger("workers.actions")
 
 
 class Action(Protocol):
@@ -202,4 +204,16 @@ def settings_or_exit() -> Settings:
     refused = key_refused(s, s.CHECKOUT_LINE_ITEMS, reads_intents(s), s.INVOICE_LINES)
     if refused:
         refuse(s, "STRIPE_API_KEY", refused)
+    say_effects(s)
     return s
+
+
+def say_effects(s: Settings) -> None:
+    """The worker's start-up line for each built-in database action: what it runs beside the
+    key, a warning when nothing does (its payments go fulfilled with receipt ``{}``); logged
+    at WARNING so ``rq worker``, whose logging is set up later, shows it too."""
+    for setting, reversal in (("FULFILMENT_ACTION", False), ("REVERSAL_ACTION", True)):
+        effect = effect_line(s, reversal)
+        if effect:
+            level = logging.WARNING if effect.startswith("effect: none") else logging.INFO
+            log.log(level, "%s %s: %s", setting, downstream(str(getattr(s, setting))), effect)

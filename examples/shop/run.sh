@@ -6,6 +6,8 @@
 # @examples/shop/revoke.sql: revoked when refunded in full or a dispute is lost) and the
 # shop's page on http://127.0.0.1:SHOP_PORT (5000). Ctrl-C stops it all, PostgreSQL included;
 # a server an earlier run left (its launcher killed) is stopped before this one starts.
+# Another terminal's tools (replay_events.py, webhook-ledger) get these settings, the
+# password too, from var/run.env, which the banner tells it to source.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/bootstrap.sh

@@ -140,10 +140,28 @@ def run_sh(checkout: Path) -> Iterator:
 
 
 def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, checkout) -> None:
-    running, port = run_sh(STRIPE_WEBHOOK_SECRET=CLI_SECRET, STRIPE_WEBHOOK_SECRET_LABELS="cli")
+    """And another terminal gets what the banner tells it to source: a REVERSAL_ACTION
+    whose key the banner cannot show reaches the tools (their event types include the
+    disputes a reversal needs), from var/run.env, which only this user reads."""
+    reversal = f"http://127.0.0.1:{free_port()}/revoke?key=REVOKE-SECRET-5"
+    running, port = run_sh(
+        STRIPE_WEBHOOK_SECRET=CLI_SECRET,
+        STRIPE_WEBHOOK_SECRET_LABELS="cli",
+        REVERSAL_ACTION=reversal,
+    )
     wait_until(lambda: "ready:" in running.log.read_text(), 30, what="the ready line")
+    sourced = running.log.read_text().split("and in another terminal: ")[1].split("   (")[0]
+    assert sourced == ". var/run.env" and (checkout / "var/run.env").stat().st_mode & 0o077 == 0
+    env = {"PATH": os.environ["PATH"]}  # a new terminal: none of the run's settings
+    command = f"{sourced} && .venv/bin/webhook-ledger event-types && echo $REVERSAL_ACTION"
+    done = subprocess.run(["bash", "-c", command], cwd=checkout, env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert b"charge.dispute.created" in done.stdout and done.stdout.endswith(
+        f"{reversal}\n".encode()
+    )
     running.ctrl_c_stops_everything()
     out = running.log.read_text()
+    assert "REVOKE-SECRET-5" not in out
     local = re.search(r"DEV_WEBHOOK_SECRET=(\S+)", (checkout / "var/dev.env").read_text())
     assert local is not None
     assert f"cli    {fingerprint(CLI_SECRET)}" in out

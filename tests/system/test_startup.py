@@ -79,6 +79,24 @@ def test_every_process_refuses_a_wrong_setting_with_one_line_each(
     ]
 
 
+SLIP = "FULFILLMENT_SQL"
+"""FULFILMENT_SQL spelt the US way: taken, it left the effect unset without a word."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [(WEB, {"PORT": str(free_port())}), (WORKER, {}), (HA_WORKER, {}), (CLI, {})],
+    ids=["web", "worker", "fulfilment-worker", "cli"],
+)
+def test_a_misspelt_setting_stops_start_up_with_one_line_naming_it(
+    argv: list[str], extra: dict[str, str]
+) -> None:
+    shop = "postgresql://shop:pw-SECRET-7@127.0.0.1:9/shop"
+    env = env_with(STRIPE_WEBHOOK_SECRET=SECRET, FULFILMENT_ACTION=shop, **extra)
+    lines = refuses(argv, {**env, SLIP: "@examples/shop/grant.sql"})
+    assert lines == [f"unknown setting {SLIP}: did you mean FULFILMENT_SQL?"]
+
+
 @pytest.mark.parametrize("argv", [WEB, CLI, REPLAY], ids=["web", "cli", "replay"])
 def test_a_number_is_ascii_digits_and_a_duration_one_redis_accepts(argv: list[str]) -> None:
     """A superscript or another script's digits, and a retention whose TTL Redis's EXPIRE

@@ -146,6 +146,13 @@ MASKED = {
 }
 
 
+BESIDE = {
+    "REVERSAL_SQL": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
+    "REVERSAL_EFFECT": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
+}
+"""What a setting is only accepted beside (the rules between settings)."""
+
+
 def all_cases() -> list[tuple[type, str, tuple[str, object, str, str]]]:
     found: list[tuple[type, str, tuple[str, object, str, str]]] = [
         (Settings, name, case) for name, case in CASES.items()
@@ -156,7 +163,7 @@ def all_cases() -> list[tuple[type, str, tuple[str, object, str, str]]]:
 def problems(cls: type, env: dict[str, str]) -> list[str]:
     if cls is Settings:
         try:
-            load(env)
+            load({**BESIDE.get(next(iter(env), ""), {}), **env})
         except SettingsError as exc:
             return exc.problems
         return []
@@ -165,7 +172,7 @@ def problems(cls: type, env: dict[str, str]) -> list[str]:
 
 def value_of(cls: type, name: str, text: str) -> object:
     if cls is Settings:
-        return getattr(load({name: text}), name)
+        return getattr(load({**BESIDE.get(name, {}), name: text}), name)
     return setting_fields.read(fields(cls), {name: text})[0][name]
 
 
@@ -330,8 +337,26 @@ def test_every_problem_is_a_line_of_its_own() -> None:
             "invalid setting REVERSAL_EFFECT=shop:undo: expected unset while REVERSAL_ACTION",
         ),
         (
-            {"REVERSAL_SQL": "SELECT 1", "REVERSAL_EFFECT": "shop:undo"},
+            {
+                "REVERSAL_ACTION": "sqlite:///r.sqlite3",
+                "REVERSAL_SQL": "SELECT 1",
+                "REVERSAL_EFFECT": "shop:undo",
+            },
             "invalid setting REVERSAL_EFFECT=shop:undo: expected REVERSAL_SQL or",
+        ),
+        (
+            {"REVERSAL_SQL": "garbage"},
+            "invalid setting REVERSAL_SQL=garbage: REVERSAL_ACTION is not set, so it would never"
+            " run: expected REVERSAL_ACTION naming the database (FULFILMENT_ACTION's URL to"
+            " revoke in the same database), or this unset",
+        ),
+        (
+            {"FULFILMENT_ACTION": "postgresql://u:pw@db/shop", "REVERSAL_EFFECT": "x:y"},
+            "invalid setting REVERSAL_EFFECT=x:y: REVERSAL_ACTION is not set",
+        ),
+        (
+            {"FULFILMENT_ACTION": "shop.actions:fulfil", "FULFILMENT_EFFECT": "shop:grant"},
+            "invalid setting FULFILMENT_EFFECT=shop:grant: expected unset while FULFILMENT_ACTION",
         ),
         (
             {"FULFILMENT_ACTION": "postgresql://u:pw@db.example:5432", "FULFILMENT_SQL": "x"},
