@@ -65,8 +65,8 @@ class ReadyCheckParser(_HiredisParser):
     """redis-py's hiredis parser, whose check before each command that a pooled connection
     holds no unread reply polls the socket with the real ``poll`` even where gevent patched
     ``select`` (the web process): a zero-timeout poll never blocks, and gevent's version of
-    it started a timer and a watcher per command, about 25 µs of CPU (docs/BENCHMARKS.md,
-    "Where the time goes"). A socket that is readable goes on to redis-py's own check, which
+    it started a timer and a watcher per command (its CPU: docs/BENCHMARKS.md, "Where the
+    time goes", a round trip under gevent beside redis-py's own parser). A socket that is readable goes on to redis-py's own check, which
     tells a pending reply from a closed connection."""
 
     def on_connect(self, connection: Any, **kwargs: Any) -> None:
