@@ -12,18 +12,15 @@ in var/bench/ for flame graphs.
     .venv/bin/python -m bench.profile [--quick]
 """
 
-import json
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from bench.common import (
-    ROOT,
     SECRET,
     RedisServer,
     Stack,
@@ -62,7 +59,7 @@ def steps(wd: Workdir, n: int) -> dict[str, Any]:
     with Stack() as st:
         redis = st.start(RedisServer(wd.sub("redis-steps")))
         ledger = ledger_for(service_env(redis.url, wd.path))
-        out: dict[str, Any] = round_trip_cpu(ledger.redis) | gevent_round_trip(redis.url)
+        out: dict[str, Any] = round_trip_cpu(ledger.redis)
         events = [orjson.loads(b) for b in bodies]
         out |= _parse_steps(pairs, events, ledger.settings)
         out |= _ledger_steps(ledger, bodies, events)
@@ -200,25 +197,6 @@ def round_trip_cpu(client, n: int = 5000) -> dict[str, float]:
         out[f"one Redis round trip, {name}: Redis CPU"] = round((redis_cpu() - server) / n * 1e6, 1)
     client.delete("bench:rtt")
     return out
-
-
-def gevent_round_trip(url: str) -> dict[str, float]:
-    """The same PING's client CPU in a process gevent patched (bench/gevent_round_trip.py):
-    the shipped client, and redis-py's own parser, whose check of a pooled connection
-    before each command went through gevent's poll."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gevent_round_trip", url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    found = json.loads(done.stdout)
-    return {
-        "one Redis round trip under gevent (16 greenlets), PING: client CPU": found["shipped"],
-        "  the same with redis-py's own parser (gevent's poll before each command)": found["stock"],
-    }
 
 
 def _script_call(ledger, d) -> tuple[Any, Any]:

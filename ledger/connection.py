@@ -8,14 +8,11 @@ the primary demoted (``READONLY``), so a failover is found without a restart
 REDIS_SENTINEL_TLS makes every connection TLS (to the Sentinels and to the data nodes).
 """
 
-import select
-import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from redis import BlockingConnectionPool, Redis
-from redis._parsers import _HiredisParser
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
@@ -55,35 +52,6 @@ class OutermostRetry(Retry):
             _RETRYING.reset(token)
 
 
-def unpatched_poll() -> Callable[[], Any]:
-    """``select.poll`` as the system has it, also where gevent patched it."""
-    monkey = sys.modules.get("gevent.monkey")
-    return monkey.get_original("select", "poll") if monkey else select.poll
-
-
-class ReadyCheckParser(_HiredisParser):
-    """redis-py's hiredis parser, whose check before each command that a pooled connection
-    holds no unread reply polls the socket with the real ``poll`` even where gevent patched
-    ``select`` (the web process): a zero-timeout poll never blocks, and gevent's version of
-    it started a timer and a watcher per command (its CPU: docs/BENCHMARKS.md, "Where the
-    time goes", a round trip under gevent beside redis-py's own parser). A socket that is readable goes on to redis-py's own check, which
-    tells a pending reply from a closed connection."""
-
-    def on_connect(self, connection: Any, **kwargs: Any) -> None:
-        super().on_connect(connection, **kwargs)
-        self._poll = unpatched_poll()
-
-    def can_read(self, timeout: float = 0) -> bool:
-        sock, reader = self._sock, self._reader
-        if timeout or sock is None or reader is None or hasattr(sock, "pending"):
-            return bool(super().can_read(timeout))  # a wait, a closed one, or TLS's buffer
-        if reader.has_data():
-            return True
-        poller = self._poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0)) and bool(super().can_read(0))
-
-
 class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """Sentinel's pool, waiting for a free connection like the single-node one does."""
 
@@ -102,7 +70,6 @@ def options(settings: Settings) -> dict[str, Any]:
         "retry": OutermostRetry(ExponentialBackoff(cap=0.5, base=0.02), settings.REDIS_RETRIES),
         "retry_on_error": [ConnectionError, TimeoutError],
         "health_check_interval": 30,
-        "parser_class": ReadyCheckParser,
         # redis-py's default ("auto", RESP3) also turns off the pool's refusal to hand out a
         # connection holding a reply nobody read (readable bytes could be a maintenance
         # push), so the next command would read that reply as its own. Maintenance

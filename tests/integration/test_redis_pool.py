@@ -1,9 +1,8 @@
 """The ledger's Redis pool refuses to hand out a connection holding a reply nobody read
 (ledger/connection.py, ``maint_notifications_config``): it reconnects it first, in a plain
 process and in one gevent has patched (the web process). With redis-py's default the next
-command read that reply as its own. A connection Redis closed is replaced the same way, and
-in the gevent-patched process that check polls with the system's ``poll``, not gevent's
-(``ReadyCheckParser``). And with Redis frozen a command gives up after
+command read that reply as its own. A connection Redis closed is replaced the same way. And
+with Redis frozen a command gives up after
 REDIS_RETRIES + 1 tries, not the square of that (``OutermostRetry``)."""
 
 import os
@@ -37,21 +36,11 @@ monkey.patch_all()
 import select
 import sys
 
-from ledger import connection, settings
 from tests.integration.test_redis_pool import closed_connection_is_replaced, unread_reply_is_dropped
 
 assert select.poll is not monkey.get_original("select", "poll"), "gevent did not patch"
 unread_reply_is_dropped(sys.argv[1])
 closed_connection_is_replaced(sys.argv[1])
-# the check before each command polls with the system's poll, not gevent's (a timer and a
-# watcher per command)
-patched, polls = select.poll, []
-select.poll = lambda: polls.append(1) or patched()
-client = connection.connect(settings.load({}, REDIS_URL=sys.argv[1]))
-for n in range(50):
-    client.set("pool:n", n)
-    assert client.get("pool:n") == str(n).encode()
-assert not polls, f"gevent's poll ran {len(polls)} times in 100 commands"
 """
 
 
