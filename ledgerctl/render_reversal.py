@@ -45,9 +45,16 @@ def counts(s: Summary) -> Table:
 
 def _taken_back(p: Payment) -> str:
     r = p.reversal
-    if r is None or r.taken_back is None:
+    if r is not None and r.taken_back is not None:
+        return "refunded in full" if r.taken_back == "refund" else "dispute lost"
+    if r is None or r.refunded is None or r.refunded.minor_units <= 0:
         return "no (nothing to take back)"
-    return "refunded in full" if r.taken_back == "refund" else "dispute lost"
+    paid = f" of {p.amount.formatted}" if p.amount else ""
+    # REVERSAL_PER_REFUND: each refund reversed on its own, the payment not taken back
+    stays = (
+        "its refunds reversed on their own" if r.reversed_amount or r.due else "the effect stays"
+    )
+    return f"no: refunded {r.refunded.formatted}{paid}, {stays}"
 
 
 def _reversal(p: Payment) -> str | None:
