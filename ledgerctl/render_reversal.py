@@ -12,6 +12,7 @@ from ledger.read.reversal import PaymentReversal, Refund
 from ledger.read.stats import Summary
 from ledger.read.timeline import LEG_NAMES
 from ledgerctl.terminal import iso, kv_table
+from workers.effects import ROWCOUNT
 
 WAITING = {
     "failed": "reversals failed: a person's job",
@@ -140,9 +141,14 @@ def taken_back(p: Payment) -> list[Table]:
 
 
 def receipt(found: dict[str, Any] | None) -> str | None:
-    """A receipt's fields as 'name: value' (nested values as JSON)."""
+    """A receipt's fields as 'name: value' (nested values as JSON); a SQL effect that
+    touched no row said so (a WHERE that matched nothing: workers/effects.py)."""
     if not found:
         return None
-    return ", ".join(
+    shown = ", ".join(
         f"{k}: {v if isinstance(v, str) else to_json(v).decode()}" for k, v in found.items()
     )
+    inner = found.get("receipt")
+    if isinstance(inner, dict) and inner.get(ROWCOUNT) == 0:
+        shown += " (its SQL touched no row)"
+    return shown
