@@ -228,8 +228,11 @@ def test_a_missing_table_or_a_wrong_password_is_refused(postgres_url) -> None:
 def test_downstream_migrate_makes_the_table_once_and_masks_the_password(postgres_url) -> None:
     env = {"FULFILMENT_ACTION": postgres_url}
     first, again = run_cli(env, "downstream", "migrate"), run_cli(env, "downstream", "migrate")
-    assert cli_ok(first) and first.output.strip() == "webhook_ledger_effects: created"
-    assert cli_ok(again) and again.output.strip() == "webhook_ledger_effects: already there"
+    named = "FULFILMENT_ACTION postgresql://***@" + postgres_url.rpartition("@")[2]
+    assert cli_ok(first) and first.output.strip() == f"{named}: webhook_ledger_effects created"
+    assert (
+        cli_ok(again) and again.output.strip() == f"{named}: webhook_ledger_effects already there"
+    )
     assert unusable(settings_module.load({}, FULFILMENT_ACTION=postgres_url)) is None
     wrong = {"FULFILMENT_ACTION": postgres_url.replace(USER_PASSWORD, "wrong-pw-123")}
     refused = run_cli(wrong, "downstream", "migrate")
