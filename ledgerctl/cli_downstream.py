@@ -3,15 +3,19 @@ migrate``, which makes the PostgreSQL action's table in the user's database (a w
 runs DDL: it refuses to start while the table is missing)."""
 
 import sys
+from dataclasses import fields
 
 import click
 import psycopg
 
-from ledger.downstream import open_downstream, read_downstream, using
+from ledger.downstream import DownstreamUnusable, open_downstream, read_downstream, using
+from ledger.redact import mask_url
+from ledger.setting_urls import ActionSpec
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
 from workers.postgres_schema import TABLE, masked, migrate
 
+NOT_A_DATABASE = "neither sqlite:/// nor postgresql://"
 EXIT_DATABASE = 3
 """The database could not be reached (as an unreachable Redis: the CLI's exit code 3)."""
 
@@ -45,28 +49,49 @@ def downstream(click_ctx: click.Context, limit: int, as_json: bool) -> None:
 @downstream.command("migrate")
 @click.pass_obj
 def migrate_command(ctx: Context) -> None:
-    """Create the built-in downstream's tables when missing (idempotent): for
-    postgresql://, webhook_ledger_effects in that database (docs/ACTIONS.md)."""
-    action = ctx.settings.FULFILMENT_ACTION
-    if action.scheme == "sqlite":
-        run(lambda: made(action.target))
-        say(f"{action.target}: ready")
-        return
-    if action.scheme != "postgresql":
-        say("FULFILMENT_ACTION is neither sqlite:/// nor postgresql://: nothing to migrate")
+    """Create the tables of each built-in downstream the settings name, when missing
+    (idempotent): FULFILMENT_ACTION's and REVERSAL_ACTION's, once for a database both name;
+    for postgresql://, webhook_ledger_effects in that database (docs/ACTIONS.md). One line
+    each, naming its settings; exit 1 when none is sqlite:/// or postgresql://, 3 when one
+    could not be migrated (the others are)."""
+    s = ctx.settings
+    default = next(f.default for f in fields(s) if f.name == "FULFILMENT_ACTION")
+    databases: dict[ActionSpec, list[str]] = {}
+    for setting, action in (
+        ("FULFILMENT_ACTION", s.FULFILMENT_ACTION),
+        ("REVERSAL_ACTION", s.REVERSAL_ACTION),
+    ):
+        if action is not None and action.scheme in ("sqlite", "postgresql"):
+            databases.setdefault(action, []).append(setting)
+        elif action is not None:
+            say(f"{setting} {mask_url(str(action))}: {NOT_A_DATABASE}, nothing to migrate")
+    if not databases:
         sys.exit(EXIT_NOT_FOUND)
-    try:
-        done = migrate(action.target)
-    except psycopg.Error as exc:
-        say(masked(f"cannot migrate: {type(exc).__name__}: {exc}".splitlines()[0], action.target))
+    failed = False
+    for action, settings in databases.items():
+        named = f"{' and '.join(settings)} {mask_url(str(action))}"
+        named += " (the default)" if action == default else ""
+        try:
+            done = (
+                made(action.target)
+                if action.scheme == "sqlite"
+                else f"{TABLE} {migrate(action.target)}"
+            )
+        except DownstreamUnusable as exc:
+            done, failed = f"cannot migrate: {exc.why}", True
+        except psycopg.Error as exc:
+            why = f"cannot migrate: {type(exc).__name__}: {exc}".splitlines()[0]
+            done, failed = masked(why, action.target), True
+        say(f"{named}: {done}")
+    if failed:
         sys.exit(EXIT_DATABASE)
-    say(f"{TABLE}: {done}")
 
 
-def made(path: str) -> None:
+def made(path: str) -> str:
     """The SQLite file with its tables (created when missing)."""
     with using(path):
         open_downstream(path).close()
+    return "ready"
 
 
 COMMANDS = (downstream,)

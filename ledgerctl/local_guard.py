@@ -50,6 +50,20 @@ def hold(folder: Path) -> str | None:
     return None
 
 
+def free(folder: Path) -> str | None:
+    """Why ``folder`` is held by another stack, or None; held by nobody after (a check
+    before a launcher changes anything, examples/shop/run.sh's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return refusal(folder)
+    finally:
+        os.close(fd)
+    return None
+
+
 def held() -> tuple[int, ...]:
     """The descriptors of the folders this process holds, for its children to keep open."""
     return tuple(_held)

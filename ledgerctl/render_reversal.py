@@ -12,6 +12,7 @@ from ledger.read.reversal import PaymentReversal, Refund
 from ledger.read.stats import Summary
 from ledger.read.timeline import LEG_NAMES
 from ledgerctl.terminal import iso, kv_table
+from workers.effects import ROWCOUNT
 
 WAITING = {
     "failed": "reversals failed: a person's job",
@@ -45,9 +46,16 @@ def counts(s: Summary) -> Table:
 
 def _taken_back(p: Payment) -> str:
     r = p.reversal
-    if r is None or r.taken_back is None:
+    if r is not None and r.taken_back is not None:
+        return "refunded in full" if r.taken_back == "refund" else "dispute lost"
+    if r is None or r.refunded is None or r.refunded.minor_units <= 0:
         return "no (nothing to take back)"
-    return "refunded in full" if r.taken_back == "refund" else "dispute lost"
+    paid = f" of {p.amount.formatted}" if p.amount else ""
+    # REVERSAL_PER_REFUND: each refund reversed on its own, the payment not taken back
+    stays = (
+        "its refunds reversed on their own" if r.reversed_amount or r.due else "the effect stays"
+    )
+    return f"no: refunded {r.refunded.formatted}{paid}, {stays}"
 
 
 def _reversal(p: Payment) -> str | None:
@@ -133,9 +141,14 @@ def taken_back(p: Payment) -> list[Table]:
 
 
 def receipt(found: dict[str, Any] | None) -> str | None:
-    """A receipt's fields as 'name: value' (nested values as JSON)."""
+    """A receipt's fields as 'name: value' (nested values as JSON); a SQL effect that
+    touched no row said so (a WHERE that matched nothing: workers/effects.py)."""
     if not found:
         return None
-    return ", ".join(
+    shown = ", ".join(
         f"{k}: {v if isinstance(v, str) else to_json(v).decode()}" for k, v in found.items()
     )
+    inner = found.get("receipt")
+    if isinstance(inner, dict) and inner.get(ROWCOUNT) == 0:
+        shown += " (its SQL touched no row)"
+    return shown

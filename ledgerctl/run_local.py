@@ -45,6 +45,10 @@ from ledgerctl.banner import TOOLS_ENV, banner, base_url, ready_line, tools_env
 from ledgerctl.stack_stop import OrderedStop
 
 DEV_ENV = Path("var/dev.env")
+CHECK_HELP = (
+    "only check what would refuse the start (its settings, ports, data folder): exit 0, or 2"
+    " with one line each; nothing starts or is held (examples/shop/run.sh's first step)"
+)
 NOT_READY_NOTE_S = 60.0
 """After this long without an answer from /readyz, say so (once) and keep waiting."""
 
@@ -170,9 +174,11 @@ def announce_when_ready(manager: Manager, env: Mapping[str, str]) -> None:
         time.sleep(0.5)
 
 
-def refusals(env: Mapping[str, str], local: Local, topology: ha.Topology | None) -> list[str]:
+def refusals(
+    env: Mapping[str, str], local: Local, topology: ha.Topology | None, hold: bool = True
+) -> list[str]:
     """Why this stack must not start: a port of it taken, its data folder held by another
-    stack (held from here on by this one)."""
+    stack (held from here on by this one, unless ``hold`` is false: a check only)."""
     ports = {"WEB_PORT": f"{env['HOST']}:{env['WEB_PORT']}"}
     if topology is None:
         ports["REDIS_PORT"] = f"127.0.0.1:{local.REDIS_PORT}"
@@ -181,7 +187,7 @@ def refusals(env: Mapping[str, str], local: Local, topology: ha.Topology | None)
         nodes = [*topology.node_ports, *topology.sentinel_ports]
         ports |= {f"--ha port {port}": f"127.0.0.1:{port}" for port in nodes}
         folder = Path("var/ha")
-    held = local_guard.hold(folder)
+    held = local_guard.hold(folder) if hold else local_guard.free(folder)
     return [held] if held else local_guard.taken_ports(ports)
 
 
@@ -214,6 +220,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/run.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--ha", action="store_true", help="a replicated ledger (Procfile.ha)")
     parser.add_argument("--stripe-cli", action="store_true", help=stripe_listen.RUN_HELP)
+    parser.add_argument("--check", action="store_true", help=CHECK_HELP)
     args = parser.parse_args()
     replicated = args.ha
     root = Path.cwd()
@@ -225,9 +232,11 @@ def main() -> None:
         env = replicated_env(env, topology)
     required = ("STRIPE_WEBHOOK_SECRET",)
     local, settings = or_exit(lambda: load(Local, env), lambda: settings_module.load(env, required))
-    problems = refusals(env, local, topology if replicated else None)
+    problems = refusals(env, local, topology if replicated else None, hold=not args.check)
     if problems:  # before anything starts: one line per problem, exit code 2
         exit_with(problems)
+    if args.check:
+        return
     if replicated:
         ha.write(topology)
     env_file = Path(TOOLS_ENV).parent / "ha" / "run.env" if replicated else Path(TOOLS_ENV)

@@ -3,12 +3,13 @@ FULFILMENT_SQL (one statement, or ``@path`` of a file holding it) or FULFILMENT_
 (``module:function`` called as ``effect(conn, purchase)``). The same SQL text runs on both
 databases: psycopg's named parameters (``%(payment_key)s``, ``%%`` for a literal ``%``),
 turned into sqlite3's (``:payment_key``) for SQLite. Whatever the effect returns (a SQL
-statement: its first row, else its row count) is the receipt, stored with the key so a
-re-run answers the first call's receipt.
+statement: how many rows it touched, with its first row's columns) is the receipt, stored
+with the key so a re-run answers the first call's receipt.
 """
 
 import importlib
 import json
+import logging
 import os
 import re
 import sys
@@ -30,6 +31,11 @@ Receipt = dict[str, Any]
 Params = dict[str, Any]
 
 _NAMED = re.compile(r"%\((\w+)\)s|%%")
+ROWCOUNT = "rowcount"
+"""The receipt's field saying how many rows a SQL effect touched. 0 is no error (an ``ON
+CONFLICT DO NOTHING`` may rightly touch none) but is logged as a warning: a WHERE that never
+matches looks the same."""
+log = logging.getLogger("workers.effects")
 
 
 class Cursor(Protocol):
@@ -41,7 +47,7 @@ class Cursor(Protocol):
     @property
     def rowcount(self) -> int: ...
 
-    def fetchone(self) -> Any: ...
+    def fetchall(self) -> Any: ...
 
 
 class Connection(Protocol):
@@ -117,13 +123,18 @@ def for_sqlite(sql: str) -> str:
     return _NAMED.sub(lambda m: f":{m[1]}" if m[1] else "%", sql)
 
 
-def receipt_of(cursor: Cursor) -> Receipt:
-    """A statement's receipt: its first row by column (JSON-able), else its row count."""
-    if cursor.description:
-        row = cursor.fetchone()
-        names = [column[0] for column in cursor.description]
-        return as_receipt(dict(zip(names, row or (), strict=False)))
-    return {"rowcount": cursor.rowcount}
+def statement_receipt(cursor: Cursor) -> tuple[Receipt, int]:
+    """A statement's receipt and how many rows it touched: the count as ``rowcount``, with
+    its first row's columns when rows came back (``RETURNING``; a column of that name is
+    kept as it is). Every row is fetched: sqlite3 counts a ``RETURNING`` statement's rows
+    only once it has stepped through them all, and a SELECT's not at all (-1)."""
+    if not cursor.description:
+        return {ROWCOUNT: cursor.rowcount}, cursor.rowcount
+    rows = cursor.fetchall()
+    touched = cursor.rowcount if cursor.rowcount >= 0 else len(rows)
+    names = [column[0] for column in cursor.description]
+    first = dict(zip(names, rows[0], strict=False)) if rows else {}
+    return as_receipt(first | ({} if ROWCOUNT in first else {ROWCOUNT: touched})), touched
 
 
 def as_receipt(result: object) -> Receipt:
@@ -154,7 +165,13 @@ class Effect:
         if self.function is not None:
             return as_receipt(self.function(conn, purchase_of(call)))
         query = for_sqlite(self.sql) if sqlite else self.sql
-        return receipt_of(conn.execute(query, sql_params(call)))
+        params = sql_params(call)
+        receipt, touched = statement_receipt(conn.execute(query, params))
+        if touched == 0:
+            what = "reversal" if self.setting.startswith("REVERSAL") else "fulfilment"
+            pk, key = params.get("payment_key"), params.get("idempotency_key")
+            log.warning("the %s of %s touched no row (%s, key %s)", what, pk, self.setting, key)
+        return receipt
 
 
 def load_effect(s: Settings) -> Effect | None:

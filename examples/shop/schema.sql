@@ -1,8 +1,8 @@
 -- The shop's own table: what each customer may use. The service's PostgreSQL action adds one
 -- row per paid payment (grant.sql), in the transaction that records the payment's key in
 -- webhook_ledger_effects, so a payment grants once however often it is delivered or retried;
--- its reversal (refunded in full, a dispute lost) sets revoked_at (revoke.sql) in the one
--- that records reverse:{payment_key}.
+-- each reversal (revoke.sql, in the transaction that records its key) adds what it takes back
+-- to reversed_amount and sets revoked_at once the payment is taken back in full.
 CREATE TABLE IF NOT EXISTS entitlements (
     id bigserial PRIMARY KEY,
     payment_key text NOT NULL,
@@ -12,8 +12,11 @@ CREATE TABLE IF NOT EXISTS entitlements (
     amount bigint,
     currency text,
     granted_at timestamptz NOT NULL DEFAULT now(),
+    reversed_amount bigint NOT NULL DEFAULT 0,
     revoked_at timestamptz
 );
-ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS revoked_at timestamptz;  -- made before it
+-- a table made before these columns
+ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS revoked_at timestamptz;
+ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS reversed_amount bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS entitlements_by_reference ON entitlements (client_reference_id);
 CREATE INDEX IF NOT EXISTS entitlements_by_email ON entitlements (customer_email);

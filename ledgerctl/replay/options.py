@@ -52,6 +52,22 @@ def check_writable(option: str, path: Path) -> None:
         exit_with([f"{option} {path}: cannot write there ({why})"])
 
 
+KIND_WORDS = {
+    "none": "nothing taken back",
+    "full": "refunded in full",
+    "partial": "refunded in part",
+    "partials": "refunded in two parts adding up to it",
+    "dispute_lost": "a dispute lost",
+    "dispute_won": "a dispute won",
+    "dispute_lost_won": "a dispute lost and, once its reversal is settled, won",
+    "full_failed": "a refund in full and, once the payment is settled, that refund failed",
+}
+"""What each kind of --refund-kinds sends (ledgerctl/takebacks.py)."""
+KIND_NAMES = ", ".join(
+    f"{kind} ({KIND_WORDS[kind]})" for kind in takebacks.KINDS + takebacks.OTHER_KINDS
+)
+
+
 def parser(description: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -82,9 +98,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
     src.add_argument(
         "--refunds",
         action="store_true",
-        help="each payment sent is also refunded or disputed, in turn: not at all, in full, in "
-        "part, in two parts adding up to it, a dispute lost, a dispute won; sent once the "
-        "payments are fulfilled",
+        help="each payment sent is also refunded or disputed, by the kinds of --refund-kinds "
+        "in turn; sent once the payments are fulfilled",
     )
     src.add_argument(
         "--refund-kinds",
@@ -92,9 +107,8 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         default=list(takebacks.KINDS),
         choices=takebacks.KINDS + takebacks.OTHER_KINDS,
         metavar="KIND",
-        help="with --refunds: the kinds given in turn (default: the six above); "
-        "dispute_lost_won: a dispute lost and, once its reversal is settled, won; "
-        "full_failed: a refund in full and, once the payment is settled, that refund failed",
+        help=f"with --refunds: the kinds given in turn, each KIND one of {KIND_NAMES} "
+        f"(default: {' '.join(takebacks.KINDS)})",
     )
     src.add_argument(
         "--race-refunds",

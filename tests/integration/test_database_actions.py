@@ -84,7 +84,8 @@ def test_key_and_effect_commit_together_and_a_rerun_answers_the_first_receipt(sh
     action, _ = action_for(shop, FULFILMENT_SQL=ORDER_SQL)
     assert action.replay_safe is True
     first = action(call(token=1))
-    assert first == {"outcome": "applied", "receipt": {"amount": 2000, "currency": "usd"}}
+    receipt = {"amount": 2000, "currency": "usd", "rowcount": 1}
+    assert first == {"outcome": "applied", "receipt": receipt}
     again = action(call(token=2))
     assert again == {"outcome": "already_applied", "receipt": first["receipt"]}
     assert rows(shop, "SELECT payment_key FROM shop_orders") == [("pi_1",)]
@@ -190,7 +191,8 @@ def test_the_same_sql_text_runs_on_sqlite(tmp_path: Path) -> None:
     db.commit()
     action, _ = action_for(f"sqlite:///{path}", FULFILMENT_SQL=ORDER_SQL)
     first = action(call("pi_6"))
-    assert (first["outcome"], first["receipt"]) == ("applied", {"amount": 2000, "currency": "usd"})
+    receipt = {"amount": 2000, "currency": "usd", "rowcount": 1}
+    assert (first["outcome"], first["receipt"]) == ("applied", receipt)
     again = action(call("pi_6", 2))
     assert (again["outcome"], again["receipt"]) == ("already_applied", first["receipt"])
     with pytest.raises(PermanentDownstreamError, match="CHECK constraint failed"):
@@ -244,8 +246,11 @@ def test_a_missing_table_or_a_wrong_password_is_refused(postgres_url) -> None:
 def test_downstream_migrate_makes_the_table_once_and_masks_the_password(postgres_url) -> None:
     env = {"FULFILMENT_ACTION": postgres_url}
     first, again = run_cli(env, "downstream", "migrate"), run_cli(env, "downstream", "migrate")
-    assert cli_ok(first) and first.output.strip() == "webhook_ledger_effects: created"
-    assert cli_ok(again) and again.output.strip() == "webhook_ledger_effects: already there"
+    named = "FULFILMENT_ACTION postgresql://***@" + postgres_url.rpartition("@")[2]
+    assert cli_ok(first) and first.output.strip() == f"{named}: webhook_ledger_effects created"
+    assert (
+        cli_ok(again) and again.output.strip() == f"{named}: webhook_ledger_effects already there"
+    )
     assert unusable(settings_module.load({}, FULFILMENT_ACTION=postgres_url)) is None
     wrong = {"FULFILMENT_ACTION": postgres_url.replace(USER_PASSWORD, "wrong-pw-123")}
     refused = run_cli(wrong, "downstream", "migrate")
@@ -289,7 +294,8 @@ def test_each_reversal_marks_the_order_in_the_transaction_of_its_key(shop) -> No
     fulfil, reverse = reversal_for(shop)
     fulfil(call("pi_r"))
     first = reverse(reversal_call("pi_r", 2, "re_1", 500))
-    assert first == {"outcome": "applied", "receipt": {"reversed": 500, "refund": "re_1"}}
+    receipt = {"reversed": 500, "refund": "re_1", "rowcount": 1}
+    assert first == {"outcome": "applied", "receipt": receipt}
     assert reverse(reversal_call("pi_r", 3, "re_1", 500))["outcome"] == "already_applied"
     assert reverse(reversal_call("pi_r", 4, "re_2", 1500))["receipt"]["reversed"] == 2000
     with pytest.raises(PermanentDownstreamError, match="CheckViolation"):

@@ -6,6 +6,7 @@ brought there (tests/support/reversal_ledger.py; docs/REVERSAL.md), with each re
 reversal and a dispute won fulfilled again too (``taken_again``)."""
 
 import json
+import re
 from typing import Any
 
 from tests.integration.test_metrics_alerting import scrape
@@ -102,6 +103,8 @@ def test_the_dashboard_shows_them(client, taken) -> None:
 
     page = client.get(f"/ops/payments/{t.partial}", headers=BASIC).get_data(as_text=True)
     assert "(partial: takes nothing back)" in page
+    stays = r"no: refunded [\d.]+ \w+ of [\d.]+ \w+, the effect stays"
+    assert re.search(f'id="taken-back"><span class="muted">{stays}<', page)
 
     page = client.get(f"/ops/payments/{t.interrupted}", headers=BASIC).get_data(as_text=True)
     assert 'id="reversal-error">reversal: ' in page and "It was taken back: mark reversed" in page
@@ -124,6 +127,10 @@ def test_the_cli_shows_them(config, taken) -> None:
     [reversal] = [row for row in rows if " reversal " in row]
     [fulfilment] = [row for row in rows if " fulfilment " in row]
     assert " reversed " in reversal and " fulfilled " in fulfilment, rows
+    partial = run_cli(config, "payment", t.partial).stdout
+    assert re.search(
+        r"taken back +│ no: refunded [\d.]+ \w+ of [\d.]+ \w+, the effect stays", partial
+    )
     summary = run_cli(config, "summary").stdout
     assert "reversals due" in summary and "reversals interrupted: a person's job" in summary
     listed = run_cli(config, "payments", "--state", "attention").stdout
@@ -210,6 +217,9 @@ def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config,
     assert "fulfilment again" in shown  # its attempt's leg
     shown = run_cli(config, "payment", t.per_refund).stdout
     assert "reversed in all" in shown and shown.count("(reversed ") == 2
+    assert re.search(
+        r"taken back +│ no: refunded \S+ \w+ of \S+ \w+, its refunds reversed on", shown
+    )
     summary = run_cli(config, "summary").stdout
     assert "fulfilled again" in summary and "one refund's" in summary
 

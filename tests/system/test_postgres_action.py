@@ -142,7 +142,10 @@ def test_a_call_blocked_on_a_row_lock_ends_in_the_database(stack, redis, postgre
         holder.close()
     wait_until(lambda: state_of(redis, pk) == "fulfilled", timeout=30, what="fulfilled")
     record = read_payments.payment(redis, pk)
-    assert record is not None and record.receipt == {"outcome": "applied", "receipt": {"sold": 1}}
+    assert record is not None and record.receipt == {
+        "outcome": "applied",
+        "receipt": {"sold": 1, "rowcount": 1},
+    }
     timed_out = [a for a in record.attempts if "lock timeout" in (a.error or "")]
     assert timed_out and all(a.call_ms is not None and a.call_ms < 1000 for a in timed_out)
     assert worker.proc is not None and worker.proc.poll() is None  # never killed

@@ -1,17 +1,29 @@
 """The example shop (examples/shop) with the real service: signed Checkout events through
 gunicorn's endpoint, a real worker with the PostgreSQL action granting into the shop's own
-table, and the shop's page showing the entitlement once; refunded in full, revoked once."""
+table, and the shop's page showing the entitlement once; refunded in full, revoked once. And
+examples/shop/run.sh refusing to start without stopping the PostgreSQL server an earlier
+run left, while anything would refuse the start or a process uses that server."""
 
 import json
+import os
 import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
+import pytest
 
 from examples.shop import create_app, migrate
 from ledger.downstream import open_downstream
 from ledgerctl import samples
 from tests.support.helpers import payment_key_of, settled_as
-from tests.support.processes import ROOT, wait_until
+from tests.support.postgres import binaries
+from tests.support.processes import ROOT, free_port, wait_until
 from tests.support.refunds import refund_events
 from tests.support.replay import replay
 
@@ -82,3 +94,106 @@ def test_a_replay_beside_the_shop_counts_effects_from_the_ledger(
     [note] = [n for n in report["notes"] if "calls went to" in n]
     assert note.startswith("the workers' calls went to postgresql:") and str(old) in note
     assert postgres_url.split("@")[0].split(":")[-1] not in json.dumps(report)  # no password
+
+
+COPIED = ("scripts/run.sh", "scripts/bootstrap.sh", "examples", "Procfile", "gunicorn.conf.py")
+COPIED += ("pyproject.toml", "uv.lock", "config")
+PYCACHE = shutil.ignore_patterns("__pycache__")
+
+
+def as_postgres(*argv: str) -> list[str]:
+    """PostgreSQL refuses to run as root (run.sh's as_postgres)."""
+    return ["runuser", "-u", "postgres", "--", *argv] if os.getuid() == 0 else list(argv)
+
+
+class Left:
+    """A copy of the checkout with the shop's PostgreSQL server running on var/shop/pg, as
+    a killed run.sh leaves it."""
+
+    def __init__(self) -> None:
+        # Under /tmp and open to all: the postgres user enters no root-only folder.
+        self.root = Path(tempfile.mkdtemp(prefix="ledger-shop-"))
+        self.root.chmod(0o755)
+        for name in COPIED:
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, self.root / name, ignore=PYCACHE)
+            else:
+                shutil.copy2(ROOT / name, self.root / name)
+        (self.root / ".venv").symlink_to(ROOT / ".venv")
+        shop = self.root / "var" / "shop"
+        shop.mkdir(parents=True)
+        (shop / "password").write_text("pw-left-1\n")
+        if os.getuid() == 0:
+            shutil.chown(shop, "postgres")
+            shutil.chown(shop / "password", "postgres")
+        self.data, self.port = shop / "pg", free_port()
+        initdb = [str(binaries() / "initdb"), "-D", str(self.data), "-U", "shop", "--no-sync"]
+        initdb += [f"--pwfile={shop / 'password'}", "--auth=scram-sha-256"]
+        subprocess.run(as_postgres(*initdb), check=True, capture_output=True)
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
+        self.pg_ctl("-l", str(shop / "postgres.log"), "-w", "start", "-o", options)
+
+    def pg_ctl(self, *args: str) -> int:
+        argv = as_postgres(str(binaries() / "pg_ctl"), "-D", str(self.data), *args)
+        return subprocess.run(argv, capture_output=True).returncode
+
+    def running(self) -> bool:
+        return self.pg_ctl("status") == 0
+
+    def run_sh(self, **settings: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "OPS_", "PYTEST"))
+        }
+        env |= {"SHOP_PG_PORT": str(self.port), "SHOP_PORT": str(free_port())}
+        env |= {"WEB_PORT": str(free_port()), "REDIS_PORT": str(free_port()), **settings}
+        command = ["examples/shop/run.sh"]
+        return subprocess.run(
+            command, cwd=self.root, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    def remove(self) -> None:
+        self.pg_ctl("-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def left() -> Iterator[Left]:
+    server = Left()
+    yield server
+    server.remove()
+
+
+HOLD = (
+    "import sys, time; from pathlib import Path; from ledgerctl import local_guard;"
+    " assert local_guard.hold(Path('var/redis')) is None; print('held', flush=True);"
+    " time.sleep(300)"
+)
+
+
+def test_run_sh_refuses_before_it_stops_the_server_an_earlier_run_left(left: Left) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], cwd=left.root, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        held = left.run_sh()
+        assert held.returncode == 2, held
+        assert f"var/redis: data folder held by scripts/run.sh pid {holder.pid}" in held.stderr
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert "stopping" not in held.stdout and left.running()
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = left.run_sh(SHOP_PORT=str(port))
+    assert busy.returncode == 1 and f"port {port} is in use; set SHOP_PORT" in busy.stderr
+    assert "stopping" not in busy.stdout and left.running()
+
+    url = f"postgresql://shop:pw-left-1@127.0.0.1:{left.port}/postgres"
+    with psycopg.connect(url):
+        used = left.run_sh()
+    assert used.returncode == 1, used
+    assert f"port {left.port}) is in use by pid {os.getpid()} (" in used.stderr
+    assert "stopping" not in used.stdout and left.running()

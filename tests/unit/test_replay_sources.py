@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ledgerctl import takebacks
 from ledgerctl.replay.main import main
 from tests.support.constants import SECRET
 
@@ -66,3 +67,12 @@ def test_a_report_it_could_not_write_is_refused_before_anything_is_sent(
     report = tmp_path / "a-file" / "run.json"
     said = refusal(capsys, "--scenario", "case-study", "--json", str(report))
     assert f"--json {report}: cannot write there" in said
+
+
+def test_help_lists_every_refund_kind_it_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert stopped.value.code == 0
+    for kind in takebacks.KINDS + takebacks.OTHER_KINDS:
+        assert f"{kind} (" in shown, kind

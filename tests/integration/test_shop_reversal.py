@@ -1,0 +1,71 @@
+"""examples/shop's revoke.sql through the real ledger, the real job in this process and a
+real PostgreSQL, with and without REVERSAL_PER_REFUND: an entitlement is all or nothing, so a
+partial refund leaves it granted, refunds adding up to what was paid revoke it once, and a
+dispute lost revokes it; every event delivered twice."""
+
+import random
+
+import psycopg
+import pytest
+
+from examples.shop import migrate
+from tests.support.helpers import settled_as
+from tests.support.processes import ROOT
+from tests.support.refunds import dispute_closed, refund_events
+from tests.support.reversal_ledger import paid
+
+GRANT = f"@{ROOT / 'examples' / 'shop' / 'grant.sql'}"
+REVOKE = f"@{ROOT / 'examples' / 'shop' / 'revoke.sql'}"
+
+
+def entitlement(url: str, pk: str) -> tuple[int, bool]:
+    """The payment's one entitlement: what its reversals took, and whether it is revoked."""
+    with psycopg.connect(url) as conn:
+        sql = "SELECT reversed_amount, revoked_at FROM entitlements WHERE payment_key = %s"
+        [(taken, revoked_at)] = conn.execute(sql, (pk,)).fetchall()
+    return taken, revoked_at is not None
+
+
+def reversal_keys(url: str, pk: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        sql = "SELECT idempotency_key FROM webhook_ledger_effects WHERE payment_key = %s"
+        return sorted(row[0] for row in conn.execute(sql, (pk,)) if row[0].startswith("reverse:"))
+
+
+@pytest.mark.parametrize("per_refund", [False, True])
+def test_revoke_sql_revokes_only_what_is_taken_back_in_full(
+    fulfilment, redis, postgres_url, rng: random.Random, per_refund: bool
+) -> None:
+    migrate(postgres_url)
+    f = fulfilment(
+        FULFILMENT_ACTION=postgres_url,
+        FULFILMENT_SQL=GRANT,
+        REVERSAL_ACTION=postgres_url,
+        REVERSAL_SQL=REVOKE,
+        REVERSAL_PER_REFUND=str(per_refund).lower(),
+        FULFILMENT_TIMEOUT="3",
+        LEASE_SECONDS="6",
+    )
+    (part, part_paid), (two, two_paid), (lost, lost_paid) = (paid(f, rng) for _ in range(3))
+    f.work()
+    for event in refund_events(rng, part, part_paid, part_paid // 4) * 2:
+        f.deliver(event)
+    first = two_paid // 3
+    for event in refund_events(rng, two, two_paid, first) * 2:
+        f.deliver(event)
+    f.deliver(dispute_closed(rng, lost, lost_paid, "lost"))
+    f.work()
+    assert entitlement(postgres_url, part) == ((part_paid // 4) if per_refund else 0, False)
+    assert entitlement(postgres_url, two) == ((first if per_refund else 0), False)
+    assert entitlement(postgres_url, lost) == (lost_paid, True)
+    assert settled_as(redis, part, "fulfilled") and settled_as(redis, two, "fulfilled")
+
+    rest = refund_events(rng, two, two_paid, two_paid - first, refunded_before=first)
+    for event in rest * 2:
+        f.deliver(event)
+    f.work()
+    assert settled_as(redis, two, "reversed") and settled_as(redis, lost, "reversed")
+    assert entitlement(postgres_url, two) == (two_paid, True)
+    assert entitlement(postgres_url, part)[1] is False
+    assert len(reversal_keys(postgres_url, two)) == (2 if per_refund else 1)
+    assert reversal_keys(postgres_url, lost) == [f"reverse:{lost}"]
