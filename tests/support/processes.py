@@ -4,6 +4,7 @@ The one harness of the tests, the soak and the benchmarks; each starts what it n
 stops it by PID.
 """
 
+import functools
 import itertools
 import os
 import random
@@ -33,6 +34,16 @@ PORTS_FROM, PORTS_EACH = 20000, 3000
 """free_port's range: below Linux's ephemeral ports (32768-60999), so no outgoing connection
 or ``bind(0)`` elsewhere takes one; a slice of it per pytest-xdist worker."""
 _turn = itertools.count(random.randrange(PORTS_EACH))
+
+
+@functools.cache
+def shared_venv() -> Path:
+    """This checkout's .venv, for a copy of the checkout to link to, first made current the
+    way scripts/bootstrap.sh makes it here: a copy's own run.sh runs bootstrap through the
+    link, and had this .venv been synced otherwise (``--group bench``) that bootstrap synced
+    it again from the copy, installing the project from a folder about to be deleted."""
+    subprocess.run([str(ROOT / "scripts" / "bootstrap.sh")], cwd=ROOT, check=True, timeout=600)
+    return ROOT / ".venv"
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ import pytest
 
 from ledger.ports import port_in_use
 from ledger.settings import fingerprint
-from tests.support.processes import ROOT, free_port, wait_until
+from tests.support.processes import ROOT, free_port, shared_venv, wait_until
 
 COPIED = ("scripts/run.sh", "scripts/bootstrap.sh", "Procfile", "gunicorn.conf.py")
 COPIED += ("pyproject.toml", "uv.lock", "config")
@@ -38,7 +38,7 @@ def checkout(tmp_path: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
         copy(ROOT / name, target)
-    (root / ".venv").symlink_to(ROOT / ".venv")
+    (root / ".venv").symlink_to(shared_venv())
     return root
 
 

@@ -23,7 +23,7 @@ from ledger.downstream import open_downstream
 from ledgerctl import samples
 from tests.support.helpers import payment_key_of, settled_as
 from tests.support.postgres import binaries
-from tests.support.processes import ROOT, free_port, wait_until
+from tests.support.processes import ROOT, free_port, shared_venv, wait_until
 from tests.support.refunds import refund_events
 from tests.support.replay import replay
 
@@ -120,7 +120,7 @@ class Left:
                 shutil.copytree(ROOT / name, self.root / name, ignore=PYCACHE)
             else:
                 shutil.copy2(ROOT / name, self.root / name)
-        (self.root / ".venv").symlink_to(ROOT / ".venv")
+        (self.root / ".venv").symlink_to(shared_venv())
         shop = self.root / "var" / "shop"
         shop.mkdir(parents=True)
         (shop / "password").write_text("pw-left-1\n")
