@@ -7,7 +7,6 @@ as setting_kinds.py.
 """
 
 import ast
-import difflib
 import inspect
 import shlex
 import sys
@@ -23,10 +22,8 @@ EXIT_SETTINGS = 2
 """Exit code of a process that refuses to start for its settings (the CLI's usage code)."""
 SHOWN_MAX = 120
 """Characters of a wrong value a problem line shows at most."""
-NEAR_MISS = 0.9
-"""How alike (difflib's ratio) a variable's name must be to a setting's to be taken for a
-slip of it: one letter added, dropped or changed in a name of ten letters or more
-(``FULFILLMENT_SQL``), never ``PORT0`` beside PORT or ``RQ_REDIS_URL`` beside REDIS_URL."""
+SLIP_MIN = 6
+"""Shortest name a one-letter slip is looked for in: ``PORT0`` is no slip of PORT."""
 
 
 def _as_is(text: str) -> str:
@@ -87,26 +84,36 @@ def read(
 
 
 def meant(name: str, known: Collection[str]) -> str | None:
-    """The setting a variable that is none was meant to be: the same name in other case,
-    two neighbouring letters swapped, or a name at least NEAR_MISS alike; else None."""
-    if name in known:
+    """The setting a variable that is none was meant to be: the same name in other case, or
+    one letter added, dropped or changed, or two neighbouring ones swapped (a name of
+    SLIP_MIN letters or more); else None. A short all-lowercase name is another
+    convention's (``host``, ``port``), never taken for a setting's."""
+    if name in known or (name.islower() and len(name) < SLIP_MIN):
         return None
     upper = name.upper()
     for setting in sorted(known):
-        if upper == setting or _swapped(upper, setting):
+        if upper == setting or (
+            min(len(upper), len(setting)) >= SLIP_MIN and _one_slip(upper, setting)
+        ):
             return setting
-    close = difflib.get_close_matches(upper, sorted(known), 1, NEAR_MISS)
-    return close[0] if close else None
+    return None
 
 
-def _swapped(a: str, b: str) -> bool:
-    apart = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
-    return (
-        len(a) == len(b)
-        and len(apart) == 2
-        and apart[1] == apart[0] + 1
-        and (a[apart[0]], a[apart[1]]) == (b[apart[1]], b[apart[0]])
+def _one_slip(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one letter added, dropped or changed, or two neighbouring
+    letters swapped."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    head = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
+    if len(a) != len(b):
+        longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+        return longer[head + 1 :] == shorter[head:]
+    if a[head + 1 :] == b[head + 1 :]:
+        return True
+    swapped = head + 1 < len(a) and (a[head], a[head + 1]) == (b[head + 1], b[head])
+    return swapped and a[head + 2 :] == b[head + 2 :]
 
 
 def misspelt(names: Iterable[str], known: Collection[str]) -> list[str]:

@@ -75,6 +75,24 @@ def test_platform_and_project_variables_are_never_taken_for_a_slip() -> None:
     assert {name: meant(name, KNOWN) for name in named if meant(name, KNOWN)} == {}
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "STRIPE_WEBHOOK_SECRET_OLD",  # kept beside the new one during a rotation
+        "STRIPE_WEBHOOK_SECRET_2",
+        "OLD_STRIPE_WEBHOOK_SECRET",
+        "FULFILMENT_ACTION_1",
+        "MY_FULFILMENT_ACTION",
+        "REDIS_SENTINEL_PASSWORD_FILE",  # Docker's _FILE convention for secrets
+        "host",
+        "port",
+    ],
+)
+def test_a_name_beside_a_settings_but_no_slip_of_it_is_left_alone(name: str) -> None:
+    """More than one letter apart: another variable, however alike its name."""
+    assert meant(name, KNOWN) is None
+
+
 def test_the_other_processes_settings_are_known_here() -> None:
     assert {f.name for cls in (Server, Local) for f in fields(cls)} == ELSEWHERE
 
