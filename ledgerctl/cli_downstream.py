@@ -9,7 +9,7 @@ import click
 import psycopg
 
 from ledger.downstream import DownstreamUnusable, open_downstream, read_downstream, using
-from ledger.redact import mask_url
+from ledger.redact import downstream as shown_downstream
 from ledger.setting_urls import ActionSpec
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
@@ -64,12 +64,12 @@ def migrate_command(ctx: Context) -> None:
         if action is not None and action.scheme in ("sqlite", "postgresql"):
             databases.setdefault(action, []).append(setting)
         elif action is not None:
-            say(f"{setting} {mask_url(str(action))}: {NOT_A_DATABASE}, nothing to migrate")
+            say(f"{setting} {shown_downstream(str(action))}: {NOT_A_DATABASE}, nothing to migrate")
     if not databases:
         sys.exit(EXIT_NOT_FOUND)
     failed = False
     for action, settings in databases.items():
-        named = f"{' and '.join(settings)} {mask_url(str(action))}"
+        named = f"{' and '.join(settings)} {shown_downstream(str(action))}"
         named += " (the default)" if action == default else ""
         try:
             done = (

@@ -27,7 +27,8 @@ def test_a_reversal_database_of_its_own_is_migrated(postgres_server, postgres_ur
     first = run_cli(env, "downstream", "migrate")
     assert cli_ok(first), first.output
     assert first.output.splitlines() == [
-        f"FULFILMENT_ACTION {HTTP}: neither sqlite:/// nor postgresql://, nothing to migrate",
+        "FULFILMENT_ACTION https://shop.example:443/***: neither sqlite:/// nor postgresql://,"
+        " nothing to migrate",
         f"REVERSAL_ACTION {masked(other)}: webhook_ledger_effects created",
     ]
     assert unusable(refused) is None and USER_PASSWORD not in first.output
@@ -56,6 +57,14 @@ def test_a_database_it_cannot_migrate_is_named_by_its_setting(postgres_url) -> N
     assert "password authentication failed" in refused and "wrong-pw-123" not in refused
     nothing = run_cli({"FULFILMENT_ACTION": HTTP}, "downstream", "migrate")
     assert cli_ok(nothing, 1) and "FULFILMENT_ACTION https://" in nothing.output
+
+
+def test_an_http_downstream_is_named_by_its_origin_alone() -> None:
+    """Its path may be a capability (a key in a webhook URL), as the banner and logs know."""
+    capability = "https://hooks.example.com/services/T0/B0/SECRETPATH?key=SECRETKEY"
+    found = run_cli({"FULFILMENT_ACTION": capability}, "downstream", "migrate")
+    assert cli_ok(found, 1), found.output
+    assert "https://hooks.example.com:443/***" in found.output and "SECRET" not in found.output
 
 
 def test_the_default_downstream_says_it_is_the_default(
