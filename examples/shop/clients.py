@@ -26,9 +26,18 @@ def clients(port: int) -> list[tuple[int, str]]:
     found = []
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         try:
-            if any(os.readlink(fd) in wanted for fd in fd_dir.iterdir()):
+            if any(_link(fd) in wanted for fd in fd_dir.iterdir()):
                 name = (fd_dir.parent / "comm").read_text().strip()
                 found.append((int(fd_dir.parent.name), name))
         except OSError:
             continue  # gone, or another user's
     return sorted(found)
+
+
+def _link(fd: Path) -> str:
+    """Where a descriptor points; '' for one closed since the folder was listed (the rest of
+    its process's descriptors are still looked at)."""
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
