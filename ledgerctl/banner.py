@@ -107,6 +107,17 @@ def web_port(env: Mapping[str, str]) -> str:
     return env.get("WEB_PORT") or str(limits.DEFAULT_WEB_PORT)
 
 
+SENTINEL_SETTINGS = (
+    "REDIS_SENTINELS",
+    "REDIS_SENTINEL_MASTER",
+    "REDIS_SENTINEL_DB",
+    "REDIS_SENTINEL_TLS",
+    "REDIS_SENTINEL_PASSWORD",
+    "REDIS_PASSWORD",
+)
+"""What a tool needs to find and reach the primary through Sentinels."""
+
+
 def tools_env(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     """What the tools in another terminal need of this run, as the service has it (secrets
     included: scripts/run.sh writes it to a file only its user reads, TOOLS_ENV): where the
@@ -114,7 +125,9 @@ def tools_env(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     settings the tools judge and decide by that this run changed."""
     found = {}
     if settings.REDIS_SENTINELS:
-        found["REDIS_SENTINELS"] = spelled(settings, "REDIS_SENTINELS")
+        for name in SENTINEL_SETTINGS:
+            if name == "REDIS_SENTINELS" or getattr(settings, name) != getattr(Settings, name):
+                found[name] = spelled(settings, name)
     elif settings.REDIS_URL != Settings.REDIS_URL:
         found["REDIS_URL"] = settings.REDIS_URL
     port = web_port(env)

@@ -126,3 +126,21 @@ def test_a_database_downstream_says_its_effect_or_that_only_the_key_is_recorded(
     assert "pw-SECRET-9" not in text
     text = shown({"FULFILMENT_ACTION": "https://shop.example/fulfil"})
     assert "effect:" not in text and "  reversal" not in text  # its own code is the effect
+
+
+def test_another_terminal_reaches_the_primary_through_the_runs_sentinels() -> None:
+    """Its master's name, database, TLS and both passwords as this run has them, not only
+    where the Sentinels are."""
+    env = {
+        "REDIS_SENTINELS": "127.0.0.1:26390",
+        "REDIS_SENTINEL_MASTER": "shop-ledger",
+        "REDIS_SENTINEL_DB": "3",
+        "REDIS_SENTINEL_TLS": "true",
+        "REDIS_SENTINEL_PASSWORD": "sentinel-pw-1",
+        "REDIS_PASSWORD": "data-pw-1",
+    }
+    given = tools_env(env, load({**env, "STRIPE_WEBHOOK_SECRET": SECRET}))
+    assert {k: v for k, v in given.items() if k.startswith("REDIS_")} == env
+    plain = {"REDIS_SENTINELS": "127.0.0.1:26390"}
+    given = tools_env(plain, load({**plain, "STRIPE_WEBHOOK_SECRET": SECRET}))
+    assert {k: v for k, v in given.items() if k.startswith("REDIS_")} == plain
