@@ -6,8 +6,10 @@ never recorded (the payment then waited out its lease)."""
 
 import threading
 import time
+from datetime import datetime
 
 from honcho.manager import Manager
+from honcho.printer import Message
 
 DATA_NODES = ("redis", "sentinel")
 """Name prefixes of the Procfile's redis and Procfile.ha's redisN and sentinelN."""
@@ -31,7 +33,11 @@ class OrderedStop(Manager):
     def _stop(self, names: list[str]) -> None:
         for name in self._running(names):
             pid = self._processes[name]["pid"]
-            self._system_print(f"sending SIGTERM to {name} (pid {pid})\n")
+            # through the manager's queue: this may run in another thread than its printer
+            said = f"sending SIGTERM to {name} (pid {pid})\n"
+            self.events.put(
+                Message(type="line", data=said, time=datetime.now(), name="system", colour=None)
+            )
             self._procmgr.terminate(pid)
 
     def _stop_data_nodes_after(self, users: list[str]) -> None:
