@@ -15,7 +15,6 @@ ledgerctl/stack_stop.py). A closed terminal (SIGHUP) stops them the same way.
 """
 
 import argparse
-import datetime
 import functools
 import json
 import os
@@ -33,7 +32,7 @@ from pathlib import Path
 
 from honcho.environ import expand_processes, parse_procfile
 from honcho.manager import Manager
-from honcho.printer import Message, Printer
+from honcho.printer import Printer
 from honcho.process import Popen, Process
 
 from ledger import setting_kinds as kinds
@@ -42,7 +41,7 @@ from ledger.limits import DEFAULT_WEB_PORT
 from ledger.setting_fields import exit_with, load, or_exit, setting
 from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import TOOLS_ENV, banner, base_url, ready_line, tools_env
-from ledgerctl.stack_stop import OrderedStop
+from ledgerctl.stack_stop import OrderedStop, say
 
 DEV_ENV = Path("var/dev.env")
 CHECK_HELP = (
@@ -208,12 +207,6 @@ def holding(process: Process) -> None:
     (redis-server, gunicorn and its workers, the workers, the sweeper), so the folder stays
     held as long as one of them lives, the launcher killed or not (ledgerctl/local_guard.py)."""
     process._child_ctor = functools.partial(Popen, pass_fds=local_guard.held())
-
-
-def say(manager: Manager, text: str) -> None:
-    """A line in the manager's own output, between the processes' lines."""
-    now = datetime.datetime.now()
-    manager.events.put(Message(type="line", data=text + "\n", time=now, name="system", colour=None))
 
 
 def main() -> None:

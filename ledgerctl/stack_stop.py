@@ -18,6 +18,13 @@ DRAIN_SECONDS = 4.0
 5 s, after which every process left is sent SIGKILL."""
 
 
+def say(manager: Manager, text: str) -> None:
+    """A line in the manager's own output, between the processes' lines: through its queue,
+    so any thread may say one."""
+    now = datetime.now()
+    manager.events.put(Message(type="line", data=text + "\n", time=now, name="system", colour=None))
+
+
 class OrderedStop(Manager):
     def _killall(self, force: bool = False) -> None:
         if force:
@@ -33,11 +40,7 @@ class OrderedStop(Manager):
     def _stop(self, names: list[str]) -> None:
         for name in self._running(names):
             pid = self._processes[name]["pid"]
-            # through the manager's queue: this may run in another thread than its printer
-            said = f"sending SIGTERM to {name} (pid {pid})\n"
-            self.events.put(
-                Message(type="line", data=said, time=datetime.now(), name="system", colour=None)
-            )
+            say(self, f"sending SIGTERM to {name} (pid {pid})")  # maybe from the drain thread
             self._procmgr.terminate(pid)
 
     def _stop_data_nodes_after(self, users: list[str]) -> None:
