@@ -36,14 +36,23 @@ def taken_ports(ports: Mapping[str, str]) -> list[str]:
     return problems
 
 
-def hold(folder: Path) -> str | None:
-    """Hold ``folder`` (made if absent) for this process's life; else why not, naming it."""
+def _locked(folder: Path) -> int | None:
+    """A descriptor of ``folder`` (made if absent) holding its lock; None while another
+    stack holds it."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
+        return None
+    return fd
+
+
+def hold(folder: Path) -> str | None:
+    """Hold ``folder`` (made if absent) for this process's life; else why not, naming it."""
+    fd = _locked(folder)
+    if fd is None:
         return refusal(folder)
     _held.append(fd)
     (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")
@@ -53,14 +62,10 @@ def hold(folder: Path) -> str | None:
 def free(folder: Path) -> str | None:
     """Why ``folder`` is held by another stack, or None; held by nobody after (a check
     before a launcher changes anything, examples/shop/run.sh's)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    fd = _locked(folder)
+    if fd is None:
         return refusal(folder)
-    finally:
-        os.close(fd)
+    os.close(fd)
     return None
 
 
