@@ -260,6 +260,16 @@ def effect_line(s: Settings, reversal: bool = False) -> str | None:
     return f"effect: none — {recorded} ({prefix}_SQL or {prefix}_EFFECT adds yours)"
 
 
+ACTIONS = ("FULFILMENT_ACTION", "REVERSAL_ACTION")
+
+
+def effect_lines(s: Settings) -> list[tuple[str, str]]:
+    """:func:`effect_line` of FULFILMENT_ACTION and REVERSAL_ACTION, by setting, for those
+    that are built-in databases."""
+    found = [(name, effect_line(s, name == "REVERSAL_ACTION")) for name in ACTIONS]
+    return [(name, line) for name, line in found if line]
+
+
 def given_secrets(env: Mapping[str, str]) -> tuple[list[str], list[str]] | None:
     """STRIPE_WEBHOOK_SECRET and its labels in ``env`` as the settings read them, to add one
     (scripts/run.sh); None when either is wrong, for the start-up check to name."""

@@ -3,14 +3,15 @@ migrate``, which makes the PostgreSQL action's table in the user's database (a w
 runs DDL: it refuses to start while the table is missing)."""
 
 import sys
-from dataclasses import fields
 
 import click
 import psycopg
 
 from ledger.downstream import DownstreamUnusable, open_downstream, read_downstream, using
 from ledger.redact import downstream as shown_downstream
+from ledger.setting_fields import field_named
 from ledger.setting_urls import ActionSpec
+from ledger.settings import Settings
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
 from workers.postgres_schema import TABLE, masked, migrate
@@ -55,7 +56,7 @@ def migrate_command(ctx: Context) -> None:
     each, naming its settings; exit 1 when none is sqlite:/// or postgresql://, 3 when one
     could not be migrated (the others are)."""
     s = ctx.settings
-    default = next(f.default for f in fields(s) if f.name == "FULFILMENT_ACTION")
+    default = field_named(Settings, "FULFILMENT_ACTION").default
     databases: dict[ActionSpec, list[str]] = {}
     for setting, action in (
         ("FULFILMENT_ACTION", s.FULFILMENT_ACTION),

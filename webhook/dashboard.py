@@ -26,7 +26,7 @@ from ledger.read.payment_reasons import reason, spent
 from ledger.read.stats import Minute
 from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
 from ledger.replication import NotReplicated
-from ledger.settings import effect_line
+from ledger.settings import effect_lines
 from webhook.http import (
     PROBLEM_STATUS,
     BadArgument,
@@ -267,9 +267,5 @@ def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:
         p=record,
         refusal=refusal,
         downstream_kept=s.sqlite_downstream is not None,
-        effects=[
-            (name, line)
-            for name, reversal in (("FULFILMENT_ACTION", False), ("REVERSAL_ACTION", True))
-            if (line := effect_line(s, reversal))
-        ],
+        effects=effect_lines(s),
     )

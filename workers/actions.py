@@ -24,7 +24,7 @@ from ledger.purchase_reads import reads_intents
 from ledger.redact import downstream, redact
 from ledger.setting_fields import refuse
 from ledger.setting_urls import ActionSpec
-from ledger.settings import Settings, effect_line
+from ledger.settings import Settings, effect_lines
 from ledger.stripe_api import key_refused
 from workers import postgres_schema, sqlite_action
 from workers.effects import Effect, as_receipt, imported, load_effect, load_reversal_effect
@@ -212,8 +212,6 @@ def say_effects(s: Settings) -> None:
     """The worker's start-up line for each built-in database action: what it runs beside the
     key, a warning when nothing does (its payments go fulfilled with receipt ``{}``); logged
     at WARNING so ``rq worker``, whose logging is set up later, shows it too."""
-    for setting, reversal in (("FULFILMENT_ACTION", False), ("REVERSAL_ACTION", True)):
-        effect = effect_line(s, reversal)
-        if effect:
-            level = logging.WARNING if effect.startswith("effect: none") else logging.INFO
-            log.log(level, "%s %s: %s", setting, downstream(str(getattr(s, setting))), effect)
+    for setting, effect in effect_lines(s):
+        level = logging.WARNING if effect.startswith("effect: none") else logging.INFO
+        log.log(level, "%s %s: %s", setting, downstream(str(getattr(s, setting))), effect)
