@@ -65,20 +65,24 @@ def _metadata(obj: Obj) -> str:
     if not isinstance(md, dict) or not md:
         return ""
     pairs = sorted((str(k), str(v)) for k, v in md.items())
-    return _fitting(pairs, lambda n: dict(pairs[:n]))
+    return _fitting(pairs, lambda n: dict(pairs[:n]))[0]
 
 
-def _fitting(items: list[Any], shown: Callable[[int], Any]) -> str:
-    """The JSON of ``shown(n)`` for the most leading ``items`` that fit MAX_VALUE (bisected);
-    '' when none does."""
-    low, high = 0, len(items)
+def _fitting(items: list[Any], shown: Callable[[int], Any]) -> tuple[str, int]:
+    """The JSON of ``shown(n)`` for the most leading ``items`` that fit MAX_VALUE, and that
+    n ('' and 0 when none does): all of them in one go when they fit, as nearly always,
+    else bisected."""
+    whole = orjson.dumps(shown(len(items)))
+    if len(whole) <= MAX_VALUE:
+        return (whole.decode(), len(items)) if items else ("", 0)
+    low, high = 0, len(items) - 1
     while low < high:
         mid = (low + high + 1) // 2
         if len(orjson.dumps(shown(mid))) <= MAX_VALUE:
             low = mid
         else:
             high = mid - 1
-    return orjson.dumps(shown(low)).decode() if low else ""
+    return (orjson.dumps(shown(low)).decode(), low) if low else ("", 0)
 
 
 def _pi_charge(obj: Obj) -> str:
@@ -147,11 +151,9 @@ def _lines(obj: Obj) -> dict[str, str]:
     if not isinstance(data, list):
         return {}
     shown = [invoice_line(x) for x in data if isinstance(x, dict)]
-    whole = orjson.dumps(shown)
-    cut = len(whole) > MAX_VALUE
-    kept = _fitting(shown, lambda n: shown[:n]) if cut else whole.decode()
-    found = {"p_in_lines": kept, "p_in_more": "1" if lines.get("has_more") is True or cut else "0"}
-    return found if kept else {"p_in_more": "1"}
+    kept, count = _fitting(shown, lambda n: shown[:n]) if shown else ("[]", 0)
+    more = lines.get("has_more") is True or count < len(shown)
+    return {"p_in_lines": kept, "p_in_more": "1" if more else "0"}  # '' lines: not stored
 
 
 def _custom_fields(obj: Obj) -> str:
@@ -168,7 +170,7 @@ def _custom_fields(obj: Obj) -> str:
         entered = field.get(kind) if kind else None
         value = entered.get("value") if isinstance(entered, dict) else None
         shown.append({"key": field["key"], "type": kind or None, "value": _text(value) or None})
-    return _fitting(shown, lambda n: shown[:n])
+    return _fitting(shown, lambda n: shown[:n])[0]
 
 
 def _session(obj: Obj) -> dict[str, str]:
