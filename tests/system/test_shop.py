@@ -165,14 +165,16 @@ def left() -> Iterator[Left]:
 
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from ledgerctl import local_guard;"
+    "import sys; from pathlib import Path; from ledgerctl import local_guard;"
     " assert local_guard.hold(Path('var/redis')) is None; print('held', flush=True);"
-    " time.sleep(300)"
+    " sys.stdin.read()"  # held until the test closes its stdin (or is gone)
 )
 
 
 def test_run_sh_refuses_before_it_stops_the_server_an_earlier_run_left(left: Left) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD], cwd=left.root, stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD], cwd=left.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         held = left.run_sh()
