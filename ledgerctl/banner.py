@@ -9,12 +9,13 @@ written to var/run.env (0600, as var/dev.env) for it to source, never printed.
 """
 
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 
 from ledger import limits
 from ledger.connection import describe
 from ledger.redact import downstream, mask_url
-from ledger.setting_fields import spelled
+from ledger.setting_fields import field_named, masked, spelled
 from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings, effect_line, fingerprint
 from ledgerctl.stripe_listen import forward_commands
@@ -121,8 +122,9 @@ SENTINEL_SETTINGS = (
 def tools_env(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     """What the tools in another terminal need of this run, as the service has it (secrets
     included: scripts/run.sh writes it to a file only its user reads, TOOLS_ENV): where the
-    ledger and the web process are when not at the default places, the downstreams, and the
-    settings the tools judge and decide by that this run changed."""
+    ledger and the web process are when not at the default places, and every other setting
+    this run changed (the mode ``fulfil-session`` records under, the effect ``prove-action``
+    runs, the rules ``webhook-ledger`` judges and decides by), but the run's own secrets."""
     found = {}
     if settings.REDIS_SENTINELS:
         for name in SENTINEL_SETTINGS:
@@ -136,41 +138,42 @@ def tools_env(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     action = settings.FULFILMENT_ACTION
     if action.scheme != "sqlite" or moved_downstream(action):  # --ha: var/ha/downstream.sqlite3
         found["FULFILMENT_ACTION"] = str(action)
-    found |= {
-        name: spelled(settings, name)
-        for name in READ_BY_THE_TOOLS
-        if getattr(settings, name) != getattr(Settings, name)
-    }
     if settings.REVERSAL_ACTION is not None:  # without it the tools take nothing back
         found["REVERSAL_ACTION"] = str(settings.REVERSAL_ACTION)
+    placed = {*SENTINEL_SETTINGS, "REDIS_URL", "FULFILMENT_ACTION", "REVERSAL_ACTION"}
+    found |= {
+        spec.name: spelled(settings, spec.name)
+        for spec in fields(Settings)
+        if spec.name not in placed | set(NOT_FOR_THE_TOOLS)
+        and getattr(settings, spec.name) != getattr(Settings, spec.name)
+    }
     return found
 
 
 def moved_line(env: Mapping[str, str], settings: Settings, env_file: str = TOOLS_ENV) -> str:
     """What another terminal sources to reach this run as its tools need (``tools_env``),
-    with what it sets shown as everywhere else: URLs masked, an http(s) action by origin."""
+    with what it sets shown as everywhere else: URLs masked, an http(s) action by origin,
+    secrets as their field masks them."""
     masks = {"REDIS_URL": mask_url, "FULFILMENT_ACTION": downstream, "REVERSAL_ACTION": downstream}
+    masks["WEB_PORT"] = str  # not a setting of the service's: its server's port
+
+    def show(name: str, value: str) -> str:
+        return masks[name](value) if name in masks else masked(field_named(Settings, name), value)
+
     found = tools_env(env, settings)
-    shown = " ".join(f"{name}={masks.get(name, str)(value)}" for name, value in found.items())
+    shown = " ".join(f"{name}={show(name, value)}" for name, value in found.items())
     return f"                and in another terminal: . {env_file}   ({shown})\n" if found else ""
 
 
-READ_BY_THE_TOOLS = (
-    "QUEUE_NAME",
-    "STUCK_QUEUED_SECONDS",
-    "BREAKER_THRESHOLD",
-    "BREAKER_COOLDOWN_SECONDS",
-    "FULFILMENT_MAX_RATE",
-    "FULFILMENT_TIMEOUT",
-    "LEASE_SECONDS",
-    "LEDGER_MIN_REPLICAS",
-    "REVERSAL_PER_REFUND",
-    "REVERSAL_DISPUTE_WON",
+NOT_FOR_THE_TOOLS = (
+    "STRIPE_WEBHOOK_SECRET",
+    "STRIPE_WEBHOOK_SECRET_LABELS",
+    "OPS_TOKEN",
+    "OPS_TOKEN_LABELS",
+    "METRICS_TOKEN",
 )
-"""Settings webhook-ledger reads to say what it shows (stuck, the breaker's cool-down, the
-rate, the queue) and to decide (a person's resolve reverses by REVERSAL_*): the tools in
-another terminal read them from their own environment, so ``tools_env`` gives those this
-run changed."""
+"""The run's own secrets, which no tool needs (``webhook-ledger secrets`` says so) and a
+run.sh started from that terminal would take as its own, a stale ``cli`` secret with them."""
 
 
 def moved_downstream(action: ActionSpec) -> bool:

@@ -153,11 +153,12 @@ def test_banner_secrets_by_fingerprint_and_a_ready_line_after_readyz(run_sh, che
     sourced = running.log.read_text().split("and in another terminal: ")[1].split("   (")[0]
     assert sourced == ". var/run.env" and (checkout / "var/run.env").stat().st_mode & 0o077 == 0
     env = {"PATH": os.environ["PATH"]}  # a new terminal: none of the run's settings
-    command = f"{sourced} && .venv/bin/webhook-ledger event-types && echo $REVERSAL_ACTION"
+    tools = ".venv/bin/webhook-ledger event-types && echo $STRIPE_MODE $REVERSAL_ACTION"
+    command = f"{sourced} && {tools}"
     done = subprocess.run(["bash", "-c", command], cwd=checkout, env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
     assert b"charge.dispute.created" in done.stdout and done.stdout.endswith(
-        f"{reversal}\n".encode()
+        f"test {reversal}\n".encode()  # test mode: fulfil-session there records as this run does
     )
     running.ctrl_c_stops_everything()
     out = running.log.read_text()

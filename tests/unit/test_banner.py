@@ -47,7 +47,7 @@ def test_settings_the_tools_read_to_say_what_they_show_are_given_to_export() -> 
     """Without them, webhook-ledger in another terminal judged "stuck" and the breaker's
     cool-down by its own defaults, not by this run's (ops review)."""
     text = shown({"STUCK_QUEUED_SECONDS": "30", "BREAKER_COOLDOWN_SECONDS": "10"})
-    assert "(STUCK_QUEUED_SECONDS=30 BREAKER_COOLDOWN_SECONDS=10)\n" in text
+    assert "(BREAKER_COOLDOWN_SECONDS=10 STUCK_QUEUED_SECONDS=30)\n" in text
     assert "another terminal" not in shown({"STUCK_QUEUED_SECONDS": "300"})  # its default
 
 
@@ -59,7 +59,9 @@ def test_a_reversal_setting_is_given_and_a_secret_one_masked() -> None:
     secret = "postgresql://shop:pw-SECRET-9@127.0.0.1:5433/shop"
     text = shown({"REVERSAL_ACTION": secret, "REVERSAL_SQL": "UPDATE x SET y = 1"})
     assert "pw-SECRET-9" not in text
-    assert ". var/run.env   (REVERSAL_ACTION=postgresql://***@127.0.0.1:5433/shop)\n" in text
+    action = "REVERSAL_ACTION=postgresql://***@127.0.0.1:5433/shop"
+    wanted = f"({action} REVERSAL_SQL='UPDATE x SET y = 1')"
+    assert f". var/run.env   {wanted}\n" in text
 
 
 def test_a_capability_url_reversal_is_shown_by_its_origin() -> None:
@@ -89,6 +91,8 @@ def test_another_terminal_sources_what_the_banner_names_secrets_included(tmp_pat
         "WEB_PORT": "8200",
         "FULFILMENT_ACTION": shop,
         "REVERSAL_ACTION": shop,
+        "FULFILMENT_SQL": env["FULFILMENT_SQL"],
+        "REVERSAL_SQL": env["REVERSAL_SQL"],
     }
     path = tmp_path / "var" / "run.env"
     path.parent.mkdir()
@@ -144,3 +148,31 @@ def test_another_terminal_reaches_the_primary_through_the_runs_sentinels() -> No
     plain = {"REDIS_SENTINELS": "127.0.0.1:26390"}
     given = tools_env(plain, load({**plain, "STRIPE_WEBHOOK_SECRET": SECRET}))
     assert {k: v for k, v in given.items() if k.startswith("REDIS_")} == plain
+
+
+def test_every_setting_the_run_changed_reaches_the_tools_but_its_own_secrets() -> None:
+    """From a terminal that sourced var/run.env, ``webhook-ledger fulfil-session`` recorded
+    a test-mode session under the default STRIPE_MODE=live and held the paid order, and
+    prove-action ran without the run's FULFILMENT_EFFECT (merchant review): the tools get
+    every setting the run changed. Its webhook secrets and tokens no tool needs, and a
+    run.sh started from that terminal would take them as its own, so they are left out."""
+    env = {
+        "STRIPE_MODE": "test",
+        "FULFILMENT_EFFECT": "shop.orders:grant",
+        "FULFILMENT_REPLAY_SAFE": "true",
+        "CHECKOUT_WAIT_SECONDS": "10",
+        "STRIPE_API_KEY": "rk_test_KEY-SECRET-1",
+        "OPS_TOKEN": "tok-SECRET-2",
+        "STRIPE_WEBHOOK_SECRET_LABELS": "local",
+    }
+    settings = load({**env, "STRIPE_WEBHOOK_SECRET": SECRET})
+    assert tools_env(env, settings) == {
+        "FULFILMENT_EFFECT": "shop.orders:grant",
+        "FULFILMENT_REPLAY_SAFE": "true",
+        "STRIPE_MODE": "test",
+        "STRIPE_API_KEY": "rk_test_KEY-SECRET-1",
+        "CHECKOUT_WAIT_SECONDS": "10",
+    }
+    text = banner(env, settings, SECRET, dev_token="tok")
+    assert "STRIPE_API_KEY='rk_test_***'" in text and "KEY-SECRET-1" not in text
+    assert "SECRET-2" not in text and "OPS_TOKEN" not in text.split("another terminal")[1]
