@@ -64,7 +64,8 @@ def _reversal(p: Payment) -> str | None:
         return None
     if r.due:
         tries = f"{r.attempts_started} attempt(s) after token {r.after_token}"
-        return f"due at {iso(r.due_at)} ({r.why}), key {r.idempotency_key}, {tries}"
+        key = f"key {r.idempotency_key}" if r.idempotency_key else "each refund under its own key"
+        return f"due at {iso(r.due_at)} ({r.why}), {key}, {tries}"
     if p.state == "refunded_unfulfilled" and any(a.outcome == "voided" for a in p.attempts):
         return f"none needed: {VOIDED}"
     if p.state == "refunded_unfulfilled":
@@ -119,7 +120,7 @@ def taken_back(p: Payment) -> list[Table]:
     facts: dict[str, Any] = {
         "refunds": ", ".join(
             f"{f.id} {_refund_amount(f)}"
-            + (f" (reversed {f.reversed.formatted})" if f.reversed else "")
+            + (f" (reversed {f.reversed.formatted}, key {f.reversal_key})" if f.reversed else "")
             for f in r.refunds
         ),
         "refunded": refunded,

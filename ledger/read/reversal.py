@@ -32,6 +32,9 @@ class Refund(View):
     counted: bool
     reversed: Amount | None
     """What its own reversal took back (``REVERSAL_PER_REFUND``); null until one did."""
+    reversal_key: str | None
+    """The key its own reversal was called under (``reverse:{payment_key}:{refund_id}``);
+    null until one was done."""
 
 
 class Dispute(View):
@@ -72,7 +75,9 @@ class PaymentReversal(View):
     after_token: int | None
     """The fencing token its reversal began after: its attempts are the later ones."""
     idempotency_key: str | None
-    """What the reversal action receives (never the fulfilment's key); null until due."""
+    """The key the reversal action receives (never the fulfilment's): the reversal's due or
+    running, else the last one of the whole payment or of what remains; null until due, and
+    when each reversal done was one refund's (its key is on the refund)."""
     attempts_started: int
     reversed_at: datetime | None
     receipt: dict[str, Any] | None
@@ -117,10 +122,17 @@ def _refunds(stored: str | None) -> dict[str, int]:
         return {}
 
 
-def _key(payment_key: str, f: dict[str, str]) -> str:
-    """The due reversal's key: a reversal for one refund (``reversal_refund``) has its own."""
+def _key(payment_key: str, f: dict[str, str], reversed_each: dict[str, int]) -> str | None:
+    """The key of the reversal begun and not done (one refund's has its own), else of the
+    last reversal of the whole payment or of what remains; None when every reversal done was
+    one refund's (REVERSAL_PER_REFUND: each refund's key is on the refund)."""
     refund = f.get("reversal_refund")
-    return reversal_key(payment_key) + (f":{refund}" if refund else "")
+    if refund:
+        return reversal_key(payment_key, refund)
+    begun = "reversal_amount" in f  # set when one begins, dropped when it is done
+    if begun or count(f.get("rest_reversed")) or not reversed_each:
+        return reversal_key(payment_key)
+    return None
 
 
 def taken_back_now(f: dict[str, str]) -> str | None:
@@ -177,6 +189,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
                 minor_units=None if amount == FAILED else amount,
                 counted=amount > 0,
                 reversed=_amount(reversed_each.get(rid), currency),
+                reversal_key=reversal_key(payment_key, rid) if rid in reversed_each else None,
             )
             for rid, amount in sorted(refunds.items())
         ],
@@ -188,7 +201,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         why=optional(f.get("reversal_why")) if due else None,
         due_at=ms_time(f.get("reversal_due_at")) if due else None,
         after_token=after,
-        idempotency_key=_key(payment_key, f) if due else None,
+        idempotency_key=_key(payment_key, f, reversed_each) if due else None,
         attempts_started=max(0, upto - after) if after is not None else 0,
         reversed_at=ms_time(f.get("reversed_at")),
         receipt=receipt_of(f.get("reversal_receipt")),

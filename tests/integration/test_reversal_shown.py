@@ -11,7 +11,9 @@ from typing import Any
 
 from tests.integration.test_metrics_alerting import scrape
 from tests.support.constants import BASIC, BEARER
-from tests.support.helpers import run_cli
+from tests.support.helpers import run_cli, settled_as
+from tests.support.refunds import refund_events
+from tests.support.reversal_ledger import paid
 
 
 def api(client: Any, route: str) -> Any:
@@ -227,3 +229,29 @@ def test_each_refund_s_reversal_and_a_fulfilment_again_are_shown(client, config,
     assert m["webhook_refund_reversals_total"][()] == 2
     assert m["webhook_refulfils_due_total"][()] == 1
     assert m["webhook_refulfilled_total"][()] == 1
+
+
+def test_a_payment_reversed_refund_by_refund_shows_each_refund_s_key_not_one_never_called(
+    client, config, fulfilment, redis, rng
+) -> None:
+    """With REVERSAL_PER_REFUND a refund in full is reversed under ``reverse:{pk}:{re}``; the
+    API, the page and the CLI showed ``reverse:{pk}``, a key no call used, which a person
+    reversing by hand could take for another reversal to make (merchant review)."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"], REVERSAL_PER_REFUND="true")
+    pk, amount = paid(f, rng)
+    f.work()
+    events = refund_events(rng, pk, amount, amount)
+    refund = events[0]["data"]["object"]["id"]
+    for event in events:
+        f.deliver(event)
+    f.work()
+    assert settled_as(redis, pk, "reversed")
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert rv["due"] and rv["idempotency_key"] is None
+    assert [f["reversal_key"] for f in rv["refunds"]] == [f"reverse:{pk}:{refund}"]
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    assert f"reverse:{pk}:{refund}" in page and f"<code>reverse:{pk}</code>" not in page
+    assert "each refund under its own key" in page
+    shown = run_cli(config, "payment", pk).stdout
+    assert f"key reverse:{pk}:{refund})" in shown and "each refund under its own key" in shown
+    assert f"reverse:{pk}," not in shown
