@@ -85,6 +85,7 @@ _.migrate_command  # webhook-ledger downstream migrate (ledgerctl/cli_downstream
 _.record_effect  # tests/integration/test_database_actions.py
 _.raise_sqlstate
 _.take_back  # a REVERSAL_EFFECT, imported by name there too
+_.counted_nothing  # tests/integration/test_effect_rows.py: a REVERSAL_EFFECT too
 
 # pytest: plugins, hooks and marks by name.
 _.pytest_plugins

@@ -33,6 +33,9 @@ ELSEWHERE = frozenset(
 (ledgerctl/run_local.py ``Local``) declare, which this layer cannot import: known here, so
 every process takes them for settings and names a slip of one."""
 KNOWN = frozenset(f.name for f in fields(Settings)) | ELSEWHERE
+REVERSAL_CHOICES = ("REVERSAL_REPLAY_SAFE", "REVERSAL_PER_REFUND", "REVERSAL_DISPUTE_WON")
+"""The settings that only shape what REVERSAL_ACTION does: any but their default without it
+is refused, as REVERSAL_SQL and REVERSAL_EFFECT are."""
 
 
 def url_database(url: str) -> tuple[str, int]:
@@ -135,6 +138,15 @@ def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:
         "expected unset while REVERSAL_ACTION is not sqlite:/// or postgresql://: the effect "
         "runs in the built-in downstreams' transaction",
     )
+    for name in REVERSAL_CHOICES:  # the ledger scripts get reverse_on 0 without the action
+        rule(
+            f"REVERSAL_ACTION {name}",
+            getattr(s, name) != getattr(Settings, name) and s.REVERSAL_ACTION is None,
+            name,
+            "REVERSAL_ACTION is not set, so no payment is reversed and this would change "
+            "nothing: expected REVERSAL_ACTION naming what takes a payment back "
+            "(docs/REVERSAL.md), or this unset",
+        )
     rule(
         "RETRY_BASE_SECONDS RETRY_MAX_SECONDS",
         s.RETRY_MAX_SECONDS < s.RETRY_BASE_SECONDS,

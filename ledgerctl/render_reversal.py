@@ -142,8 +142,10 @@ def taken_back(p: Payment) -> list[Table]:
 
 
 def receipt(found: dict[str, Any] | None) -> str | None:
-    """A receipt's fields as 'name: value' (nested values as JSON); a SQL effect that
-    touched no row said so (a WHERE that matched nothing: workers/effects.py)."""
+    """A receipt's fields as 'name: value' (nested values as JSON), noting an effect's
+    receipt that says ``rowcount`` 0 (a SQL effect's WHERE that matched nothing:
+    workers/effects.py) in words true of either kind: the receipt holds a statement's count
+    or what an ``_EFFECT`` function returned, not which kind ran."""
     if not found:
         return None
     shown = ", ".join(
@@ -151,5 +153,5 @@ def receipt(found: dict[str, Any] | None) -> str | None:
     )
     inner = found.get("receipt")
     if isinstance(inner, dict) and inner.get(ROWCOUNT) == 0:
-        shown += " (its SQL touched no row)"
+        shown += " (its effect says it touched no row)"
     return shown

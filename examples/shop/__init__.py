@@ -2,7 +2,10 @@
 (``FULFILMENT_ACTION=postgresql://…``, ``FULFILMENT_SQL=@examples/shop/grant.sql``) grants an
 entitlement per paid purchase, its reversal (``REVERSAL_SQL=@examples/shop/revoke.sql``)
 revokes it when the money goes back, and this Flask app shows a customer's entitlements by
-order reference (Checkout's ``client_reference_id``) or email, revoked ones marked.
+order reference (Checkout's ``client_reference_id``) or email, revoked ones marked, and how
+much of one still granted was refunded (with ``REVERSAL_PER_REFUND=true`` each partial
+refund's reversal adds its amount to ``reversed_amount``; without it only a refund in full
+reaches the shop).
 ``examples/shop/run.sh`` runs it all; ``python -m examples.shop migrate`` makes the shop's
 table and the service's.
 """
@@ -15,14 +18,31 @@ import psycopg
 from flask import Flask, render_template, request
 from psycopg.rows import dict_row
 
+from ledger.money import format_minor
 from workers.postgres_schema import migrate as migrate_service_table
 
 SCHEMA = Path(__file__).with_name("schema.sql")
 LOOKUP = """
-SELECT product, payment_key, amount, currency, granted_at, revoked_at FROM entitlements
+SELECT product, payment_key, amount, currency, granted_at, reversed_amount, revoked_at
+FROM entitlements
 WHERE client_reference_id = %(ref)s OR lower(customer_email) = lower(%(email)s)
 ORDER BY granted_at
 """
+
+
+def money(minor_units: int | None, currency: str | None) -> str:
+    """An amount in Stripe's minor units as people read it: 12000 usd, '120.00 USD'."""
+    if minor_units is None:
+        return "not known"
+    return format_minor(minor_units, currency) if currency else f"{minor_units} minor units"
+
+
+def part_of(part: int, whole: int | None, currency: str | None) -> str:
+    """A part of the amount paid, its currency said once: '30.00 of 120.00 USD'."""
+    if whole is None or not currency:
+        return money(part, currency)
+    number = money(part, currency).removesuffix(f" {currency.upper()}")
+    return f"{number} of {money(whole, currency)}"
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
@@ -30,6 +50,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.from_prefixed_env("SHOP")
     app.config.update(test_config or {})
+    app.jinja_env.globals.update(money=money, part_of=part_of)
 
     @app.get("/")
     def entitlements() -> str:

@@ -75,7 +75,28 @@ def test_the_receipt_counts_the_rows_and_a_reversal_that_touches_none_says_so(
     assert line == "the reversal of pi_b touched no row (REVERSAL_SQL, key reverse:pi_b)"
     again = reverse(reversal_call("pi_b", 3, None, 2000))
     assert again["outcome"] == "already_applied" and again["receipt"] == {"rowcount": 0}
-    assert shown(found).endswith('receipt: {"rowcount":0} (its SQL touched no row)')
+    assert shown(found).endswith('receipt: {"rowcount":0} (its effect says it touched no row)')
 
     fulfil, _ = actions(database, FULFILMENT_SQL=GRANT + " RETURNING 7 AS rowcount")
     assert fulfil(call("pi_c"))["receipt"] == {"rowcount": 7}  # the column's, not the count
+
+
+def counted_nothing(conn: Any, purchase: dict[str, Any]) -> dict[str, int]:
+    """A REVERSAL_EFFECT whose own UPDATE matched nothing, its receipt saying so."""
+    return {"rowcount": 0}
+
+
+def test_a_python_effect_saying_rowcount_0_is_not_shown_as_sql(database: str, caplog) -> None:
+    """The receipt keeps what the function returned and not which effect ran, so the
+    payment's page says what is true of either: the effect says it touched no row (the
+    worker's warning is a SQL effect's alone: it counts the statement's rows itself)."""
+    fulfil, reverse = actions(
+        database, FULFILMENT_SQL=GRANT, REVERSAL_EFFECT=f"{__name__}:counted_nothing"
+    )
+    fulfil(call("pi_d"))
+    with caplog.at_level(logging.WARNING, logger="workers.effects"):
+        found = reverse(reversal_call("pi_d", 2, None, 2000))
+    assert found["outcome"] == "applied" and found["receipt"] == {"rowcount": 0}
+    assert not [r for r in caplog.records if r.name == "workers.effects"]
+    assert shown(found).endswith('receipt: {"rowcount":0} (its effect says it touched no row)')
+    assert "SQL" not in shown(found)

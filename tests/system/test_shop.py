@@ -1,6 +1,7 @@
 """The example shop (examples/shop) with the real service: signed Checkout events through
 gunicorn's endpoint, a real worker with the PostgreSQL action granting into the shop's own
-table, and the shop's page showing the entitlement once; refunded in full, revoked once. And
+table, and the shop's page showing the entitlement once; refunded in full, revoked once; with
+REVERSAL_PER_REFUND, a partial refund shown as the part taken back, still granted. And
 examples/shop/run.sh refusing to start without stopping the PostgreSQL server an earlier
 run left, while anything would refuse the start or a process uses that server."""
 
@@ -71,6 +72,52 @@ def test_a_checkout_purchase_shows_one_entitlement_revoked_once_refunded(
             "SELECT idempotency_key FROM webhook_ledger_effects WHERE payment_key = %s", (pk,)
         )
         assert sorted(row[0] for row in found) == [f"fulfil:{pk}", f"reverse:{pk}"]  # once each
+
+
+def reversed_amount(url: str, pk: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT reversed_amount FROM entitlements WHERE payment_key = %s", (pk,))
+        return int(row.fetchone()[0])
+
+
+def test_a_partial_refund_reversed_on_its_own_shows_on_the_page_still_granted(
+    stack, redis, postgres_url
+) -> None:
+    """REVERSAL_PER_REFUND: a quarter of 120.00 USD refunded is taken back on its own
+    (revoke.sql adds it to reversed_amount); the page says how much, the entitlement still
+    granted; the rest refunded revokes it."""
+    migrate(postgres_url)
+    s = stack(
+        FULFILMENT_ACTION=postgres_url,
+        FULFILMENT_SQL=GRANT,
+        REVERSAL_ACTION=postgres_url,
+        REVERSAL_SQL=REVOKE,
+        REVERSAL_PER_REFUND="true",
+    )
+    s.start_service(workers=2)
+    events = samples.payment_events(random.Random(5), checkout=True)
+    paid_intent, session = events[2], events[3]
+    session["data"]["object"]["client_reference_id"] = "order-7"
+    for event in (session, paid_intent):
+        assert s.send(samples.encode(event)).status_code == 200
+    pk = payment_key_of(paid_intent)
+    wait_until(lambda: settled_as(redis, pk, "fulfilled"), what=f"{pk} fulfilled")
+    assert paid_intent["data"]["object"]["amount_received"] == 12000
+    shop = create_app({"DATABASE_URL": postgres_url, "TESTING": True}).test_client()
+    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    assert page.count('class="entitlement"') == 1 and "30.00" not in page, page
+    for event in refund_events(random.Random(6), pk, 12000, 3000):
+        assert s.send(samples.encode(event)).status_code == 200
+    wait_until(lambda: reversed_amount(postgres_url, pk) == 3000, what=f"{pk}'s refund reversed")
+    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    assert page.count('class="entitlement"') == 1, page  # still granted
+    assert '<td class="refunded">30.00 of 120.00 USD</td>' in page, page
+    assert "<td>120.00 USD</td>" in page, page  # the amount paid, as people read it
+    for event in refund_events(random.Random(7), pk, 12000, 9000, refunded_before=3000):
+        assert s.send(samples.encode(event)).status_code == 200
+    wait_until(lambda: settled_as(redis, pk, "reversed"), what=f"{pk} reversed")
+    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    assert page.count('class="revoked"') == 1 and "30.00 of" not in page, page
 
 
 def test_a_replay_beside_the_shop_counts_effects_from_the_ledger(

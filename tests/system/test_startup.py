@@ -65,6 +65,7 @@ def test_every_process_refuses_a_wrong_setting_with_one_line_each(
         "MAX_ATTEMPTS": "-1",
         "REDIS_URL": "redis://:PASSWORD456@127.0.0.1:6389/99",
         "LEASE_SECONDS": "5",
+        "REVERSAL_PER_REFUND": "true",  # no REVERSAL_ACTION: it would change nothing
     }
     lines = refuses(argv, env_with(STRIPE_WEBHOOK_SECRET=SECRET, **wrong, **extra))
     assert lines == [
@@ -76,6 +77,9 @@ def test_every_process_refuses_a_wrong_setting_with_one_line_each(
         "invalid setting MAX_ATTEMPTS=-1: expected a whole number, from 1 to 1000",
         "invalid setting LEASE_SECONDS=5: expected at least FULFILMENT_TIMEOUT (10) + 2 = 12"
         " seconds: a call must end before its lease does",
+        "invalid setting REVERSAL_PER_REFUND=true: REVERSAL_ACTION is not set, so no payment is"
+        " reversed and this would change nothing: expected REVERSAL_ACTION naming what takes a"
+        " payment back (docs/REVERSAL.md), or this unset",
     ]
 
 

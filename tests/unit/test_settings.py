@@ -149,6 +149,9 @@ MASKED = {
 BESIDE = {
     "REVERSAL_SQL": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
     "REVERSAL_EFFECT": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
+    "REVERSAL_REPLAY_SAFE": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
+    "REVERSAL_PER_REFUND": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
+    "REVERSAL_DISPUTE_WON": {"REVERSAL_ACTION": "sqlite:///r.sqlite3"},
 }
 """What a setting is only accepted beside (the rules between settings)."""
 
@@ -355,6 +358,20 @@ def test_every_problem_is_a_line_of_its_own() -> None:
             "invalid setting REVERSAL_EFFECT=x:y: REVERSAL_ACTION is not set",
         ),
         (
+            {"REVERSAL_PER_REFUND": "yes"},
+            "invalid setting REVERSAL_PER_REFUND=yes: REVERSAL_ACTION is not set, so no payment"
+            " is reversed and this would change nothing: expected REVERSAL_ACTION naming what"
+            " takes a payment back (docs/REVERSAL.md), or this unset",
+        ),
+        (
+            {"FULFILMENT_ACTION": "shop:grant", "REVERSAL_DISPUTE_WON": "fulfil"},
+            "invalid setting REVERSAL_DISPUTE_WON=fulfil: REVERSAL_ACTION is not set, so no",
+        ),
+        (
+            {"FULFILMENT_REPLAY_SAFE": "true", "REVERSAL_REPLAY_SAFE": "true"},
+            "invalid setting REVERSAL_REPLAY_SAFE=true: REVERSAL_ACTION is not set, so no",
+        ),
+        (
             {"FULFILMENT_ACTION": "shop.actions:fulfil", "FULFILMENT_EFFECT": "shop:grant"},
             "invalid setting FULFILMENT_EFFECT=shop:grant: expected unset while FULFILMENT_ACTION",
         ),
@@ -463,7 +480,6 @@ def test_a_socket_per_worker_warns_unless_the_kernel_migrates_queued_connections
     ("env", "mode"),
     [
         ({}, "0"),
-        ({"REVERSAL_PER_REFUND": "true"}, "0"),
         ({"REVERSAL_ACTION": "shop:take_back"}, "1"),
         ({"REVERSAL_ACTION": "shop:take_back", "REVERSAL_PER_REFUND": "true"}, "1 each"),
         ({"REVERSAL_ACTION": "shop:take_back", "REVERSAL_DISPUTE_WON": "fulfil"}, "1 refulfil"),
