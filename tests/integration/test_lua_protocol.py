@@ -164,8 +164,10 @@ class Protocol(RuleBasedStateMachine):
         self.settles = replay_safe and settles
         self.downstream = "db:a"  # FULFILMENT_ACTION's downstream (the_action_moves)
         self.reverse = reverse
-        self.reversal_replay_safe = reversal_replay_safe
-        self.per_refund, self.dispute_won = per_refund, dispute_won
+        # the reversal's own settings only beside REVERSAL_ACTION (alone, start-up refuses them)
+        self.reversal_replay_safe = reversal_replay_safe and reverse
+        self.per_refund = per_refund and reverse
+        self.dispute_won = dispute_won if reverse else "hold"
         reversal = {"REVERSAL_ACTION": "shop.actions:take_back"} if reverse else {}
         self.settings = settings_module.load(
             {},
@@ -181,9 +183,9 @@ class Protocol(RuleBasedStateMachine):
             QUEUED_GRACE_SECONDS=1,
             BREAKER_THRESHOLD=threshold,  # 1: every down answer opens it
             BREAKER_COOLDOWN_SECONDS=1,
-            REVERSAL_REPLAY_SAFE=reversal_replay_safe,
-            REVERSAL_PER_REFUND=per_refund,
-            REVERSAL_DISPUTE_WON=dispute_won,
+            REVERSAL_REPLAY_SAFE=self.reversal_replay_safe,
+            REVERSAL_PER_REFUND=self.per_refund,
+            REVERSAL_DISPUTE_WON=self.dispute_won,
             PAID_EVENT_TYPES=(*PAID, THIN_PAYING),
             **reversal,
         )
