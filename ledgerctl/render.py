@@ -26,7 +26,7 @@ def summary(s: Summary) -> list[Table]:
         "duplicate deliveries": s.duplicates,
         "conflicting copies": s.conflicts,
         "rejected requests": s.rejected,
-        "found by reconcile (not delivered)": s.reconciled,
+        "read from Stripe's API (not delivered)": s.reconciled,
         "fulfilled by a worker": s.effects,
         "attempts started / finished": f"{s.attempts_started:,} / {s.attempts_finished:,}",
     }

@@ -95,8 +95,9 @@ class LedgerCollector(Collector):
         yield from self._secrets()
         yield CounterMetricFamily(
             "webhook_reconciled_events",
-            "Records from Stripe's API, not deliveries: events reconcile found, and Checkout "
-            "Sessions the landing page's trigger read.",
+            "Records from Stripe's API, not deliveries: events reconcile found, Checkout "
+            "Sessions the landing page's trigger read, and PaymentIntents of payments only a "
+            "thin event paid.",
             value=s.reconciled,
         )
         yield from self._reconcile()
