@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ledger import money
 from ledger.read.events import Event, EventList
-from ledger.read.payment_reasons import reason
+from ledger.read.payment_reasons import not_paid, reason
 from ledger.read.payments import Payment, PaymentList, PaymentRow
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
@@ -168,7 +168,7 @@ def payment(p: Payment) -> list[Table]:
         "state": f"{p.state} since {iso(p.state_since)}",
         "amount": p.amount.formatted if p.amount else None,
         "deliveries": p.deliveries,
-        "paid by": f"{p.paid_by} at {iso(p.paid_at)}" if p.paid_by else None,
+        "paid by": f"{p.paid_by} at {iso(p.paid_at)}" if p.paid_by else not_paid(p),
         "attempts started / finished": f"{p.attempts_started} / {p.attempts_finished}"
         + render_attempts.ended(p.attempts),
         "fulfilled": p.fulfilled_at,

@@ -22,7 +22,7 @@ from ledger.read import events as read_events
 from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
-from ledger.read.payment_reasons import reason, spent
+from ledger.read.payment_reasons import not_paid, reason, spent
 from ledger.read.stats import Minute
 from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
 from ledger.replication import NotReplicated
@@ -113,6 +113,7 @@ def common() -> dict[str, object]:
         "outcome_words": outcome_words,
         "ended_by_the_ledger": ended_by_the_ledger,
         "spent": spent,
+        "not_paid": not_paid,
     }
 
 

@@ -37,3 +37,15 @@ def reason(p: PaymentRow) -> str | None:
     if p.state == "interrupted" and p.leg == "fulfil" and p.taken_back in TAKEN_BACK:
         return f"{TAKEN_BACK[p.taken_back]} since; {why}" if why else TAKEN_BACK[p.taken_back]
     return why
+
+
+def not_paid(p: Payment) -> str | None:
+    """Why a payment with no paid event has none, when Stripe said so (a payment failed, an
+    async payment failed, a session expired): it stays pending, and only a paid event that
+    follows (a retry of the payment) fulfils it."""
+    if p.paid_by or not p.last_failed_event_type:
+        return None
+    return (
+        f"not paid: {p.last_failed_event_type} came; it is fulfilled only if a paid event "
+        "follows (the customer pays again)"
+    )
