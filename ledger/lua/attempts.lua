@@ -150,8 +150,8 @@ end
 -- effect stays for what was not refunded; held if a refund it reversed failed since:
 -- hold_failed_reversal). A whole-payment (or remaining) reversal makes it
 -- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Each is
--- counted (`rest_reversed`): one whose amount was not known carries none, so
--- `reversed_amount` alone cannot tell it happened. Returns the new state.
+-- counted (`rest_reversed`): one whose amount was not known, or of nothing left, carries
+-- none, so `reversed_amount` alone cannot tell it happened. Returns the new state.
 local function reversal_done(pay, now, receipt, reverse)
   local pk = id_of(pay, PAYMENT_PREFIX)
   local refund = redis.call('HGET', pay, 'reversal_refund')

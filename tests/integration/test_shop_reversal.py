@@ -1,7 +1,8 @@
 """examples/shop's revoke.sql through the real ledger, the real job in this process and a
 real PostgreSQL, with and without REVERSAL_PER_REFUND: an entitlement is all or nothing, so a
 partial refund leaves it granted, refunds adding up to what was paid revoke it once, and a
-dispute lost revokes it; every event delivered twice."""
+dispute lost revokes it; so do refunds reversed one by one before the amount paid was known
+(a thin event paid it), once it comes; every event delivered twice."""
 
 import random
 
@@ -9,6 +10,9 @@ import psycopg
 import pytest
 
 from examples.shop import migrate
+from ledger import keys
+from ledgerctl import samples
+from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import settled_as
 from tests.support.processes import ROOT
 from tests.support.refunds import dispute_closed, refund_events
@@ -69,3 +73,54 @@ def test_revoke_sql_revokes_only_what_is_taken_back_in_full(
     assert entitlement(postgres_url, part)[1] is False
     assert len(reversal_keys(postgres_url, two)) == (2 if per_refund else 1)
     assert reversal_keys(postgres_url, lost) == [f"reverse:{lost}"]
+
+
+THIN = "v1.payment_intent.succeeded"
+
+
+def test_revoke_sql_revokes_refunds_reversed_before_the_amount_paid_was_known(
+    fulfilment, redis, postgres_url, rng: random.Random
+) -> None:
+    """Paid only by its thin event (no amount: the entitlement's is NULL), fulfilled, then
+    refunded in full in two refunds, each reversed on its own while the amount paid was not
+    known: neither reversal's call carries it, so revoke.sql cannot tell they reach it and
+    the entitlement stays. The PaymentIntent's own paid event then gives the amount: the
+    ledger reverses what remains, 0 with no refund id under ``reverse:{payment_key}``, and
+    revoke.sql revokes at once. Without that reversal the payment was ``reversed`` with the
+    entitlement still granted."""
+    migrate(postgres_url)
+    f = fulfilment(
+        FULFILMENT_ACTION=postgres_url,
+        FULFILMENT_SQL=GRANT,
+        REVERSAL_ACTION=postgres_url,
+        REVERSAL_SQL=REVOKE,
+        REVERSAL_PER_REFUND="true",
+        PAID_EVENT_TYPES=f"payment_intent.succeeded,{THIN}",
+        FULFILMENT_TIMEOUT="3",
+        LEASE_SECONDS="6",
+    )
+    snapshot = samples.payment_events(rng)[2]
+    pk, paid = snapshot["data"]["object"]["id"], snapshot["data"]["object"]["amount_received"]
+    f.deliver(thin_event(rng, THIN, payment_intent(pk)))
+    f.work()
+    assert settled_as(redis, pk, "fulfilled")
+    first = paid // 3
+    refunds = [
+        refund_events(rng, pk, paid, first),
+        refund_events(rng, pk, paid, paid - first, refunded_before=first),
+    ]
+    for events in refunds:
+        for event in events * 2:
+            f.deliver(event)
+        f.work()
+        assert settled_as(redis, pk, "fulfilled")
+    assert redis.hget(keys.payment(pk), "amount") == b""
+    assert entitlement(postgres_url, pk) == (paid, False)  # each refund's amount, added
+
+    for _ in range(2):
+        f.deliver(snapshot)
+    f.work()
+    assert settled_as(redis, pk, "reversed")
+    assert entitlement(postgres_url, pk) == (paid, True)
+    each = sorted(f"reverse:{pk}:{e[0]['data']['object']['id']}" for e in refunds)
+    assert reversal_keys(postgres_url, pk) == sorted([f"reverse:{pk}", *each])
