@@ -2099,6 +2099,54 @@ def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_rev
     m.teardown()
 
 
+@pytest.mark.parametrize("comes", ["before_its_start", "after_its_start", "after_its_call"])
+def test_a_thin_paid_payments_amount_coming_during_its_last_refunds_reversal(
+    protocol_redis: RedisServer, comes: str
+) -> None:
+    """Paid only by its thin event, fulfilled, its first refund reversed on its own with the
+    amount paid not known; the second refund (the rest) is due when the PaymentIntent's
+    paid event gives the amount: before that reversal's attempt starts, its call carries
+    the amount and says it reaches it (``reversed``, no other reversal); after it started
+    (its call carries none, or made it already), what remains (0, refund id null) is
+    reversed once more before the payment is ``reversed``."""
+    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund=True)
+    first, rest = m.pool_events("refund.created", pk)
+    m.deliver(first)
+    m.worker_fulfils_the_next_job()
+    m.deliver(rest)
+    paying = m.pool_event(PAYING, pk)
+    if comes == "before_its_start":
+        m.deliver(paying)
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse" and worker.refund
+    if comes == "after_its_start":
+        m.deliver(paying)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    if comes == "after_its_call":
+        m.deliver(paying)
+    m.worker_finishes(0)
+    if comes == "before_its_start":
+        assert worker.paid == m.amounts[pk]
+        assert m.state(pk) == "reversed" and pk in m.told_in_full
+        assert m.redis.hget(keys.payment(pk), "rest_reversed") is None
+    else:
+        assert worker.paid is None and pk not in m.told_in_full
+        assert (m.state(pk), m.leg(pk), m.reversal_refund(pk)) == ("queued", "reverse", "")
+        m.sweeper_runs()  # the next reversal's job
+        m.worker_takes_a_job()
+        worker = m.workers[0]
+        assert worker is not None and (worker.refund, worker.amount) == ("", 0)
+        m.worker_fences(0)
+        m.worker_calls(0, "ok", True)
+        m.worker_finishes(0)
+        assert m.state(pk) == "reversed" and pk in m.told_in_full
+        assert m.redis.hget(keys.payment(pk), "rest_reversed") == b"1"
+    assert not m.redis.hexists(keys.payment(pk), "reversal_paid_unknown")
+    m.teardown()
+
+
 @pytest.mark.parametrize("outcome", ["ambiguous", "permanent"])
 def test_the_reversal_of_what_remains_after_refund_by_refund_waits_like_any(
     protocol_redis: RedisServer, outcome: str
