@@ -86,6 +86,7 @@ _.record_effect  # tests/integration/test_database_actions.py
 _.raise_sqlstate
 _.take_back  # a REVERSAL_EFFECT, imported by name there too
 _.counted_nothing  # tests/integration/test_effect_rows.py: a REVERSAL_EFFECT too
+_.revoke_meanwhile  # a REVERSAL_EFFECT: tests/integration/test_shop_reversal.py
 
 # pytest: plugins, hooks and marks by name.
 _.pytest_plugins

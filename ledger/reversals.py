@@ -120,8 +120,9 @@ class Reversal(msgspec.Struct, kw_only=True, frozen=True):
     what remains of it."""
     amount: int | None
     """What this reversal takes back: the refund's amount, else what remains of the payment
-    (the amount paid less what earlier reversals of it carried); None when the amount paid is
-    not known (a payment only a thin event paid, then a dispute lost): what remains of it."""
+    (the amount paid less what earlier reversals of it carried: 0 once refunds reversed
+    before the amount paid was known carried it all); None when the amount paid is not known
+    (a payment only a thin event paid, then a dispute lost): what remains of it."""
 
 
 class ReversalCall(Purchase, kw_only=True, frozen=True):

@@ -232,8 +232,10 @@ class Reversal(TypedDict):
     """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
     what remains of it."""
     amount: int | None
-    """What this reversal takes back: the refund's amount, else what remains; None when the
-    amount paid is not known (only a thin event paid it): what remains, whatever it is."""
+    """What this reversal takes back: the refund's amount, else what remains (0 when the
+    refunds, reversed one by one before the amount paid was known, took it all: with no
+    ``refund_id`` it still says the payment is taken back in full); None when the amount
+    paid is not known (only a thin event paid it): what remains, whatever it is."""
 
 
 class ReversalCall(Purchase):

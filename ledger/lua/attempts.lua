@@ -150,19 +150,20 @@ end
 -- effect stays for what was not refunded; held if a refund it reversed failed since:
 -- hold_failed_reversal). A whole-payment (or remaining) reversal makes it
 -- `reversed`, settled for good; a dispute won meanwhile is reinstated (above). Each is
--- counted (`rest_reversed`): one whose amount was not known carries none, so
--- `reversed_amount` alone cannot tell it happened. Returns the new state.
+-- counted (`rest_reversed`): one whose amount was not known, or of nothing left, carries
+-- none, so `reversed_amount` alone cannot tell it happened. Returns the new state.
 local function reversal_done(pay, now, receipt, reverse)
   local pk = id_of(pay, PAYMENT_PREFIX)
-  local refund = redis.call('HGET', pay, 'reversal_refund')
-  local amount = tonumber(redis.call('HGET', pay, 'reversal_amount') or '0') or 0
+  local f = redis.call('HMGET', pay, 'reversal_refund', 'reversal_amount', 'reversal_paid_unknown')
+  local refund, paid_unknown = f[1], f[3]
+  local amount = tonumber(f[2] or '0') or 0
   redis.call('HINCRBY', pay, 'reversed_amount', amount)
   if not refund then redis.call('HINCRBY', pay, 'rest_reversed', 1) end
   redis.call('HSET', pay, 'reversal_receipt', receipt, 'reversed_at', now)
   local waiting = redis.call('HGET', pay, 'waiting')  -- a late receipt, deferred by the gate
   if waiting then redis.call('ZREM', WAITING_PREFIX .. waiting, pk) end
   redis.call('HDEL', pay, 'last_error', 'job', 'attempt_id', 'replay_safe', 'sweep_seen',
-    'next_at', 'waiting', 'reversal_refund', 'reversal_amount')
+    'next_at', 'waiting', 'reversal_refund', 'reversal_amount', 'reversal_paid_unknown')
   redis.call('HINCRBY', STATS, 'reversals', 1)
   redis.call('ZREM', DUE, pk)
   if refund then
@@ -175,10 +176,18 @@ local function reversal_done(pay, now, receipt, reverse)
       begin_reversal(pay, why, now, nil, nil, 0, next_refund, next_amount)
       return 'queued'
     end
-    if not taken_back(pay) then
+    local why_back = taken_back(pay)
+    if not why_back then
       redis.call('HDEL', pay, 'leg', 'taken_back')  -- (a dispute lost meanwhile, then won)
       move(pay, 'fulfilled', now)
       return hold_failed_reversal(pay, now) or 'fulfilled'
+    end
+    -- Taken back in full, and a call of this reversal carried no amount paid (it came
+    -- meanwhile), so none said so: what remains is reversed once more, as take_back does
+    -- when the amount comes after.
+    if paid_unknown then
+      begin_reversal(pay, why_back, now, nil, nil, 0, nil, math.max(0, remaining(pay)))
+      return 'queued'
     end
   end
   move(pay, 'reversed', now)

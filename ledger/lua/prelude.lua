@@ -641,11 +641,13 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     end
     -- Taken back with nothing left to reverse: its refunds were all reversed while the
     -- amount paid was not known (a thin event paid it), and the amount that came since
-    -- shows they carried all of it. Reversed, as its last reversal would have left it.
+    -- shows they carried all of it. No call told the action so (none carried the amount
+    -- paid): one more reverses what remains (nothing), refund id nil, so it hears. Its key
+    -- is unspent: a reversal of what remains leaves the payment reversed, and only a grant
+    -- (reinstated_at, above) fulfils it again.
     if why and reversed_at then
-      redis.call('HSET', pay, 'leg', 'reverse')
-      move(pay, 'reversed', now)
-      return 'reversed'
+      begin_reversal(pay, why, now, first, job_id, grace_ms, nil, math.max(0, remaining(pay)))
+      return 'queued'
     end
     return nil
   end

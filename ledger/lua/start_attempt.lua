@@ -97,6 +97,12 @@ if phase == 'calling' and ARG.downstream ~= '' and leg ~= 'reverse' then
     redis.call('HSET', pay, 'called_on', on == '' and ARG.downstream or (on .. ' ' .. ARG.downstream))
   end
 end
+-- A reversal's call carries the amount paid as this start reads it (jobs.py): none for a
+-- payment only a thin event paid. Should it come before the reversal is done, the call that
+-- took the payment back in full could not say so (reversal_done).
+if leg == 'reverse' and (redis.call('HGET', pay, 'amount') or '') == '' then
+  redis.call('HSET', pay, 'reversal_paid_unknown', 1)
+end
 redis.call('HINCRBY', STATS, 'attempts_started', 1)
 redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
 -- The leg is kept on the attempt: the token alone cannot tell one per-refund reversal's

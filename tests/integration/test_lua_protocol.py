@@ -121,6 +121,7 @@ class Worker:
     refund: str = ""  # the refund its reversal is for ("": the whole payment, or the rest)
     amount: int | None = 0  # what its reversal takes back (None: what remains, not known)
     found: bool = False  # its settlement found the payment's key (the effect applied)
+    paid: int | None = None  # the amount paid its call's purchase carries (None: not known)
 
 
 class Protocol(RuleBasedStateMachine):
@@ -233,6 +234,9 @@ class Protocol(RuleBasedStateMachine):
         self.reversal_again: Counter[tuple[str, str]] = Counter()
         self.reversed_total: Counter[str] = Counter()  # the amounts of the reversals applied
         self.reversal_amounts: dict[tuple[str, str], int] = {}  # of each, once applied
+        # the reversal action heard it taken back in full: a reversal of the whole payment or
+        # what remains applied, or one of a refund carrying the amount paid and reaching it
+        self.told_in_full: set[str] = set()
         self.regranted: set[tuple[str, str]] = set()  # a failed refund's, granted back by hand
         # a fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)
         self.refulfil_calls: Counter[str] = Counter()
@@ -617,6 +621,33 @@ class Protocol(RuleBasedStateMachine):
             self.deliver(i)
 
     @precondition(lambda self: None in self.workers)
+    @rule(index=st.integers(0, 10), jobs=st.integers(0, 2))
+    def refunded_in_full_before_its_amount_was_known(self, index: int, jobs: int) -> None:
+        """A payment not recorded yet paid by its thin event (no amount) and fulfilled, then
+        refunded in full by its two refunds, ``jobs`` of the next jobs run after each (their
+        reversals, REVERSAL_PER_REFUND, with the amount paid not known: done, or still due),
+        then given its amount by its snapshot paid event."""
+        thin = [i for i, (e, _) in enumerate(self.events) if e["type"] == THIN_PAYING]
+        chosen = thin[index % len(thin)]
+        pk = self.events[chosen][0]["related_object"]["id"]
+        if self.state(pk):
+            return
+        self.deliver(chosen)
+        for _ in range(4):  # its job, behind any queued before it
+            if self.state(pk) != "queued" or None not in self.workers:
+                break
+            self.worker_fulfils_the_next_job()
+        if self.state(pk) != "fulfilled":
+            return
+        TALLY["refunded_before_its_amount"] += 1
+        for refund in self.pool_events("refund.created", pk):
+            self.deliver(refund)
+            for _ in range(jobs):
+                if None in self.workers:
+                    self.worker_fulfils_the_next_job()
+        self.deliver(self.pool_event(PAYING, pk))
+
+    @precondition(lambda self: None in self.workers)
     @rule()
     def worker_takes_a_job(self) -> None:
         job_id = self.redis.lpop(keys.rq_queue(self.settings.QUEUE_NAME))
@@ -653,6 +684,7 @@ class Protocol(RuleBasedStateMachine):
             if safe and leg == "fulfil":
                 self.may_have_called.add(pk)
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
+            worker.paid = whole(start.amount)  # jobs.py's purchase: the amount at its start
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
                 worker.refund, worker.amount = (due[0] or b"").decode(), whole(due[1])
@@ -755,8 +787,13 @@ class Protocol(RuleBasedStateMachine):
             known = pk in self.amounts and pk not in self.known_late
             assert not known, f"{pk}: paid {self.amounts.get(pk)}, reversed unknown"
             assert not w.refund, f"{pk}: {w.refund} reversed without its amount"
+        elif w.amount == 0:  # what remains, once the refunds' own reversals carried it all
+            assert not w.refund and pk in self.amounts, f"{pk}: {w.refund} reversed for nothing"
+            carried = self.reversed_total[pk] >= self.amounts[pk] or pk in self.person_reversed
+            assert carried, f"{pk}: reversed for nothing, {self.reversed_total[pk]} reversed"
+            TALLY["reversals_of_nothing_left"] += 1
         else:
-            assert w.amount > 0, f"{pk}: a reversal of nothing"
+            assert w.amount > 0, f"{pk}: a reversal of {w.amount}"
         if w.refund:
             assert self.per_refund, f"{pk}: a reversal of one refund without REVERSAL_PER_REFUND"
             # counted when its reversal was due; it may have failed since (not withdrawn)
@@ -770,6 +807,9 @@ class Protocol(RuleBasedStateMachine):
             if not self.reversals_applied[key]:
                 self.reversed_total[pk] += w.amount or 0
                 self.reversal_amounts[key] = w.amount or 0
+                reached = w.paid is not None and self.reversed_total[pk] >= w.paid
+                if not w.refund or reached:
+                    self.told_in_full.add(pk)
             self.reversals_applied[key] += 1
             paid = self.amounts.get(pk)
             assert paid is None or self.reversed_total[pk] <= paid, f"{pk}: reversed more than paid"
@@ -1204,6 +1244,20 @@ class Protocol(RuleBasedStateMachine):
         for pk in self.all_payments():
             if self.state(pk) in ("refunded_unfulfilled", "reversed"):
                 assert not self.given_back(pk), f"{pk}: {self.state(pk)}, though given back"
+
+    @invariant()
+    def reversed_only_once_its_action_heard_it_taken_back_in_full(self) -> None:
+        """``reversed`` is never a marker alone: the reversal action applied a reversal of the
+        whole payment or of what remains (refund id null), or one of a refund whose call
+        carried the amount paid and brought the reversals up to it; or a person said a
+        reversal applied. Refunds reversed while the amount paid was not known (a thin event
+        paid it) carry no amount paid: when it comes, what remains (0) is reversed."""
+        if not hasattr(self, "told_in_full"):
+            return
+        by_person = self.person_reversed | self.taken_back_by_hand
+        for pk in self.all_payments():
+            if self.state(pk) == "reversed":
+                assert pk in self.told_in_full | by_person, f"{pk}: reversed, its action not told"
 
     @invariant()
     def a_reversed_refund_that_failed_is_not_left_fulfilled(self) -> None:
@@ -1997,15 +2051,11 @@ def test_a_thin_paid_payments_amount_known_after_its_reversal_of_what_remains_wa
     m.teardown()
 
 
-def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_reversed(
-    protocol_redis: RedisServer,
-) -> None:
-    """Paid only by its thin event, fulfilled, refunded in full in two refunds, each reversed
-    on its own (REVERSAL_PER_REFUND) while the amount paid was not known; then the
-    PaymentIntent's own paid event (or a worker's read of it) gives the amount: the payment
-    is taken back in full with every refund reversed, and is ``reversed``, not left
-    ``fulfilled`` and taken back."""
-    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund=True)
+def reversed_refund_by_refund_amount_not_known(server: RedisServer) -> tuple[Protocol, str]:
+    """A payment paid only by its thin event, fulfilled, refunded in full in two refunds, each
+    reversed on its own (REVERSAL_PER_REFUND) while the amount paid was not known: fulfilled
+    after each, as its amount cannot say it is taken back in full."""
+    m, pk = fulfilled_by_its_thin_event(server, per_refund=True)
     created = m.pool_events("refund.created", pk)
     assert len(created) == 2  # the two refunds that make the whole amount
     for refund in created:
@@ -2013,8 +2063,110 @@ def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_is_
         m.worker_fulfils_the_next_job()
         assert m.state(pk) == "fulfilled"
     assert m.redis.hget(keys.payment(pk), "amount") == b""
+    assert pk not in m.told_in_full  # neither call carried the amount paid
+    return m, pk
+
+
+@pytest.mark.parametrize("by", ["snapshot", "intent_read"])
+def test_a_thin_paid_payment_reversed_refund_by_refund_then_its_amount_known_reverses_the_rest(
+    protocol_redis: RedisServer, by: str
+) -> None:
+    """Refunds reversed one by one while the amount paid was not known; then the
+    PaymentIntent's own paid event (or a worker's read of it, landing late) gives the amount:
+    taken back in full with every refund reversed, and no call said so (each carried no
+    amount paid). One more reversal, of what remains (0, refund id null, its key
+    ``reverse:{payment_key}``) is due; its call carries the amount paid, and once it is done
+    the payment is ``reversed``: never ``reversed`` at once, with no call to say so."""
+    m, pk = reversed_refund_by_refund_amount_not_known(protocol_redis)
+    if by == "snapshot":
+        m.deliver(m.pool_event(PAYING, pk))
+    else:
+        thin = [i for i, (e, _) in enumerate(m.events) if e["type"] == THIN_PAYING]
+        index = next(n for n, i in enumerate(thin) if m.events[i][0]["related_object"]["id"] == pk)
+        m.worker_reads_a_thin_payments_intent(index, refund_first=False, stale=True)
+    assert pk in m.amounts
+    assert (m.state(pk), m.leg(pk), m.reversal_refund(pk)) == ("queued", "reverse", "")
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse"
+    assert (worker.refund, worker.amount, worker.paid) == ("", 0, m.amounts[pk])
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    m.worker_finishes(0)
+    assert m.state(pk) == "reversed" and pk in m.told_in_full
+    fields = m.redis.hmget(keys.payment(pk), "rest_reversed", "reversed_amount")
+    assert fields == [b"1", str(m.amounts[pk]).encode()]
+    # three keys: each refund's and that of what remains
+    assert from_marks(ledger_marks(m.redis, [pk]))[pk].keys == 3
+    m.teardown()
+
+
+@pytest.mark.parametrize("comes", ["before_its_start", "after_its_start", "after_its_call"])
+def test_a_thin_paid_payments_amount_coming_during_its_last_refunds_reversal(
+    protocol_redis: RedisServer, comes: str
+) -> None:
+    """Paid only by its thin event, fulfilled, its first refund reversed on its own with the
+    amount paid not known; the second refund (the rest) is due when the PaymentIntent's
+    paid event gives the amount: before that reversal's attempt starts, its call carries
+    the amount and says it reaches it (``reversed``, no other reversal); after it started
+    (its call carries none, or made it already), what remains (0, refund id null) is
+    reversed once more before the payment is ``reversed``."""
+    m, pk = fulfilled_by_its_thin_event(protocol_redis, per_refund=True)
+    first, rest = m.pool_events("refund.created", pk)
+    m.deliver(first)
+    m.worker_fulfils_the_next_job()
+    m.deliver(rest)
+    paying = m.pool_event(PAYING, pk)
+    if comes == "before_its_start":
+        m.deliver(paying)
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse" and worker.refund
+    if comes == "after_its_start":
+        m.deliver(paying)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    if comes == "after_its_call":
+        m.deliver(paying)
+    m.worker_finishes(0)
+    if comes == "before_its_start":
+        assert worker.paid == m.amounts[pk]
+        assert m.state(pk) == "reversed" and pk in m.told_in_full
+        assert m.redis.hget(keys.payment(pk), "rest_reversed") is None
+    else:
+        assert worker.paid is None and pk not in m.told_in_full
+        assert (m.state(pk), m.leg(pk), m.reversal_refund(pk)) == ("queued", "reverse", "")
+        m.sweeper_runs()  # the next reversal's job
+        m.worker_takes_a_job()
+        worker = m.workers[0]
+        assert worker is not None and (worker.refund, worker.amount) == ("", 0)
+        m.worker_fences(0)
+        m.worker_calls(0, "ok", True)
+        m.worker_finishes(0)
+        assert m.state(pk) == "reversed" and pk in m.told_in_full
+        assert m.redis.hget(keys.payment(pk), "rest_reversed") == b"1"
+    assert not m.redis.hexists(keys.payment(pk), "reversal_paid_unknown")
+    m.teardown()
+
+
+@pytest.mark.parametrize("outcome", ["ambiguous", "permanent"])
+def test_the_reversal_of_what_remains_after_refund_by_refund_waits_like_any(
+    protocol_redis: RedisServer, outcome: str
+) -> None:
+    """That reversal of what remains, by an action that is not replay-safe, cut off in its
+    call (interrupted) or refused for good (failed): it waits for a person as every
+    reversal does; the person resolves it (found applied) or retries it (its call again,
+    applied): ``reversed``."""
+    m, pk = reversed_refund_by_refund_amount_not_known(protocol_redis)
     m.deliver(m.pool_event(PAYING, pk))
+    m.worker_runs_a_whole_job(outcome, True)
+    waits = "interrupted" if outcome == "ambiguous" else "failed"
+    assert (m.state(pk), m.leg(pk)) == (waits, "reverse")
+    m.person_decides(0, "fulfilled" if outcome == "ambiguous" else "requeue")
+    if outcome == "permanent":  # the person's retry: its call again, applied
+        m.worker_fulfils_the_next_job()
     assert m.state(pk) == "reversed"
+    assert m.redis.hget(keys.payment(pk), "rest_reversed") == b"1"
     m.teardown()
 
 
