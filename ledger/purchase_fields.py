@@ -48,6 +48,10 @@ SESSION = {
 
 INVOICE = {"id": "p_in", "billing_reason": "p_in_reason"}
 
+NO_SESSION = "p_no_cs"
+"""Kept by ledger/purchase_reads.py once Stripe's API was asked for a late session and had
+none (CHECKOUT_WAIT_SECONDS): never asked again."""
+
 
 def _id(value: object) -> str:
     """An id as Stripe sends it: a string, or an expanded object's ``id``."""

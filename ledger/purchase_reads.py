@@ -31,7 +31,7 @@ from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
 from ledger.purchase import stored_fields
-from ledger.purchase_fields import invoice_line, purchase_fields
+from ledger.purchase_fields import NO_SESSION, invoice_line, purchase_fields
 from ledger.purchase_invoice import ALL_LINES, lines_known_complete
 from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import INTENT_RECORD
@@ -42,9 +42,6 @@ from ledger.stripe_api import StripeApi, StripeNotFound, StripeRefused, StripeUn
 
 WAITING_STATES = ("queued", "retrying")
 """States in which a payment is still to be called: only then is Stripe asked."""
-
-NO_SESSION = "p_no_cs"
-"""Kept once the API was asked for a late session and had none: never asked again."""
 
 INTENT_READ = "p_pi_read"
 """Kept once a thin-only payment's PaymentIntent was read (found or not): never read again."""

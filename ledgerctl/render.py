@@ -217,7 +217,7 @@ def payment(p: Payment) -> list[Table]:
     return [
         kv_table(f"Payment {p.payment_key}", facts),
         *render_reversal.taken_back(p),
-        *render_purchase.purchase(p.purchase),
+        *render_purchase.purchase(p.purchase, p.came_after_fulfilment),
         rows_table(
             "Events, in the order first recorded",
             timeline,

@@ -1,8 +1,9 @@
-"""What a payment bought, for people (``webhook-ledger payment``): the purchase its action
-gets, with the line items when they were fetched, and an invoice's lines (saying so when they
-are only the first of them). The email, name, phone and addresses are shown whole here, on
-one payment's page; lists show a masked email and no address (ledger/redact.py
-``mask_email``)."""
+"""What a payment bought, for people (``webhook-ledger payment``): the purchase as the ledger
+holds it now, with the line items when they were fetched, and an invoice's lines (saying so
+when they are only the first of them); under it, each part that came after the call that
+fulfilled it (ledger/read/late_parts.py), which that call did not have. The email, name,
+phone and addresses are shown whole here, on one payment's page; lists show a masked email
+and no address (ledger/redact.py ``mask_email``)."""
 
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,7 @@ from rich.table import Table
 from ledger.purchase import CustomField, Purchase
 from ledger.purchase_invoice import LinePeriod
 from ledger.purchase_shipping import address_text
+from ledger.read.late_parts import LatePart
 from ledgerctl.terminal import kv_table, rows_table
 
 
@@ -33,7 +35,7 @@ def _period(period: LinePeriod | None) -> str | None:
     return f"{start} – {end}"
 
 
-def purchase(p: Purchase) -> list[Table]:
+def purchase(p: Purchase, late: list[LatePart]) -> list[Table]:
     session, invoice, ship = p.checkout_session, p.invoice, p.shipping
     details = session.customer_details if session else None
     facts: dict[str, Any] = {
@@ -58,7 +60,8 @@ def purchase(p: Purchase) -> list[Table]:
         "metadata of the session": _metadata(p.metadata.checkout_session),
         "metadata of the invoice": _metadata(p.metadata.invoice),
     }
-    tables = [kv_table("What was bought", {k: v for k, v in facts.items() if v})]
+    shown = {k: v for k, v in facts.items() if v}
+    tables = [kv_table("What was bought", shown, late_lines(late), caption_left=True)]
     items = [
         {
             "price": i.price,
@@ -98,3 +101,20 @@ def lines_left_out(shown: int) -> str:
         f"Invoice lines: the first {shown} of more"
         " (its event left the rest out; INVOICE_LINES reads every line)"
     )
+
+
+def late_lines(late: list[LatePart]) -> str | None:
+    """Under what was bought: each part its fulfilling call did not have, with its event."""
+    return (
+        "\n".join(
+            f"{n.note}: {n.event_type} {n.event_id} first recorded {_ms(n.first_recorded_at)},"
+            f" after attempt {n.fulfilled_by} started {_ms(n.call_started_at)}"
+            for n in late
+        )
+        or None
+    )
+
+
+def _ms(moment: datetime) -> str:
+    """ISO-8601 UTC to the millisecond: the two times are often within one second."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

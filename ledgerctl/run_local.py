@@ -38,7 +38,15 @@ from honcho.process import Popen, Process
 from ledger import setting_kinds as kinds
 from ledger import settings as settings_module
 from ledger.limits import DEFAULT_WEB_PORT
-from ledger.setting_fields import exit_with, load, or_exit, setting
+from ledger.setting_fields import (
+    SettingsError,
+    exit_with,
+    field_named,
+    load,
+    or_exit,
+    read,
+    setting,
+)
 from ledgerctl import ha, local_guard, stripe_listen
 from ledgerctl.banner import TOOLS_ENV, banner, base_url, ready_line, tools_env
 from ledgerctl.stack_stop import OrderedStop, say
@@ -60,6 +68,18 @@ class Local:
     """RQ workers to run."""
     REDIS_PORT: int = setting(6389, kinds.whole(1, 65535))
     """The port of the Procfile's redis (REDIS_URL points at it unless set)."""
+
+
+def ledger_url(env: Mapping[str, str]) -> str:
+    """REDIS_URL, else the Procfile's redis on loopback at REDIS_PORT, as :func:`local_env`
+    gives this script's processes: where a tool beside them given the same settings finds
+    the ledger (the replay script). A REDIS_PORT that is no port raises SettingsError."""
+    if env.get("REDIS_URL"):
+        return env["REDIS_URL"]
+    values, problems = read([field_named(Local, "REDIS_PORT")], env)
+    if problems:
+        raise SettingsError(problems)
+    return f"redis://127.0.0.1:{values.get('REDIS_PORT', Local.REDIS_PORT)}/0"
 
 
 class PipeSafeOutput:

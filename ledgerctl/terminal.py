@@ -55,9 +55,17 @@ def show(renderable: RenderableType) -> None:
     safe_console(width=max(width, 80), file=sys.stdout).print(renderable)
 
 
-def kv_table(title: object, rows: dict[str, Any], caption: object = None) -> Table:
-    """A two-column name/value table (values as :func:`shown`)."""
-    table = Table(title=literal(title), show_header=False, caption=_caption(caption))
+def kv_table(
+    title: object, rows: dict[str, Any], caption: object = None, caption_left: bool = False
+) -> Table:
+    """A two-column name/value table (values as :func:`shown`); a caption of sentences
+    reads better ``caption_left``."""
+    table = Table(
+        title=literal(title),
+        show_header=False,
+        caption=_caption(caption),
+        caption_justify="left" if caption_left else "center",
+    )
     table.add_column(style="bold", overflow="fold")
     table.add_column(overflow="fold")
     for name, value in rows.items():

@@ -14,6 +14,7 @@ from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.downstream import DownstreamRecord, downstream_record
 from ledger.read.events import EVENT_FIELDS
+from ledger.read.late_parts import LatePart, came_after_fulfilment
 from ledger.read.reversal import PaymentReversal, leg_of, payment_reversal, taken_back_now
 from ledger.read.timeline import (
     Attempt,
@@ -135,7 +136,13 @@ class Payment(PaymentRow):
     last_skip: str | None
     downstream: DownstreamRecord | None
     purchase: Purchase
-    """What was bought, as the action gets it (token: the last attempt's)."""
+    """What was bought, as the payment hash holds it now: what an attempt from now on gets
+    (token: the last attempt's). The call that fulfilled it may have had less:
+    ``came_after_fulfilment``."""
+    came_after_fulfilment: list[LatePart]
+    """The parts of ``purchase`` (the Checkout Session, the invoice, the PaymentIntent) whose
+    every event was first recorded after the attempt that fulfilled it started: its call had
+    none of them (ledger/read/late_parts.py)."""
     reversal: PaymentReversal | None
     """Its refunds and dispute, and its reversal (docs/REVERSAL.md); null when none came."""
 
@@ -177,6 +184,7 @@ def payment_record(
     paid_by = optional(f.get("paid_by"))
     fields = {e: dict(zip(EVENT_FIELDS, v, strict=True)) for e, v in (event_fields or {}).items()}
     attempts = attempts_of(f)
+    events = timeline(event_ids, fields, paid_by)
     row = payment_row(payment_key, f, state_since)
     return Payment(
         payment_key=row.payment_key,
@@ -198,7 +206,7 @@ def payment_record(
         taken_back=row.taken_back,
         livemode=None if "livemode" not in f else f["livemode"] == "1",
         paid_by=paid_by,
-        events=timeline(event_ids, fields, paid_by),
+        events=events,
         attempts_finished=finished(attempts),
         attempts=attempts,
         receipt=receipt_of(f.get("receipt")),
@@ -218,6 +226,7 @@ def payment_record(
         last_skip=optional(f.get("last_skip")),
         downstream=downstream_record(downstream, payment_key) if downstream else None,
         purchase=purchase_of(payment_key, count(f.get("token")), f),
+        came_after_fulfilment=came_after_fulfilment(events, attempts, f),
         reversal=payment_reversal(payment_key, f),
     )
 

@@ -13,8 +13,13 @@ reversal has no effect to take back, an acknowledged delivery is missing from th
 or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
 2 usage error (a --secret that is not whsec_…, an event file that is missing or holds no
 events, an unknown --scenario, a --json file that cannot be written), before anything is
-sent; 3 Redis unreachable, or the SQLite file effects are counted from (--downstream-db)
-unreadable, once everything was sent.
+sent; 3 Redis unreachable: at the start, before anything is sent (the ledger is read first),
+or later (what was sent stands; no report), or the SQLite file effects are counted from
+(--downstream-db) unreadable, once everything was sent.
+
+The ledger it reads: REDIS_URL (or REDIS_SENTINELS), else 127.0.0.1:REDIS_PORT (6389), as
+scripts/run.sh starts it; --url's default: 127.0.0.1:WEB_PORT (8000). Beside a run.sh given
+other settings, `. var/run.env` (its banner names it) sets both.
 """
 
 import argparse
@@ -33,8 +38,7 @@ from redis.exceptions import RedisError
 from rich.progress import Progress, TaskID
 from rich.text import Text
 
-from ledger import settings as settings_module
-from ledger.connection import connect
+from ledger.connection import connect, describe
 from ledger.downstream import DownstreamUnusable
 from ledger.events import classify
 from ledger.redact import redact
@@ -52,7 +56,13 @@ from ledgerctl.terminal import line, safe_console
 console = safe_console(stderr=True)
 
 
+def say_error(what: str, *said: object) -> None:
+    """One line on stderr, never wrapped: a path or URL in it stays whole."""
+    console.print(line(Text(what, "red"), *said), soft_wrap=True)
+
+
 def collect(args: argparse.Namespace, redis: Any, rng: random.Random) -> list[sources.Item]:
+    """The events to send; BadSource or RedisError (no ledger to read back) before any is."""
     items = list(sources.from_files(args.files))
     if args.from_ledger:
         items += sources.from_ledger(
@@ -62,6 +72,8 @@ def collect(args: argparse.Namespace, redis: Any, rng: random.Random) -> list[so
         items += sources.generated(args.generate, rng, args.checkout)
     if args.only:
         items = [item for item in items if item[0].get("type") in args.only]
+    if items:
+        redis.ping()
     return items
 
 
@@ -94,7 +106,7 @@ def flat(by_payment: dict[str, list[sources.Item]]) -> list[sources.Item]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_module.load_or_exit()  # a wrong setting: one line each, exit 2
+    settings = options.ledger_settings()  # a wrong setting: one line each, exit 2
     secret = signing_secret(args)  # not a whsec_ secret: one line, exit 2
     if args.json_path:
         options.check_writable("--json", args.json_path)  # else one line, exit 2
@@ -106,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
         items = collect(args, redis, rng)
     except sources.BadSource as exc:  # before anything is sent
         exit_with([str(exc)])
+    except RedisError as exc:  # before anything is sent, too
+        where = f"(the ledger at {describe(settings)}); nothing was sent"
+        say_error("Redis unreachable:", redact(str(exc)), where)
+        return 3
     if not items:
         console.print("no events to send")
         return 2
@@ -275,10 +291,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sys.exit(run(args))
     except RedisError as exc:
-        console.print(line(Text("Redis unreachable:", "red"), redact(str(exc))))
+        say_error("Redis unreachable:", redact(str(exc)))
         sys.exit(3)
     except DownstreamUnusable as exc:  # the path is the user's own (--downstream-db, a setting)
-        console.print(line(Text("Downstream unusable:", "red"), f"{exc.path}: {exc.why}"))
+        say_error("Downstream unusable:", f"{exc.path}: {exc.why}")
         sys.exit(3)
 
 
