@@ -49,6 +49,7 @@ from workers.exceptions import (
 )
 from workers.finishing import finish_while_leased
 from workers.gating import admit, health_of, rate_wait_until, report, start_by
+from workers.reversal_target import applied_on, refusal
 
 log = logging.getLogger("workers.jobs")
 
@@ -194,6 +195,10 @@ def fulfil(
             f" {downstream}: check that downstream"
         )
         return failed_without_call(ctx, payment_key, job_id, detail, leg)
+    if leg == "reverse":  # FULFILMENT_ACTION moved since the effect: not where it went
+        moved = refusal(applied_on(ctx.attempts.redis, payment_key), ctx.downstream, downstream)
+        if moved:
+            return failed_without_call(ctx, payment_key, job_id, moved, leg, "held")
     reads = ctx.reads if leg == "fulfil" else None  # a settlement needs no purchase read
     ready = reads.prepare(payment_key, stored) if reads else None  # before the gate
     if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
@@ -274,13 +279,19 @@ def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) 
 
 
 def failed_without_call(
-    ctx: Context, payment_key: str, job_id: str, detail: str, leg: str = "fulfil"
+    ctx: Context,
+    payment_key: str,
+    job_id: str,
+    detail: str,
+    leg: str = "fulfil",
+    outcome: str = "failed",
 ) -> dict[str, Any]:
     """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
     STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
-    person (retry once the setting is fixed) instead of sitting queued."""
+    person (retry once the setting is fixed) instead of sitting queued. ``outcome`` held:
+    a reversal held for a person (workers/reversal_target.py)."""
     start = ctx.attempts.start_without_call(payment_key, job_id, leg)
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
-    verdict, state = ctx.attempts.finish(payment_key, start.token, "failed", detail, 0.0)
+    verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, 0.0)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

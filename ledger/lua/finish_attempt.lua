@@ -1,6 +1,7 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
 -- outcome: fulfilled|retry|failed|interrupted|not_called, or for a settlement (leg `settle`)
--- voided (fulfilled: it found the effect); detail: the receipt or the error.
+-- voided (fulfilled: it found the effect), or for a reversal held (not called: a person
+-- takes it back, as `detail` says); detail: the receipt or the error.
 -- verdict: the outcome recorded, 'stale', 'already' or 'missing'; state: the payment's.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
@@ -50,6 +51,9 @@ end
 
 if outcome == 'voided' and not settling then
   refuse('outcome voided is a settlement\'s, and ' .. pk .. ' is not being settled')
+end
+if outcome == 'held' and not reversing then
+  refuse('outcome held is a reversal\'s, and ' .. pk .. ' is not being reversed')
 end
 
 local function record_outcome()
@@ -111,6 +115,12 @@ local function record_outcome()
   end
 
   redis.call('HSET', pay, 'last_error', detail)
+  if outcome == 'held' then
+    -- Not failed: a failed payment is only retried, which refuses again while the action
+    -- names the same downstream; a held one a person also resolves, once they took it back.
+    redis.call('HINCRBY', STATS, 'held', 1)
+    return reply{verdict = 'held', state = hold(pay, now, detail)}
+  end
   if outcome == 'interrupted' then
     -- The downstream may have applied it and may not dedupe: a person decides.
     move(pay, 'interrupted', now)

@@ -187,8 +187,9 @@ end
 -- `attempt:{token}` JSON record per attempt (in the hash: a key each would cost more).
 -- not_called: the worker stalled after its fence past the call's window and did not call.
 -- voided: a settlement (leg `settle`) found no effect under the payment's key and voided it.
+-- held: a reversal's worker did not call (its effect is on another downstream): a person's.
 local FINISHED = {fulfilled = true, retry = true, failed = true, interrupted = true,
-  not_called = true, voided = true}
+  not_called = true, voided = true, held = true}
 
 -- Purchases Stripe tied late: two payment records of one purchase point at each other
 -- (`same_purchase_as`). Only one of them may ever call the downstream. A record is engaged

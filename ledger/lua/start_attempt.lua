@@ -91,11 +91,13 @@ redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 -- Every downstream a replay-safe attempt of its fulfilment may call (its action's name for
 -- it), so a settlement settles only on the one its calls went to (docs/REVERSAL.md).
+local sole = false  -- this attempt's downstream is the payment's only one there
 if phase == 'calling' and ARG.downstream ~= '' and leg ~= 'reverse' then
   local on = redis.call('HGET', pay, 'called_on') or ''
   if not string.find(' ' .. on .. ' ', ' ' .. ARG.downstream .. ' ', 1, true) then
     redis.call('HSET', pay, 'called_on', on == '' and ARG.downstream or (on .. ' ' .. ARG.downstream))
   end
+  sole = on == '' or on == ARG.downstream
 end
 -- A reversal's call carries the amount paid as this start reads it (jobs.py): none for a
 -- payment only a thin event paid. Should it come before the reversal is done, the call that
@@ -108,7 +110,11 @@ redis.call('ZADD', DUE, lease_until, id_of(pay, PAYMENT_PREFIX))
 -- The leg is kept on the attempt: the token alone cannot tell one per-refund reversal's
 -- attempts from the ones before it (the read model, ledger/read/timeline.py).
 local caller = phase == 'calling' and ARG.caller ~= '' and ARG.caller or nil  -- named at once
+-- So is the downstream of an attempt that may apply the effect (`on`): a reversal is called
+-- only where the effect went (workers/reversal_target.py). Left out when `called_on` names it
+-- alone, which a fulfilled payment keeps anyway: no byte more on its hash.
+local went = leg ~= 'reverse' and not sole and ARG.downstream ~= '' and ARG.downstream or nil
 redis.call('HSET', pay, 'attempt:' .. token,
-  cjson.encode({started = now, outcome = 'started', leg = leg, caller = caller}))
+  cjson.encode({started = now, outcome = 'started', leg = leg, caller = caller, on = went}))
 if caller then hold_caller(pay, token, caller, now, lease_ms) end
 return go(token)

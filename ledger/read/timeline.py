@@ -42,7 +42,7 @@ def outcome_words(leg: Leg, outcome: str, spent: bool = False) -> str:
 
 
 FINISHED_OUTCOMES = frozenset(
-    {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided"}
+    {"fulfilled", "retry", "failed", "interrupted", "not_called", "voided", "held"}
 )
 """The outcomes a worker writes when it finishes its attempt: FINISHED in lua/prelude.lua."""
 LEDGER_ENDED = frozenset({"taken_back", "same_purchase", "lease_expired", "stale_before_call"})

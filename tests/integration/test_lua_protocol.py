@@ -73,6 +73,7 @@ from tests.support.helpers import purchase
 from tests.support.processes import RedisServer, wait_until
 from tests.support.refunds import dispute_closed, refund_events, refund_failed
 from workers.gating import report
+from workers.reversal_target import applied_on, refusal
 
 PROGRAMS = int(os.environ.get("PROTOCOL_PROGRAMS", "300"))
 TALLY: Counter[str] = Counter()
@@ -122,6 +123,7 @@ class Worker:
     amount: int | None = 0  # what its reversal takes back (None: what remains, not known)
     found: bool = False  # its settlement found the payment's key (the effect applied)
     paid: int | None = None  # the amount paid its call's purchase carries (None: not known)
+    downstream: str = ""  # FULFILMENT_ACTION's when it started (the_action_moves)
 
 
 class Protocol(RuleBasedStateMachine):
@@ -246,6 +248,7 @@ class Protocol(RuleBasedStateMachine):
         self.resolved_done: set[str] = set()  # a person said its effect exists
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         self.voided: set[str] = set()  # payments whose key a settlement voided
+        self.effect_on: dict[str, str] = {}  # pk -> where the attempt the ledger kept applied
         # an attempt of a replay-safe fulfilment started: fenced from its start, it may have
         # called whatever the model's worker did after (died, stalled)
         self.may_have_called: set[str] = set()
@@ -666,6 +669,16 @@ class Protocol(RuleBasedStateMachine):
                 self.attempts.finish(pk, start.token, "failed", "model: moved", 0.0)
                 assert self.state(pk) == "held", f"{pk}: settled on another downstream"
             return
+        moved = leg == "reverse" and refusal(
+            applied_on(self.redis, pk), self.downstream, "reversal"
+        )
+        if moved:  # jobs.py: its effect went to another downstream than this worker's: held
+            start = self.attempts.start_without_call(pk, job_id.decode(), leg)
+            if start.verdict == "go":
+                TALLY["reversals_held_moved"] += 1
+                self.attempts.finish(pk, start.token, "held", moved, 0.0)
+                assert self.state(pk) == "held", f"{pk}: a moved reversal not held"
+            return
         admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
         if self.sending_twice and admission.verdict == "go":
             again = partial(self.gate.admit, pk, job_id.decode(), park_rate=True)
@@ -683,7 +696,7 @@ class Protocol(RuleBasedStateMachine):
             fenced = self.real if safe else None
             if safe and leg == "fulfil":
                 self.may_have_called.add(pk)
-            worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
+            worker = Worker(pk, start.token, leg, safe, fenced, admission=admission, downstream=ds)
             worker.paid = whole(start.amount)  # jobs.py's purchase: the amount at its start
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
@@ -713,8 +726,9 @@ class Protocol(RuleBasedStateMachine):
     @rule()
     def the_action_moves(self) -> None:
         """FULFILMENT_ACTION moves to another downstream (a shop from its SQLite file to
-        PostgreSQL): a payment whose calls went to both is never settled on either, and a
-        settlement on the other one than its calls' is given up (held)."""
+        PostgreSQL): a payment whose calls went to both is never settled on either, a
+        settlement on the other one than its calls' is given up (held), and so is a reversal
+        of an effect on the other one (held, never called)."""
         self.moves += 1
         self.downstream = "db:b"
 
@@ -783,6 +797,8 @@ class Protocol(RuleBasedStateMachine):
         pk, key = w.payment, (w.payment, w.refund)
         effect = self.applied[pk] > 0 or pk in self.resolved_done | self.granted_by_hand
         assert effect, f"{pk}: a reversal called without an effect"
+        where = self.effect_on.get(pk, self.downstream)
+        assert where == self.downstream, f"{pk}: reversed with the action moved from {where}"
         if w.amount is None:  # what remains, of an amount paid no event said
             known = pk in self.amounts and pk not in self.known_late
             assert not known, f"{pk}: paid {self.amounts.get(pk)}, reversed unknown"
@@ -1550,6 +1566,8 @@ class Protocol(RuleBasedStateMachine):
         before = self.payment_core(w.payment)
         was = self.state(w.payment)
         verdict, _ = self.attempts.finish(w.payment, w.token, outcome, f"model {outcome}", 1.0)
+        if verdict == "fulfilled" and w.leg != "reverse":
+            self.effect_on[w.payment] = w.downstream
         if stale:
             assert self.payment_core(w.payment) == before, "a stale token changed state"
         elif outcome == "fulfilled":
@@ -2340,3 +2358,31 @@ def test_a_late_void_of_a_settlement_is_not_a_lost_success(protocol_redis: Redis
     assert pk in m.voided and m.state(pk) == "retrying"
     m.teardown()
     assert m.state(pk) == "refunded_unfulfilled"
+
+
+@pytest.mark.parametrize("decision", ["requeue", "fulfilled"])
+def test_a_reversal_after_the_action_moved_is_held_never_called(
+    protocol_redis: RedisServer, decision: str
+) -> None:
+    """Fulfilled on one downstream, FULFILMENT_ACTION moved, then refunded in full: the
+    reversal's job holds it without a call (workers/reversal_target.py). A person's retry
+    holds it again; their resolve (taken back by hand) makes it reversed."""
+    m = settling_machine(protocol_redis, reverse=True)
+    for index, pk, taking in unpaid_with_takings(m):
+        m.deliver(index)
+        m.worker_fulfils_the_next_job()
+        if m.state(pk) == "fulfilled":
+            m.the_action_moves()
+            for i in taking:
+                m.deliver(i)
+            break
+    assert (m.state(pk), m.leg(pk)) == ("queued", "reverse"), "no reversal due"
+    m.worker_runs_a_whole_job("ok", True)
+    assert m.state(pk) == "held" and m.reversal_calls[pk] == 0
+    m.terminal_stays_terminal_unless_a_person_acts()
+    m.person_decides(0, decision)
+    if decision == "requeue":
+        m.worker_runs_a_whole_job("ok", True)
+    assert m.state(pk) == ("held" if decision == "requeue" else "reversed")
+    assert m.reversal_calls[pk] == 0
+    m.teardown()

@@ -274,6 +274,53 @@ def test_postgresql_marks_the_order_reversed_with_the_key_or_neither(
     assert marked() == ((1,), [(amount,)])
 
 
+def test_a_reversal_after_fulfilment_action_moved_waits_for_a_person(
+    stack, redis, rng, postgres_url
+) -> None:
+    """Fulfilled into PostgreSQL; the workers restarted with both actions on an HTTP app
+    (docs/ACTIONS.md: "move by changing the URL"); a refund in full. The app is never called,
+    the order row is untouched and the payment is held, its reason naming both downstreams
+    (never the password); the person takes it back in PostgreSQL and resolves it: reversed."""
+    make_shop(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE shop_orders ADD COLUMN reversed bigint NOT NULL DEFAULT 0")
+    effects = {"FULFILMENT_SQL": ORDER_SQL, "REVERSAL_SQL": REVERSED_SQL}
+    s = stack(FULFILMENT_ACTION=postgres_url, REVERSAL_ACTION=postgres_url, **effects)
+    s.start_web()
+    s.start_sweeper()
+    first = s.start_worker()
+    pk, amount = paid(s, rng)
+    wait_until(lambda: settled_as(redis, pk, "fulfilled"))
+    first.stop()
+    with CountingDownstream() as app:
+        for name in effects:
+            del s.env[name]
+        s.start_worker(FULFILMENT_ACTION=app.url, REVERSAL_ACTION=app.url)
+        send_all(s, refund_events(rng, pk, amount, amount))
+        wait_until(lambda: settled_as(redis, pk, "held"))
+        after_sweeps(redis)
+        assert app.calls[pk] == 0 and state_of(redis, pk) == "held"
+        with psycopg.connect(postgres_url) as conn:
+            assert conn.execute("SELECT reversed FROM shop_orders").fetchall() == [(0,)]
+            kept = conn.execute("SELECT idempotency_key FROM webhook_ledger_effects").fetchall()
+            assert kept == [(f"fulfil:{pk}",)]
+
+        def cli(*args: str) -> str:
+            argv = [sys.executable, "-m", "ledgerctl.cli", *args]
+            run = subprocess.run(argv, env=s.env, capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, run.stderr
+            return run.stdout
+
+        reason = json.loads(cli("payment", pk, "--json"))["hold_reason"]
+        assert reason.startswith("reversal: not called: its fulfilment went to postgresql:")
+        assert "FULFILMENT_ACTION names http:" in reason and "resolve it as fulfilled" in reason
+        assert "shop-pw" not in reason and "/fulfil" not in reason
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # taken back by hand
+            conn.execute("UPDATE shop_orders SET reversed = amount")
+        cli("resolve", pk, "--fulfilled")
+        assert settled_as(redis, pk, "reversed") and app.calls[pk] == 0
+
+
 def test_refunds_and_disputes_stripe_gave_up_delivering_are_reversed_by_reconcile(
     stack, redis, rng
 ) -> None:
