@@ -17,7 +17,7 @@ payment must reach an end.
 steps, 45-80 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
 path) the run writes what it did there: programs, steps, Redis restarts, breaker openings and
 probes, payments deferred by a pause or the open breaker, attempts refunded, attempts
-finished by outcome, seconds.
+finished by outcome, a basil renewal's ties (to one record, tied late, after a call), seconds.
 """
 
 import copy
@@ -103,6 +103,8 @@ TAKING = ("refund.", "charge.refunded", "charge.dispute.closed")
 PAYING = "payment_intent.succeeded"
 THIN_PAYING = "v1.payment_intent.succeeded"
 """A thin paid event: no amount, which the payment's first snapshot paid event gives."""
+TIE = "invoice_payment.paid"
+"""A basil renewal's tie of its invoice to its PaymentIntent (never paid itself)."""
 PARTS = 10
 """The pool's last events: two Checkout purchases with an invoice (3 each) and a basil
 renewal (4: event_pool)."""
@@ -318,12 +320,22 @@ class Protocol(RuleBasedStateMachine):
             self.paid_by(answer.payment_key, event)
         if first and c.role == "refund":
             self.took_back(answer.payment_key, event)
+        if first and event["type"] == TIE:
+            self.tallied_tie(answer.payment_key)
         pk = answer.payment_key
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
         if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
             self.refunded_first.add(pk)
         if granted and self.reverse and self.taken_back_now(pk):
             self.a_grant_taken_back_again_waits_for_a_person(pk)
+
+    def tallied_tie(self, pk: str) -> None:
+        """How a basil renewal's tie came (PROTOCOL_REPORT): to one record, to two (tied
+        late), after one of them was called."""
+        late = self.redis.hexists(keys.payment(pk), "same_purchase_as")
+        TALLY["basil_tied_late" if late else "basil_tied"] += 1
+        if any(self.calls[i] for ids in self.purchases if pk in ids for i in ids):
+            TALLY["basil_tied_after_a_call"] += 1
 
     def granted_again(self, pk: str) -> bool:
         """Reversed once, then granted again (by a person, or fulfilled again after a dispute
@@ -427,6 +439,13 @@ class Protocol(RuleBasedStateMachine):
         invoice_payment.paid (the tie) of a basil renewal, so late ties are as common as the
         rest (the pool's last PARTS events)."""
         self.deliver(len(self.events) - PARTS + part)
+
+    @rule(part=st.integers(0, 3))
+    def deliver_part_of_a_renewal(self, part: int) -> None:
+        """The invoice.paid, payment_intent.succeeded, charge.succeeded or invoice_payment.paid
+        of a basil renewal (the pool's last four events): its tie comes after both of its
+        records exist often enough to be tied late, before and after a call."""
+        self.deliver(len(self.events) - 4 + part)
 
     @rule(index=st.integers(0, 100))
     def stripe_takes_back(self, index: int) -> None:
