@@ -26,8 +26,9 @@ class Rule:
     """Extra condition for a ``paid`` rule."""
     unlinked_invoice: bool = False
     """An invoice rule: without ``payment_intent`` (API 2025-03-31.basil and later) the
-    invoice cannot be tied to its PaymentIntent, whose own paid events would make a second
-    payment, so it counts as paid only with ``FULFIL_UNLINKED_INVOICES``."""
+    invoice's own event cannot tie it to its PaymentIntent (``invoice_payment.paid`` does,
+    when it comes), whose own paid events would make a second payment, so it counts as paid
+    only with ``FULFIL_UNLINKED_INVOICES``."""
 
 
 def _field(name: str) -> Callable[[Obj], str | None]:
@@ -52,6 +53,26 @@ def invoice_payment_intent(obj: Obj) -> str | None:
 def _invoice_key(obj: Obj) -> str | None:
     # Without a PaymentIntent (basil and later), the invoice id stands in.
     return invoice_payment_intent(obj) or obj.get("id") or None
+
+
+def invoice_payment_intent_of(obj: Obj) -> str | None:
+    """The PaymentIntent an ``invoice_payment`` object (API 2025-03-31.basil and later) names:
+    ``payment.payment_intent`` when ``payment.type`` is ``payment_intent`` (a charge without
+    a PaymentIntent, or a payment record, names none)."""
+    payment = obj.get("payment")
+    if not isinstance(payment, dict) or payment.get("type") != "payment_intent":
+        return None
+    pi = payment.get("payment_intent")
+    return pi if isinstance(pi, str) and pi else None
+
+
+def _invoice_payment_key(obj: Obj) -> str | None:
+    # Paid: the PaymentIntent, its invoice tied to it (_linked), else the invoice's own key.
+    # An open or canceled one may name a PaymentIntent that never pays the invoice: no tie.
+    if obj.get("status") != "paid":
+        return None
+    invoice = obj.get("invoice")
+    return invoice_payment_intent_of(obj) or (invoice if isinstance(invoice, str) else None)
 
 
 def _session_paid(obj: Obj) -> bool:
@@ -99,6 +120,9 @@ RULES: dict[str, Rule] = {
     "invoice.paid": Rule(_invoice_key, "paid", unlinked_invoice=True),
     "invoice.payment_succeeded": Rule(_invoice_key, "info"),
     "invoice.payment_failed": Rule(_invoice_key, "failed"),
+    # The tie between an invoice and its PaymentIntent since API basil: never paid itself
+    # (the PaymentIntent's or the invoice's own paid events pay), it joins the two records.
+    "invoice_payment.paid": Rule(_invoice_payment_key, "info"),
 }
 
 
@@ -239,7 +263,8 @@ def _classify_thin(event: Obj, policy: Policy) -> Classified:
 
 def _linked(obj: Obj, key: str | None) -> tuple[str, ...]:
     """Ids this object ties together besides its key: its PaymentIntent, invoice, own id
-    (an invoice's, or a Checkout Session's: the landing page asks by the session's id)."""
+    (an invoice's, or a Checkout Session's: the landing page asks by the session's id); an
+    ``invoice_payment``'s invoice (its key is its PaymentIntent)."""
     found = [obj.get("payment_intent"), obj.get("invoice"), invoice_payment_intent(obj)]
     if str(obj.get("id", "")).startswith(("in_", "cs_")):
         found.append(obj.get("id"))

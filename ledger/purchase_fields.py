@@ -18,7 +18,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.event_shape import data_object
-from ledger.events import invoice_payment_intent
+from ledger.events import invoice_payment_intent, invoice_payment_intent_of
 from ledger.payloads import decompress_payload
 from ledger.purchase_shipping import address_json, session_shipping_json, shipping_json
 
@@ -235,6 +235,12 @@ def _charge(obj: Obj) -> dict[str, str]:
     return found
 
 
+def _invoice_payment(obj: Obj) -> dict[str, str]:
+    """The tie of an invoice and its PaymentIntent (API basil and later): both ids. The rest
+    of the invoice (its subscription, lines, metadata) comes with the invoice's own event."""
+    return {"p_in": _id(obj.get("invoice")), "p_pi": invoice_payment_intent_of(obj) or ""}
+
+
 def purchase_fields(obj: Obj) -> dict[str, str]:
     """The payment-hash fields one event's ``data.object`` gives its purchase (none for an
     object of another kind, or for a thin event, which carries none)."""
@@ -247,6 +253,8 @@ def purchase_fields(obj: Obj) -> dict[str, str]:
         found = _payment_intent(obj)
     elif kind == "charge":
         found = _charge(obj)
+    elif kind == "invoice_payment":
+        found = _invoice_payment(obj)
     else:
         return {}
     found["p_customer"] = _id(obj.get("customer"))

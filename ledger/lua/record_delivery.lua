@@ -351,6 +351,20 @@ local function keep_purchase(d, purchase)
   if #pairs_ > 0 then redis.call('HSET', d.pay, unpack(pairs_)) end
 end
 
+-- Two records of one purchase, tied late: each fills the purchase fields it lacks from the
+-- other's (HSETNX: what a record's own events said stays), so whichever of them calls gives
+-- the whole purchase (a basil invoice's subscription and lines to its PaymentIntent's).
+local function share_purchase(one, other)
+  for _, pair in ipairs({{one, other}, {other, one}}) do
+    local from = redis.call('HGETALL', pair[2])
+    for i = 1, #from, 2 do
+      if string.sub(from[i], 1, 2) == 'p_' then
+        redis.call('HSETNX', pair[1], from[i], from[i + 1])
+      end
+    end
+  end
+end
+
 -- The payment's side: ties, its events and counts, and for a paid event its paid fields and
 -- its move out of pending. Returns its state and whether a job was enqueued.
 local function join_payment(d, state, held_for, grace_ms, purchase, taken)
@@ -373,6 +387,7 @@ local function join_payment(d, state, held_for, grace_ms, purchase, taken)
   end
   if ARG.account ~= '' then redis.call('HSET', d.pay, 'account', ARG.account) end
   keep_purchase(d, purchase)
+  if d.twin then share_purchase(d.pay, PAYMENT_PREFIX .. d.twin) end
   redis.call('HINCRBY', d.pay, 'deliveries', d.from_api and 0 or 1)
   if d.role == 'failed' or d.role == 'refund' then
     redis.call('HSET', d.pay, 'last_' .. d.role, ARG.type)

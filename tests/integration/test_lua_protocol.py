@@ -17,7 +17,7 @@ payment must reach an end.
 steps, 45-80 s); docs/RELIABILITY.md records the long run. With ``PROTOCOL_REPORT`` (a
 path) the run writes what it did there: programs, steps, Redis restarts, breaker openings and
 probes, payments deferred by a pause or the open breaker, attempts refunded, attempts
-finished by outcome, seconds.
+finished by outcome, a basil renewal's ties (to one record, tied late, after a call), seconds.
 """
 
 import copy
@@ -69,7 +69,7 @@ from ledger.stored import whole
 from ledgerctl import samples
 from ledgerctl.reversal_check import from_marks, ledger_marks
 from tests.integration.test_thin_events import payment_intent, thin_event
-from tests.support.helpers import purchase
+from tests.support.helpers import basil_renewal, purchase
 from tests.support.processes import RedisServer, wait_until
 from tests.support.refunds import dispute_closed, refund_events, refund_failed
 from workers.gating import report
@@ -104,6 +104,11 @@ TAKING = ("refund.", "charge.refunded", "charge.dispute.closed")
 PAYING = "payment_intent.succeeded"
 THIN_PAYING = "v1.payment_intent.succeeded"
 """A thin paid event: no amount, which the payment's first snapshot paid event gives."""
+TIE = "invoice_payment.paid"
+"""A basil renewal's tie of its invoice to its PaymentIntent (never paid itself)."""
+PARTS = 10
+"""The pool's last events: two Checkout purchases with an invoice (3 each) and a basil
+renewal (4: event_pool)."""
 SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_unfulfilled"}
 
 
@@ -322,12 +327,22 @@ class Protocol(RuleBasedStateMachine):
             self.paid_by(answer.payment_key, event)
         if first and c.role == "refund":
             self.took_back(answer.payment_key, event)
+        if first and event["type"] == TIE:
+            self.tallied_tie(answer.payment_key)
         pk = answer.payment_key
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
         if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
             self.refunded_first.add(pk)
         if granted and self.reverse and self.taken_back_now(pk):
             self.a_grant_taken_back_again_waits_for_a_person(pk)
+
+    def tallied_tie(self, pk: str) -> None:
+        """How a basil renewal's tie came (PROTOCOL_REPORT): to one record, to two (tied
+        late), after one of them was called."""
+        late = self.redis.hexists(keys.payment(pk), "same_purchase_as")
+        TALLY["basil_tied_late" if late else "basil_tied"] += 1
+        if any(self.calls[i] for ids in self.purchases if pk in ids for i in ids):
+            TALLY["basil_tied_after_a_call"] += 1
 
     def granted_again(self, pk: str) -> bool:
         """Reversed once, then granted again (by a person, or fulfilled again after a dispute
@@ -424,11 +439,20 @@ class Protocol(RuleBasedStateMachine):
         if first and delivery.classified.paid:
             self.paid_by(answer.payment_key, delivery.event)
 
-    @rule(part=st.integers(0, 5))
+    @rule(part=st.integers(0, PARTS - 1))
     def deliver_part_of_a_purchase(self, part: int) -> None:
         """The session, invoice.paid or payment_intent.succeeded of a Checkout purchase with
-        an invoice, so late ties are as common as the rest (the pool's last six events)."""
-        self.deliver(len(self.events) - 6 + part)
+        an invoice, or the invoice.paid, payment_intent.succeeded, charge.succeeded or
+        invoice_payment.paid (the tie) of a basil renewal, so late ties are as common as the
+        rest (the pool's last PARTS events)."""
+        self.deliver(len(self.events) - PARTS + part)
+
+    @rule(part=st.integers(0, 3))
+    def deliver_part_of_a_renewal(self, part: int) -> None:
+        """The invoice.paid, payment_intent.succeeded, charge.succeeded or invoice_payment.paid
+        of a basil renewal (the pool's last four events): its tie comes after both of its
+        records exist often enough to be tied late, before and after a call."""
+        self.deliver(len(self.events) - 4 + part)
 
     @rule(index=st.integers(0, 100))
     def stripe_takes_back(self, index: int) -> None:
@@ -1654,8 +1678,8 @@ def event_pool(
     still count it) and a dispute closed lost and won; a copy of
     one paid event under the same id but other bytes (it names another PaymentIntent); and
     two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
-    its PaymentIntent, tied to it only by the session, in any order). Also the ids of each
-    purchase."""
+    its PaymentIntent, tied to it only by the session, in any order) and a basil renewal
+    (tied only by invoice_payment.paid). Also the ids of each purchase."""
     pool = []
     purchases = []
     for _ in range(2):
@@ -1689,6 +1713,13 @@ def event_pool(
         purchases.append(
             frozenset({intent["data"]["object"]["id"], invoice["data"]["object"]["id"]})
         )
+    # A subscription's renewal (API basil): its invoice and PaymentIntent tied only by
+    # invoice_payment.paid, which may come before, between or after their paid events.
+    renewal = basil_renewal(rng, samples.random_id(rng, "cus"))
+    pool += [(e, samples.encode(e)) for e in renewal]
+    purchases.append(
+        frozenset({renewal[1]["data"]["object"]["id"], renewal[0]["data"]["object"]["id"]})
+    )
     return pool, purchases
 
 
@@ -1826,7 +1857,7 @@ def test_a_purchase_tied_late_has_one_effect(protocol_redis: RedisServer) -> Non
     Protocol.redis = Redis.from_url(protocol_redis.url)
     m = Protocol()
     m.setup(seed=3, replay_safe=True, unlinked=True)
-    session, invoice, intent = (len(m.events) - 6 + part for part in range(3))  # the guest's
+    session, invoice, intent = (len(m.events) - PARTS + part for part in range(3))  # guest's
     m.deliver(invoice)
     m.worker_takes_a_job()
     m.worker_calls(0, "ok", True)
@@ -1837,8 +1868,37 @@ def test_a_purchase_tied_late_has_one_effect(protocol_redis: RedisServer) -> Non
     m.worker_calls(0, "ok", True)
     m.worker_finishes(0)
     m.one_effect_per_purchase()
-    held = {pk: m.state(pk) for ids in m.purchases[-2:-1] for pk in ids}
+    held = {pk: m.state(pk) for ids in m.purchases[-3:-2] for pk in ids}
     assert sorted(held.values()) == ["fulfilled", "held"], held
+    m.teardown()
+
+
+@pytest.mark.parametrize("unlinked", [False, True])
+def test_a_basil_renewal_tied_after_its_call_has_one_effect(
+    protocol_redis: RedisServer, unlinked: bool
+) -> None:
+    """A renewal (API basil): invoice.paid (pays its own record with FULFIL_UNLINKED_INVOICES),
+    the PaymentIntent's paid events, a call, then invoice_payment.paid tying the two records:
+    one effect, and the record that called gains the other's invoice and subscription."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=5, replay_safe=False, unlinked=unlinked)
+    invoice, intent, charge, tie = (len(m.events) - 4 + part for part in range(4))
+    m.deliver(invoice)
+    m.deliver(intent)
+    m.deliver(charge)
+    m.worker_fulfils_the_next_job()
+    m.deliver(tie)
+    m.worker_takes_a_job()  # nothing more to call
+    assert m.workers[0] is None
+    m.one_effect_per_purchase()
+    ids = m.purchases[-1]
+    states = sorted(m.state(pk) for pk in ids)
+    assert states == (["fulfilled", "held"] if unlinked else ["fulfilled", "pending"]), states
+    (called,) = (pk for pk in ids if m.state(pk) == "fulfilled")
+    fields = m.redis.hmget(keys.payment(called), "p_in", "p_sub", "same_purchase_as")
+    assert None not in fields, fields
     m.teardown()
 
 

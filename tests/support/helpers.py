@@ -1,10 +1,12 @@
 """Small helpers shared by tests: signed requests, ledger reads, the CLI in-process."""
 
+import json
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -50,6 +52,55 @@ def purchase(
     intent = samples.event_of_type(rng, "payment_intent.succeeded")
     intent["data"]["object"].update(id=pi, customer=buyer, amount_received=2000, currency="usd")
     return session, invoice, intent
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stripe"
+INVOICE_PAYMENT = FIXTURES / "invoice_payment.paid.json"
+
+
+def basil_renewal(
+    rng: random.Random, customer: str = "cus_000000000000001", amount: int = 2000
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A subscription's renewal as API 2025-03-31.basil and later send it: ``invoice.paid``
+    (no ``payment_intent``; its subscription under ``parent``), ``payment_intent.succeeded``
+    and ``charge.succeeded`` (no ``invoice``), and ``invoice_payment.paid``, the one event
+    that ties the invoice to its PaymentIntent."""
+    pi, charge = samples.random_id(rng, "pi"), samples.random_id(rng, "ch")
+    invoice_id, sub = samples.random_id(rng, "in"), samples.random_id(rng, "sub")
+    invoice = samples.event_of_type(rng, "invoice.paid")
+    invoice["api_version"] = "2025-03-31.basil"
+    invoice["data"]["object"].update(
+        id=invoice_id,
+        payment_intent=None,
+        charge=None,
+        subscription=None,
+        parent={"type": "subscription_details", "subscription_details": {"subscription": sub}},
+        billing_reason="subscription_cycle",
+        customer=customer,
+        amount_paid=amount,
+        amount_due=amount,
+        currency="usd",
+    )
+    intent = samples.event_of_type(rng, "payment_intent.succeeded")
+    intent["api_version"] = "2025-03-31.basil"
+    intent["data"]["object"].update(
+        id=pi, invoice=None, customer=customer, amount_received=amount, currency="usd"
+    )
+    paid_charge = samples.event_of_type(rng, "charge.succeeded")
+    paid_charge["api_version"] = "2025-03-31.basil"
+    paid_charge["data"]["object"].update(
+        id=charge, payment_intent=pi, invoice=None, customer=customer, amount=amount
+    )
+    tie = json.loads(INVOICE_PAYMENT.read_text())
+    tie["id"] = samples.random_id(rng, "evt")
+    tie["data"]["object"].update(
+        id=samples.random_id(rng, "inpay"),
+        invoice=invoice_id,
+        payment={"type": "payment_intent", "payment_intent": pi},
+        amount_paid=amount,
+        amount_requested=amount,
+    )
+    return invoice, intent, paid_charge, tie
 
 
 def paid_event(rng: random.Random) -> tuple[dict[str, Any], bytes]:

@@ -193,3 +193,40 @@ def test_an_invoice_that_cost_nothing_fulfils_under_its_own_id() -> None:
     charged = json.loads(json.dumps(event))
     charged["data"]["object"].update(amount_paid=900, amount_due=900)
     assert (classify(charged, TEST).role, classify(charged, TEST).paid) == ("info", False)
+
+
+def invoice_payment(**changes: object) -> dict:
+    """``invoice_payment.paid`` (API basil and later), tests/fixtures/stripe's payload."""
+    event = json.loads((FIXTURES / "invoice_payment.paid.json").read_text())
+    event["data"]["object"].update(changes)
+    return event
+
+
+@pytest.mark.parametrize("policy", [TEST, UNLINKED], ids=["default", "unlinked"])
+def test_an_invoice_payment_ties_its_invoice_to_its_payment_intent(policy: Policy) -> None:
+    """Since API basil the one event naming both: never paid itself (the PaymentIntent's and
+    the invoice's own paid events pay), it joins the invoice to the PaymentIntent's payment."""
+    c = classify(invoice_payment(), policy)
+    assert (c.payment_key, c.role, c.paid, c.linked, c.fingerprint) == (
+        PI,
+        "info",
+        False,
+        (IN,),
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        # open or canceled: its PaymentIntent may never pay the invoice, so no tie
+        ({"status": "open"}, None),
+        ({"status": "canceled"}, None),
+        # a charge without a PaymentIntent, or a payment record: the invoice's own record
+        ({"payment": {"type": "charge", "charge": "ch_1"}}, IN),
+        ({"payment": {"type": "payment_record", "payment_record": "pr_1"}}, IN),
+    ],
+)
+def test_an_invoice_payment_ties_only_a_paid_payment_intent(changes: dict, key: str | None) -> None:
+    c = classify(invoice_payment(**changes), UNLINKED)
+    assert (c.payment_key, c.role, c.paid) == (key, "info", False)
