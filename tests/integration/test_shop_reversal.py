@@ -82,6 +82,36 @@ def test_revoke_sql_revokes_only_what_is_taken_back_in_full(
 THIN = "v1.payment_intent.succeeded"
 
 
+def thin_paid_refunded_twice(
+    fulfilment: Any, postgres_url: str, rng: random.Random, **revoke: str
+) -> tuple[Any, dict[str, Any], list[list[dict[str, Any]]]]:
+    """The shop on PostgreSQL with REVERSAL_PER_REFUND and ``revoke`` (its reversal's effect):
+    a payment only its thin event paid, fulfilled (the amount paid not known); its snapshot
+    paid event, not delivered yet; and the events of two refunds, a third then the rest,
+    not delivered yet."""
+    migrate(postgres_url)
+    f = fulfilment(
+        FULFILMENT_ACTION=postgres_url,
+        FULFILMENT_SQL=GRANT,
+        REVERSAL_ACTION=postgres_url,
+        REVERSAL_PER_REFUND="true",
+        PAID_EVENT_TYPES=f"payment_intent.succeeded,{THIN}",
+        FULFILMENT_TIMEOUT="3",
+        LEASE_SECONDS="6",
+        **revoke,
+    )
+    snapshot = samples.payment_events(rng)[2]
+    pk, paid = snapshot["data"]["object"]["id"], snapshot["data"]["object"]["amount_received"]
+    f.deliver(thin_event(rng, THIN, payment_intent(pk)))
+    f.work()
+    first = paid // 3
+    refunds = [
+        refund_events(rng, pk, paid, first),
+        refund_events(rng, pk, paid, paid - first, refunded_before=first),
+    ]
+    return f, snapshot, refunds
+
+
 def test_revoke_sql_revokes_refunds_reversed_before_the_amount_paid_was_known(
     fulfilment, redis, postgres_url, rng: random.Random
 ) -> None:
@@ -92,27 +122,10 @@ def test_revoke_sql_revokes_refunds_reversed_before_the_amount_paid_was_known(
     ledger reverses what remains, 0 with no refund id under ``reverse:{payment_key}``, and
     revoke.sql revokes at once. Without that reversal the payment was ``reversed`` with the
     entitlement still granted."""
-    migrate(postgres_url)
-    f = fulfilment(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_SQL=REVOKE,
-        REVERSAL_PER_REFUND="true",
-        PAID_EVENT_TYPES=f"payment_intent.succeeded,{THIN}",
-        FULFILMENT_TIMEOUT="3",
-        LEASE_SECONDS="6",
-    )
-    snapshot = samples.payment_events(rng)[2]
+    revoke = {"REVERSAL_SQL": REVOKE}
+    f, snapshot, refunds = thin_paid_refunded_twice(fulfilment, postgres_url, rng, **revoke)
     pk, paid = snapshot["data"]["object"]["id"], snapshot["data"]["object"]["amount_received"]
-    f.deliver(thin_event(rng, THIN, payment_intent(pk)))
-    f.work()
     assert settled_as(redis, pk, "fulfilled")
-    first = paid // 3
-    refunds = [
-        refund_events(rng, pk, paid, first),
-        refund_events(rng, pk, paid, paid - first, refunded_before=first),
-    ]
     for events in refunds:
         for event in events * 2:
             f.deliver(event)
@@ -153,26 +166,10 @@ def test_revoke_sql_revokes_when_the_amount_paid_comes_during_the_last_refunds_r
     tell it reaches what was paid. The ledger reverses what remains once more (0, no refund
     id) and revoke.sql revokes; without it the payment was ``reversed`` with the
     entitlement still granted."""
-    migrate(postgres_url)
-    f = fulfilment(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_EFFECT=f"{__name__}:revoke_meanwhile",
-        REVERSAL_PER_REFUND="true",
-        PAID_EVENT_TYPES=f"payment_intent.succeeded,{THIN}",
-        FULFILMENT_TIMEOUT="3",
-        LEASE_SECONDS="6",
-    )
-    snapshot = samples.payment_events(rng)[2]
+    effect = {"REVERSAL_EFFECT": f"{__name__}:revoke_meanwhile"}
+    f, snapshot, refunds = thin_paid_refunded_twice(fulfilment, postgres_url, rng, **effect)
     pk, paid = snapshot["data"]["object"]["id"], snapshot["data"]["object"]["amount_received"]
-    f.deliver(thin_event(rng, THIN, payment_intent(pk)))
-    f.work()
-    first = paid // 3
-    refunds = [
-        refund_events(rng, pk, paid, first),
-        refund_events(rng, pk, paid, paid - first, refunded_before=first),
-    ]
+    first = refunds[0][0]["data"]["object"]["amount"]
     for event in refunds[0] * 2:
         f.deliver(event)
     f.work()
