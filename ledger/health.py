@@ -18,8 +18,9 @@ from ledger.stored import count, decode_hash, ms_time
 WAITING_STATES = ("queued", "in_progress", "retrying", "failed", "interrupted", "held")
 """States a paid payment waits in before it is fulfilled (``pending``: not paid yet, which
 may last for ever; ``fulfilled``: done)."""
-ATTEMPT_OUTCOMES = ("fulfilled", "retry", "failed", "interrupted", "not_called")
-"""How a fulfilment attempt ends (ledger/lua/finish_attempt.lua)."""
+ATTEMPT_OUTCOMES = ("fulfilled", "retry", "failed", "interrupted", "not_called", "voided", "held")
+"""How an attempt ends (FINISHED in ledger/lua/prelude.lua): voided is a settlement's, held a
+reversal's."""
 
 
 @dataclass(frozen=True)
