@@ -21,6 +21,7 @@ from ledger.downstream import DownstreamUnusable
 from ledger.read.base import to_json
 from ledger.redact import redact
 from ledger.replication import NotReplicated
+from ledgerctl.run_local import ledger_settings
 from ledgerctl.terminal import say, show
 
 EXIT_NOT_FOUND, EXIT_REDIS, EXIT_STRIPE = 1, 3, 4
@@ -33,7 +34,8 @@ json_option = click.option(
 
 class Context:
     """Settings from the environment, checked on first use (a wrong one ends the command
-    with one line per problem, exit code 2); Redis connected on first use."""
+    with one line per problem, exit code 2), the ledger found as scripts/run.sh finds it
+    (REDIS_PORT without REDIS_URL: that stack's Redis); Redis connected on first use."""
 
     def __init__(self) -> None:
         self._settings: settings.Settings | None = None
@@ -42,7 +44,7 @@ class Context:
     @property
     def settings(self) -> settings.Settings:
         if self._settings is None:
-            self._settings = settings.load_or_exit()
+            self._settings = ledger_settings()
         return self._settings
 
     @property

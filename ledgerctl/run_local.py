@@ -82,6 +82,16 @@ def ledger_url(env: Mapping[str, str]) -> str:
     return f"redis://127.0.0.1:{values.get('REDIS_PORT', Local.REDIS_PORT)}/0"
 
 
+def ledger_settings() -> settings_module.Settings:
+    """The service's settings from the environment, its ledger found as this script finds it
+    (REDIS_SENTINELS, else REDIS_URL, else REDIS_PORT): what the tools beside a stack read
+    (webhook-ledger, the replay script). A wrong one: one line each, exit 2."""
+    if os.environ.get("REDIS_SENTINELS"):
+        return settings_module.load_or_exit()
+    [url] = or_exit(lambda: ledger_url(os.environ))
+    return settings_module.load_or_exit({**os.environ, "REDIS_URL": url})
+
+
 class PipeSafeOutput:
     """A file descriptor that outlives its reader: once a write fails (the pipe's reader
     exited, as ``| head`` does), later output is dropped instead of raising."""

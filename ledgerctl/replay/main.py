@@ -51,6 +51,7 @@ from ledgerctl.replay.downstream_source import downstream_record
 from ledgerctl.replay.options import compression, millis, signing_secret
 from ledgerctl.replay.sending import PROBES, Answer, Plan, send_all
 from ledgerctl.reversal_check import ReversalFindings
+from ledgerctl.run_local import ledger_settings
 from ledgerctl.terminal import line, safe_console
 
 console = safe_console(stderr=True)
@@ -106,7 +107,7 @@ def flat(by_payment: dict[str, list[sources.Item]]) -> list[sources.Item]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = options.ledger_settings()  # a wrong setting: one line each, exit 2
+    settings = ledger_settings()  # a wrong setting: one line each, exit 2
     secret = signing_secret(args)  # not a whsec_ secret: one line, exit 2
     if args.json_path:
         options.check_writable("--json", args.json_path)  # else one line, exit 2

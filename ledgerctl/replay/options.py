@@ -11,13 +11,11 @@ from typing import Any
 
 from ledger import settings as settings_module
 from ledger.redact import mask_secret
-from ledger.setting_fields import exit_with, or_exit
-from ledger.settings import Settings
+from ledger.setting_fields import exit_with
 from ledgerctl import takebacks
 from ledgerctl.banner import web_port
 from ledgerctl.replay.client import Poster
 from ledgerctl.replay.sending import PROBES, Shape
-from ledgerctl.run_local import ledger_url
 
 DEV_ENV = Path("var/dev.env")
 """Where scripts/run.sh keeps its local secret (DEV_WEBHOOK_SECRET)."""
@@ -26,15 +24,6 @@ DAY_PER_SECOND = 86400.0
 HOUR_PER_SECOND = 3600.0
 """--retry-like-stripe's default compression: Stripe's three days of retries in 72 s, the
 first ones within a second, later ones spanning a Redis failover (a few seconds)."""
-
-
-def ledger_settings() -> Settings:
-    """The service's settings from the environment, its ledger found as scripts/run.sh finds
-    it (REDIS_SENTINELS, else REDIS_URL, else REDIS_PORT); a wrong one: one line each, exit 2."""
-    if os.environ.get("REDIS_SENTINELS"):
-        return settings_module.load_or_exit()
-    [url] = or_exit(lambda: ledger_url(os.environ))
-    return settings_module.load_or_exit({**os.environ, "REDIS_URL": url})
 
 
 def scenario(name: str) -> dict[str, Any]:

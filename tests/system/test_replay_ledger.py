@@ -2,18 +2,20 @@
 else REDIS_PORT as scripts/run.sh starts its redis (it took WEB_PORT for the endpoint but not
 REDIS_PORT, so beside `REDIS_PORT=... scripts/run.sh` it read 6389); a Redis it cannot reach
 at the start ends the run before anything is sent, saying so (its --help said exit 3 came
-"once everything was sent")."""
+"once everything was sent"). `webhook-ledger` finds it the same way (it read 6389 beside
+such a stack, another stack's ledger or none)."""
 
 import json
+import subprocess
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tests.support.processes import free_port, service_env
+from tests.support.processes import BIN, free_port, service_env
 from tests.support.replay import local_server, run_script
 
 
-def test_redis_port_finds_the_ledger_as_run_sh_starts_it(stack, config, tmp_path: Path) -> None:
+def test_redis_port_finds_the_ledger_for_replay_and_cli(stack, config, tmp_path: Path) -> None:
     s = stack()
     web = s.start_web()
     s.start_worker()
@@ -26,6 +28,15 @@ def test_redis_port_finds_the_ledger_as_run_sh_starts_it(stack, config, tmp_path
     report = json.loads(out.read_text())
     assert report["layers"]["ledger"]["deliveries"] == 3, report["layers"]
     assert report["findings"]["passed"]
+    summary = subprocess.run(
+        [str(BIN / "webhook-ledger"), "summary", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert summary.returncode == 0, summary.stderr
+    assert json.loads(summary.stdout)["deliveries"] == 3
 
 
 def test_an_unreachable_redis_ends_the_run_before_anything_is_sent() -> None:
