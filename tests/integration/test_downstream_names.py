@@ -1,0 +1,97 @@
+"""Which downstream an attempt names: the HTTP action by a digest of its whole URL (no
+secret shown), ``on`` kept on the record of an attempt that may apply the effect, and
+``held`` an outcome only a reversal's attempt may end with (tests/integration/
+test_reversal_moved.py relies on these). The real job in this process and a real
+redis-server."""
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from redis import Redis
+
+from ledger import keys
+from ledger.stored import text
+from ledgerctl import samples
+from tests.support.inprocess import Fulfilment
+from tests.support.refunds import refund_events
+from workers.actions import downstream_of
+from workers.http_action import HttpAction
+
+
+def field(redis: Redis, pk: str, name: str) -> str:
+    return text(redis.hget(keys.payment(pk), name) or b"")
+
+
+def record(redis: Redis, pk: str, token: int) -> dict[str, Any]:
+    return orjson.loads(redis.hget(keys.payment(pk), f"attempt:{token}") or b"{}")
+
+
+def test_a_changed_url_path_is_another_downstream_and_names_no_secret() -> None:
+    """The HTTP action is named by a digest of its whole URL: a new path or host is a move
+    (a capability URL's path may be its secret, so it is never shown)."""
+
+    def name(url: str) -> str:
+        return downstream_of(HttpAction(url, 1.0, False))
+
+    one = name("https://shop.example/hooks/s3cret/fulfil")
+    assert one == name("https://shop.example/hooks/s3cret/fulfil")
+    assert one != name("https://shop.example/hooks/other/fulfil")
+    assert one != name("https://shop2.example/hooks/s3cret/fulfil")
+    assert one.startswith("http:") and "s3cret" not in one and "shop" not in one
+
+
+def test_the_attempt_that_may_apply_the_effect_names_its_downstream(
+    redis: Redis,
+    fulfilment: Callable[..., Fulfilment],
+    config: dict[str, object],
+    rng: random.Random,
+) -> None:
+    """``on`` is kept on the record of an attempt that may apply the effect, unless it is
+    replay-safe and its downstream is the payment's only ``called_on``; never on one that
+    makes no call nor on a reversal's. The payment hash gains no field of it."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"], MAX_ATTEMPTS="9")
+    paid = samples.payment_events(rng)[2]
+    pk, amount = str(paid["data"]["object"]["id"]), int(paid["data"]["object"]["amount_received"])
+    f.deliver(paid)
+    redis.delete("rq:queue:fulfilment")
+    fields = set(redis.hkeys(keys.payment(pk)))
+
+    def attempt(replay_safe: bool, downstream: str, outcome: str = "retry") -> dict[str, Any]:
+        start = f.attempts.start(pk, "job", replay_safe, downstream=downstream)
+        assert replay_safe or f.attempts.mark_calling(pk, start.token)
+        f.attempts.finish(pk, start.token, outcome, "{}", 1.0)
+        redis.hset(keys.payment(pk), "next_at", 0)
+        return record(redis, pk, start.token)
+
+    start = f.attempts.start_without_call(pk, "job-0")
+    f.attempts.finish(pk, start.token, "retry", "cannot load", 0.0)
+    redis.hset(keys.payment(pk), "next_at", 0)
+    assert "on" not in record(redis, pk, start.token)
+    assert "on" not in attempt(True, "sqlite:one")  # called_on says it
+    assert "on" not in attempt(True, "sqlite:one")
+    assert attempt(False, "http:two")["on"] == "http:two"  # no called_on for it
+    assert attempt(True, "sqlite:three")["on"] == "sqlite:three"  # called_on names two
+    assert attempt(True, "sqlite:one", "fulfilled")["on"] == "sqlite:one"
+    assert field(redis, pk, "called_on") == "sqlite:one sqlite:three"
+    for event in refund_events(rng, pk, amount, amount):
+        f.deliver(event)
+    start = f.attempts.start(pk, "job-r", True, leg="reverse", downstream="http:four")
+    assert start.verdict == "go" and "on" not in record(redis, pk, start.token)
+    added = set(redis.hkeys(keys.payment(pk))) - fields
+    assert not [k for k in added if k == b"on" or k.startswith(b"on:")]
+
+
+def test_held_is_a_reversals_outcome_alone(
+    fulfilment: Callable[..., Fulfilment], redis: Redis, rng: random.Random
+) -> None:
+    f = fulfilment()
+    paid = samples.payment_events(rng)[2]
+    pk = str(paid["data"]["object"]["id"])
+    f.deliver(paid)
+    start = f.attempts.start(pk, "job-1", True)
+    with pytest.raises(Exception, match="held is a reversal"):
+        f.attempts.finish(pk, start.token, "held", "not called", 0.0)
+    assert field(redis, pk, "state") == "in_progress"
