@@ -5,7 +5,14 @@ that was acknowledged and every fencing token a worker acted on (docs/DEPLOYMENT
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import (
+    ConnectionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+)
 
 from ledger.scripts import Script
 from ledger.settings import Settings
@@ -14,6 +21,23 @@ from ledger.settings import Settings
 class NotReplicated(RedisError):
     """The write is on the primary but fewer than LEDGER_MIN_REPLICAS replicas confirmed
     it in time: it may stand (a retry then counts as a duplicate) or go with the primary."""
+
+
+REFUSED_WRITES = ("MISCONF ", "NOREPLICAS ")
+"""Redis's refusals that redis-py raises as a plain ResponseError: it cannot persist the
+write (its last RDB save or AOF write failed: a full disk), or fewer replicas than its
+``min-replicas-to-write`` are connected (config/replication.conf)."""
+
+
+def cannot_write_now(exc: BaseException) -> bool:
+    """Redis cannot take or confirm a write now and may soon: unreachable or timed out, a
+    replica or out of memory, one of :data:`REFUSED_WRITES`, or :class:`NotReplicated`.
+    Any other error is a bug, not a wait."""
+    if isinstance(exc, ConnectionError | TimeoutError | ReadOnlyError | OutOfMemoryError):
+        return True
+    if isinstance(exc, NotReplicated):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith(REFUSED_WRITES)
 
 
 def replicated(

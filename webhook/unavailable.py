@@ -22,7 +22,7 @@ from ledger.deliveries import LedgerUnavailable
 from ledger.downstream import DownstreamUnusable
 from ledger.read.base import Problem
 from ledger.redact import redact
-from ledger.replication import NotReplicated
+from ledger.replication import REFUSED_WRITES, NotReplicated
 from webhook.http import view_response
 from webhook.store import current_settings
 
@@ -37,10 +37,6 @@ UNAVAILABLE = (
 )
 """What means the ledger cannot be read or written now, with MISCONF and NOREPLICAS
 (:func:`refused_write`); another Redis error is a bug: 500."""
-REFUSED_WRITES = ("MISCONF ", "NOREPLICAS ")
-"""Redis's refusals that redis-py raises as a plain ResponseError: it cannot persist the
-write (its last RDB save or AOF write failed: a full disk), or fewer replicas than its
-``min-replicas-to-write`` are connected (config/replication.conf)."""
 RETRY_AFTER_S = 5
 
 

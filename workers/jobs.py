@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 from rq import get_current_job
 
 from ledger import settings as settings_module
@@ -226,20 +225,24 @@ def fulfil(
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
+    # The reversal this lease holds (the one read before may be done): read before the
+    # fence, so a Redis error here cannot leave a call that was never made `interrupted`.
+    # Nothing changes it while the lease is held (only its finish ends it).
+    if leg == "reverse":
+        stored = stored_fields(ctx.attempts.redis, payment_key)
+    until = fenced_at + ctx.attempts.settings.LEASE_SECONDS - ctx.kill_after  # lease's end
     try:
         if not action.replay_safe:
             fenced_at = time.monotonic()
         fenced = action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
     except NotReplicated as exc:
-        return unconfirmed(ctx, payment_key, start.token, exc)
+        return unconfirmed(ctx, payment_key, start.token, exc, until)
     if not fenced:
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
-    if leg == "reverse":  # the reversal this lease holds: the one read before may be done
-        stored = stored_fields(ctx.attempts.redis, payment_key)
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
-        return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at)
+        return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at, until)
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
     if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
@@ -250,31 +253,35 @@ def fulfil(
         detail = f"{LEG_NAMES[leg]}: {detail}"  # which call failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
-    try:  # before finish; a report lost with Redis only makes the breaker count again
+    try:  # before finish, never instead of it: a lost report only leaves the breaker less told
         report(ctx.gate, admission, payment_key, start.token, health, detail)
-    except (RedisConnectionError, RedisTimeoutError) as exc:
+    except RedisError as exc:
         log.warning(
             "%s token %s: breaker not told (%s)", payment_key, start.token, redact(str(exc))
         )
-    until = fenced_at + ctx.attempts.settings.LEASE_SECONDS - ctx.kill_after  # lease's end
     ended = (outcome, detail, call_ms)
     verdict, state = finish_while_leased(ctx.attempts, payment_key, start.token, ended, until)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
 
 
-def not_called(ctx: Context, payment_key: str, token: int, stalled_s: float) -> dict[str, Any]:
+def not_called(
+    ctx: Context, payment_key: str, token: int, stalled_s: float, until: float
+) -> dict[str, Any]:
     """The worker stalled between its fence and its call past the call's window (its lease
     may be gone, a person may act): it must not call now. Its word that it did not call
     lifts an interruption its own lease expiry caused."""
-    detail = f"not called: stalled {stalled_s:.1f} s after the fence"
-    verdict, state = ctx.attempts.finish(payment_key, token, "not_called", detail, 0.0)
+    ended = ("not_called", f"not called: stalled {stalled_s:.1f} s after the fence", 0.0)
+    verdict, state = finish_while_leased(ctx.attempts, payment_key, token, ended, until)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
-def unconfirmed(ctx: Context, payment_key: str, token: int, exc: NotReplicated) -> dict[str, Any]:
+def unconfirmed(
+    ctx: Context, payment_key: str, token: int, exc: NotReplicated, until: float
+) -> dict[str, Any]:
     """The fence reached the primary but not LEDGER_MIN_REPLICAS replicas: a replica promoted
     now would not know this token, so the worker does not call, and says so (retried)."""
-    verdict, state = ctx.attempts.finish(payment_key, token, "not_called", f"not called: {exc}", 0)
+    ended = ("not_called", f"not called: {exc}", 0.0)
+    verdict, state = finish_while_leased(ctx.attempts, payment_key, token, ended, until)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
