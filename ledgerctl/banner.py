@@ -67,8 +67,8 @@ def banner(
     """The banner for this environment and its (already checked) settings."""
     url = base_url(env)
     secrets = "\n                ".join(secret_lines(settings, local_secret))
-    token = (
-        f"{dev_token}   (var/dev.env)"
+    token = (  # never the token itself: this output is often kept (`| tee log`)
+        "DEV_OPS_TOKEN of var/dev.env (not shown: `. var/dev.env; echo $DEV_OPS_TOKEN`)"
         if settings.OPS_TOKEN == (dev_token,)
         else "from OPS_TOKEN (not shown)"
     )

@@ -176,3 +176,13 @@ def test_every_setting_the_run_changed_reaches_the_tools_but_its_own_secrets() -
     text = banner(env, settings, SECRET, dev_token="tok")
     assert "STRIPE_API_KEY='rk_test_***'" in text and "KEY-SECRET-1" not in text
     assert "SECRET-2" not in text and "OPS_TOKEN" not in text.split("another terminal")[1]
+
+
+def test_the_local_ops_token_is_named_never_shown() -> None:
+    """The banner is often kept (`scripts/run.sh | tee log`): it says where the local ops
+    token is and how to print it, never the token itself."""
+    token = "dev-TOKEN-SECRET-3"
+    settings = load({"STRIPE_WEBHOOK_SECRET": SECRET, "OPS_TOKEN": token})
+    text = banner({}, settings, SECRET, dev_token=token)
+    assert "SECRET-3" not in text
+    assert "ops token     DEV_OPS_TOKEN of var/dev.env" in text
