@@ -1,15 +1,18 @@
-"""Recording how an attempt ended (workers/jobs.py) while Redis cannot take the write
-(unreachable, failing over, refusing writes for want of replicas or disk): the write is
-tried again until shortly before the attempt's lease ends."""
+"""Recording how an attempt ended (workers/jobs.py), with one log line naming the payment:
+after its call, tried again while Redis cannot take the write (unreachable, failing over,
+refusing writes for want of replicas or disk) until shortly before the lease ends; or
+without a call (a wrong setting, a held reversal, a stall past the call's window)."""
 
 import logging
 import time
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from ledger.attempts import Attempts
+from ledger.read.timeline import LEG_NAMES, Leg
 from ledger.redact import redact
-from ledger.replication import cannot_write_now
+from ledger.replication import NotReplicated, cannot_write_now
 
 log = logging.getLogger("workers.jobs")
 FINISH_PAUSE_S = 0.5
@@ -40,3 +43,70 @@ def finish_while_leased(
                 redact(str(exc)),
             )
             time.sleep(FINISH_PAUSE_S)
+
+
+def said(
+    pk: str, leg: Leg, token: int, verdict: str, state: str, outcome: str, detail: str, ms: float
+) -> None:
+    """One line per attempt that ended, naming the payment: the worker's log tells an
+    incident's story as the dashboard does (``detail`` is what the payment shows: safe)."""
+    line = f"{pk} {LEG_NAMES[leg]} token {token}: {outcome} after {ms:.0f} ms, payment {state}"
+    if verdict != outcome:  # stale, already: not this attempt's word
+        line += f" (recorded: {verdict})"
+    if outcome == "fulfilled":
+        log.info(line)
+    else:
+        log.warning("%s: %s", line, redact(detail))
+
+
+def not_called(
+    attempts: Attempts, payment_key: str, token: int, stalled_s: float, leg_until: tuple[Leg, float]
+) -> dict[str, Any]:
+    """The worker stalled between its fence and its call past the call's window (its lease
+    may be gone, a person may act): it must not call now. Its word that it did not call
+    lifts an interruption its own lease expiry caused."""
+    detail = f"not called: stalled {stalled_s:.1f} s after the fence"
+    return without_call(attempts, payment_key, token, detail, leg_until)
+
+
+def unconfirmed(
+    attempts: Attempts,
+    payment_key: str,
+    token: int,
+    exc: NotReplicated,
+    leg_until: tuple[Leg, float],
+) -> dict[str, Any]:
+    """The fence reached the primary but not LEDGER_MIN_REPLICAS replicas: a replica promoted
+    now would not know this token, so the worker does not call, and says so (retried)."""
+    return without_call(attempts, payment_key, token, f"not called: {exc}", leg_until)
+
+
+def without_call(
+    attempts: Attempts, payment_key: str, token: int, detail: str, leg_until: tuple[Leg, float]
+) -> dict[str, Any]:
+    """Record ``not_called`` for a fenced attempt of ``leg`` (until its lease's ``until``)."""
+    leg, until = leg_until
+    ended = ("not_called", detail, 0.0)
+    verdict, state = finish_while_leased(attempts, payment_key, token, ended, until)
+    said(payment_key, leg, token, verdict, state, "not_called", detail, 0.0)
+    return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
+
+
+def failed_without_call(
+    attempts: Attempts,
+    payment_key: str,
+    job_id: str,
+    detail: str,
+    leg: Leg = "fulfil",
+    outcome: str = "failed",
+) -> dict[str, Any]:
+    """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
+    STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
+    person (retry once the setting is fixed) instead of sitting queued. ``outcome`` held:
+    a reversal held for a person (workers/reversal_target.py)."""
+    start = attempts.start_without_call(payment_key, job_id, leg)
+    if start.verdict != "go":
+        return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
+    verdict, state = attempts.finish(payment_key, start.token, outcome, detail, 0.0)
+    said(payment_key, leg, start.token, verdict, state, outcome, detail, 0.0)
+    return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

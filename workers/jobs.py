@@ -46,7 +46,13 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
-from workers.finishing import finish_while_leased
+from workers.finishing import (
+    failed_without_call,
+    finish_while_leased,
+    not_called,
+    said,
+    unconfirmed,
+)
 from workers.gating import admit, health_of, rate_wait_until, report, start_by
 from workers.reversal_target import applied_on, refusal
 
@@ -178,33 +184,33 @@ def fulfil(
     leg = leg_of(stored)
     if ctx.action is None:
         detail = f"the fulfilment action could not be loaded: {ctx.action_error}"
-        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+        return failed_without_call(ctx.attempts, payment_key, job_id, detail, leg)
     action = ctx.reversal if leg == "reverse" else ctx.action
     if action is None:  # REVERSAL_ACTION unset since the reversal became due
         detail = "a reversal is due and REVERSAL_ACTION is not set"
-        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+        return failed_without_call(ctx.attempts, payment_key, job_id, detail, leg)
     downstream = ctx.downstream if action is ctx.action else downstream_of(action)
     settle = settler(action)
     if leg == "settle" and settle is None:  # FULFILMENT_ACTION changed since
         detail = "settlement: the fulfilment action cannot settle a payment (not built-in)"
-        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+        return failed_without_call(ctx.attempts, payment_key, job_id, detail, leg)
     if leg == "settle" and stored.get("called_on", downstream) != downstream:
         detail = (  # FULFILMENT_ACTION moved since: the effect may be on the other one
             f"settlement: its calls went to {stored['called_on']}, this worker's action is"
             f" {downstream}: check that downstream"
         )
-        return failed_without_call(ctx, payment_key, job_id, detail, leg)
+        return failed_without_call(ctx.attempts, payment_key, job_id, detail, leg)
     if leg == "reverse":  # FULFILMENT_ACTION moved since the effect: not where it went
         moved = refusal(applied_on(ctx.attempts.redis, payment_key), ctx.downstream, downstream)
         if moved:
-            return failed_without_call(ctx, payment_key, job_id, moved, leg, "held")
+            return failed_without_call(ctx.attempts, payment_key, job_id, moved, leg, "held")
     reads = ctx.reads if leg == "fulfil" else None  # a settlement needs no purchase read
     ready = reads.prepare(payment_key, stored) if reads else None  # before the gate
     if ready and ready.verdict == "wait":  # Stripe's, not the downstream's: no breaker
         return {"payment": payment_key, "verdict": "wait", "reason": ready.reason}
     if ready and ready.verdict == "refused":
         detail = f"purchase not read from Stripe's API: {ready.detail}"
-        return failed_without_call(ctx, payment_key, job_id, detail)
+        return failed_without_call(ctx.attempts, payment_key, job_id, detail)
     give_up = rate_wait_until(entered, job_timeout, ctx.attempt_s)
     latest = start_by(entered, job_timeout, ctx.attempt_s)  # Stripe's reads counted
     admission = admit(ctx.gate, payment_key, job_id, give_up, latest)  # a rate wait, unleased
@@ -236,13 +242,14 @@ def fulfil(
             fenced_at = time.monotonic()
         fenced = action.replay_safe or ctx.attempts.mark_calling(payment_key, start.token)
     except NotReplicated as exc:
-        return unconfirmed(ctx, payment_key, start.token, exc, until)
+        return unconfirmed(ctx.attempts, payment_key, start.token, exc, (leg, until))
     if not fenced:
         report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
-        return not_called(ctx, payment_key, start.token, time.monotonic() - fenced_at, until)
+        stalled_s = time.monotonic() - fenced_at
+        return not_called(ctx.attempts, payment_key, start.token, stalled_s, (leg, until))
     began = time.perf_counter()
     call = build_call(payment_key, start, stored)
     if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
@@ -261,44 +268,5 @@ def fulfil(
         )
     ended = (outcome, detail, call_ms)
     verdict, state = finish_while_leased(ctx.attempts, payment_key, start.token, ended, until)
-    return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}
-
-
-def not_called(
-    ctx: Context, payment_key: str, token: int, stalled_s: float, until: float
-) -> dict[str, Any]:
-    """The worker stalled between its fence and its call past the call's window (its lease
-    may be gone, a person may act): it must not call now. Its word that it did not call
-    lifts an interruption its own lease expiry caused."""
-    ended = ("not_called", f"not called: stalled {stalled_s:.1f} s after the fence", 0.0)
-    verdict, state = finish_while_leased(ctx.attempts, payment_key, token, ended, until)
-    return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
-
-
-def unconfirmed(
-    ctx: Context, payment_key: str, token: int, exc: NotReplicated, until: float
-) -> dict[str, Any]:
-    """The fence reached the primary but not LEDGER_MIN_REPLICAS replicas: a replica promoted
-    now would not know this token, so the worker does not call, and says so (retried)."""
-    ended = ("not_called", f"not called: {exc}", 0.0)
-    verdict, state = finish_while_leased(ctx.attempts, payment_key, token, ended, until)
-    return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
-
-
-def failed_without_call(
-    ctx: Context,
-    payment_key: str,
-    job_id: str,
-    detail: str,
-    leg: str = "fulfil",
-    outcome: str = "failed",
-) -> dict[str, Any]:
-    """A setting is wrong (FULFILMENT_ACTION cannot be built, Stripe's API refuses
-    STRIPE_API_KEY): fail the payment with ``detail``, without a call, so it waits for a
-    person (retry once the setting is fixed) instead of sitting queued. ``outcome`` held:
-    a reversal held for a person (workers/reversal_target.py)."""
-    start = ctx.attempts.start_without_call(payment_key, job_id, leg)
-    if start.verdict != "go":
-        return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
-    verdict, state = ctx.attempts.finish(payment_key, start.token, outcome, detail, 0.0)
+    said(payment_key, leg, start.token, verdict, state, outcome, detail, call_ms)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

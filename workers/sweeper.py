@@ -61,7 +61,10 @@ def sweep_once(attempts: Attempts, watch: StepWatch | None = None) -> Counter[st
         if index == 1:
             fault("sweeper_mid_scan")
         trusted = watch.trusted_until_ms() if watch else UNWATCHED
-        done[attempts.recover(payment_key, trusted_until_ms=trusted)] += 1
+        verdict = attempts.recover(payment_key, trusted_until_ms=trusted)
+        if verdict == "interrupted":  # a person's now: named where the incident is read
+            log.warning("%s interrupted: its lease expired during the downstream call", payment_key)
+        done[verdict] += 1
     purged = attempts.purge()
     if purged:
         done["purged"] = purged

@@ -64,6 +64,8 @@ def test_waiting_ages_outcomes_and_schedule(
         "failed": 0,
         "interrupted": 0,
         "not_called": 0,
+        "voided": 0,
+        "held": 0,
     }
     assert m["webhook_payments_oldest_age_seconds"][(("state", "queued"),)] == 0
 
