@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from ledger import money
 from ledger.read.events import Event, EventList
@@ -14,7 +15,13 @@ from ledger.read.payments import Payment, PaymentList, PaymentRow
 from ledger.read.rejections import RejectionList
 from ledger.read.secrets import SecretList
 from ledger.read.stats import Summary
-from ledgerctl import render_attempts, render_gate, render_purchase, render_reversal
+from ledgerctl import (
+    render_attempts,
+    render_gate,
+    render_next,
+    render_purchase,
+    render_reversal,
+)
 from ledgerctl.terminal import iso, kv_table, line, literal, rows_table
 
 
@@ -163,7 +170,7 @@ def _amount_totals(page: PaymentList) -> str:
     return ", ".join(money.format_minor(n, c) for c, n in sorted(by_currency.items()))
 
 
-def payment(p: Payment) -> list[Table]:
+def payment(p: Payment) -> list[Table | Text]:
     facts: dict[str, Any] = {
         "state": f"{p.state} since {iso(p.state_since)}",
         "amount": p.amount.formatted if p.amount else None,
@@ -230,6 +237,7 @@ def payment(p: Payment) -> list[Table]:
             tuple(attempts[0]) if attempts else ("token", "outcome"),
             ("token", "took (ms)", "call (ms)"),
         ),
+        *render_next.lines(p),
     ]
 
 

@@ -22,6 +22,7 @@ from ledger.read import events as read_events
 from ledger.read import fulfilment, rejections, secrets, stats
 from ledger.read import payments as read_payments
 from ledger.read.base import Problem, to_json
+from ledger.read.next_step import elsewhere, next_step
 from ledger.read.payment_reasons import not_paid, reason, spent
 from ledger.read.stats import Minute
 from ledger.read.timeline import LEG_NAMES, ended_by_the_ledger, outcome_words
@@ -269,4 +270,6 @@ def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:
         refusal=refusal,
         downstream_kept=s.sqlite_downstream is not None,
         effects=effect_lines(s),
+        step=next_step(record),
+        elsewhere=elsewhere(record),
     )

@@ -11,6 +11,10 @@ from ledger.read.timeline import Attempt
 TAKEN_BACK = {"refund": "refunded in full", "dispute": "a dispute lost"}
 TAKEN_BEFORE_PAID = {"refund": "refunded", "dispute": "a dispute lost"}
 """With no paid record the amount paid is not known: any refund says it, not "in full"."""
+SETTLED = ("fulfilled", "reversed", "refunded_unfulfilled")
+"""States a payment's last error no longer explains: a worker's success clears it, and a
+person's decision leaves it as history (the payment's own page shows it)."""
+BY_A_PERSON = "marked fulfilled by a person"
 
 
 def spent(p: Payment, a: Attempt) -> bool:
@@ -23,11 +27,13 @@ def reason(p: PaymentRow) -> str | None:
     """Why a payment is where it is, as lists show it: a held one's hold reason, any other's
     last error (a reversal's starts with ``reversal: ``), then what is left of either (a
     hold reason stays after its hold was decided); an interrupted fulfilment taken back since
-    says so first (it decides what a person does: docs/RUNBOOK.md)."""
-    first, then = (
-        (p.hold_reason, p.last_error) if p.state == "held" else (p.last_error, p.hold_reason)
-    )
+    says so first (it decides what a person does: docs/RUNBOOK.md). A settled payment's
+    last error is never its reason; one a person marked fulfilled says so."""
+    error = None if p.state in SETTLED else p.last_error
+    first, then = (p.hold_reason, error) if p.state == "held" else (error, p.hold_reason)
     why = first or then
+    if p.state == "fulfilled" and p.fulfilled_by_hand:
+        return f"{BY_A_PERSON} (was held: {why})" if why else BY_A_PERSON
     if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
         return (
             f"{TAKEN_BEFORE_PAID[p.taken_back]}, with no paid "

@@ -5,6 +5,7 @@ hashes and the per-state indexes. PaymentState is the one list of payment states
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
+import msgspec
 from redis import Redis
 
 from ledger import keys
@@ -75,6 +76,7 @@ PAYMENT_FIELDS = (
     "rf_charge_at",
     "rf_failed",
     "dispute",
+    "fulfilled_by_hand",
 )
 """What a row of the list reads of each payment hash."""
 
@@ -89,6 +91,11 @@ class PaymentRow(View):
     paid_at: datetime | None
     fulfilled_at: datetime | None
     paid_to_fulfilled_ms: int | None
+    """Null unless a worker's call fulfilled it: a person's word is no latency (as the
+    summary's and the metrics' fulfil latency leave it out)."""
+    fulfilled_by_hand: bool
+    """A person marked it fulfilled (``resolve --fulfilled``, or granted by hand): its
+    ``last_error``, if any, is of a call before that word."""
     last_error: str | None
     hold_reason: str | None
     waiting: str | None
@@ -187,23 +194,7 @@ def payment_record(
     events = timeline(event_ids, fields, paid_by)
     row = payment_row(payment_key, f, state_since)
     return Payment(
-        payment_key=row.payment_key,
-        state=row.state,
-        state_since=row.state_since,
-        amount=row.amount,
-        deliveries=row.deliveries,
-        attempts_started=row.attempts_started,
-        paid_at=row.paid_at,
-        fulfilled_at=row.fulfilled_at,
-        paid_to_fulfilled_ms=row.paid_to_fulfilled_ms,
-        last_error=row.last_error,
-        hold_reason=row.hold_reason,
-        waiting=row.waiting,
-        account=row.account,
-        client_reference_id=row.client_reference_id,
-        customer_email=row.customer_email,
-        leg=row.leg,
-        taken_back=row.taken_back,
+        **msgspec.structs.asdict(row),
         livemode=None if "livemode" not in f else f["livemode"] == "1",
         paid_by=paid_by,
         events=events,
@@ -234,6 +225,7 @@ def payment_record(
 def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> PaymentRow:
     """A row of the list from the PAYMENT_FIELDS of one payment hash (decoded). The state is
     passed on as stored: a hash written by hand may hold any text there."""
+    by_hand = bool(f.get("fulfilled_by_hand"))
     return PaymentRow(
         payment_key=payment_key,
         state=cast(PaymentState, f.get("state", "")),
@@ -243,7 +235,10 @@ def payment_row(payment_key: str, f: dict[str, str], state_since: object) -> Pay
         attempts_started=count(f.get("token")),
         paid_at=ms_time(f.get("paid_at")),
         fulfilled_at=ms_time(f.get("fulfilled_at")),
-        paid_to_fulfilled_ms=_ms_between(f.get("paid_at"), f.get("fulfilled_at")),
+        paid_to_fulfilled_ms=None
+        if by_hand
+        else _ms_between(f.get("paid_at"), f.get("fulfilled_at")),
+        fulfilled_by_hand=by_hand,
         last_error=optional(f.get("last_error")),
         hold_reason=optional(f.get("hold_reason")),
         waiting=optional(f.get("waiting")),

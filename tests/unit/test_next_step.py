@@ -1,0 +1,59 @@
+"""What a person does next with a payment that waits for them (ledger/read/next_step.py):
+the key its calls carry, as the workers build it for each leg, and the decisions offered,
+read from payment hashes as Redis holds them."""
+
+import json
+
+from ledger.read.next_step import elsewhere, next_step
+from ledger.read.payments import payment_record
+
+PK = "pi_1"
+
+
+def step_of(**fields: str):
+    return next_step(payment_record(PK, {"token": "2", "amount": "2000", **fields}))
+
+
+def test_an_interrupted_fulfilment_is_checked_under_its_fulfilment_key() -> None:
+    step = step_of(state="interrupted")
+    assert step is not None and step.kind == "check" and step.idempotency_key == f"fulfil:{PK}"
+    assert step.commands == [
+        (f"webhook-ledger resolve {PK} --fulfilled", "It was applied: mark fulfilled"),
+        (f"webhook-ledger resolve {PK} --retry", "It was not: run again"),
+    ]
+
+
+def test_a_reversal_is_checked_under_its_own_key_or_its_refund_s() -> None:
+    rf = json.dumps({"re_1": 500, "re_2": 1500})
+    whole = step_of(state="interrupted", leg="reverse", rf=rf, reversal_amount="2000")
+    assert whole is not None and whole.idempotency_key == f"reverse:{PK}"
+    assert whole.fulfilled == "It was taken back: mark reversed"
+    assert whole.retry == "It was not: run the reversal again"
+    one = step_of(state="interrupted", leg="reverse", rf=rf, reversal_refund="re_2")
+    assert one is not None and one.idempotency_key == f"reverse:{PK}:re_2"
+
+
+def test_a_fulfilment_again_is_checked_under_its_own_key() -> None:
+    step = step_of(state="held", leg="refulfil", dispute="du_1 won", refulfil_from="1")
+    assert step is not None and step.kind == "decide" and step.idempotency_key == f"refulfil:{PK}"
+
+
+def test_a_payment_only_a_person_grants_offers_no_retry() -> None:
+    step = step_of(state="held", by_hand="1", reinstated_at="1")
+    assert step is not None and step.kind == "reinstated" and step.retry is None
+    assert [c for c, _ in step.commands] == [f"webhook-ledger resolve {PK} --fulfilled"]
+    again = step_of(state="held", by_hand="1", leg="refulfil", retake="refund", rf="{}")
+    assert again is not None and again.kind == "retake"
+    assert again.fulfilled == "Taken back by hand: mark reversed"
+
+
+def test_no_step_unless_it_waits_for_a_decision_and_no_receipt_to_check_when_none_came() -> None:
+    assert step_of(state="failed") is None and step_of(state="fulfilled") is None
+    waiting = payment_record(PK, {"state": "interrupted", "token": "1"})
+    assert elsewhere(waiting).startswith("no receipt came")
+    assert elsewhere(payment_record(PK, {"state": "queued"})) == "no call yet"
+    done = payment_record(PK, {"state": "fulfilled", "token": "1", "receipt": '{"ok": 1}'})
+    assert (
+        elsewhere(done)
+        == f"check the receipt below against your system for the idempotency key fulfil:{PK}"
+    )
