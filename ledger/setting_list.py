@@ -138,7 +138,8 @@ class Settings:
     purchase)`` inside that transaction; what it returns (JSON-able) is the receipt."""
     FULFILMENT_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable action may be re-run after an attempt that may have
-    applied it (interrupted, a read timeout, an HTTP 500)."""
+    applied it (interrupted, a read timeout, an HTTP 500); a function marked
+    ``@replay_safe`` is, whatever this says (each worker logs which applies at its start)."""
     REVERSAL_ACTION: ActionSpec | None = setting(None, urls.fulfilment_action(), downstream)
     """What takes back a fulfilled payment's effect once it is refunded in full or a dispute
     is lost, called once per payment (per refund with REVERSAL_PER_REFUND) with the purchase
@@ -146,7 +147,8 @@ class Settings:
     docs/REVERSAL.md)."""
     REVERSAL_REPLAY_SAFE: bool = setting(False, kinds.boolean())
     """Whether an HTTP or callable REVERSAL_ACTION may be re-run after an attempt that may
-    have applied it (interrupted, a read timeout, an HTTP 500)."""
+    have applied it (interrupted, a read timeout, an HTTP 500); a function marked
+    ``@replay_safe`` is, whatever this says (logged at a worker's start)."""
     REVERSAL_SQL: str = setting("", kinds.sql_statement())
     """The built-in SQLite or PostgreSQL REVERSAL_ACTION's effect as one SQL statement (or
     ``@path``), run in the transaction that records the reversal's key, with the purchase's

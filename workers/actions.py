@@ -205,6 +205,7 @@ def settings_or_exit() -> Settings:
     if refused:
         refuse(s, "STRIPE_API_KEY", refused)
     say_effects(s)
+    say_replay_safety(s)
     return s
 
 
@@ -215,3 +216,24 @@ def say_effects(s: Settings) -> None:
     for setting, effect in effect_lines(s):
         level = logging.WARNING if effect.startswith("effect: none") else logging.INFO
         log.log(level, "%s %s: %s", setting, downstream(str(getattr(s, setting))), effect)
+
+
+def say_replay_safety(s: Settings) -> None:
+    """The worker's start-up line for each action: replay-safe or not, and what says so
+    (the function's ``@replay_safe`` wins over the setting: it is the code's own word).
+    Which row of the guarantees applies is then read from the log, not guessed."""
+    for setting, action in (
+        ("FULFILMENT_ACTION", build_action(s)),
+        ("REVERSAL_ACTION", build_reversal_action(s)),
+    ):
+        if action is None:
+            continue
+        flag = setting.replace("_ACTION", "_REPLAY_SAFE")
+        if isinstance(action, CallableAction) and hasattr(action.fn, "replay_safe"):
+            why = "@replay_safe on the function, whatever " + flag + " says"
+        elif settler(action) is not None:
+            why = "built-in: its key is recorded with the effect"
+        else:
+            why = f"{flag}={str(getattr(s, flag)).lower()}"
+        said = "replay-safe" if action.replay_safe else "not replay-safe"
+        log.info("%s %s: %s (%s)", setting, downstream(str(getattr(s, setting))), said, why)

@@ -12,10 +12,11 @@ a payment taken back (refunded in full, a dispute lost) is not reversed exactly 
 reversal has no effect to take back, an acknowledged delivery is missing from the ledger
 or a valid delivery was not acknowledged (the checker row then reads FAILED, never ok);
 2 usage error (a --secret that is not whsec_…, an event file that is missing or holds no
-events, an unknown --scenario, a --json file that cannot be written), before anything is
-sent; 3 Redis unreachable: at the start, before anything is sent (the ledger is read first),
-or later (what was sent stands; no report), or the SQLite file effects are counted from
-(--downstream-db) unreadable, once everything was sent.
+events, an unknown --scenario, a --json file that cannot be written, a --serve-sessions
+URL that is no stand-in), before anything is sent; 3 Redis unreachable: at the start,
+before anything is sent (the ledger is read first), or later (what was sent stands; no
+report), or the SQLite file effects are counted from (--downstream-db) unreadable, once
+everything was sent.
 
 The ledger it reads: REDIS_URL (or REDIS_SENTINELS), else 127.0.0.1:REDIS_PORT (6389), as
 scripts/run.sh starts it; --url's default: 127.0.0.1:WEB_PORT (8000). Beside a run.sh given
@@ -45,12 +46,10 @@ from ledger.redact import redact
 from ledger.setting_fields import exit_with
 from ledger.settings import Settings, fingerprint
 from ledgerctl import takebacks
-from ledgerctl.checker import Findings
-from ledgerctl.replay import options, report, sessions, sources
+from ledgerctl.replay import failing, options, report, sessions, sources
 from ledgerctl.replay.downstream_source import downstream_record
 from ledgerctl.replay.options import compression, millis, signing_secret
 from ledgerctl.replay.sending import PROBES, Answer, Plan, send_all
-from ledgerctl.reversal_check import ReversalFindings
 from ledgerctl.run_local import ledger_settings
 from ledgerctl.terminal import line, safe_console
 
@@ -127,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
         console.print("no events to send")
         return 2
     if args.serve_sessions:
-        served = sessions.serve(args.serve_sessions, items, args.request_timeout)
+        try:
+            served = sessions.serve(args.serve_sessions, items, args.request_timeout)
+        except sessions.NoStandIn as exc:  # before anything is sent
+            exit_with([str(exc)])
         console.print(f"{served} Checkout Session(s) given to {args.serve_sessions}")
     sent_waves = waves(args, items, rng)
     by_id = {e["id"]: e for wave in sent_waves for e, _ in wave}
@@ -234,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path:
         write_json(args.json_path, record)
     if refused or (args.expect_once and not passed):
-        print_failing(findings, unacked, reversals)
+        failing.print_failing(console, findings, unacked, reversals)
         return 1
     return 0
 
@@ -254,28 +256,6 @@ def paid_of(answers: list[Answer], by_id: dict[str, Any], settings: Settings) ->
     any_mode = dataclasses.replace(settings.policy, mode="any", connect=True)
     classified = (classify(by_id[i], any_mode) for i in acked_ids)
     return {c.payment_key for c in classified if c.paid and c.payment_key}
-
-
-def print_failing(
-    findings: Findings, unacked: int, reversals: ReversalFindings | None = None
-) -> None:
-    """Name every payment and delivery that fails the run, on stderr."""
-    failing = Text("failing:", "red")
-    for item in findings.duplicated + findings.lost:
-        console.print(line(failing, item))
-    for pk in findings.unfulfilled + findings.unexpected + findings.interrupted:
-        console.print(line(failing, pk))
-    if reversals is not None:
-        for item in reversals.twice + reversals.orphaned + reversals.called_after_refund:
-            console.print(line(failing, "reversal", item))
-        for pk in reversals.missing + reversals.for_a_person:
-            console.print(line(failing, "reversal", pk))
-        for pk in reversals.not_regranted:
-            console.print(line(failing, "not re-granted after its dispute was won", pk))
-        for pk in reversals.not_held:
-            console.print(line(failing, "not held for a person after its refund failed", pk))
-    if unacked:
-        console.print(line(failing, f"{unacked} valid deliveries were not acknowledged"))
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:

@@ -8,12 +8,32 @@ nothing is sent anywhere but the webhook endpoint, as against a real Stripe CLI 
 
 import random
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
 from ledgerctl.replay.sources import Item
 
 PATH = "/standin/checkout/sessions/"
+
+
+class NoStandIn(Exception):
+    """--serve-sessions names no stand-in: Stripe's own API, no http(s) URL, or a server
+    that does not take the sessions. One line, said before any event is sent."""
+
+
+def checked(base_url: str) -> str:
+    """``base_url`` if it may be a stand-in; Stripe's own hosts are never sent a session."""
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise NoStandIn(f"--serve-sessions {base_url}: expected a stand-in's http(s) URL")
+    if host == "stripe.com" or host.endswith(".stripe.com"):
+        raise NoStandIn(
+            f"--serve-sessions {base_url}: Stripe's own API takes no sessions from a replay;"
+            " give a stand-in's URL (the service's STRIPE_API_BASE)"
+        )
+    return base_url
 
 
 def sessions_of(items: list[Item]) -> list[dict[str, Any]]:
@@ -58,15 +78,20 @@ def line_items(session: dict[str, Any]) -> list[dict[str, Any]]:
 
 def serve(base_url: str, items: list[Item], timeout: float) -> int:
     """Give the stand-in at ``base_url`` every session of ``items`` with its line items;
-    how many. A stand-in that refuses one, or redirects (never followed), ends the run
-    (requests' HTTPError)."""
+    how many. One it cannot reach, that refuses one, or that redirects (never followed)
+    ends the run before any event is sent (NoStandIn)."""
     sessions = sessions_of(items)
     with requests.Session() as http:
         for session in sessions:
             body = {"session": session, "line_items": line_items(session)}
-            url = base_url.rstrip("/") + PATH + session["id"]
-            answer = http.put(url, json=body, timeout=timeout, allow_redirects=False)
-            if answer.is_redirect:  # another URL would get the session: refused, not followed
-                raise requests.HTTPError(f"{answer.status_code} redirect", response=answer)
-            answer.raise_for_status()
+            url = checked(base_url).rstrip("/") + PATH + session["id"]
+            try:
+                answer = http.put(url, json=body, timeout=timeout, allow_redirects=False)
+            except requests.RequestException as exc:
+                raise NoStandIn(f"--serve-sessions {base_url}: {type(exc).__name__}") from exc
+            if not answer.ok or answer.is_redirect:  # a redirect is refused, not followed
+                raise NoStandIn(
+                    f"--serve-sessions {base_url}: PUT {PATH}{{id}} answered"
+                    f" {answer.status_code}: no stand-in of Stripe's API there"
+                )
     return len(sessions)

@@ -163,8 +163,8 @@ def test_export_and_verify_print_bundle_names_literally(hostile_ledger, tmp_path
 def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> None:
     """``replay-events`` shows event files' ids and the ledger's reasons the same way."""
     from ledgerctl.checker import Findings
+    from ledgerctl.replay import failing, report
     from ledgerctl.replay import main as replay_events
-    from ledgerctl.replay import report
     from ledgerctl.terminal import safe_console
 
     findings = Findings(lost=[{"event": EVENT_ID}], unfulfilled=[PAYMENT_KEY])
@@ -172,7 +172,7 @@ def test_replay_report_prints_outside_values_literally(capsys, monkeypatch) -> N
     safe_console(width=20000).print(
         report.table({"ledger": {"rejected_by_reason": {H: 1}}}, findings, findings.ok)
     )
-    replay_events.print_failing(findings, unacked=0)
+    failing.print_failing(replay_events.console, findings, unacked=0)
     out, err = capsys.readouterr()
     assert not RAW_CONTROL.search(out + err)
     assert shown(f"rejected_by_reason {H} 1") in out and "FAILED" in out

@@ -59,3 +59,31 @@ def test_an_unreachable_redis_ends_the_run_before_anything_is_sent() -> None:
     told = " ".join(run_script(env, "--help").stdout.split())
     assert "3 Redis unreachable: at the start, before anything is sent" in told
     assert "else 127.0.0.1:REDIS_PORT (6389), as scripts/run.sh starts it" in told, told
+
+
+def test_serve_sessions_that_names_no_stand_in_ends_the_run_before_anything_is_sent(
+    redis_server,
+) -> None:
+    """--serve-sessions at Stripe's own API, or at a server that does not take sessions,
+    was a traceback and exit 1 (and a PUT to api.stripe.com): now one line, exit 2, and no
+    event is sent to the endpoint."""
+    posts: list[str] = []
+
+    def endpoint(handler: BaseHTTPRequestHandler) -> None:
+        posts.append(handler.command + " " + handler.path)
+        handler.send_response(404)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    env = service_env(redis_server.url)
+    with local_server(endpoint) as base:
+        url = ["--url", f"{base}/webhooks/stripe", "--generate", "1", "--checkout"]
+        stripe = run_script(env, *url, "--serve-sessions", "https://api.stripe.com")
+        other = run_script(env, *url, "--serve-sessions", base)
+    assert stripe.returncode == 2, stripe.stderr
+    assert "Stripe's own API takes no sessions" in " ".join(stripe.stderr.split())
+    assert other.returncode == 2, other.stderr
+    said = " ".join(other.stderr.split())
+    assert "no stand-in of Stripe's API there" in said and "Traceback" not in said
+    assert "PUT /standin/checkout/sessions/{id} answered 501" in said  # it takes POST alone
+    assert posts == [], posts  # no event sent
