@@ -7,14 +7,15 @@ layers enforce ``FULFILMENT_TIMEOUT``:
 - In the worker's main thread (RQ's SimpleWorker runs jobs there) a SIGALRM timer interrupts
   the call between Python bytecodes; RQ's own job-timeout alarm, always longer, is restored
   after. Elsewhere (a thread of a worker with FULFILMENT_CONCURRENCY > 1) the call runs in
-  a helper thread that is abandoned at the deadline. Either way the call ends as
-  ambiguous, exactly as a timed-out read.
+  a helper thread, and at the deadline its caller is told (an action's ``abort`` cuts its
+  connection) and waits for it to stop. Either way the call ends as ambiguous, exactly as
+  a timed-out read, and nothing is recorded while it may still apply.
 - A signal handler runs only when the interpreter gets control back: a call blocked inside C
   code (SQLite's busy wait, a C extension, a blocking syscall retried on EINTR) does not see
   it. So a watchdog that needs no interpreter lock (faulthandler's C thread) ends the whole
   process with ``_exit`` ``kill_after`` seconds past the deadline if the call has not
-  stopped by then; it prints every thread's traceback first, under "Timeout". An abandoned
-  helper thread keeps the watchdog armed: the process ends with it. One watchdog serves
+  stopped by then; it prints every thread's traceback first, under "Timeout". A helper
+  thread still in its call keeps the watchdog armed: the process ends with it. One watchdog serves
   every call a process has in flight (``Watchdog``): it ends the process at the first
   kill time among them.
 """

@@ -561,8 +561,8 @@ local function never_fulfilled(pay, now)
   redis.call('HSET', pay, 'taken_back', why or was or 'refund')
   redis.call('HDEL', pay, 'next_at', 'sweep_seen', 'job', 'lease_until', 'phase')
   redis.call('ZREM', DUE, id_of(pay, PAYMENT_PREFIX))
-  local why = given_back(pay)
-  if why then return hold_given_back(pay, now, why) end
+  local given = given_back(pay)  -- why Stripe no longer takes it back, if it does not
+  if given then return hold_given_back(pay, now, given) end
   move(pay, 'refunded_unfulfilled', now)
   redis.call('HINCRBY', STATS, 'refunded_unfulfilled', 1)
   return 'refunded_unfulfilled'

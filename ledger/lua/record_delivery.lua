@@ -294,7 +294,7 @@ local function mark_paid(d)
   end
   redis.call('HSET', d.pay, 'paid_by', d.id, 'paid_type', ARG.type, 'amount', ARG.amount,
     'currency', ARG.currency, 'livemode', ARG.livemode)
-  if d.fingerprint == '' then return end
+  if d.fingerprint == '' then return false end
   local kind, mode, who, currency, amount = fp_parts(d.fingerprint)
   if who ~= '' then
     redis.call('SET', FP_PREFIX .. kind .. ':' .. mode .. ':' .. who .. ':' .. currency ..
@@ -309,6 +309,7 @@ local function mark_paid(d)
     end
     redis.call('HSET', d.pay, 'untied', d.fingerprint)
   end
+  return false
 end
 
 -- A pending payment's first paid event: it waits for a person (`held_for`), or is queued
