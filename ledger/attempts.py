@@ -33,7 +33,10 @@ class Attempts:
         self.redis = redis
         self.settings = settings
         self.jobs = Jobs(redis, settings)
-        names = ("start_attempt", "mark_calling", "finish_attempt", "recover", "operator", "purge")
+        names = (
+            *("start_attempt", "mark_calling", "finish_attempt", "recover", "operator"),
+            *("purge", "keep_rejections"),
+        )
         self.scripts = {name: Script(redis, name, clock_key) for name in names}
         self.caller = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         """This process, as its liveness key names it while it is in a downstream call."""
@@ -175,6 +178,11 @@ class Attempts:
             return 0
         cutoff_ms = now_ms(self.redis) - days * 86_400_000
         return int(self.scripts["purge"]({}, {"cutoff_ms": cutoff_ms, "limit": limit}))
+
+    def keep_rejections(self) -> int:
+        """Put the rejections counted in memory since the last call on disk and on the
+        replicas (lua/keep_rejections.lua); how many."""
+        return int(self.scripts["keep_rejections"]({}, {"hours": 2}))  # a pass may cross one
 
 
 def encode_receipt(receipt: dict[str, Any]) -> str:

@@ -21,6 +21,9 @@ REJECTIONS = PREFIX + "rejections"
 
 REJECTIONS_CAP = limits.RECENT_REJECTIONS
 
+REJECTIONS_KEPT = PREFIX + "rejections:kept"
+"""Hash: how many rejections the sweeper has put on disk (lua/keep_rejections.lua), and when."""
+
 EVENT_INDEX = PREFIX + "events:index"
 """Sorted set: event id scored by first delivery (ms); trimmed to the retention window."""
 
@@ -210,6 +213,7 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "PAYMENT_STATES": PAYMENT_STATE_COUNTS,
     "REJECTIONS": REJECTIONS,
     "REJECTIONS_CAP": REJECTIONS_CAP,
+    "REJECTIONS_KEPT": REJECTIONS_KEPT,
     "EVENT_INDEX": EVENT_INDEX,
     "STATE_INDEX_PREFIX": STATE_INDEX_PREFIX,
     "DUE": DUE,

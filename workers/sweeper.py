@@ -68,6 +68,9 @@ def sweep_once(attempts: Attempts, watch: StepWatch | None = None) -> Counter[st
     purged = attempts.purge()
     if purged:
         done["purged"] = purged
+    kept = attempts.keep_rejections()
+    if kept:
+        done["rejections_kept"] = kept
     mark_sweep(attempts.redis)
     return done
 

@@ -173,9 +173,14 @@ end
 
 -- Count one delivery ('d') or rejection ('r') in this minute, for the dashboard's chart:
 -- one hash per hour.
+-- The series hash of the hour ``now`` (ms) falls in (keep_rejections.lua writes it too).
+local function series_hour(now)
+  return math.floor(math.floor(now / 60000) / 60)
+end
+
 local function bump_series(kind, now)
   local minute = math.floor(now / 60000)
-  local series = SERIES_PREFIX .. math.floor(minute / 60)
+  local series = SERIES_PREFIX .. series_hour(now)
   if redis.call('HINCRBY', series, kind .. ':' .. minute, 1) == 1 then
     redis.call('EXPIRE', series, SERIES_TTL)
   end

@@ -1,7 +1,7 @@
 -- Count one rejected request by reason and keep a capped, body-free record of it.
 -- In memory only: nothing here reaches the append-only file or a replica, so a flood of
--- forged requests costs no fsync and no disk (the counts are kept on disk by the next
--- snapshot or AOF rewrite; a crash loses those since). No per-request key either: a
+-- forged requests costs no fsync and no disk; each sweeper pass puts those since its last
+-- on disk in one write (keep_rejections.lua). No per-request key either: a
 -- client retry may count a rejection twice, which only rejections can afford.
 local ARG = named(ARGV, 'reason', 'record')
 local ok, record = pcall(cjson.decode, ARG.record)
