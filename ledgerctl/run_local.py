@@ -16,7 +16,6 @@ ledgerctl/stack_stop.py). A closed terminal (SIGHUP) stops them the same way.
 
 import argparse
 import functools
-import json
 import os
 import secrets
 import shlex
@@ -24,8 +23,6 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +44,7 @@ from ledger.setting_fields import (
     read,
     setting,
 )
-from ledgerctl import ha, local_guard, stripe_listen
+from ledgerctl import ha, local_guard, stack_ready, stripe_listen
 from ledgerctl.banner import TOOLS_ENV, banner, base_url, ready_line, tools_env
 from ledgerctl.stack_stop import OrderedStop, say
 
@@ -187,20 +184,12 @@ def announce_when_ready(manager: Manager, env: Mapping[str, str]) -> None:
     """Print the ready line once this stack's server answers /readyz 200: the pid it
     reports is one of this process's descendants (a note if it takes long)."""
     started, noted = time.monotonic(), False
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base_url(env)}/readyz", timeout=2) as answer:
-                pid = int(json.load(answer).get("pid", 0))
-            if local_guard.descends_from(pid, os.getpid()):
-                say(manager, ready_line(env))
-                return
-            why = f"/readyz answered by pid {pid}, not a process of this stack"
-        except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
-            why = str(exc)
+    while why := stack_ready.not_ready(base_url(env), os.getpid()):
         if not noted and time.monotonic() - started > NOT_READY_NOTE_S:
             say(manager, f"not ready after {NOT_READY_NOTE_S:g} s ({why}); still waiting")
             noted = True
         time.sleep(0.5)
+    say(manager, ready_line(env))
 
 
 def refusals(
@@ -281,7 +270,9 @@ def main() -> None:
         holding(manager.add_process(p.name, p.cmd, quiet=p.quiet, env=p.env))
     if args.stripe_cli:
         forward_to = f"{base_url(env).removeprefix('http://')}/webhooks/stripe"
-        for name, command in stripe_listen.processes(env, forward_to, settings.reversal_on).items():
+        wait = stack_ready.wait_command(base_url(env), os.getpid())  # nothing forwarded is lost
+        listeners = stripe_listen.processes(env, forward_to, settings.reversal_on, wait)
+        for name, command in listeners.items():
             holding(manager.add_process(name, command, env=env))
     signal.signal(signal.SIGHUP, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     threading.Thread(target=announce_when_ready, args=(manager, env), daemon=True).start()

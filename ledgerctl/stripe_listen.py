@@ -53,14 +53,21 @@ def api_base_args(env: Mapping[str, str]) -> list[str]:
     return ["--api-base", base] if base else []
 
 
-def processes(env: Mapping[str, str], forward_to: str, reversal: bool) -> dict[str, str]:
-    """run.sh's extra processes: name -> command line. The update check is skipped (the
-    process runs beside the others; updating the CLI is the developer's business), and the
-    secret the CLI prints when ready is masked, as the banner shows none."""
+def processes(
+    env: Mapping[str, str], forward_to: str, reversal: bool, wait: str = ""
+) -> dict[str, str]:
+    """run.sh's extra processes: name -> command line. ``wait``, a shell command, runs first
+    and the CLI only once it succeeds (run.sh: until the stack's web answers /readyz, since
+    the CLI never retries a forward refused while gunicorn is not yet listening). The update
+    check is skipped (the process runs beside the others; updating the CLI is the
+    developer's business), and the secret the CLI prints when ready is masked, as the banner
+    shows none."""
     names = ("stripe-listen", "stripe-listen-thin")
     extra = ["--skip-update", *api_base_args(env)]
+    first = f"{wait} && " if wait else ""
     return {
-        name: f"{shlex.join([*listen_argv(events, forward_to), *extra])} 2>&1 | {mask_command()}"
+        name: f"{first}{shlex.join([*listen_argv(events, forward_to), *extra])} 2>&1"
+        f" | {mask_command()}"
         for name, events in zip(names, forwarded_types(reversal), strict=True)
         if events
     }

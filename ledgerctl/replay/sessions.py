@@ -3,7 +3,8 @@ name sessions no real Stripe account has, so a service that reads their line ite
 (CHECKOUT_LINE_ITEMS) or looks a late session up (CHECKOUT_WAIT_SECONDS) is pointed at a
 stand-in (STRIPE_API_BASE), and ``--serve-sessions URL`` gives that stand-in each session
 with its line items before the session's events are sent (``PUT
-/standin/checkout/sessions/{id}``, what tests/support/stripe_api.py takes). Without it,
+/standin/checkout/sessions/{id}``, what tests/support/stripe_api.py takes; run on its own
+by scripts/stripe_api_standin.py). Without it,
 nothing is sent anywhere but the webhook endpoint, as against a real Stripe CLI setup."""
 
 import random

@@ -16,6 +16,7 @@ added in the test's process (``add_session``) or over HTTP (``PUT
 webhook endpoints (``GET /v1/webhook_endpoints``, ``limit`` and ``starting_after``, for
 ``webhook-ledger check-endpoint``; 403 too when ``forbidden``). ``redirect_to`` set, it
 answers every GET with a redirect there instead (the key must not follow it).
+``scripts/stripe_api_standin.py`` runs it on its own, for the replay's ``--serve-sessions``.
 """
 
 import json
@@ -37,7 +38,8 @@ API_KEY = "rk_test_reconcile_read_events_only"
 class EventsApi:
     """Events Stripe has, and which of them it delivered to every endpoint."""
 
-    def __init__(self, key: str = API_KEY) -> None:
+    def __init__(self, key: str = API_KEY, port: int = 0) -> None:
+        """Listening on 127.0.0.1 at ``port`` (0: a free one) once started."""
         self.key = key
         self.events: list[dict[str, Any]] = []
         self.delivered: set[str] = set()
@@ -67,7 +69,7 @@ class EventsApi:
         the client's well within its timeout)."""
         self.trickled: list[int] = []
         """Per trickled answer, the bytes of its body sent before the client hung up."""
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.thread = serving_thread(self.server)
 
     @property

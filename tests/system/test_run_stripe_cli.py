@@ -1,7 +1,9 @@
 """scripts/run.sh --stripe-cli in a copy of the checkout: stripe listen (the real CLI, pinned
 in tests/stripe-cli) runs as two more processes of the stack against a stand-in of Stripe
 (STRIPE_API_KEY and STRIPE_API_BASE), its secret accepted under the ``cli`` label; without
-a CLI, or with one that is not logged in, a one-line refusal before anything starts."""
+a CLI, or with one that is not logged in, a one-line refusal before anything starts. The
+listeners start only once the stack's web answers /readyz: the CLI never retries a forward
+refused while gunicorn is not yet listening."""
 
 import json
 import os
@@ -12,10 +14,10 @@ import pytest
 
 from ledger.settings import fingerprint
 from ledgerctl import samples
-from tests.support.processes import wait_until
+from tests.support.processes import free_port, wait_until
 from tests.support.stripe_cli import API_KEY, CLI_SECRET, binary, cli_env
 from tests.support.stripe_standin import SNAPSHOT, THIN, StripeStandin
-from tests.system.test_run_script import checkout, run_sh  # noqa: F401 (fixtures)
+from tests.system.test_run_script import Running, checkout, run_sh  # noqa: F401 (fixtures)
 
 
 def with_cli_on_path(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -26,6 +28,13 @@ def with_cli_on_path(tmp_path: Path, **extra: str) -> dict[str, str]:
         (bindir / "stripe").symlink_to(binary())
     env = {**cli_env(tmp_path / "stripe-home"), **extra}
     return {**env, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def said_by(running: Running, name: str, starts: tuple[str, ...]) -> list[str]:
+    """The lines process ``name`` printed that start with one of ``starts``, in order."""
+    lines = (line.partition(" | ") for line in running.log.read_text().splitlines())
+    mine = (text for head, _, text in lines if head.split()[-1:] == [name])
+    return [text for text in mine if text.startswith(starts)]
 
 
 def test_stripe_listen_runs_in_the_stack_with_its_secret_as_cli(
@@ -52,6 +61,36 @@ def test_stripe_listen_runs_in_the_stack_with_its_secret_as_cli(
     assert "stripe listen runs here" in out
     assert "Your webhook signing secret is whsec_***" in out  # the CLI's own line, masked
     running.ctrl_c_stops_everything()
+
+
+def test_an_event_sent_as_soon_as_stripe_listen_connects_is_recorded(
+    checkout: Path,  # noqa: F811
+    standin: StripeStandin,
+    tmp_path: Path,
+    rng,
+) -> None:
+    """Nothing waits for the stack here but the event: it goes out the moment the snapshot
+    listener's websocket opens, which is after the web answered /readyz."""
+    env = with_cli_on_path(tmp_path, STRIPE_API_BASE=standin.api_base)
+    port = free_port()
+    env |= {"WEB_PORT": str(port), "REDIS_PORT": str(free_port())}
+    running = Running(checkout, "scripts/run.sh --stripe-cli", env)
+    try:
+        wait_until(lambda: standin.connected(SNAPSHOT), timeout=120, what="stripe listen")
+        delivery = standin.send(samples.payment_events(rng)[2])
+        answer = wait_until(lambda: standin.response(delivery), timeout=30, what="its answer")
+        assert answer["status"] == 200, answer
+        waited = f"http://127.0.0.1:{port}/readyz answered after"
+        starts = (waited, "Getting ready")
+        for name in ("stripe-listen", "stripe-listen-thin"):  # each its wait, then its CLI
+            said = wait_until(
+                lambda n=name: (found := said_by(running, n, starts))[1:] and found,
+                timeout=30, what=f"{name}'s CLI starting",
+            )  # fmt: skip
+            assert said[0].startswith(waited) and said[1] == "Getting ready...", said
+        running.ctrl_c_stops_everything()
+    finally:
+        running.kill_leftovers()
 
 
 @pytest.mark.parametrize("cli", ["missing", "not logged in"])

@@ -115,3 +115,16 @@ def test_no_cli_on_path_is_one_line() -> None:
     with pytest.raises(stripe_listen.Refused) as refused:
         stripe_listen.print_secret({"PATH": "/nonexistent"})
     assert "no `stripe` on PATH" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_run_sh_processes_start_the_cli_only_once_their_wait_succeeds() -> None:
+    """`wait && stripe listen … 2>&1 | mask`: sh binds the pipeline first, so a failed wait
+    starts neither the CLI nor its filter."""
+    waiting = stripe_listen.processes({}, DEFAULT_FORWARD, False, wait="false")
+    assert all(c.startswith("false && stripe listen ") for c in waiting.values())
+    command = waiting["stripe-listen"].replace("stripe listen", "echo started", 1)
+    shown = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    assert (shown.returncode, shown.stdout) == (1, "")
+    command = command.replace("false && ", "true && ", 1)
+    shown = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    assert shown.stdout.startswith("started --events ")
