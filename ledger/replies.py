@@ -4,9 +4,10 @@ replies('verdict', 'state')``, lua/prelude.lua), and answers ``reply{verdict = .
 array in that order, a field it leaves out nil. Each struct here has those fields in that
 order; :class:`ledger.scripts.Script` checks they agree when it loads the script and turns
 each reply into its struct (a field left out takes the default). The other scripts answer
-one value: mark_calling 1|0, recover its verdict, breaker the breaker's state, release and
-purge and keep_rejections a count, record_rejection 1, stripe_rate the milliseconds to wait (0: go), stripe_wait
-when the payment is due again (0: it did not wait), keep_purchase how many fields it kept.
+one value: mark_calling 1|0, recover its verdict, breaker the breaker's state, release,
+purge and keep_rejections a count, record_rejection 1, stripe_rate the milliseconds to wait
+(0: go), stripe_wait when the payment is due again (0: it did not wait), keep_purchase how
+many fields it kept.
 """
 
 from typing import Any
