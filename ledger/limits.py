@@ -23,6 +23,11 @@ REQUEST_ID_TTL = 300
 """Seconds a request id's answer is kept so a retried ledger write is not counted twice
 (redis-py retries within seconds; the answer is one small string per delivery)."""
 
+QUEUE_SCAN_CAP = 1000
+"""The longest fulfilment queue the sweeper scans for a queued payment's job (LPOS, one
+element at a time in Redis's main thread: its cost grows with the queue). A longer queue is a
+backlog being worked, taken to still hold it; a lost job is found once it is shorter."""
+
 RECENT_REJECTIONS = 1000
 """Length of the capped list of recent rejections: enough to read an incident, bounded
 memory under a flood."""

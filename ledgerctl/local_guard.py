@@ -54,6 +54,10 @@ def hold(folder: Path) -> str | None:
     fd = _locked(folder)
     if fd is None:
         return refusal(folder)
+    started = started_by_hand(folder)
+    if started:
+        os.close(fd)
+        return started
     _held.append(fd)
     (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")
     return None
@@ -66,7 +70,27 @@ def free(folder: Path) -> str | None:
     if fd is None:
         return refusal(folder)
     os.close(fd)
-    return None
+    return started_by_hand(folder)
+
+
+def started_by_hand(folder: Path) -> str | None:
+    """Why ``folder`` is in use by a process no scripts/run.sh started (the Procfile's
+    ``redis`` line run by hand: a redis-server works in its ``--dir``), or None. The lock
+    cannot see it, and a second Redis there would write into its append-only file."""
+    target = str(folder.resolve())
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if os.readlink(cwd) == target:
+                found.append(f"{cwd.parent.name} ({(cwd.parent / 'comm').read_text().strip()})")
+        except OSError:
+            continue  # gone, or another user's
+    if not found:
+        return None
+    return (
+        f"{folder}: data folder in use by {', '.join(sorted(found))}, not started by"
+        " scripts/run.sh; stop it or use another checkout"
+    )
 
 
 def held() -> tuple[int, ...]:

@@ -24,10 +24,25 @@ local function again(at, verdict)
   return verdict
 end
 
-if state == 'queued' then
+-- The payment's RQ job, and what RQ's hash of it says (nil: none, or gone).
+local function job_of()
   local job = redis.call('HGET', pay, 'job')
-  local status = job and redis.call('HGET', RQ_JOB_PREFIX .. job, 'status')
-  if status == 'queued' and redis.call('LPOS', KEY.queue, job) then
+  return job, job and redis.call('HGET', RQ_JOB_PREFIX .. job, 'status')
+end
+
+-- A job no worker will finish (taken off the queue by one that died, which left it
+-- `queued`: the shipped worker marks no job started) keeps its hash for ever (RQ gives a
+-- queued job no expiry): deleted. A worker still about to read it finds it gone and skips.
+local function forget_job(job, status)
+  if job and status == 'queued' then redis.call('DEL', RQ_JOB_PREFIX .. job) end
+end
+
+if state == 'queued' then
+  local job, status = job_of()
+  -- Still in the queue. LPOS scans it, so a queue longer than QUEUE_SCAN_CAP (a backlog
+  -- being worked) is taken to hold it: a lost job is found once the queue is shorter.
+  if status == 'queued' and (redis.call('LLEN', KEY.queue) > QUEUE_SCAN_CAP
+      or redis.call('LPOS', KEY.queue, job)) then
     return again(now + grace_ms, 'waiting')
   end
   if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then
@@ -53,6 +68,7 @@ if state == 'queued' then
       return 'spent'
     end
   end
+  forget_job(job, status)
   requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'lost_job')
   return 'requeued'
 elseif state == 'in_progress' then
@@ -62,6 +78,7 @@ elseif state == 'in_progress' then
   -- of Redis's clock the call may still run, so the lease waits for the sweeper to vouch.
   if now > trusted_until then return again(now, 'clock') end
   local fulfilling = not redis.call('HGET', pay, 'leg')
+  forget_job(job_of())  -- its worker is gone, or will find its job's end already written
   local expired = expire_lease(pay, now, max_attempts)
   if expired == 'interrupted' then
     redis.call('ZREM', DUE, pk)

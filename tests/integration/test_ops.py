@@ -226,7 +226,8 @@ def test_every_cli_command(client, redis, rng, config, tmp_path) -> None:
     assert run_cli(env, "retry", pk).exit_code == 1  # queued, not failed
     refused = run_cli(env, "retry", pk, "--json")
     assert refused.exit_code == 1 and json.loads(refused.stdout)["error"] == "refused"
-    assert json.loads(run_cli(env, "sweep", "--json").stdout) == {}
+    # nothing due; the forged request above is put on disk (lua/keep_rejections.lua)
+    assert json.loads(run_cli(env, "sweep", "--json").stdout) == {"rejections_kept": 1}
     fail_payment(redis, config, pk)
     assert run_cli(env, "retry", pk).exit_code == 0 and state_of(redis, pk) == "queued"
     assert run_cli(env, "resolve", pk).exit_code == 2  # neither --fulfilled nor --retry

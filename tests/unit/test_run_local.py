@@ -65,3 +65,26 @@ def test_only_a_descendant_of_the_launcher_is_its_own_server() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_folder_a_process_works_in_is_refused_though_no_launcher_holds_it(
+    tmp_path: Path,
+) -> None:
+    """The Procfile's `redis` line run by hand holds no lock: a second scripts/run.sh on
+    other ports started its own Redis on the same folder, which wrote into the first one's
+    append-only file (ops review). A process working in the folder (as redis-server works
+    in its --dir) refuses it, naming that process."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=folder)
+    try:
+        said = local_guard.hold(folder)
+        assert said is not None and f"in use by {started.pid} (python" in said
+        assert said.endswith("not started by scripts/run.sh; stop it or use another checkout")
+        assert local_guard.free(folder) == said
+    finally:
+        started.kill()
+        started.wait()
+    held = len(local_guard._held)
+    assert local_guard.hold(folder) is None and len(local_guard._held) == held + 1
+    os.close(local_guard._held.pop())

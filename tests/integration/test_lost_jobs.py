@@ -1,0 +1,63 @@
+"""The sweeper and a queued payment's RQ job: a job taken off the queue by a worker that
+died is found lost and enqueued again, and its hash (RQ gives a queued job no expiry) is
+deleted, as is the hash of a job whose attempt's lease expired; a queue longer than
+QUEUE_SCAN_CAP is not scanned (LPOS, one job at a time in Redis's main thread, a
+cost that grows with the queue), so a lost job there waits until the backlog is shorter."""
+
+from redis import Redis
+
+from ledger import keys, limits
+from ledger.stored import text
+from tests.integration.test_lua_attempts import queued_payment
+
+QUEUE = keys.rq_queue("fulfilment")
+
+
+def job_of(redis: Redis, pk: str) -> str:
+    return text(redis.hget(keys.payment(pk), "job"))
+
+
+def test_a_job_taken_by_a_worker_that_died_is_enqueued_again_and_its_hash_deleted(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    lost = job_of(redis, pk)
+    assert redis.lpop(QUEUE) == lost.encode()  # taken; its worker dies before any lease
+    assert redis.hget(keys.RQ_JOB_PREFIX + lost, "status") == b"queued"
+    assert attempts.recover(pk) == "requeued"
+    new = job_of(redis, pk)
+    assert new != lost and redis.lrange(QUEUE, 0, -1) == [new.encode()]
+    assert not redis.exists(keys.RQ_JOB_PREFIX + lost)
+    assert redis.exists(keys.RQ_JOB_PREFIX + new)
+
+
+def test_a_queue_longer_than_the_scan_cap_is_taken_to_hold_the_job(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    lost = job_of(redis, pk)
+    redis.lrem(QUEUE, 0, lost)
+    redis.rpush(QUEUE, *[f"other-{n}" for n in range(limits.QUEUE_SCAN_CAP + 1)])
+    assert attempts.recover(pk) == "waiting" and job_of(redis, pk) == lost
+    redis.ltrim(QUEUE, 0, limits.QUEUE_SCAN_CAP - 1)  # the backlog is worked down
+    assert attempts.recover(pk) == "requeued" and job_of(redis, pk) != lost
+
+
+def test_a_job_in_the_queue_is_left_waiting(redis: Redis, redis_server, rng) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    job = job_of(redis, pk)
+    assert attempts.recover(pk) == "waiting"
+    assert job_of(redis, pk) == job and redis.lrange(QUEUE, 0, -1) == [job.encode()]
+
+
+def test_the_job_of_an_attempt_whose_lease_expired_is_deleted(
+    redis: Redis, redis_server, rng
+) -> None:
+    attempts, pk = queued_payment(redis_server, rng)
+    job = job_of(redis, pk)
+    assert redis.lpop(QUEUE) == job.encode()
+    start = attempts.start(pk, job, replay_safe=False)
+    assert attempts.mark_calling(pk, start.token)  # in its call, then its worker dies
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert attempts.recover(pk) == "interrupted"
+    assert not redis.exists(keys.RQ_JOB_PREFIX + job)
