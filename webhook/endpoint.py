@@ -1,12 +1,12 @@
 """POST /webhooks/stripe, the hot path, served ahead of Flask: verify, record, answer.
 
-One WSGI call with the checks of webhook/intake.py, the one ledger call and the JSON answers
-and counted rejections a Flask view gave, without Flask's request context, routing and
-``Request`` object, which took about a fifth of the web process's CPU a delivery
-(docs/BENCHMARKS.md, "Ours against the peer"). Everything else goes to Flask: other paths,
-other methods of this path (receiver.py answers them), and a Host header Werkzeug's routing
+One WSGI call with the checks of webhook/intake.py, the one ledger call, the JSON answers
+and the counted rejections, without Flask's request context, routing and ``Request``
+object, which cost about a fifth of the web process's CPU a delivery (docs/PERFORMANCE.md,
+"The Stripe endpoint ahead of Flask"). Everything else goes to Flask: other paths, other
+methods of this path (receiver.py answers them), and a Host header Werkzeug's routing
 refuses (checked here by the same call Flask makes). An exception nothing here expects is
-answered by Flask's own handling, as it was in a view. No fulfilment happens here.
+answered by Flask's own error handling. No fulfilment happens here.
 """
 
 import logging

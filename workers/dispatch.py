@@ -208,7 +208,7 @@ class BatchWorker(InFlightWorker):
     def show_state(self) -> None:
         """Busy or idle, as the count of jobs in flight is when written: called on each turn
         between none and one, one writer at a time, so an ending job's idle never lands after
-        the next job's busy (which left the worker shown idle while that job ran)."""
+        the next job's busy (the worker would be shown idle while that job runs)."""
         with self.state_lock:
             with self.lock:
                 busy = self.in_flight > 0
