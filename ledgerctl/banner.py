@@ -187,7 +187,7 @@ def ready_line(env: Mapping[str, str]) -> str:
     url = base_url(env)
     return (
         f"ready: endpoint {url}/webhooks/stripe  dashboard {url}/ops/  "
-        f"metrics {url}/metrics  (Ctrl-C stops everything)"
+        f"metrics {url}/metrics (bearer: the ops token)  (Ctrl-C stops everything)"
     )
 
 
