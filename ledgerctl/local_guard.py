@@ -21,6 +21,9 @@ from ledger.ports import port_in_use
 OWNER_FILE = "run.pid"
 """In a held folder: the pid of the launcher holding it (for the refusal's message)."""
 
+REDIS = "redis-server\n"
+"""A redis-server's name in /proc (``comm``)."""
+
 _held: list[int] = []
 """Descriptors of the folders this process holds (closed when it exits)."""
 
@@ -74,15 +77,15 @@ def free(folder: Path) -> str | None:
 
 
 def started_by_hand(folder: Path) -> str | None:
-    """Why ``folder`` is in use by a process no scripts/run.sh started (the Procfile's
+    """Why ``folder`` is in use by a redis-server no scripts/run.sh started (the Procfile's
     ``redis`` line run by hand: a redis-server works in its ``--dir``), or None. The lock
     cannot see it, and a second Redis there would write into its append-only file."""
     target = str(folder.resolve())
     found = []
     for cwd in Path("/proc").glob("[0-9]*/cwd"):
-        try:
-            if os.readlink(cwd) == target:
-                found.append(f"{cwd.parent.name} ({(cwd.parent / 'comm').read_text().strip()})")
+        try:  # a shell that is only cd'd there is no Redis: not counted
+            if os.readlink(cwd) == target and (cwd.parent / "comm").read_text() == REDIS:
+                found.append(f"{cwd.parent.name} (redis-server)")
         except OSError:
             continue  # gone, or another user's
     if not found:

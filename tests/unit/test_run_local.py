@@ -11,7 +11,7 @@ import pytest
 
 from ledgerctl import local_guard
 from ledgerctl.run_local import local_env, processes
-from tests.support.processes import ROOT
+from tests.support.processes import ROOT, RedisServer
 
 DEV = {"DEV_WEBHOOK_SECRET": "whsec_local_0123456789abcdef", "DEV_OPS_TOKEN": "token"}
 SERVICE = ("web", "worker", "sweeper")
@@ -67,24 +67,26 @@ def test_only_a_descendant_of_the_launcher_is_its_own_server() -> None:
         child.wait()
 
 
-def test_a_folder_a_process_works_in_is_refused_though_no_launcher_holds_it(
+def test_a_folder_a_redis_server_works_in_is_refused_though_no_launcher_holds_it(
     tmp_path: Path,
 ) -> None:
     """The Procfile's `redis` line run by hand holds no lock: a second scripts/run.sh on
     other ports started its own Redis on the same folder, which wrote into the first one's
-    append-only file (ops review). A process working in the folder (as redis-server works
-    in its --dir) refuses it, naming that process."""
+    append-only file (ops review). A redis-server working in the folder (its --dir) refuses
+    it, naming that process; a shell only cd'd there does not."""
     folder = tmp_path / "redis"
-    folder.mkdir()
-    started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=folder)
+    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=tmp_path)
+    server = RedisServer(folder).start()
     try:
         said = local_guard.hold(folder)
-        assert said is not None and f"in use by {started.pid} (python" in said
+        assert said is not None and f"in use by {server.pid} (redis-server)" in said
         assert said.endswith("not started by scripts/run.sh; stop it or use another checkout")
         assert local_guard.free(folder) == said
+        assert local_guard.started_by_hand(tmp_path) is None  # only a process cd'd there
     finally:
-        started.kill()
-        started.wait()
+        server.stop()
+        shell.kill()
+        shell.wait()
     held = len(local_guard._held)
     assert local_guard.hold(folder) is None and len(local_guard._held) == held + 1
     os.close(local_guard._held.pop())
