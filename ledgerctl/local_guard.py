@@ -77,14 +77,17 @@ def free(folder: Path) -> str | None:
 
 
 def started_by_hand(folder: Path) -> str | None:
-    """Why ``folder`` is in use by a redis-server no scripts/run.sh started (the Procfile's
-    ``redis`` line run by hand: a redis-server works in its ``--dir``), or None. The lock
+    """Why ``folder`` (or a folder in it: --ha's nodes) is in use by a redis-server no
+    scripts/run.sh started (the Procfile's ``redis`` line run by hand: a redis-server works
+    in its ``--dir``), or None. The lock
     cannot see it, and a second Redis there would write into its append-only file."""
     target = str(folder.resolve())
     found = []
     for cwd in Path("/proc").glob("[0-9]*/cwd"):
         try:  # a shell that is only cd'd there is no Redis: not counted
-            if os.readlink(cwd) == target and (cwd.parent / "comm").read_text() == REDIS:
+            where = os.readlink(cwd)
+            inside = where == target or where.startswith(target + "/")  # --ha: redis-N
+            if inside and (cwd.parent / "comm").read_text() == REDIS:
                 found.append(f"{cwd.parent.name} (redis-server)")
         except OSError:
             continue  # gone, or another user's

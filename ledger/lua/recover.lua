@@ -37,12 +37,32 @@ local function forget_job(job, status)
   if job and status == 'queued' then redis.call('DEL', RQ_JOB_PREFIX .. job) end
 end
 
+-- When RQ says a job was enqueued (its enqueued_at, 2026-12-06T21:40:24.123456Z), as a
+-- number that orders like the time (seconds; a month counted as 31 days), or nil.
+local function enqueued_s(job)
+  local at = job and redis.call('HGET', RQ_JOB_PREFIX .. job, 'enqueued_at')
+  local y, mo, d, h, mi, sec = string.match(at or '', '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)')
+  if not y then return nil end
+  return ((((tonumber(y) * 12 + tonumber(mo)) * 31 + tonumber(d)) * 24 + tonumber(h)) * 60
+    + tonumber(mi)) * 60 + tonumber(sec)
+end
+
+-- Whether a job RQ says is queued is still in the queue. LPOS scans it, one job at a time,
+-- so past QUEUE_SCAN_CAP jobs (a backlog being worked) the queue's order answers: it is
+-- first in, first out, so a job enqueued well before the one at its head (by more than the
+-- grace: the web processes' clocks stamp them) was taken already. Otherwise, or unknown,
+-- it is taken to be there: found lost once the queue has moved on.
+local function in_queue(job)
+  if redis.call('LLEN', KEY.queue) <= QUEUE_SCAN_CAP then
+    return redis.call('LPOS', KEY.queue, job) ~= false
+  end
+  local first, mine = enqueued_s(redis.call('LINDEX', KEY.queue, 0)), enqueued_s(job)
+  return not (first and mine and first - mine > grace_ms / 1000)
+end
+
 if state == 'queued' then
   local job, status = job_of()
-  -- Still in the queue. LPOS scans it, so a queue longer than QUEUE_SCAN_CAP (a backlog
-  -- being worked) is taken to hold it: a lost job is found once the queue is shorter.
-  if status == 'queued' and (redis.call('LLEN', KEY.queue) > QUEUE_SCAN_CAP
-      or redis.call('LPOS', KEY.queue, job)) then
+  if status == 'queued' and in_queue(job) then
     return again(now + grace_ms, 'waiting')
   end
   if status == 'started' and redis.call('HGET', pay, 'sweep_seen') ~= job then

@@ -2,7 +2,10 @@
 died is found lost and enqueued again, and its hash (RQ gives a queued job no expiry) is
 deleted, as is the hash of a job whose attempt's lease expired; a queue longer than
 QUEUE_SCAN_CAP is not scanned (LPOS, one job at a time in Redis's main thread, a
-cost that grows with the queue), so a lost job there waits until the backlog is shorter."""
+cost that grows with the queue): its order tells a lost job, else it waits until the
+backlog is shorter."""
+
+from datetime import datetime, timedelta
 
 from redis import Redis
 
@@ -41,6 +44,25 @@ def test_a_queue_longer_than_the_scan_cap_is_taken_to_hold_the_job(
     assert attempts.recover(pk) == "waiting" and job_of(redis, pk) == lost
     redis.ltrim(QUEUE, 0, limits.QUEUE_SCAN_CAP - 1)  # the backlog is worked down
     assert attempts.recover(pk) == "requeued" and job_of(redis, pk) != lost
+
+
+def test_a_long_queue_whose_head_came_well_after_the_job_has_not_got_it(
+    redis: Redis, redis_server, rng
+) -> None:
+    """First in, first out: a job enqueued more than the grace before the queue's head was
+    taken already. A head within the grace (the web processes' clocks stamp jobs) is not
+    proof: taken to hold it."""
+    attempts, pk = queued_payment(redis_server, rng)
+    lost = job_of(redis, pk)
+    redis.lrem(QUEUE, 0, lost)
+    mine = datetime.fromisoformat(text(redis.hget(keys.RQ_JOB_PREFIX + lost, "enqueued_at")))
+    head, grace = "head-job", attempts.settings.QUEUED_GRACE_SECONDS
+    redis.rpush(QUEUE, head, *[f"other-{n}" for n in range(limits.QUEUE_SCAN_CAP)])
+    for later, verdict in ((grace - 1, "waiting"), (grace + 2, "requeued")):
+        stamp = (mine + timedelta(seconds=later)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        redis.hset(keys.RQ_JOB_PREFIX + head, "enqueued_at", stamp)
+        assert attempts.recover(pk) == verdict
+    assert job_of(redis, pk) != lost and not redis.exists(keys.RQ_JOB_PREFIX + lost)
 
 
 def test_a_job_in_the_queue_is_left_waiting(redis: Redis, redis_server, rng) -> None:

@@ -73,16 +73,20 @@ def test_a_folder_a_redis_server_works_in_is_refused_though_no_launcher_holds_it
     """The Procfile's `redis` line run by hand holds no lock: a second scripts/run.sh on
     other ports started its own Redis on the same folder, which wrote into the first one's
     append-only file (ops review). A redis-server working in the folder (its --dir) refuses
-    it, naming that process; a shell only cd'd there does not."""
-    folder = tmp_path / "redis"
-    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=tmp_path)
+    it, naming that process, and so does a folder holding it; a shell only cd'd there does
+    not."""
+    folder, shell_only = tmp_path / "redis", tmp_path / "other"
+    shell_only.mkdir()
+    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=shell_only)
     server = RedisServer(folder).start()
     try:
         said = local_guard.hold(folder)
         assert said is not None and f"in use by {server.pid} (redis-server)" in said
         assert said.endswith("not started by scripts/run.sh; stop it or use another checkout")
         assert local_guard.free(folder) == said
-        assert local_guard.started_by_hand(tmp_path) is None  # only a process cd'd there
+        # a folder holding it (--ha's var/ha holds var/ha/redis-N) is refused the same way
+        assert local_guard.started_by_hand(tmp_path) == said.replace(str(folder), str(tmp_path))
+        assert local_guard.started_by_hand(shell_only) is None  # a process only cd'd there
     finally:
         server.stop()
         shell.kill()
