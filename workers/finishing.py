@@ -15,6 +15,8 @@ from ledger.redact import redact
 from ledger.replication import NotReplicated, cannot_write_now
 
 log = logging.getLogger("workers.jobs")
+LOGGED = 200
+"""The most of an attempt's error its log line carries (the payment shows it all)."""
 FINISH_PAUSE_S = 0.5
 """Between tries to record an outcome while Redis cannot take it."""
 
@@ -56,7 +58,9 @@ def said(
     if outcome == "fulfilled":
         log.info(line)
     else:
-        log.warning("%s: %s", line, redact(detail))
+        # Its first line, cut short: a database's DETAIL lines may quote a row's values.
+        first = redact(detail).partition("\n")[0]
+        log.warning("%s: %s", line, first if len(first) <= LOGGED else first[:LOGGED] + "…")
 
 
 def not_called(
