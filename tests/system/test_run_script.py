@@ -119,6 +119,7 @@ class Running:
     def kill_leftovers(self) -> None:
         for pid in alive([self.proc.pid, *descendants(self.proc.pid)]):
             os.kill(pid, signal.SIGKILL)
+        self.proc.wait(30)  # reaped: a test that failed leaves no process to the next one
 
 
 @pytest.fixture
