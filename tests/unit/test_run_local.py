@@ -77,7 +77,12 @@ def test_a_folder_a_redis_server_works_in_is_refused_though_no_launcher_holds_it
     not."""
     folder, shell_only = tmp_path / "redis", tmp_path / "other"
     shell_only.mkdir()
-    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=shell_only)
+    # lives until its stdin closes (below): no time of its own to outlast the test
+    shell = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        cwd=shell_only,
+        stdin=subprocess.PIPE,
+    )
     server = RedisServer(folder).start()
     try:
         said = local_guard.hold(folder)
@@ -89,8 +94,7 @@ def test_a_folder_a_redis_server_works_in_is_refused_though_no_launcher_holds_it
         assert local_guard.started_by_hand(shell_only) is None  # a process only cd'd there
     finally:
         server.stop()
-        shell.kill()
-        shell.wait()
+        shell.communicate()  # closes its stdin: it ends
     held = len(local_guard._held)
     assert local_guard.hold(folder) is None and len(local_guard._held) == held + 1
     os.close(local_guard._held.pop())
