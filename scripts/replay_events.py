@@ -8,24 +8,18 @@ where the project is installed runs it (a deploy's venv, a container); any other
 re-runs this script with the checkout's .venv (scripts/bootstrap.sh makes it).
 """
 
-import os
 import sys
-from pathlib import Path
 
-VENV = Path(__file__).resolve().parents[1] / ".venv"
+from checkout_venv import VENV, rerun_with_venv
 
 try:
     from ledgerctl.replay.main import main
 except ImportError:
-    python = VENV / "bin" / "python"
-    if Path(sys.prefix).resolve() == VENV.resolve():
-        raise  # the .venv itself lacks it: nothing else to try
-    if not python.exists():
-        sys.exit(
-            f"the project is not installed in {sys.executable} and {python} is missing:"
-            " run scripts/bootstrap.sh first (or install the project)"
-        )
-    os.execv(python, [str(python), __file__, *sys.argv[1:]])
+    rerun_with_venv(
+        __file__,
+        f"the project is not installed in {sys.executable} and {VENV}/bin/python is missing:"
+        " run scripts/bootstrap.sh first (or install the project)",
+    )
 
 if __name__ == "__main__":
     main()

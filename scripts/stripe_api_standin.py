@@ -12,25 +12,20 @@ with it from any other python3, as scripts/replay_events.py is). Never a real St
 """
 
 import argparse
-import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from checkout_venv import VENV, rerun_with_venv
+
 ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / ".venv"
 sys.path.insert(0, str(ROOT))  # tests.support of this checkout
 
 try:
     from tests.support.stripe_api import API_KEY, EventsApi
 except ImportError:
-    python = VENV / "bin" / "python"
-    if Path(sys.prefix).resolve() == VENV.resolve():
-        raise  # the .venv itself lacks it: nothing else to try
-    if not python.exists():
-        sys.exit(f"{python} is missing: run scripts/bootstrap.sh first")
-    os.execv(python, [str(python), __file__, *sys.argv[1:]])
+    rerun_with_venv(__file__, f"{VENV}/bin/python is missing: run scripts/bootstrap.sh first")
 
 DEFAULT_PORT = 12111
 
