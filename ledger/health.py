@@ -38,6 +38,11 @@ class Health:
     """What the last sweeper pass ran reconcile every (0: off); None: no pass recorded."""
     clock_steps: int
     """Forward steps of Redis's clock the looping sweepers saw (docs/DEPLOYMENT.md, Clocks)."""
+    rejected_by_reason: dict[str, int]
+    run_id: str
+    """The answering Redis server's ``run_id`` ('' where INFO is not allowed): another one
+    after a restart or a failover, when the rejection counts kept in memory only
+    (lua/record_rejection.lua) may have stepped back."""
 
 
 def oldest_waiting(redis: Redis, at: datetime) -> dict[str, float]:
@@ -70,7 +75,8 @@ def health(redis: Redis, at: datetime) -> Health:
     _ask_oldest(pipe)
     pipe.info("replication")
     pipe.info("memory")
-    *found, replication, memory = pipe.execute(raise_on_error=False)
+    pipe.info("server")
+    *found, replication, memory, server = pipe.execute(raise_on_error=False)
     for answer in found:
         if isinstance(answer, Exception):
             raise answer
@@ -87,6 +93,12 @@ def health(redis: Redis, at: datetime) -> Health:
             count(sweeper["reconcile_ms"]) / 1000 if "reconcile_ms" in sweeper else None
         ),
         clock_steps=count(sweeper.get("clock_steps")),
+        rejected_by_reason={
+            n.removeprefix("rejected:"): count(v)
+            for n, v in stats.items()
+            if n.startswith("rejected:")
+        },
+        run_id=server.get("run_id", "") if isinstance(server, dict) else "",
     )
 
 

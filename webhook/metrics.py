@@ -26,7 +26,6 @@ from webhook.http import require_ops, require_token
 from webhook.metrics_alerting import UNAVAILABLE_RESPONSES, Family, gauge, watched
 from webhook.metrics_reversal import reversal_families
 from webhook.store import current_settings, get_redis
-from webhook.verify import SIGNATURE_REASONS
 
 bp = Blueprint("metrics", __name__)
 REQUEST_LATENCY = Histogram(
@@ -61,12 +60,6 @@ class LedgerCollector(Collector):
         for event_type, n in sorted(s.deliveries_by_type.items()):
             deliveries.add_metric([event_type], n)
         yield deliveries
-        rejected = CounterMetricFamily(
-            "webhook_rejections", "Rejected requests, by reason.", labels=["reason"]
-        )
-        for reason, n in sorted(({r: 0 for r in SIGNATURE_REASONS} | s.rejected_by_reason).items()):
-            rejected.add_metric([reason], n)
-        yield rejected
         yield CounterMetricFamily("webhook_events", "Distinct events recorded.", value=s.events)
         yield CounterMetricFamily(
             "webhook_duplicates", "Deliveries of an event already recorded.", value=s.duplicates

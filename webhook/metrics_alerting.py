@@ -21,6 +21,7 @@ from ledger import health
 from ledger.read import stats
 from ledger.replication import NotReplicated
 from ledger.settings import Settings
+from webhook.verify import SIGNATURE_REASONS
 
 Family = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 Labelled = TypeVar("Labelled", CounterMetricFamily, GaugeMetricFamily)
@@ -68,6 +69,16 @@ def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
     at = stats.now(redis)
     h = health.health(redis, at)
     w = stats.workers(redis, settings.QUEUE_NAME, at)
+    rejected = CounterMetricFamily(
+        "webhook_rejections",
+        "Rejected requests, by reason. Counted in memory only between two sweeper passes, so"
+        " a restart or failover of Redis may step them back: each Redis server's counts are"
+        " a series of their own (ledger_run, its run_id), never read as a counter reset.",
+        labels=["reason", "ledger_run"],
+    )
+    for reason, n in sorted(({r: 0 for r in SIGNATURE_REASONS} | h.rejected_by_reason).items()):
+        rejected.add_metric([reason, h.run_id[:12]], n)
+    yield rejected
     yield _by_label(
         GaugeMetricFamily(
             "webhook_payments_oldest_age_seconds",

@@ -126,3 +126,4 @@ def test_health_without_info_and_in_one_round_trip(tmp_path: Any) -> None:
     )
     assert found.oldest_age_s["retrying"] == 60.0 and found.oldest_age_s["queued"] == 0.0
     assert found.attempt_outcomes["fulfilled"] == 0 and sent == [1]
+    assert found.run_id == ""  # rejections then one series: a step back reads as a reset
