@@ -1,5 +1,7 @@
 """Credentials out of text before it is stored, logged or shown: the userinfo of a URL, every
-query value, Authorization header values and conninfo passwords become ``***``.
+query value, Authorization header values, credentials after ``Basic``/``Bearer``, Stripe
+keys and secrets (their kind kept), urllib3's quoted paths and conninfo passwords become
+``***``.
 
 Applied to error strings (a requests exception embeds the URL it called, query included);
 a configured URL (REDIS_URL, STRIPE_API_BASE, a database action) is shown by
@@ -11,6 +13,7 @@ can tell from a plain path.
 Over-masking is fine; leaking is not.
 """
 
+import base64
 import re
 from urllib.parse import unquote, urlsplit
 
@@ -30,14 +33,24 @@ _AUTHORIZATION = re.compile(
 )
 # libpq's key=value conninfo, which psycopg's errors may quote: password=x, password='x y'
 _CONNINFO_PASSWORD = re.compile(r"(?P<name>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)", re.I)
+# A Stripe secret quoted in a message (Stripe's own errors quote the key, masked or whole):
+# its kind kept, as mask_secret shows it.
+_STRIPE_SECRET = re.compile(r"\b(?P<kind>(?:whsec|sk|rk)_(?:test_|live_)?)[A-Za-z0-9*]{4,}")
+# Credentials after their scheme, wherever a downstream echoes its request's headers.
+_CREDENTIALS = re.compile(r"\b(?P<scheme>Basic|Bearer|Token) +[A-Za-z0-9+/=._~-]{4,}", re.I)
+# urllib3's "Max retries exceeded with url: /services/T0/B0/XXXX": a capability URL's
+# secret is in its path, which no pattern can tell from a plain one.
+_URLLIB3_PATH = re.compile(r"(?P<name>\burl: )/\S*")
 
 
 def redact(text: str) -> str:
-    """``text`` with URL userinfo, query values, Authorization values and conninfo
-    passwords masked."""
+    """``text`` with the credentials the module's docstring lists masked."""
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     text = _QUERY.sub(_mask_query, text)
     text = _CONNINFO_PASSWORD.sub(lambda m: f"{m['name']}{MASK}", text)
+    text = _STRIPE_SECRET.sub(lambda m: f"{m['kind']}{MASK}", text)
+    text = _CREDENTIALS.sub(lambda m: f"{m['scheme']} {MASK}", text)
+    text = _URLLIB3_PATH.sub(lambda m: f"{m['name']}/{MASK}", text)
     return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
 
 
@@ -79,8 +92,9 @@ def url_passwords(url: str) -> list[str]:
     return sorted({p for p in found if p}, key=len, reverse=True)
 
 
-# whsec_, sk_test_, rk_live_, pk_test_...: what kind of secret it is, nothing of the secret.
-_KEY_PREFIX = re.compile(r"[a-z]{2,5}_(?:test_|live_)?")
+# whsec_, sk_test_, rk_live_, pk_test_...: what kind of Stripe secret it is, nothing of the
+# secret; any other prefix (an ops token's "abc_") is the secret's own start.
+_KEY_PREFIX = re.compile(r"(?:whsec|sk|rk|pk)_(?:test_|live_)?")
 
 
 def mask_secret(value: str) -> str:
@@ -107,6 +121,33 @@ def _mask_field(field: str) -> str:
         return field
     name, equals, _ = field.partition("=")
     return f"{name}={MASK}" if equals else MASK
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of ``url`` may be a secret, as written and decoded, the longest first: its
+    userinfo (and its Basic credentials), its path with any ``;params``, each query value.
+    For text a downstream sends back, which may quote the request it was sent."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    userinfo = parts.netloc.rpartition("@")[0]
+    found = [userinfo, *userinfo.split(":", 1)] if userinfo else []
+    if userinfo:
+        found.append(base64.b64encode(unquote(userinfo).encode()).decode())
+    if parts.path.strip("/"):
+        found.append(parts.path)
+    for field in _QUERY_FIELD.split(parts.query):
+        found.append(field.partition("=")[2] or field)
+    found += [unquote(part) for part in found]
+    return sorted({p for p in found if len(p) >= 4}, key=len, reverse=True)
+
+
+def without(text: str, secrets: list[str]) -> str:
+    """``text`` with each of ``secrets`` (the longest first) masked, then :func:`redact`."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return redact(text)
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

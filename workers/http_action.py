@@ -16,7 +16,7 @@ import requests
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from ledger.purchase import Purchase
-from ledger.redact import origin
+from ledger.redact import origin, url_secrets, without
 from workers.exceptions import (
     AmbiguousDownstreamError,
     PermanentDownstreamError,
@@ -33,13 +33,15 @@ class HttpAction:
     so only this URL's own answer can fulfil a payment. Its errors name the downstream by
     its origin only (scheme, host, port), with the error's class, the OS's reason and the
     status: never the URL's path, ``;params`` or query, where a capability URL keeps its
-    secret, nor the answer's body, which may quote them."""
+    secret, nor an error answer's body, which may quote them. A 2xx's body is kept in the
+    receipt, its first 200 characters, with the URL's parts and any credentials masked."""
 
     def __init__(
         self, url: str, timeout: float, replay_safe: bool, setting: str = "FULFILMENT_ACTION"
     ) -> None:
         self.url = url
         self.origin = origin(url)
+        self.quoted = url_secrets(url)  # masked wherever the answer quotes them
         self.timeout = timeout
         self.replay_safe = replay_safe
         self.setting = setting  # the one that names it: FULFILMENT_ACTION, REVERSAL_ACTION
@@ -67,7 +69,8 @@ class HttpAction:
         applied), else the error its status means."""
         status = answer.status_code
         if 200 <= status < 300:
-            return {"status": status, "body": answer.text[:200]}
+            # Masked before it is cut: a secret across the cut would leave its start.
+            return {"status": status, "body": without(answer.text[:4096], self.quoted)[:200]}
         refused = f"http {status} from {self.origin}"
         if 300 <= status < 400:  # it reached a server that may have acted on it
             raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))

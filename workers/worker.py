@@ -85,6 +85,8 @@ def pause() -> None:
 def main(queues: tuple[str, ...], burst: bool) -> None:
     """Work the fulfilment queue (QUEUE_NAME, or QUEUES) until stopped."""
     logging.basicConfig(level=logging.INFO)
+    # stripe-python logs each request, and Stripe's error text quoting the key, at INFO.
+    logging.getLogger("stripe").setLevel(logging.WARNING)
     s = settings_or_exit()  # once, here: a wrong setting is not worth a restart
     sys.exit(supervise("fulfilment-worker", lambda: work(s, queues or (s.QUEUE_NAME,), burst)))
 

@@ -4,8 +4,11 @@ secret shown), ``on`` kept on the record of an attempt that may apply the effect
 test_reversal_moved.py relies on these). The real job in this process and a real
 redis-server."""
 
+import base64
 import random
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
@@ -13,6 +16,7 @@ import pytest
 from redis import Redis
 
 from ledger import keys
+from ledger.purchase import purchase_of
 from ledger.stored import text
 from ledgerctl import samples
 from tests.support.inprocess import Fulfilment
@@ -95,3 +99,39 @@ def test_held_is_a_reversals_outcome_alone(
     with pytest.raises(Exception, match="held is a reversal"):
         f.attempts.finish(pk, start.token, "held", "not called", 0.0)
     assert field(redis, pk, "state") == "in_progress"
+
+
+class Echo(BaseHTTPRequestHandler):
+    """A downstream that answers 200 with what it was sent: its path and Authorization."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        said = f"applied {self.path} auth={self.headers['Authorization']} ".encode() * 10
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(said)))
+        self.end_headers()
+        self.wfile.write(said)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_receipt_keeps_no_secret_of_the_url_the_answer_quotes() -> None:
+    """A 2xx's body is kept in the receipt (the API, dashboard, CLI and bundle show it): a
+    downstream quoting its request must not put the URL's path, query or userinfo there."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        url = f"http://dsuser:pw-S3cr3t@127.0.0.1:{port}/hook/CAPTOK123/x;p=PARAM9?key=QRYTOK456"
+        receipt = HttpAction(url, 5.0, False)(
+            purchase_of("pi_1", 1, {"amount": "100", "currency": "usd", "events": "evt_1"})
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    body = receipt["body"]
+    assert receipt["status"] == 200 and body.startswith("applied ***") and len(body) == 200
+    basic = base64.b64encode(b"dsuser:pw-S3cr3t").decode()
+    for secret in ("CAPTOK123", "PARAM9", "QRYTOK456", "pw-S3cr3t", basic, basic[:12]):
+        assert secret not in body

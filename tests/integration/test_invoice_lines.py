@@ -19,7 +19,7 @@ from tests.support.inprocess import Fulfilment
 from tests.support.processes import wait_until
 from tests.support.purchases import invoice_lines, purchase_validator
 from tests.support.refunds import refund_events
-from tests.support.stripe_api import API_KEY, EventsApi
+from tests.support.stripe_api import API_KEY, EventsApi, stripe_shown
 
 CARRIED = 10
 """Lines the invoice's event carries of the stand-in's ``LINES`` (Stripe embeds a first page)."""
@@ -102,6 +102,7 @@ def test_a_key_stripe_refuses_fails_the_payment_without_a_call(
     assert not downstream.calls
     error = (redis.hget(keys.payment(pk), "last_error") or b"").decode()
     assert "Stripe's API refused STRIPE_API_KEY (403)" in error, error
+    assert stripe_shown(API_KEY) not in error and "key 'rk_test_***'" in error  # kind only
     s = settings.load({}, STRIPE_API_KEY=API_KEY, STRIPE_API_BASE=stripe_api.url)
     refused = key_refused(s, False, False, True)  # as a worker checks it when it starts
     assert refused == "Stripe's API refused it (403) for reading Invoices"

@@ -129,8 +129,10 @@ class EventsApi:
     def refused(self, path: str) -> tuple[int, dict[str, Any]] | None:
         """Counted; 403 when ``forbidden``, the ``failing`` status while it lasts."""
         self.checkout_requests[path] += 1
-        if self.forbidden:
-            return 403, {"error": {"type": "invalid_request_error", "message": "not permitted"}}
+        if self.forbidden:  # worded as Stripe's, which quotes the key in part
+            shown = stripe_shown(self.key)
+            said = f"The provided key '{shown}' does not have the required permissions"
+            return 403, {"error": {"type": "invalid_request_error", "message": said}}
         if self.failing and not self.fails_until:
             self.fails_until = time.monotonic() + self.failing[1]
         if self.failing and time.monotonic() < self.fails_until:
@@ -220,7 +222,9 @@ class EventsApi:
                 if api.redirect_to:
                     return self.answer(302, {}, api.redirect_to + self.path)
                 if self.headers.get("Authorization") != f"Bearer {api.key}":
-                    error = {"type": "invalid_request_error", "message": "Invalid API Key provided"}
+                    given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    said = f"Invalid API Key provided: {stripe_shown(given)}"
+                    error = {"type": "invalid_request_error", "message": said}
                     return self.answer(401, {"error": error})
                 stripe_objects = ("/v1/checkout/sessions", "/v1/payment_intents", "/v1/invoices")
                 if url.path.startswith(stripe_objects) and (refused := api.refused(url.path)):
@@ -294,3 +298,9 @@ def stripe_api() -> Iterator[EventsApi]:
     api = EventsApi().start()
     yield api
     api.stop()
+
+
+def stripe_shown(key: str) -> str:
+    """A key as Stripe's errors quote it: its kind, stars, its last four characters."""
+    kind = key[: key.find("_", 3) + 1] if key.startswith(("sk_", "rk_")) else ""
+    return kind + "*" * max(0, len(key) - len(kind) - 4) + key[-4:]

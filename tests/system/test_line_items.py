@@ -17,7 +17,7 @@ from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, state_of
 from tests.support.processes import wait_until
 from tests.support.purchases import checkout_purchase, line_items, purchase_validator
-from tests.support.stripe_api import API_KEY, EventsApi
+from tests.support.stripe_api import API_KEY, EventsApi, stripe_shown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,6 +113,7 @@ def test_a_key_stripe_refuses_fails_the_payment_without_a_call(
     assert not downstream.calls
     error = redis.hget(keys.payment(pk), "last_error").decode()
     assert "Stripe's API refused STRIPE_API_KEY (403)" in error, error
+    assert stripe_shown(API_KEY) not in error and "key 'rk_test_***'" in error  # kind only
 
 
 @pytest.mark.parametrize("reads", ["Checkout Sessions", "PaymentIntents", "Invoices"])

@@ -21,7 +21,7 @@ CAPABILITY = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?api_key=SECRET
             "HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: "
             "/fulfil?api_key=SECRET123&x=1 (Caused by NewConnectionError(...))",
             "HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: "
-            "/fulfil?api_key=***&x=*** (Caused by NewConnectionError(...))",
+            "/*** (Caused by NewConnectionError(...))",
         ),
         ("http://user:PASSWORD456@h:80/f?k=SECRET123", "http://***@h:80/f?k=***"),
         ("redis://:p@ss@127.0.0.1:6389/0", "redis://***@127.0.0.1:6389/0"),
@@ -216,3 +216,31 @@ def test_a_url_whose_password_urllib_reads_as_the_port_is_refused_in_our_words(
     assert line.startswith(f"invalid setting {name}='{shown}': the port is not a number")
     assert "a password with / # ? must be percent-encoded" in line
     assert not any(part in line for part in ("s3c", "Xk3d9", "Qz+Wm2", "PASSWORD456"))
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        (  # Stripe's 401, which quotes the key's last characters
+            "Invalid API Key provided: sk_test_****************3Hq5",
+            "Invalid API Key provided: sk_test_***",
+        ),
+        ("Invalid API Key provided: rk_live_51Abc9xYz", "Invalid API Key provided: rk_live_***"),
+        ("signed with whsec_0123abcd", "signed with whsec_***"),
+        ("auth=Basic ZHN1c2VyOnB3ZA== next", "auth=Basic *** next"),
+        ("got bearer eyJhbGciOi.x-y_z~", "got bearer ***"),
+        (
+            "Max retries exceeded with url: /services/T0/B0/XXXX (Caused by NewConnectionError)",
+            "Max retries exceeded with url: /*** (Caused by NewConnectionError)",
+        ),
+        ("disk_full at sk_x", "disk_full at sk_x"),  # no key: too short to be one
+    ],
+)
+def test_redact_masks_keys_credentials_and_urllib3_paths(said: str, shown: str) -> None:
+    assert redact(said) == shown
+
+
+def test_mask_secret_names_only_stripe_kinds() -> None:
+    """An ops token that happens to start with letters and ``_`` is not shown in part."""
+    assert mask_secret("abc_t0ken-s3cret") == "***"
+    assert mask_secret("pk_live_abc") == "pk_live_***"
