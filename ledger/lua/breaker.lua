@@ -2,12 +2,13 @@
 -- kind: up (it answered: success or this payment's own refusal) | down (refused or reset
 -- before sending, DNS, connect timeout, 502/503/504, 429) | none (no call after all).
 -- The breaker opens on evidence that the downstream as a whole is down, never on one
--- payment's word: since the last up answer, BREAKER_WITNESSES holds each payment refused
--- (once, however often: the same payment refused again says nothing new) and each request
--- that never left (each time: no payment can refuse a connection). `failures` counts them;
--- the breaker opens once it reaches BREAKER_THRESHOLD (0: never) and a witness other than
--- this payment's own answers corroborates it (another payment refused, or a request that
--- never left) since the last failed probe. It stays open a cool-down or the Retry-After,
+-- customer's word: since the last up answer, BREAKER_WITNESSES holds each customer refused
+-- (the payment's p_customer; a payment of none stands for itself), once however often (the
+-- same customer refused again says nothing new: a per-customer quota answers 429 to all its
+-- payments), and each request that never left (each time: no customer can refuse a
+-- connection). `failures` counts them; the breaker opens once it reaches BREAKER_THRESHOLD
+-- (0: never) and a witness other than this customer's answers corroborates it (another
+-- customer refused, or a request that never left) since the last failed probe. It stays open a cool-down or the Retry-After,
 -- whichever is longer; a corroborated failed probe re-opens it, a probe that nothing else
 -- corroborates closes it (the refusal is that payment's own); any up answer closes it and
 -- clears the witnesses. The attempt is refunded (budget_base + 1: it does not count
@@ -55,14 +56,16 @@ end
 local live = redis.call('HGET', pay, 'token') == ARG.token
   and redis.call('HGET', pay, 'state') == 'in_progress'
 local unsent = ARG.sent == '0'
-local witness = unsent and ('unsent:' .. pk .. ':' .. ARG.token) or pk
+local customer = redis.call('HGET', pay, 'p_customer')
+local party = (customer and customer ~= '') and ('cus:' .. customer) or pk
+local witness = unsent and ('unsent:' .. pk .. ':' .. ARG.token) or party
 local since = tonumber(redis.call('HGET', BREAKER, 'probe_failed_at') or '0')
 -- Another witness than this payment's answers, since the last failed probe.
 local function corroborated()
   if unsent then return true end
   local found = redis.call('ZRANGEBYSCORE', BREAKER_WITNESSES, since, '+inf', 'LIMIT', 0, 2)
-  for _, other in ipairs(found) do  -- this payment's answers are one witness at most
-    if other ~= pk then return true end
+  for _, other in ipairs(found) do  -- this customer's answers are one witness at most
+    if other ~= party then return true end
   end
   return false
 end
@@ -84,7 +87,7 @@ if threshold > 0 and evidence and (state == 'open' or failures >= threshold) the
   local open_until = tonumber(redis.call('HGET', BREAKER, 'open_until') or '0')
   redis.call('HSET', BREAKER, 'open_until', math.max(open_until, hold_until))
 elseif probed and state == 'open' then
-  close()  -- only this payment's own refusals: the downstream answers
+  close()  -- only this customer's own refusals: the downstream answers
   redis.call('ZADD', BREAKER_WITNESSES, now, witness)
   redis.call('HSET', BREAKER, 'failures', 1)
 end

@@ -145,6 +145,7 @@ class Protocol(RuleBasedStateMachine):
         per_refund=st.booleans(),
         dispute_won=st.sampled_from(("hold", "fulfil")),
         settles=st.booleans(),
+        one_customer=st.booleans(),
     )
     def setup(
         self,
@@ -157,6 +158,7 @@ class Protocol(RuleBasedStateMachine):
         per_refund: bool = False,
         dispute_won: str = "hold",
         settles: bool = False,
+        one_customer: bool = False,
     ) -> None:
         self.redis.flushdb()
         self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
@@ -201,7 +203,7 @@ class Protocol(RuleBasedStateMachine):
         self.attempts = Attempts(self.redis, self.settings, clock_key=CLOCK)
         self.gate = Gate(self.redis, self.settings, clock_key=CLOCK)
         self.stripe_wait = Script(self.redis, "stripe_wait", clock_key=CLOCK)
-        self.events, self.purchases = event_pool(random.Random(seed))
+        self.events, self.purchases = event_pool(random.Random(seed), one_customer)
         self.seen: dict[str, bytes] = {}  # event id -> first body delivered
         self.paid: set[str] = set()  # payments a paid event was recorded for
         self.amounts: dict[str, int] = {}  # pk -> the amount its first paid event with one said
@@ -220,7 +222,8 @@ class Protocol(RuleBasedStateMachine):
         self.moves = 0
         self.steps = 0
         self.checks = 0
-        self.witnesses: set[tuple[str, int]] = set()  # down reports since an up one: (pk, token)
+        # down reports since an up one: (who was refused: its customer or itself, token)
+        self.witnesses: set[tuple[str, int]] = set()
         self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
         # Reversals (docs/REVERSAL.md): what Stripe took back, by the events delivered.
         self.refunds: dict[str, dict[str, int]] = {}  # pk -> refund id -> amount (-1 failed)
@@ -995,6 +998,25 @@ class Protocol(RuleBasedStateMachine):
         self.worker_calls(slot, "quota" if w.payment == poison else "ok", True)
         self.worker_finishes(slot)
 
+    @precondition(lambda self: None in self.workers)
+    @rule()
+    def downstream_refuses_one_customer(self) -> None:
+        """A per-customer quota: the downstream answers every payment of one customer (the
+        first it is asked for here; its payment alone when it has none) 429 with
+        Retry-After, and the others as usual; with one customer for both card purchases
+        (``one_customer``) two payments are refused, one witness."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        w = self.workers[slot]
+        if w is None:
+            return
+        quota = self.__dict__.setdefault("quota_party", self.party(w.payment))
+        self.worker_fences(slot)
+        refused = self.party(w.payment) == quota
+        TALLY["customer_quota_refusals" if refused else "customer_quota_others"] += 1
+        self.worker_calls(slot, "quota" if refused else "ok", True)
+        self.worker_finishes(slot)
+
     @rule(slot=st.integers(0, WORKERS - 1))
     def worker_dies(self, slot: int) -> None:
         self.workers[slot] = None  # its state simply vanishes
@@ -1368,14 +1390,16 @@ class Protocol(RuleBasedStateMachine):
             assert set(self.calls) <= self.paid, set(self.calls) - self.paid
 
     @invariant()
-    def the_breaker_opens_only_on_evidence_beyond_one_payment(self) -> None:
+    def the_breaker_opens_only_on_evidence_beyond_one_customer(self) -> None:
         """Open only when the down failures reported since the last up answer are more than
-        one payment's refusals: another payment refused, or a request that never left."""
+        one customer's refusals (a payment of no customer stands for itself): another
+        customer refused, or a request that never left. A per-customer quota refuses every
+        payment of that customer and says nothing of the others."""
         if not hasattr(self, "witnesses") or self.redis.hget(keys.BREAKER, "state") != b"open":
             return
-        refused = {pk for pk, token in self.witnesses if token >= 0}
+        refused = {party for party, token in self.witnesses if token >= 0}
         unsent = any(token < 0 for _, token in self.witnesses)
-        assert unsent or len(refused) >= 2, f"open on one payment's word: {self.witnesses}"
+        assert unsent or len(refused) >= 2, f"open on one customer's word: {self.witnesses}"
 
     @invariant()
     def refunds_keep_one_attempt_record(self) -> None:
@@ -1614,9 +1638,14 @@ class Protocol(RuleBasedStateMachine):
         """What the breaker heard, as workers/gating.py report() tells it: a down failure
         always (unsent: token -1), an up answer only while it counts or for a probe."""
         if health.kind == "down":
-            self.witnesses.add((w.payment, w.token if health.sent else -1))
+            self.witnesses.add((self.party(w.payment), w.token if health.sent else -1))
         elif health.kind == "up" and (w.admission.dirty or w.admission.probe):
             self.witnesses.clear()
+
+    def party(self, pk: str) -> str:
+        """Who a refusal of payment ``pk`` is about: its customer, else the payment itself."""
+        customer = (self.redis.hget(keys.payment(pk), "p_customer") or b"").decode()
+        return f"cus:{customer}" if customer else pk
 
     def possible_duplicate_of_its_purchase(self, pk: str) -> bool:
         """Held as a possible duplicate (no tie yet) of another record of its own purchase:
@@ -1669,7 +1698,7 @@ OTHER_TYPES = (
 
 
 def event_pool(
-    rng: random.Random,
+    rng: random.Random, one_customer: bool = False
 ) -> tuple[list[tuple[dict[str, Any], bytes]], list[frozenset[str]]]:
     """Every paid and non-paid type of the event table, for two payments, each with two
     refunds that together refund it in full (three events each; the second's
@@ -1679,12 +1708,18 @@ def event_pool(
     one paid event under the same id but other bytes (it names another PaymentIntent); and
     two Checkout purchases with an invoice (a guest's and a customer's: invoice.paid without
     its PaymentIntent, tied to it only by the session, in any order) and a basil renewal
-    (tied only by invoice_payment.paid). Also the ids of each purchase."""
+    (tied only by invoice_payment.paid). Also the ids of each purchase. With
+    ``one_customer`` the two payments' sessions name the same customer."""
     pool = []
     purchases = []
+    customers: list[object] = []
     for _ in range(2):
         events = samples.payment_events(rng, checkout=True)
         pi = events[0]["data"]["object"]["id"]
+        session = next(e for e in events if e["type"] == landing.SESSION_EVENT)["data"]["object"]
+        customers.append(session["customer"])
+        if one_customer:
+            session["customer"] = customers[0]
         for shape, event_type in OTHER_TYPES:
             extra = samples.event_of_type(rng, shape)
             extra["type"] = event_type
@@ -2445,4 +2480,32 @@ def test_a_reversal_after_the_action_moved_is_held_never_called(
         m.worker_runs_a_whole_job("ok", True)
     assert m.state(pk) == ("held" if decision == "requeue" else "reversed")
     assert m.reversal_calls[pk] == 0
+    m.teardown()
+
+
+@pytest.mark.parametrize("one_customer", [True, False])
+def test_one_customers_quota_never_opens_the_breaker_for_the_others(
+    protocol_redis: RedisServer, one_customer: bool
+) -> None:
+    """Found by an outside review: a per-customer quota (429 with Retry-After to every payment
+    of one customer) opened the breaker on two of that customer's payments, so every other
+    customer's payment waited out the cool-down, and the probe (one of that customer's again,
+    corroborated by the others) renewed it. One customer's refusals are one witness; two
+    customers' refusals still open it (BREAKER_THRESHOLD 2)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=5, replay_safe=False, one_customer=one_customer)
+    pks = [min(p) for p in m.purchases[:2]]
+    for pk in pks:
+        m.deliver(m.pool_event("payment_intent.succeeded", pk))
+        m.deliver(m.pool_event(landing.SESSION_EVENT, pk))
+    assert len({m.party(pk) for pk in pks}) == (1 if one_customer else 2)
+    m.worker_runs_a_whole_job("quota", True)
+    m.worker_runs_a_whole_job("quota", True)
+    assert {m.state(pk) for pk in pks} == {"retrying"}
+    state = m.redis.hget(keys.BREAKER, "state") or b"closed"
+    assert state == (b"closed" if one_customer else b"open")
+    assert int(m.redis.hget(keys.BREAKER, "failures") or 0) == (1 if one_customer else 2)
+    m.the_breaker_opens_only_on_evidence_beyond_one_customer()
     m.teardown()

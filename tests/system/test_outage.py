@@ -16,6 +16,7 @@ from ledger import keys
 from ledger.read import payments as read_payments
 from ledger.read import stats
 from ledger.stored import decode_hash
+from ledgerctl import samples
 from tests.support.constants import BEARER
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, state_of
@@ -169,3 +170,31 @@ def test_one_payment_refused_with_retry_after_spends_its_own_attempts(stack, red
         calls = sorted(at for at, pk, _ in downstream.answered if pk == poison)
         assert all(b - a >= 1.9 for a, b in pairwise(calls)), calls  # Retry-After: 2
         assert breaker(redis).get("opens", "0") == "0"
+
+
+def test_one_customers_quota_never_stalls_the_other_customers(stack, redis, rng) -> None:
+    """Found by an outside review: the downstream answers every payment of one customer 429
+    `Retry-After: 3600` (its quota); that customer's six payments opened the breaker (six
+    witnesses) and the other customers' payments waited in `retrying` for its cool-down,
+    renewed by the next probe of that customer, for over 13 minutes. One customer is one
+    witness: the others are fulfilled at once and the breaker never opens."""
+    with CountingDownstream() as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url)  # BREAKER_THRESHOLD 5
+        s.start_service(WORKERS)
+        quota = [paid_event(rng)[0] for _ in range(6)]
+        for event in quota:
+            event["data"]["object"]["customer"] = "cus_quota"
+            downstream.quota[payment_key_of(event)] = 3600
+            assert s.send(samples.encode(event)).status_code == 200
+        refused = [payment_key_of(e) for e in quota]
+        wait_until(
+            lambda: {state_of(redis, pk) for pk in refused} == {"retrying"}, 30, what="refused"
+        )
+        assert breaker(redis).get("failures") == "1"  # one customer, one witness
+        others = [paid_event(rng) for _ in range(10)]
+        for _, body in others:
+            assert s.send(body).status_code == 200
+        healthy = [payment_key_of(e) for e, _ in others]
+        wait_until(lambda: all_fulfilled(redis, healthy), 30, what="the others fulfilled")
+    assert {state_of(redis, pk) for pk in refused} == {"retrying"}
+    assert breaker(redis).get("opens", "0") == "0"
