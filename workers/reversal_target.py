@@ -20,9 +20,11 @@ def applied_on(redis: Redis, payment_key: str) -> str | None:
     (workers.actions.downstream_of), from its latest attempt that applied it (a fulfilment,
     a fulfilment again, a settlement that found it), not a reversal's: the ``on`` of its
     record, or, when the record has none, the payment's ``called_on`` if that names one
-    downstream alone (start_attempt.lua leaves a replay-safe attempt's to it). None when no
-    attempt applied it (a person resolved it as fulfilled, or granted it by hand) or neither
-    says (an attempt of an action that is not replay-safe, made before attempts kept ``on``)."""
+    downstream alone (start_attempt.lua leaves a replay-safe attempt's to it). When no
+    attempt applied it: where it was held for after FULFILMENT_ACTION moved (``moved_from``,
+    one downstream alone), which a person then found it applied on. Else None (a person
+    resolved it as fulfilled, or granted it by hand; an attempt of an action that is not
+    replay-safe, made before attempts kept ``on``)."""
     fields = {text(k): v for k, v in redis.hgetall(keys.payment(payment_key)).items()}
     latest, record = 0, None
     for name, raw in fields.items():
@@ -33,8 +35,9 @@ def applied_on(redis: Redis, payment_key: str) -> str | None:
         applied = attempt.get("outcome") == "fulfilled" and attempt.get("leg") != "reverse"
         if applied and token > latest:
             latest, record = token, attempt
-    if record is None:
-        return None
+    if record is None:  # a person found it applied where its calls went before a move
+        moved = text(fields.get("moved_from", b"")).split()
+        return moved[0] if len(moved) == 1 else None
     called_on = text(fields.get("called_on", b"")).split()
     return record.get("on") or (called_on[0] if len(called_on) == 1 else None)
 

@@ -108,5 +108,10 @@ end
 -- fixed: the attempt's start settles a payment taken back, lua/prelude.lua take_back).
 redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
 redis.call('HDEL', pay, 'settle_gave_up')
+-- Held after FULFILMENT_ACTION moved (start_attempt.lua), and a person found nothing where
+-- its calls went: the calls from now on are the new downstream's alone.
+if redis.call('HEXISTS', pay, 'moved_from') == 1 then
+  redis.call('HDEL', pay, 'called_on', 'moved_from')
+end
 requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'operator')
 return reply{verdict = 'ok', state = 'queued'}

@@ -78,6 +78,20 @@ if twin then
   hold_for_twin(pay, twin, now, 'held when an attempt would have started')
   return skip('same_purchase')
 end
+-- FULFILMENT_ACTION moved (docs/ACTIONS.md) after a replay-safe call that may have applied
+-- on the payment's earlier downstream: its key dedupes there, not on this one, so a call
+-- here could be a second effect. A person checks there: resolve as fulfilled if it applied
+-- (`moved_from` says where, for its reversal), retry if not (operator.lua).
+if leg == 'fulfil' and ARG.replay_safe == '1' and ARG.downstream ~= '' then
+  local on = redis.call('HGET', pay, 'called_on') or ''
+  if on ~= '' and not string.find(' ' .. on .. ' ', ' ' .. ARG.downstream .. ' ', 1, true) then
+    hold(pay, now, 'FULFILMENT_ACTION moved: a call to ' .. on .. ' may have applied there;' ..
+      ' resolve it as fulfilled if it did, retry it (here) if not')
+    redis.call('HSET', pay, 'moved_from', on)
+    redis.call('HINCRBY', STATS, 'held', 1)
+    return skip('moved')
+  end
+end
 
 local lease_until = now + lease_ms
 local token = redis.call('HINCRBY', pay, 'token', 1)

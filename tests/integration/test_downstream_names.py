@@ -77,9 +77,15 @@ def test_the_attempt_that_may_apply_the_effect_names_its_downstream(
     assert "on" not in attempt(True, "sqlite:one")  # called_on says it
     assert "on" not in attempt(True, "sqlite:one")
     assert attempt(False, "http:two")["on"] == "http:two"  # no called_on for it
-    assert attempt(True, "sqlite:three")["on"] == "sqlite:three"  # called_on names two
-    assert attempt(True, "sqlite:one", "fulfilled")["on"] == "sqlite:one"
-    assert field(redis, pk, "called_on") == "sqlite:one sqlite:three"
+    # moved: one's calls may have applied there, unknown to three's key: held, not called
+    moved = f.attempts.start(pk, "job-m", True, downstream="sqlite:three")
+    assert (moved.verdict, moved.reason, field(redis, pk, "state")) == ("skip", "moved", "held")
+    assert field(redis, pk, "moved_from") == "sqlite:one"
+    # a person found nothing there: three's calls alone from now on
+    assert f.attempts.record_decision(pk, "retry", ("held",), "person")[0] == "ok"
+    assert field(redis, pk, "called_on") == field(redis, pk, "moved_from") == ""
+    assert "on" not in attempt(True, "sqlite:three", "fulfilled")
+    assert field(redis, pk, "called_on") == "sqlite:three"
     for event in refund_events(rng, pk, amount, amount):
         f.deliver(event)
     start = f.attempts.start(pk, "job-r", True, leg="reverse", downstream="http:four")

@@ -211,6 +211,9 @@ class Protocol(RuleBasedStateMachine):
         self.workers: list[Worker | None] = [None] * WORKERS
         self.calls: Counter[str] = Counter()  # every downstream call
         self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
+        # where each payment's fulfilment applied: a replay-safe action dedupes by its key on
+        # one downstream, never across two (the_action_moves)
+        self.applied_on: dict[str, set[str]] = {}
         self.again: Counter[str] = Counter()  # calls made after one that may have applied
         self.maybe_applied: set[str] = set()  # an ok or ambiguous answer: it may have applied
         self.tokens: dict[str, int] = {}
@@ -815,6 +818,7 @@ class Protocol(RuleBasedStateMachine):
             self.maybe_applied.add(w.payment)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             self.applied[w.payment] += 1
+            self.applied_on.setdefault(w.payment, set()).add(w.downstream)
         w.outcome = outcome
 
     def reversal_call(self, w: Worker, outcome: str, hit: bool) -> None:
@@ -1069,6 +1073,8 @@ class Protocol(RuleBasedStateMachine):
         else:  # webhook-ledger resolve --fulfilled | --retry
             if self.state(pk) == "interrupted" or self.held_after_refund(pk):
                 decision = "fulfilled" if self.effect_shows(pk) else "retry"  # checked first
+            elif self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "moved_from"):
+                decision = "fulfilled" if self.applied_on.get(pk) else "retry"  # checked there
             verdict, _ = self.attempts.record_decision(
                 pk, decision, ("interrupted", "held"), "person"
             )
@@ -1222,6 +1228,8 @@ class Protocol(RuleBasedStateMachine):
                 )
             for pk, n in self.refulfil_again.items():
                 assert n == 0, f"{pk}: fulfilled again after it may have been"
+        for pk, where in self.applied_on.items():  # a person's retry is their own word
+            assert len(where) <= 1 or pk in self.person_acted, f"{pk}: applied on {where}"
         for pk in self.all_payments():
             self.one_recorded_effect_per_leg(pk, self.redis.hgetall(keys.payment(pk)))
 
@@ -2508,4 +2516,34 @@ def test_one_customers_quota_never_opens_the_breaker_for_the_others(
     assert state == (b"closed" if one_customer else b"open")
     assert int(m.redis.hget(keys.BREAKER, "failures") or 0) == (1 if one_customer else 2)
     m.the_breaker_opens_only_on_evidence_beyond_one_customer()
+    m.teardown()
+
+
+def test_a_payment_whose_call_may_have_applied_is_held_when_the_action_moves(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by an outside review: a replay-safe call whose answer never came (it applied on
+    the shop's first database), then FULFILMENT_ACTION moved to a second one: the retry was
+    called there, its key new to it, and applied again (two effects, and the refund's
+    reversal took back one). It is held for a person instead, who finds it applied there:
+    fulfilled, and a reversal would be held too (its effect on the first)."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=6, replay_safe=True)
+    pk = min(m.purchases[0])
+    m.deliver(m.pool_event("payment_intent.succeeded", pk))
+    m.worker_runs_a_whole_job("ambiguous", True)  # applied on db:a, no answer
+    assert m.state(pk) == "retrying" and m.applied_on[pk] == {"db:a"}
+    m.the_action_moves()
+    m.time_passes(LEASE_MS + 1)
+    m.sweeper_runs()
+    m.worker_takes_a_job()
+    assert m.workers == [None, None] and m.state(pk) == "held"
+    assert m.redis.hget(keys.payment(pk), "moved_from") == b"db:a"
+    assert m.calls[pk] == 1
+    m.person_decides(0, "retry")  # checks db:a as the reason asks: it applied
+    assert m.state(pk) == "fulfilled"
+    assert applied_on(m.redis, pk) == "db:a"
+    m.one_effect_per_payment()
     m.teardown()

@@ -319,15 +319,20 @@ def test_settlements_are_counted_in_the_summary_the_cli_and_metrics(
 
 
 def test_calls_on_two_downstreams_leave_a_refunded_payment_held(redis, redis_server, rng) -> None:
-    """FULFILMENT_ACTION moved (a shop from its SQLite file to PostgreSQL) between two
-    calls that may have applied: no settlement on either, a person checks both."""
+    """FULFILMENT_ACTION moved (a shop from its SQLite file to PostgreSQL) after a call that
+    may have applied: the second is never made (held, the first downstream named), so no
+    payment's calls go to two; one from before that rule (called_on naming two) is held when
+    refunded, never settled on either: a person checks both."""
     shop = Shop(redis_server, rng)
     shop.deliver(shop.paid)
-    for n, downstream in enumerate(("sqlite:aaaa", "postgresql:bbbb")):
-        start = shop.attempts.start(shop.pk, f"job-{n}", True, settles=True, downstream=downstream)
-        shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
-        redis.hset(keys.payment(shop.pk), "next_at", 0)
-    assert shop.field("called_on") == "sqlite:aaaa postgresql:bbbb"
+    start = shop.attempts.start(shop.pk, "job-0", True, settles=True, downstream="sqlite:aaaa")
+    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
+    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    moved = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="postgresql:bbbb")
+    assert (moved.verdict, moved.reason, shop.state()) == ("skip", "moved", "held")
+    assert shop.field("called_on") == shop.field("moved_from") == "sqlite:aaaa"
+    redis.hset(keys.payment(shop.pk), mapping={"state": "retrying", "next_at": 0})
+    redis.hset(keys.payment(shop.pk), "called_on", "sqlite:aaaa postgresql:bbbb")
     for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
         shop.deliver(event)
     assert (shop.state(), shop.field("leg")) == ("held", "")
