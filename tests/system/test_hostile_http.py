@@ -118,6 +118,33 @@ CASES = [
         400,
         "unsupported_transfer_coding",
     ),
+    (
+        "gzip before chunked, the body plain",
+        head("Transfer-Encoding: gzip, chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    (
+        "identity before chunked",
+        head("Transfer-Encoding: identity, chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    (
+        "gzip and chunked on two lines",
+        head("Transfer-Encoding: gzip", "Transfer-Encoding: chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    ("gzip alone", head("Transfer-Encoding: gzip") + BODY, 400, "unsupported_transfer_coding"),
+    # From 127.0.0.1, in gunicorn's forwarded_allow_ips: gunicorn would mount the app under it
+    ("SCRIPT_NAME header", head(LENGTH, "SCRIPT_NAME: /x") + BODY, 400, "script_name_refused"),
+    (
+        "SCRIPT_NAME header, a prefix of the path",
+        head(LENGTH, "SCRIPT_NAME: /webhooks") + BODY,
+        400,
+        "script_name_refused",
+    ),
     ("Content-Length over MAX_BODY_BYTES", head("Content-Length: 99999999"), 413, "body_too_large"),
     ("a header over 8 KB", head("X-Big: " + "a" * 9000, LENGTH) + BODY, 431, "headers_too_large"),
     (
