@@ -28,7 +28,6 @@ significant digits) keeps exact; a Content-Length beyond it, 2**64 or any number
 digits, is recorded as this."""
 ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 OPS_API = "/ops/api/"
-NO_ROUTE = "no such route in the ops API"
 
 
 @bp.route(PATH, methods=ANY_METHOD, provide_automatic_options=False)
@@ -40,15 +39,11 @@ def stripe_webhook() -> Response:
 @bp.app_errorhandler(404)
 def unknown_path(error: HTTPException) -> Response | HTTPException:
     """A path no route takes (a scanner's, ``/webhooks/stripe/``, ``/webhooks//stripe``):
-    JSON, counted as ``unknown_path``; in the ops API as its Problem. A view's own 404 (a
-    record the dashboard does not have) is left to the view."""
+    JSON, counted as ``unknown_path``. A view's own 404 (a record the dashboard does not
+    have) is left to the view."""
     if request.url_rule is not None:
         return error
-    rejected = Rejected("unknown_path", 404, "no such path")
-    if request.path.startswith(OPS_API):
-        count(rejected, b"")
-        return view_response(Problem(error=rejected.reason, message=NO_ROUTE), rejected.status)
-    return reject(rejected, b"")
+    return reject(Rejected("unknown_path", 404, "no such path"), b"")
 
 
 @bp.app_errorhandler(405)
@@ -86,8 +81,12 @@ def valid_methods(error: HTTPException) -> list[str]:
 
 
 def reject(rejected: Rejected, body: bytes) -> Response:
-    """Count the rejection (never the body itself) and answer with its reason."""
+    """Count the rejection (never the body itself) and answer with its reason; under the ops
+    API as the API's Problem (webhook/openapi.yaml)."""
     count(rejected, body)
+    if request.path.startswith(OPS_API):
+        problem = Problem(error=rejected.reason, message=rejected.detail or rejected.reason)
+        return view_response(problem, rejected.status)
     return json_response(rejection_payload(rejected), rejected.status)
 
 
