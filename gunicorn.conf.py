@@ -40,6 +40,9 @@ graceful_timeout = 10
 accesslog = _server.GUNICORN_ACCESS_LOG or None
 errorlog = "-"
 loglevel = _server.LOG_LEVEL
+# forwarded_allow_ips is gunicorn's default (127.0.0.1 and ::1, or FORWARDED_ALLOW_IPS): a
+# SCRIPT_NAME header from such a peer is refused (400 script_name_refused,
+# webhook/request_head.py), gunicorn drops it from any other; the app is served at the root.
 # Verified bodies are at most MAX_BODY_BYTES; headers stay within gunicorn's limits.
 limit_request_field_size = 8190
 # Several servers may run on one machine (tests, benchmarks): no shared control socket.

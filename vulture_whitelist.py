@@ -69,6 +69,7 @@ _.finished_ms
 # The standard library and Werkzeug call or read these by name.
 _.row_factory  # sqlite3.Connection
 _.max_age  # werkzeug's ResponseCacheControl
+_.merge_slashes  # werkzeug's Map: each Rule reads it as it is added (webhook/__init__.py)
 _.do_GET  # http.server.BaseHTTPRequestHandler
 _.do_POST
 _.do_PUT

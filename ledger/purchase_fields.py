@@ -64,11 +64,20 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def metadata_pairs(md: dict[Any, Any]) -> list[tuple[str, str]]:
+    """A metadata map's pairs in key order, each value as text. Stripe's values are strings
+    (its API refuses any other); a map or list in their place, which only a sender holding
+    the webhook secret could put there, is left out: shown whole it could be nested up to
+    orjson's 1,024 levels, deeper than Python's ``str()`` recurses, and the delivery must
+    still be recorded (docs/ENDPOINT.md)."""
+    return sorted((str(k), str(v)) for k, v in md.items() if not isinstance(v, (dict, list)))
+
+
 def _metadata(obj: Obj) -> str:
     md = obj.get("metadata")
     if not isinstance(md, dict) or not md:
         return ""
-    pairs = sorted((str(k), str(v)) for k, v in md.items())
+    pairs = metadata_pairs(md)
     return _fitting(pairs, lambda n: dict(pairs[:n]))[0]
 
 
@@ -139,7 +148,7 @@ def invoice_line(line: Obj) -> dict[str, Any]:
         shown["period"] = {"start": start, "end": end}
     metadata = line.get("metadata")
     if isinstance(metadata, dict) and metadata:
-        shown["metadata"] = {str(k): str(v) for k, v in sorted(metadata.items())}
+        shown["metadata"] = dict(metadata_pairs(metadata))
     return shown
 
 

@@ -46,6 +46,10 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> "Flask":
     )
 
     app = Flask(__name__)
+    # /webhooks//stripe is no route (404, counted), not Werkzeug's 308 HTML redirect to
+    # /webhooks/stripe, which Stripe does not follow. Before any route is added: a rule
+    # takes the map's setting when it is added.
+    app.url_map.merge_slashes = False
     # Raises SettingsError, one line per problem (gunicorn.conf.py checked them already).
     settings = settings_module.load(require=serving.REQUIRED, **dict(test_config or {}))
     store.init_app(app, settings)

@@ -11,7 +11,6 @@ from importlib import resources
 
 from flask import Blueprint, Response, request
 from redis.exceptions import RedisError
-from werkzeug.exceptions import HTTPException
 
 from ledger import reconcile
 from ledger.decisions import BadFilter, decide
@@ -100,14 +99,6 @@ def require_ops_token() -> Response | None:
 @api_bp.errorhandler(BadArgument)
 def bad_argument(exc: BadArgument) -> Response:
     return problem_response(exc.problem)
-
-
-@health_bp.app_errorhandler(404)
-def api_not_found(exc: HTTPException) -> Response | HTTPException:
-    """Under /ops/api an unknown route is answered in JSON too (405: webhook/receiver.py)."""
-    if not request.path.startswith(api_bp.url_prefix or ""):
-        return exc
-    return problem_response(Problem(error="not_found", message="no such route in the ops API"))
 
 
 @api_bp.get("/summary")

@@ -26,6 +26,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from webhook.connections import APP, IDLE, WRITE, Connections, Limits, headroom
 from webhook.exceptions import Rejected
+from webhook.request_head import RefusedHead, parse_rejection, refused_head
 
 if TYPE_CHECKING:
     from flask import Flask, Response
@@ -33,21 +34,6 @@ if TYPE_CHECKING:
 UNREAD = "webhook_body_unread"
 """Marks a gunicorn request body left (partly) unread: its connection is then closed, as
 the rest of the body would otherwise be parsed as the next request."""
-
-SERVER_FAULTS = (
-    errors.InvalidResponseHeader,
-    errors.InvalidResponseHeaderName,
-    errors.ConfigurationProblem,
-)
-PARSE_ERRORS: tuple[tuple[type[Exception], str, int], ...] = (
-    (errors.LimitRequestHeaders, "headers_too_large", 431),
-    (errors.LimitRequestLine, "request_line_too_long", 414),
-    (errors.ExpectationFailed, "expectation_failed", 417),
-    (errors.UnsupportedTransferCoding, "unsupported_transfer_coding", 400),
-    (errors.ParseException, "malformed_request", 400),
-)
-"""What a request gunicorn could not parse is counted as, first match wins."""
-
 
 SHED = Rejected(
     "connection_shed", 408, "the body was too slow while the server needed the connection"
@@ -57,16 +43,6 @@ TOO_MANY = Rejected("too_many_connections", 429, "too many connections from this
 
 class BodyTimeout(Exception):
     """The body was not complete within BODY_READ_TIMEOUT."""
-
-
-def parse_rejection(exc: BaseException) -> Rejected | None:
-    """The rejection for a request gunicorn could not parse; None if it is not the client's."""
-    if isinstance(exc, SERVER_FAULTS):
-        return None
-    for kind, reason, status in PARSE_ERRORS:
-        if isinstance(exc, kind):
-            return Rejected(reason, status, str(exc)[:200])
-    return None
 
 
 def read_whole(stream: Any, declared: int, limit: int, seconds: float) -> bytes:
@@ -210,6 +186,9 @@ class Worker(GeventWorker):
             util.close(client)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        refused = refused_head(req.headers)
+        if refused is not None:  # answered and counted by handle_error, as a parse error
+            raise RefusedHead(refused)
         key = gevent.getcurrent()
         conn = self.connections.start_request(key, req)
         if conn is not None and conn.requests > 1:

@@ -1,4 +1,5 @@
-"""Malformed HTTP over raw sockets: every case is a 4xx JSON reason, counted, no traceback.
+"""Malformed HTTP, and requests no view takes, over raw sockets: every case is a 4xx JSON
+reason, counted, no traceback.
 
 gunicorn's parser refuses some of these before the app sees a request (the worker in
 webhook/server.py answers them); the others break inside the body, which the worker reads
@@ -37,6 +38,11 @@ def head(*lines: str, target: str = "/webhooks/stripe", version: str = "HTTP/1.1
             "",
         ]
     ).encode()
+
+
+def bare(method: str, target: str) -> bytes:
+    """A request with no body and no credentials."""
+    return f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
 
 
 def fresh(data: bytes) -> bytes:
@@ -118,6 +124,33 @@ CASES = [
         400,
         "unsupported_transfer_coding",
     ),
+    (
+        "gzip before chunked, the body plain",
+        head("Transfer-Encoding: gzip, chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    (
+        "identity before chunked",
+        head("Transfer-Encoding: identity, chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    (
+        "gzip and chunked on two lines",
+        head("Transfer-Encoding: gzip", "Transfer-Encoding: chunked") + chunk(BODY) + END,
+        400,
+        "unsupported_transfer_coding",
+    ),
+    ("gzip alone", head("Transfer-Encoding: gzip") + BODY, 400, "unsupported_transfer_coding"),
+    # From 127.0.0.1, in gunicorn's forwarded_allow_ips: gunicorn would mount the app under it
+    ("SCRIPT_NAME header", head(LENGTH, "SCRIPT_NAME: /x") + BODY, 400, "script_name_refused"),
+    (
+        "SCRIPT_NAME header, a prefix of the path",
+        head(LENGTH, "SCRIPT_NAME: /webhooks") + BODY,
+        400,
+        "script_name_refused",
+    ),
     ("Content-Length over MAX_BODY_BYTES", head("Content-Length: 99999999"), 413, "body_too_large"),
     ("a header over 8 KB", head("X-Big: " + "a" * 9000, LENGTH) + BODY, 431, "headers_too_large"),
     (
@@ -142,6 +175,15 @@ CASES = [
         "malformed_request",
     ),
     ("not HTTP at all", b"\x00\xffNOT HTTP\r\n\r\n", 400, "malformed_request"),
+    # No route: JSON 404, counted (Flask's HTML before; /webhooks//stripe was a 308 redirect).
+    ("trailing slash", head(LENGTH, target="/webhooks/stripe/") + BODY, 404, "unknown_path"),
+    ("inner slash doubled", head(LENGTH, target="/webhooks//stripe") + BODY, 404, "unknown_path"),
+    ("unknown path", head(LENGTH, target="/nope") + BODY, 404, "unknown_path"),
+    ("OPTIONS *", bare("OPTIONS", "*"), 404, "unknown_path"),
+    ("unknown ops page", bare("GET", "/ops/nope"), 404, "unknown_path"),
+    ("method the route does not take", bare("PUT", "/healthz"), 405, "method_not_allowed"),
+    ("ops API without the token", bare("GET", "/ops/api/summary"), 401, "unauthorized"),
+    ("metrics without the token", bare("GET", "/metrics"), 401, "unauthorized"),
     ("Expect: 100-continue", head(LENGTH, "Expect: 100-continue") + BODY, 200, None),
     ("Expect: anything else", head(LENGTH, "Expect: 200-ok") + BODY, 417, "expectation_failed"),
     ("body stalls before its end", head(LENGTH) + BODY[:100], 408, "body_timeout"),

@@ -183,7 +183,8 @@ def test_metrics_agree_with_summary_across_two_gunicorn_workers(
             families = {f.name: f for f in text_string_to_metric_families(text)}
             assert total(families, "webhook_deliveries") == summary["deliveries"] == 40
             assert total(families, "webhook_duplicates") == summary["duplicates"] == 20
-            assert total(families, "webhook_rejections") == summary["rejected"] == 3
+            # the 3 forged deliveries and the scrape without a token (unauthorized)
+            assert total(families, "webhook_rejections") == summary["rejected"] == 4
             states = {s.labels["state"]: s.value for s in families["webhook_payments"].samples}
             assert states["queued"] == summary["payments_by_state"]["queued"] == 20
             count = [

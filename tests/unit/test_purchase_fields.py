@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from ledger.purchase import purchase_of
-from ledger.purchase_fields import MAX_VALUE, purchase_fields
+from ledger.purchase_fields import MAX_VALUE, invoice_line, purchase_fields
 from ledgerctl import samples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stripe"
@@ -282,3 +282,16 @@ def test_an_invoice_s_lines_are_kept_and_past_the_cap_the_leading_ones() -> None
     assert [line["id"] for line in twenty] == [f"il_{i}" for i in range(20)]
     many = json.loads(purchase_fields(invoice(1000))["p_in_lines"])
     assert 20 < len(many) < 1000 and many[-1]["id"] == f"il_{len(many) - 1}"
+
+
+def test_a_metadata_value_that_is_a_map_or_list_is_left_out() -> None:
+    """Stripe's metadata values are strings; a nested one (only a holder of the webhook secret
+    can send it, up to 1,024 levels deep, past what ``str()`` recurses) is not kept."""
+    deep: object = "x"
+    for _ in range(1100):
+        deep = {"a": deep}
+    md = {"order": "7", "deep": deep, "list": [1, 2], "n": 3}
+    got = purchase_fields({"object": "payment_intent", "id": "pi_1", "metadata": md})
+    assert json.loads(got["p_md_pi"]) == {"order": "7", "n": "3"}
+    line = invoice_line({"id": "il_1", "metadata": md})
+    assert line["metadata"] == {"order": "7", "n": "3"}
