@@ -134,7 +134,7 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
 }
 FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
 """Any text reads; the worker class is then checked as gunicorn loads it (test_serving.py),
-the access log by gunicorn itself."""
+the access log as gunicorn opens it (ledger/setting_files.py, test_setting_files.py)."""
 # What a wrong value of these shows instead of itself.
 MASKED = {
     "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
