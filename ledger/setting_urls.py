@@ -102,8 +102,15 @@ def parse_action(text: str) -> ActionSpec:
 
 
 def _postgresql_url(text: str) -> str:
-    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``."""
+    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``.
+    An ``@`` in the userinfo is refused: urllib splits at the last ``@``, libpq at the
+    first, which makes the rest of the password the host it names in its error."""
     parts = _split_url(text)
+    if "@" in parts.netloc.rpartition("@")[0]:
+        raise Invalid(
+            "an @ in the user name or password: percent-encode it as %40 "
+            "(postgresql://user:pass%40word@host:port/db)"
+        )
     if not parts.path.strip("/"):
         raise Invalid("no database after the host (postgresql://user@host:port/db)")
     return text
