@@ -238,7 +238,7 @@ class Settings:
     the session is looked up by its PaymentIntent through Stripe's API (with STRIPE_API_KEY),
     and the payment is fulfilled without a session if there is none. A deployment that sells
     through Checkout sets it; at 0 no payment waits."""
-    STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
+    STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, 10_000, "per second"))
     """Requests per second to Stripe's API for purchases (line items, late sessions, an
     invoice's lines, a thin event's PaymentIntent, the landing page's sessions), shared by
     every worker and web process on every host (Stripe allows about 100 read requests a

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from ledger.setting_kinds import DIGITS, Invalid, Kind
+from ledger.setting_kinds import DIGITS, Invalid, Kind, digits_value
 
 REDIS_DATABASES = 16
 """Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
@@ -51,8 +51,10 @@ def redis_url(databases: int = REDIS_DATABASES) -> Kind:
         db = query["db"][0] if "db" in query else path_db
         if db and not DIGITS.fullmatch(db):
             raise Invalid(f"database {db} is not a number")
-        if db and int(db) >= databases:
-            raise Invalid(f"database {db} is out of range")
+        number = digits_value(db) if db else 0
+        if number is None or number >= databases:
+            shown = db if number is not None else f"of {len(db)} digits"
+            raise Invalid(f"database {shown} is out of range")
         return text
 
     return Kind(parse, allowed)

@@ -103,7 +103,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "CHECKOUT_LINE_ITEMS": ("no", False, "some", "true or false"),
     "INVOICE_LINES": ("off", False, "all", "true or false"),
     "CHECKOUT_WAIT_SECONDS": ("5", 5.0, "3601", "0 (none) or from 0.001 to 3600"),
-    "STRIPE_API_MAX_RATE": ("25", 25, "0", "1 or more"),
+    "STRIPE_API_MAX_RATE": ("25", 25, "0", "from 1 to 10000"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
     "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
