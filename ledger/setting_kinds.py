@@ -33,7 +33,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 DIGITS = re.compile(r"[0-9]+")
-_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 WIDEST = 18
 """Significant digits a whole number read here has at most: more is past every ceiling
 (Python refuses to convert more than 4,300 digits at all, with a ValueError of its own)."""
@@ -202,7 +202,7 @@ def name() -> Kind:
 
 def host() -> Kind:
     """A host to listen on: a name, an IPv4 address or a bracketed IPv6 one."""
-    return _matching(_HOST, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
+    return _matching(HOST, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
 
 
 def _items(text: str) -> list[str]:
@@ -232,24 +232,6 @@ def listed(
         return tuple(each(item, n, len(items)) for n, item in enumerate(items, 1))
 
     return Kind(parse, allowed, spell)
-
-
-def _host_port(item: str, *_: int) -> tuple[str, int]:
-    host_part, _colon, port = item.rpartition(":")
-    number = digits_value(port) if DIGITS.fullmatch(port) else None
-    if not (_HOST.fullmatch(host_part) and number and number < 65536):
-        raise Invalid(f"{item or '(empty)'} is not host:port")
-    return host_part.strip("[]"), number
-
-
-def host_ports() -> Kind:
-    """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
-    allowed = "host:port[,host:port...] (port 1-65535)"
-    return listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
-
-
-def _address(host_part: str, port: int) -> str:
-    return f"[{host_part}]:{port}" if ":" in host_part else f"{host_part}:{port}"
 
 
 def _network(item: str, *_: int) -> Network:

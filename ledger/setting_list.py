@@ -43,7 +43,9 @@ class Settings:
     REDIS_MAX_CONNECTIONS: int = setting(50, kinds.whole(1, 10_000))
     """Redis connections one process opens at most; a request finding none free waits for
     one (up to REDIS_SOCKET_TIMEOUT): a ledger write holds one for a millisecond or so."""
-    REDIS_SENTINELS: tuple[tuple[str, int], ...] = setting((), kinds.host_ports())
+    REDIS_SENTINELS: tuple[tuple[str, int], ...] = setting(
+        (), urls.host_ports(), urls.mask_host_ports
+    )
     """Redis Sentinels; set, every process finds the primary of REDIS_SENTINEL_MASTER
     through them instead of REDIS_URL, and a new one after a failover (DEPLOYMENT.md)."""
     REDIS_SENTINEL_MASTER: str = setting("ledger", kinds.name())

@@ -487,3 +487,21 @@ def test_a_socket_per_worker_warns_unless_the_kernel_migrates_queued_connections
 )
 def test_the_scripts_reversal_mode(env: dict[str, str], mode: str) -> None:
     assert load(env).reversal_mode == mode
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (":rEdIsPw7Q9zX@127.0.0.1:26379", "'***@127.0.0.1:26379'"),
+        ("10.0.0.1:26379,user:rEdIsPw7Q9zX@s-b:26380", "'10.0.0.1:26379,***@s-b:26380'"),
+        ("s-a:1,:rEdIs,Pw7Q9zX@s-b:26380", "'s-a:1,***,***@s-b:26380'"),
+    ],
+)
+def test_a_password_given_in_redis_sentinels_is_masked(text: str, shown: str) -> None:
+    """A Sentinel's password belongs in REDIS_SENTINEL_PASSWORD; one pasted before an
+    address as in a URL is masked as a URL's is (commas in it too), and never quoted in
+    why the address is wrong."""
+    lines = problems(Settings, {"REDIS_SENTINELS": text})
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"invalid setting REDIS_SENTINELS={shown}: "), lines[0]
+    assert "rEdIs" not in lines[0] and "Pw7Q9zX" not in lines[0]
