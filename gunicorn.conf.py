@@ -8,9 +8,11 @@ problem, before any worker starts.
 import os
 
 from ledger.ports import port_in_use
+from ledger.setting_files import access_log_problems, or_exit_too
 from webhook import serving
 
-_server = serving.load_or_exit()
+# GUNICORN_ACCESS_LOG a file gunicorn could not write is named in the same refusal.
+_server = or_exit_too(access_log_problems(os.environ), serving.load_or_exit)
 # WEB_PORT, else the platform's PORT (on every interface unless HOST is set), else 8000.
 bind = _server.bind
 workers = _server.WEB_CONCURRENCY

@@ -33,7 +33,10 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 DIGITS = re.compile(r"[0-9]+")
-_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+WIDEST = 18
+"""Significant digits a whole number read here has at most: more is past every ceiling
+(Python refuses to convert more than 4,300 digits at all, with a ValueError of its own)."""
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -89,17 +92,30 @@ def _ascii(text: str) -> None:
         raise Invalid("only the ASCII digits 0-9 make a number")
 
 
+def digits_value(digits: str) -> int | None:
+    """The value of ASCII ``digits`` (a sign allowed), or None when it has more than WIDEST
+    significant digits."""
+    text = digits.strip()
+    significant = text.lstrip("+-").lstrip("0") or "0"
+    sign = "-" if text.startswith("-") else ""
+    return int(sign + significant) if len(significant) <= WIDEST else None
+
+
 def whole(low: int, high: int | None = None, unit: str = "", note: str = "") -> Kind:
-    """A whole number within ``low``..``high`` (a duration: at most its unit's ceiling)."""
+    """A whole number within ``low``..``high``; a duration without ``high``: at most its
+    unit's ceiling. Every whole number has a ceiling: the Lua scripts take numbers as
+    doubles, and refuse one past them mid-job."""
     allowed = f"a whole number{f' of {unit}' if unit else ''}, {_range(low, high, False)}{note}"
     most, cap = _ceiling(unit, high)
+    if most is None:
+        raise TypeError(f"a whole number{f' of {unit}' if unit else ''} needs a ceiling")
 
     def parse(text: str) -> int:
         _ascii(text)
         if not _WHOLE.fullmatch(text.strip()):
             raise Invalid()
-        value = int(text)
-        if value < low or (most is not None and value > most):
+        value = digits_value(text)
+        if value is None or value < low or value > most:
             raise Invalid()
         return value
 
@@ -186,7 +202,7 @@ def name() -> Kind:
 
 def host() -> Kind:
     """A host to listen on: a name, an IPv4 address or a bracketed IPv6 one."""
-    return _matching(_HOST, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
+    return _matching(HOST, "a host name or address (127.0.0.1, 0.0.0.0, [::])")
 
 
 def _items(text: str) -> list[str]:
@@ -216,23 +232,6 @@ def listed(
         return tuple(each(item, n, len(items)) for n, item in enumerate(items, 1))
 
     return Kind(parse, allowed, spell)
-
-
-def _host_port(item: str, *_: int) -> tuple[str, int]:
-    host_part, _colon, port = item.rpartition(":")
-    if not (_HOST.fullmatch(host_part) and DIGITS.fullmatch(port)) or not 0 < int(port) < 65536:
-        raise Invalid(f"{item or '(empty)'} is not host:port")
-    return host_part.strip("[]"), int(port)
-
-
-def host_ports() -> Kind:
-    """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
-    allowed = "host:port[,host:port...] (port 1-65535)"
-    return listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
-
-
-def _address(host_part: str, port: int) -> str:
-    return f"[{host_part}]:{port}" if ":" in host_part else f"{host_part}:{port}"
 
 
 def _network(item: str, *_: int) -> Network:

@@ -43,7 +43,9 @@ class Settings:
     REDIS_MAX_CONNECTIONS: int = setting(50, kinds.whole(1, 10_000))
     """Redis connections one process opens at most; a request finding none free waits for
     one (up to REDIS_SOCKET_TIMEOUT): a ledger write holds one for a millisecond or so."""
-    REDIS_SENTINELS: tuple[tuple[str, int], ...] = setting((), kinds.host_ports())
+    REDIS_SENTINELS: tuple[tuple[str, int], ...] = setting(
+        (), urls.host_ports(), urls.mask_host_ports
+    )
     """Redis Sentinels; set, every process finds the primary of REDIS_SENTINEL_MASTER
     through them instead of REDIS_URL, and a new one after a failover (DEPLOYMENT.md)."""
     REDIS_SENTINEL_MASTER: str = setting("ledger", kinds.name())
@@ -238,7 +240,7 @@ class Settings:
     the session is looked up by its PaymentIntent through Stripe's API (with STRIPE_API_KEY),
     and the payment is fulfilled without a session if there is none. A deployment that sells
     through Checkout sets it; at 0 no payment waits."""
-    STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, None, "per second"))
+    STRIPE_API_MAX_RATE: int = setting(20, kinds.whole(1, 10_000, "per second"))
     """Requests per second to Stripe's API for purchases (line items, late sessions, an
     invoice's lines, a thin event's PaymentIntent, the landing page's sessions), shared by
     every worker and web process on every host (Stripe allows about 100 read requests a

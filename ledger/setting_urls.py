@@ -1,7 +1,8 @@
-"""What a URL or action setting may hold (ledger/setting_kinds.py's kinds): REDIS_URL, an
-http(s) URL, FULFILMENT_ACTION and REVERSAL_ACTION (parsed into an :class:`ActionSpec`), a
-user's ``module:function``. Standard library only, as setting_kinds.py: gunicorn's master
-checks the settings before it forks.
+"""What a URL, address or action setting may hold (ledger/setting_kinds.py's kinds):
+REDIS_URL, REDIS_SENTINELS's host:port addresses, an http(s) URL, FULFILMENT_ACTION and
+REVERSAL_ACTION (parsed into an :class:`ActionSpec`), a user's ``module:function``.
+Standard library only, as setting_kinds.py: gunicorn's master checks the settings before it
+forks.
 
 A URL's text is never quoted back in an error: urllib's own messages quote the port it
 read, which may be the start of a password.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from ledger.setting_kinds import DIGITS, Invalid, Kind
+from ledger.setting_kinds import DIGITS, HOST, Invalid, Kind, digits_value, listed
 
 REDIS_DATABASES = 16
 """Redis's default ``databases 16`` (config/redis.conf keeps it): valid indexes 0-15."""
@@ -51,8 +52,10 @@ def redis_url(databases: int = REDIS_DATABASES) -> Kind:
         db = query["db"][0] if "db" in query else path_db
         if db and not DIGITS.fullmatch(db):
             raise Invalid(f"database {db} is not a number")
-        if db and int(db) >= databases:
-            raise Invalid(f"database {db} is out of range")
+        number = digits_value(db) if db else 0
+        if number is None or number >= databases:
+            shown = db if number is not None else f"of {len(db)} digits"
+            raise Invalid(f"database {shown} is out of range")
         return text
 
     return Kind(parse, allowed)
@@ -102,8 +105,15 @@ def parse_action(text: str) -> ActionSpec:
 
 
 def _postgresql_url(text: str) -> str:
-    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``."""
+    """libpq's URI form with a database: ``postgresql://user[:password]@host[:port]/db``.
+    An ``@`` in the userinfo is refused: urllib splits at the last ``@``, libpq at the
+    first, which makes the rest of the password the host it names in its error."""
     parts = _split_url(text)
+    if "@" in parts.netloc.rpartition("@")[0]:
+        raise Invalid(
+            "an @ in the user name or password: percent-encode it as %40 "
+            "(postgresql://user:pass%40word@host:port/db)"
+        )
     if not parts.path.strip("/"):
         raise Invalid("no database after the host (postgresql://user@host:port/db)")
     return text
@@ -132,3 +142,46 @@ def python_target() -> Kind:
         return text.strip()
 
     return Kind(parse, "module:function (dotted names)")
+
+
+def _host_port(item: str, position: int, count: int) -> tuple[str, int]:
+    """One address; a wrong one is named by its position, never quoted: it may be a part of
+    a password (``:pass,word@host:port``), which the masked value shows only masked."""
+    host_part, _colon, port = item.rpartition(":")
+    number = digits_value(port) if DIGITS.fullmatch(port) else None
+    if not (HOST.fullmatch(host_part) and number and number < 65536):
+        where = f"address {position} of {count}" if count > 1 else "it"
+        raise Invalid(f"{where} is not host:port")
+    return host_part.strip("[]"), number
+
+
+def host_ports() -> Kind:
+    """``host:port`` addresses (Redis Sentinels), as (host, port) pairs."""
+    allowed = "host:port[,host:port...] (port 1-65535)"
+    return listed(allowed, _host_port, lambda pairs: ",".join(_address(*p) for p in pairs))
+
+
+def mask_host_ports(text: str) -> str:
+    """``host:port`` addresses as a problem line shows them: whatever comes before an ``@``
+    in an entry (``:password@host:port``, a password where none belongs) masked, as
+    ledger/redact.py's mask_url masks a URL's userinfo; an entry before the last such one
+    that is not host:port masked whole (a password may hold a comma)."""
+    items = text.split(",")
+    last = max((n for n, item in enumerate(items) if "@" in item), default=-1)
+    shown = []
+    for n, item in enumerate(items):
+        if "@" in item:
+            item = "***@" + item.rpartition("@")[2]
+        elif n < last and item.strip() and not _is_host_port(item.strip()):
+            item = "***"
+        shown.append(item)
+    return ",".join(shown)
+
+
+def _is_host_port(item: str) -> bool:
+    host_part, _colon, port = item.rpartition(":")
+    return bool(HOST.fullmatch(host_part) and DIGITS.fullmatch(port))
+
+
+def _address(host_part: str, port: int) -> str:
+    return f"[{host_part}]:{port}" if ":" in host_part else f"{host_part}:{port}"

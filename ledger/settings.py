@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 from ledger import limits, setting_fields
 from ledger.redis_url import redis_py_refusal
 from ledger.setting_fields import SettingsError, field_named, kind_of, misspelt, or_exit, read
+from ledger.setting_kinds import DIGITS, digits_value
 from ledger.setting_list import Settings, fingerprint
 
 __all__ = ["Settings", "SettingsError", "fingerprint", "load", "load_or_exit"]
@@ -43,7 +44,8 @@ def url_database(url: str) -> tuple[str, int]:
     parts = urlsplit(url.strip())
     path = parts.path.strip("/") if parts.scheme != "unix" else ""
     db = parse_qs(parts.query).get("db", [path])[0]
-    return parts.scheme, int(db) if db.isdigit() else 0
+    number = digits_value(db) if DIGITS.fullmatch(db) else None
+    return parts.scheme, number or 0
 
 
 def rule_problems(s: Settings, failed: set[str]) -> list[tuple[str, str]]:

@@ -20,6 +20,8 @@ with ``voided_at`` when no effect holds it: the primary key then decides, agains
 attempt, whether the effect applied (docs/REVERSAL.md).
 """
 
+import re
+
 import psycopg
 
 from ledger.redact import MASK, redact, url_passwords
@@ -45,12 +47,24 @@ EXPLAINED = "planned with EXPLAIN: one SELECT, INSERT, UPDATE, DELETE, MERGE or 
 
 def masked(text: str, url: str) -> str:
     """``text`` (psycopg's words, which may quote a password as libpq read it) with URL
-    credentials masked, and the URL's passwords (userinfo, ``?password=``) wherever they
-    appear."""
-    for password in url_passwords(url):
-        if len(password) >= MIN_MASKED:
-            text = text.replace(password, MASK)
+    credentials masked, and the URL's passwords (userinfo, ``?password=``) and each part of
+    them between ``@ : / ? #`` wherever they appear: libpq splits a URL at its first ``@``,
+    urllib at its last, so a password with an unencoded ``@`` is read by libpq as a
+    password's start and a host's, quoted as such ("failed to resolve host ...")."""
+    for secret in password_parts(url):
+        text = text.replace(secret, MASK)
     return redact(text)
+
+
+_PASSWORD_SPLIT = re.compile(r"[@:/?#]")
+
+
+def password_parts(url: str) -> list[str]:
+    """The URL's passwords and their parts between ``@ : / ? #``, of MIN_MASKED characters
+    or more, each once, the longest first (so a password is replaced before a part of it)."""
+    found = url_passwords(url)
+    found += [part for password in found for part in _PASSWORD_SPLIT.split(password)]
+    return sorted({p for p in found if len(p) >= MIN_MASKED}, key=len, reverse=True)
 
 
 MIN_MASKED = 3

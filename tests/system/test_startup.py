@@ -132,6 +132,21 @@ def test_the_web_process_names_a_missing_secret_and_its_own_settings() -> None:
     assert lines[0].startswith("missing setting STRIPE_WEBHOOK_SECRET: expected one or more")
 
 
+def test_the_web_process_names_an_access_log_it_cannot_write() -> None:
+    """Not gunicorn's own "Error: '…' isn't writable", which names no setting."""
+    env = env_with(
+        STRIPE_WEBHOOK_SECRET=SECRET,
+        GUNICORN_ACCESS_LOG="/nonexistent/dir/a.log",
+        MAX_ATTEMPTS="0",
+        PORT=str(free_port()),
+    )
+    assert refuses(WEB, env) == [
+        "invalid setting MAX_ATTEMPTS=0: expected a whole number, from 1 to 1000",
+        "invalid setting GUNICORN_ACCESS_LOG=/nonexistent/dir/a.log: its directory does not"
+        " exist; expected - (standard output) or a file in a writable directory",
+    ]
+
+
 def test_the_web_process_refuses_a_port_in_use_at_once(tmp_path: Path) -> None:
     env = env_with(STRIPE_WEBHOOK_SECRET=SECRET, TMPDIR=str(tmp_path))
     with socket.create_server(("127.0.0.1", 0)) as taken:

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from ledger.settings import SettingsError, load
 from ledgerctl.replay.client import Poster
 from tests.support.processes import BIN, ROOT, free_port
 from workers import postgres_schema
@@ -75,3 +76,33 @@ def test_the_replays_url_is_refused_without_its_password() -> None:
         "not an http(s) URL with a host and a port 0-65535: "
         "http://***@127.0.0.1:8000/webhooks/stripe"
     )
+
+
+AT_IN_PASSWORD = "postgresql://shop:Sup3r@pGpWd8xK2vLm@127.0.0.1:5432/postgres"
+"""urllib splits at the last @, libpq at the first: libpq's host is the password's tail."""
+
+
+@pytest.mark.parametrize("name", ["FULFILMENT_ACTION", "REVERSAL_ACTION"])
+def test_a_database_url_with_an_unencoded_at_in_its_password_is_refused(name: str) -> None:
+    try:
+        load({name: AT_IN_PASSWORD})
+    except SettingsError as exc:
+        lines = exc.problems
+    else:
+        lines = []
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"invalid setting {name}='postgresql://***@127.0.0.1:5432/postgres'")
+    assert "percent-encode it as %40" in lines[0]
+    assert "Sup3r" not in lines[0] and "pGpWd8xK2vLm" not in lines[0]
+    assert load({name: AT_IN_PASSWORD.replace("Sup3r@", "Sup3r%40")})
+
+
+def test_libpqs_words_about_a_part_of_the_password_are_masked() -> None:
+    """What libpq says of the URL above (it reached a worker before it was refused at
+    start-up): each part of a password between @ is masked too."""
+    said = "failed to resolve host 'pGpWd8xK2vLm@127.0.0.1': [Errno -2] Name or service not known"
+    assert postgres_schema.masked(said, AT_IN_PASSWORD) == (
+        "failed to resolve host '***@127.0.0.1': [Errno -2] Name or service not known"
+    )
+    said = "password authentication failed for user \"shop\" (password 'Sup3r')"
+    assert "Sup3r" not in postgres_schema.masked(said, AT_IN_PASSWORD)

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import limits
+from ledger import setting_kinds as kinds
 from ledger.setting_kinds import CEILINGS
 from ledger.settings import Settings
 from ledgerctl.run_local import Local
@@ -95,3 +96,44 @@ def test_the_ceilings_fit_redis_lua_and_the_timers() -> None:
     assert limits.MAX_DURATION_SECONDS < limits.MAX_DURATION_DAYS * 86400
     assert {unit for _, _, unit in DURATIONS} == set(CEILINGS)
     assert "EVENT_RETENTION_DAYS" in {f.name for _, f, _ in DURATIONS}
+
+
+HUGE = "9" * 5000
+"""More digits than Python converts at all (4,300): int() raises a ValueError of its own."""
+
+
+@pytest.mark.parametrize(("cls", "spec"), NUMERIC, ids=[f.name for _, f in NUMERIC])
+@pytest.mark.parametrize("text", [HUGE, "-" + HUGE, "0" * 5000 + "1"])
+def test_a_number_of_thousands_of_digits_is_one_line(
+    cls: type, spec: Field[Any], text: str
+) -> None:
+    if text.startswith("0"):  # leading zeros are no value: read as 1 is
+        assert len(problems(cls, {spec.name: text})) == len(problems(cls, {spec.name: "1"}))
+    else:
+        one_line_naming(cls, spec.name, text)
+
+
+@pytest.mark.parametrize(
+    ("name", "template"),
+    [(n, t) for n, ts in TEMPLATES.items() for t in ts] + [("REDIS_URL", "redis://h:1/0?db={}")],
+    ids=[t for ts in TEMPLATES.values() for t in ts] + ["redis://h:1/0?db={}"],
+)
+def test_a_port_or_database_of_thousands_of_digits_is_one_line(name: str, template: str) -> None:
+    one_line_naming(Settings, name, template.format(HUGE))
+
+
+WHOLE = [(cls, f) for cls, f in NUMERIC if "a whole number" in f.metadata["kind"].allowed]
+
+
+@pytest.mark.parametrize(("cls", "spec"), WHOLE, ids=[f.name for _, f in WHOLE])
+def test_every_whole_number_has_a_ceiling_lua_accepts(cls: type, spec: Field[Any]) -> None:
+    """The Lua scripts read numbers as doubles, exact up to 2**53: STRIPE_API_MAX_RATE=10**400
+    passed the check and was then refused by stripe_rate.lua on every request."""
+    one_line_naming(cls, spec.name, str(2**53))
+    one_line_naming(cls, spec.name, str(10**400))
+
+
+def test_a_whole_number_kind_without_a_ceiling_cannot_be_declared() -> None:
+    with pytest.raises(TypeError):
+        kinds.whole(1, None, "per second")
+    assert kinds.whole(1, None, "days").parse(str(limits.MAX_DURATION_DAYS)) > 0

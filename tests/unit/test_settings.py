@@ -103,7 +103,7 @@ CASES: dict[str, tuple[str, object, str, str]] = {
     "CHECKOUT_LINE_ITEMS": ("no", False, "some", "true or false"),
     "INVOICE_LINES": ("off", False, "all", "true or false"),
     "CHECKOUT_WAIT_SECONDS": ("5", 5.0, "3601", "0 (none) or from 0.001 to 3600"),
-    "STRIPE_API_MAX_RATE": ("25", 25, "0", "1 or more"),
+    "STRIPE_API_MAX_RATE": ("25", 25, "0", "from 1 to 10000"),
     "CONNECTIONS_PER_ADDRESS": ("0", 0, "-1", "from 0 to 100000 (0: no cap)"),
     "CONNECTIONS_PER_ADDRESS_IPV6_PREFIX": ("48", 48, "31", "bits, from 32 to 128"),
     "REQUESTS_PER_CONNECTION": ("1", 1, "0", "from 1 to 1000000"),
@@ -134,7 +134,7 @@ OTHER_CASES: dict[type, dict[str, tuple[str, object, str, str]]] = {
 }
 FREE_TEXT = {"GUNICORN_WORKER_CLASS", "GUNICORN_ACCESS_LOG"}
 """Any text reads; the worker class is then checked as gunicorn loads it (test_serving.py),
-the access log by gunicorn itself."""
+the access log as gunicorn opens it (ledger/setting_files.py, test_setting_files.py)."""
 # What a wrong value of these shows instead of itself.
 MASKED = {
     "STRIPE_WEBHOOK_SECRET": "'sk_test_***'",
@@ -487,3 +487,21 @@ def test_a_socket_per_worker_warns_unless_the_kernel_migrates_queued_connections
 )
 def test_the_scripts_reversal_mode(env: dict[str, str], mode: str) -> None:
     assert load(env).reversal_mode == mode
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (":rEdIsPw7Q9zX@127.0.0.1:26379", "'***@127.0.0.1:26379'"),
+        ("10.0.0.1:26379,user:rEdIsPw7Q9zX@s-b:26380", "'10.0.0.1:26379,***@s-b:26380'"),
+        ("s-a:1,:rEdIs,Pw7Q9zX@s-b:26380", "'s-a:1,***,***@s-b:26380'"),
+    ],
+)
+def test_a_password_given_in_redis_sentinels_is_masked(text: str, shown: str) -> None:
+    """A Sentinel's password belongs in REDIS_SENTINEL_PASSWORD; one pasted before an
+    address as in a URL is masked as a URL's is (commas in it too), and never quoted in
+    why the address is wrong."""
+    lines = problems(Settings, {"REDIS_SENTINELS": text})
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"invalid setting REDIS_SENTINELS={shown}: "), lines[0]
+    assert "rEdIs" not in lines[0] and "Pw7Q9zX" not in lines[0]
