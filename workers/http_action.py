@@ -4,16 +4,21 @@ ledger records: applied, refused, the downstream down (never sent, or refused as
 or ambiguous (the call may have applied)."""
 
 import email.utils
+import http.client
 import os
 import socket
 import ssl
+import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 from urllib.parse import urljoin
 
 import requests
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
 from ledger.purchase import Purchase
 from ledger.redact import origin, url_secrets, without
@@ -34,7 +39,14 @@ class HttpAction:
     its origin only (scheme, host, port), with the error's class, the OS's reason and the
     status: never the URL's path, ``;params`` or query, where a capability URL keeps its
     secret, nor an error answer's body, which may quote them. A 2xx's body is kept in the
-    receipt, its first 200 characters, with the URL's parts and any credentials masked."""
+    receipt, its first 200 characters, with the URL's parts and any credentials masked.
+
+    Its time: a connection not made within ``connect_timeout(timeout)`` is never sent (well
+    inside the deadline, so the deadline never takes its place); a 2xx status line is the
+    answer, and its body is read raw (no decoding), at most ``BODY_CAP`` bytes and only
+    until ``BODY_SHARE`` of the timeout has passed, then the connection is closed: a body
+    that trickles, never ends, is huge or is not what its headers say does not undo it.
+    ``abort`` (from the thread waiting for the call, at its deadline) cuts the connection."""
 
     def __init__(
         self, url: str, timeout: float, replay_safe: bool, setting: str = "FULFILMENT_ACTION"
@@ -45,32 +57,62 @@ class HttpAction:
         self.timeout = timeout
         self.replay_safe = replay_safe
         self.setting = setting  # the one that names it: FULFILMENT_ACTION, REVERSAL_ACTION
+        self._sock: socket.socket | None = None  # the call's connection: ``abort``'s to cut
+        self._sock_lock = threading.Lock()
 
     def __call__(self, purchase: Purchase) -> Receipt:
+        started = time.monotonic()
         try:
-            with Unredirected() as session:
+            with Unredirected(self._connected) as session:
                 answer = session.post(
                     self.url,
                     json=purchase.to_dict(),
                     headers={"Idempotency-Key": purchase.idempotency_key},
-                    timeout=self.timeout,
+                    timeout=(connect_timeout(self.timeout), self.timeout),
                     allow_redirects=False,
+                    stream=True,  # the body is read by _answered, bounded, or not at all
                 )
+                with answer:  # closes the connection, whatever is left of the body
+                    return self._answered(answer, started + self.timeout * BODY_SHARE)
         except (requests.ConnectionError, requests.ConnectTimeout) as exc:
             if isinstance(exc, requests.ConnectTimeout) or _never_sent(exc):
                 raise TransientDownstreamError(self._failed(exc), down=True, sent=False) from exc
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
         except requests.RequestException as exc:  # read timeout and the like: it may have applied
             raise AmbiguousDownstreamError(self._failed(exc)) from exc
-        return self._answered(answer)
+        finally:
+            self._connected(None)
 
-    def _answered(self, answer: requests.Response) -> Receipt:
+    def _connected(self, sock: socket.socket | None) -> None:
+        with self._sock_lock:
+            self._sock = sock
+
+    def abort(self) -> None:
+        """At the call's deadline, from the thread waiting for it (a worker's slot, which no
+        signal reaches): shut its connection's socket down, so a downstream that trickles
+        its answer ends the call at once (ambiguous: the deadline's) instead of the
+        watchdog ending the worker process with every other call in flight."""
+        with self._sock_lock:
+            if self._sock is None:
+                return
+            try:  # a duplicate's shutdown, not the socket's own (TLS drops its state on it)
+                with socket.socket(fileno=os.dup(self._sock.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed meanwhile: the call has ended
+                pass
+
+    def _answered(self, answer: requests.Response, body_until: float) -> Receipt:
         """The receipt of a 2xx (applied now, or the stored answer to a key already
         applied), else the error its status means."""
         status = answer.status_code
         if 200 <= status < 300:
+            text = self._body(answer, body_until).decode("utf-8", "replace")
             # Masked before it is cut: a secret across the cut would leave its start.
-            return {"status": status, "body": without(answer.text[:4096], self.quoted)[:200]}
+            return {"status": status, "body": without(text, self.quoted)[:200]}
+        if status < 200:  # an interim 1xx (102, 103) that http.client took for the answer:
+            # the final one, unread, may say it applied (http.client skips only 100); up
+            interim = f"http {status} from {self.origin}: interim answer"
+            raise AmbiguousDownstreamError(interim, answered=True)
         refused = f"http {status} from {self.origin}"
         if 300 <= status < 400:  # it reached a server that may have acted on it
             raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))
@@ -88,6 +130,28 @@ class HttpAction:
             raise AmbiguousDownstreamError(refused, answered=True)
         raise PermanentDownstreamError(refused)
 
+    def _body(self, answer: requests.Response, until: float) -> bytes:
+        """At most BODY_CAP bytes of the answer's body as sent (not decoded), read until
+        ``until`` (time.monotonic()), when a timer cuts the connection (a socket's timeout
+        bounds each recv, not a trickle of them); whatever the body does (ends early,
+        trickles, breaks its framing), what came before."""
+        got = b""
+        timer = threading.Timer(max(until - time.monotonic(), 0.0), self.abort)
+        timer.daemon = True
+        timer.start()
+        try:
+            while len(got) < BODY_CAP and time.monotonic() < until:
+                chunk = answer.raw.read1(BODY_CAP - len(got), decode_content=False)
+                if not chunk:
+                    break
+                got += chunk
+        except (OSError, HTTPError, http.client.HTTPException, ValueError):
+            pass  # cut, or a body that breaks its own framing: the 2xx stands
+        finally:
+            timer.cancel()
+            timer.join()  # it cut this call's connection or never will: never the next's
+        return got
+
     def _failed(self, exc: requests.RequestException) -> str:
         """``http: ConnectionError (Connection refused) calling http://host:port``."""
         return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
@@ -102,15 +166,66 @@ NOT_HANDLED = (501, 505, 511)
 login (network authentication) page."""
 
 
+CONNECT_SHARE = 0.5
+CONNECT_CAP_S = 3.05
+"""A connection not made within half of FULFILMENT_TIMEOUT, at most 3.05 s (a SYN and its
+first two retransmissions, 1 s and 3 s on Linux), counts as never sent."""
+BODY_SHARE = 0.8
+"""A 2xx's body is read until this share of FULFILMENT_TIMEOUT since the call began: well
+before the deadline, which would make an applied call ambiguous."""
+BODY_CAP = 4096
+"""Bytes of a 2xx's body read, at most: the receipt keeps 200 characters of them."""
+
+
+def connect_timeout(timeout: float) -> float:
+    """The connect timeout of a call whose deadline is ``timeout`` seconds."""
+    return min(timeout * CONNECT_SHARE, CONNECT_CAP_S)
+
+
 class Unredirected(requests.Session):
     """A session (one per call, as ``requests.post`` makes) that neither follows nor
     prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
-    Location to prepare the next request, and raises ValueError on one it cannot parse."""
+    Location to prepare the next request, and raises ValueError on one it cannot parse.
+    ``connected`` (when given) is told each connection's socket once it is made."""
+
+    def __init__(self, connected: Callable[[socket.socket | None], None] | None = None) -> None:
+        super().__init__()
+        if connected is not None:
+            for scheme in ("http://", "https://"):
+                self.mount(scheme, Telling(connected))
 
     def resolve_redirects(
         self, *args: Any, **kwargs: Any
     ) -> Generator[requests.Response, None, None]:
         yield from ()
+
+
+class Telling(HTTPAdapter):
+    """requests' adapter whose connections tell ``connected`` their socket once made."""
+
+    def __init__(self, connected: Callable[[socket.socket | None], None]) -> None:
+        self.connected = connected
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        told = self.connected
+
+        class Http(HTTPConnection):
+            def connect(self) -> None:
+                super().connect()
+                told(self.sock)
+
+        class Https(HTTPSConnection):
+            def connect(self) -> None:
+                super().connect()
+                told(self.sock)
+
+        pools: dict[str, type[HTTPConnectionPool]] = {
+            "http": type("HttpPool", (HTTPConnectionPool,), {"ConnectionCls": Http}),
+            "https": type("HttpsPool", (HTTPSConnectionPool,), {"ConnectionCls": Https}),
+        }
+        setattr(self.poolmanager, "pool_classes_by_scheme", pools)  # noqa: B010 (urllib3 reads it)
 
 
 def redirected(url: str, answer: requests.Response, setting: str = "FULFILMENT_ACTION") -> str:

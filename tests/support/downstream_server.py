@@ -21,10 +21,14 @@ class CountingDownstream:
         default: int = 200,
         delays: list[float] | None = None,
         trickles: list[float] | None = None,
+        head_trickles: list[float] | None = None,
     ) -> None:
         self.script = list(script or [])
         self.delays = list(delays or [])
         self.trickles = list(trickles or [])  # per call: seconds to trickle the body over
+        self.head_trickles = list(
+            head_trickles or []
+        )  # per call: the whole answer's, status line first
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()  # > 1: two calls for one payment overlapped
         self.most_at_once = 0  # the most calls in flight at one time, all payments together
@@ -112,6 +116,7 @@ class CountingDownstream:
                         outer.successes[body["payment_key"]] += 1
                     delay = outer.delays.pop(0) if outer.delays else 0.0
                     trickle = outer.trickles.pop(0) if outer.trickles else 0.0
+                    head_trickle = outer.head_trickles.pop(0) if outer.head_trickles else 0.0
                     pk = body["payment_key"]
                     outer.in_flight[pk] += 1
                     outer.most_in_flight[pk] = max(outer.most_in_flight[pk], outer.in_flight[pk])
@@ -120,7 +125,10 @@ class CountingDownstream:
                     if first and outer.gate is not None:
                         outer.gate.wait(60)
                     time.sleep(delay)
-                    self.answer(status, trickle, headers)
+                    if head_trickle:
+                        self.trickle_all(status, head_trickle)
+                    else:
+                        self.answer(status, trickle, headers)
                 except OSError:  # the caller gave up (its deadline): the call still happened
                     pass
                 finally:
@@ -159,6 +167,16 @@ class CountingDownstream:
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
                     time.sleep(trickle / len(payload))
+
+            def trickle_all(self, status: int, seconds: float) -> None:
+                """The whole answer a byte at a time over ``seconds``, its status line too."""
+                payload = json.dumps({"order": f"ord_{len(outer.bodies)}"}).encode()
+                head = f"HTTP/1.1 {status} X\r\nContent-Length: {len(payload)}\r\n\r\n"
+                whole = head.encode() + payload
+                for byte in whole:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(seconds / len(whole))
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -1,10 +1,12 @@
 """Many calls in flight per worker process (FULFILMENT_CONCURRENCY), with real gunicorn, real
 RQ worker processes, the real HTTP action, a real downstream server and a real sweeper.
 
-One call that ignores its deadline (its answer trickles in for longer than the deadline and
-the kill margin) makes the watchdog end its process with every other call it had in
-flight: each of those is a worker that died during its call, re-run when the action is
-replay-safe, ``interrupted`` when not, and none is lost or called twice when it must not be.
+One HTTP call whose answer trickles in past its deadline is cut there by the action's
+``abort``: it ends alone, and the process and its other calls go on. An action with no
+``abort`` (a ``module:function``) that ignores its deadline makes the watchdog end its
+process with every other call it had in flight: each of those is a worker that died during
+its call, re-run when the action is replay-safe, ``interrupted`` when not, and none is lost
+or called twice when it must not be.
 """
 
 import signal
@@ -18,6 +20,7 @@ from rq import Queue
 
 from ledger import keys
 from ledger.read import payments
+from tests.support.broken_actions import post_without_abort
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
 from tests.support.processes import BIN, spawn, wait_until
@@ -59,15 +62,55 @@ def in_progress(redis: Redis, payments: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("replay_safe", [False, True], ids=["not-replay-safe", "replay-safe"])
+def test_one_stubborn_http_call_is_cut_alone_and_its_process_goes_on(
+    replay_safe: bool, stack, redis: Redis, rng, tmp_path
+) -> None:
+    # The first call's answer, its status line first, trickles in over 30 s: past its 2 s
+    # deadline and the kill margin. Its slot's abort cuts the connection at the deadline
+    # (before, the watchdog ended the process with the calls in flight beside it).
+    n = 12
+    with CountingDownstream(delays=[1.5] * n * 2, head_trickles=[30.0]) as downstream:
+        s = stack(
+            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
+            FULFILMENT_CONCURRENCY=str(SLOTS),
+            FULFILMENT_TIMEOUT="2",
+            LEASE_SECONDS="4",
+        )
+        s.start_web()
+        payments = send_payments(s, rng, n)
+        s.start_sweeper()
+        worker = s.start_worker(WORKER)
+        assert worker.proc is not None
+        wait_until(lambda: len(downstream.bodies) >= 1, what="the first call")
+        stubborn = downstream.bodies[0]["payment_key"]
+        final = "fulfilled" if replay_safe else "interrupted"
+        wait_until(lambda: settled_as(redis, stubborn, final), timeout=60, what=final)
+        others = [pk for pk in payments if pk != stubborn]
+        wait_until(
+            lambda: all(settled_as(redis, pk, "fulfilled") for pk in others),
+            timeout=60,
+            what="every other payment fulfilled",
+        )
+        assert worker.proc.poll() is None  # the process went on
+        assert "Timeout" not in (tmp_path / "worker.log").read_text(errors="replace")
+        assert all(downstream.calls[pk] == 1 for pk in others)  # none of them touched
+        assert "deadline" in (redis.hget(keys.payment(stubborn), "attempt:1") or b"").decode()
+        assert downstream.calls[stubborn] == (2 if replay_safe else 1)
+
+
+@pytest.mark.parametrize("replay_safe", [False, True], ids=["not-replay-safe", "replay-safe"])
 def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounted_for(
     replay_safe: bool, stack, redis: Redis, rng, tmp_path
 ) -> None:
-    # The first call's answer trickles in over 30 s: past its 2 s deadline and the kill
-    # margin. The others take 1.5 s, so a second wave of calls is in flight when it dies.
+    # An action with no abort (a module:function POSTing to the downstream) whose first
+    # call's answer trickles in over 30 s: past its 2 s deadline and the kill margin. The
+    # others take 1.5 s, so a second wave of calls is in flight when it dies.
     n = 12
     with CountingDownstream(delays=[1.5] * n * 2, trickles=[30.0]) as downstream:
         s = stack(
-            FULFILMENT_ACTION=downstream.url,
+            FULFILMENT_ACTION=f"{post_without_abort.__module__}:{post_without_abort.__name__}",
+            DOWNSTREAM_URL=downstream.url,
             FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
             FULFILMENT_CONCURRENCY=str(SLOTS),
             FULFILMENT_TIMEOUT="2",

@@ -31,8 +31,10 @@ def pay(stack, rng, **env: str):
 
 @pytest.mark.parametrize("replay_safe", [True, False])
 def test_a_trickling_answer_is_cut_at_the_deadline(replay_safe: bool, stack, redis, rng) -> None:
-    """200 at once, then the body a byte at a time for 6 s (lease 3 s, deadline 1 s)."""
-    with CountingDownstream(trickles=[6.0]) as downstream:
+    """The answer a byte at a time for 6 s, its status line first (lease 3 s, deadline 1 s):
+    no status line within the deadline. (A 200 whose body trickles is done at its status
+    line: tests/integration/test_http_answers.py.)"""
+    with CountingDownstream(head_trickles=[6.0]) as downstream:
         s, pk = pay(
             stack,
             rng,
