@@ -73,9 +73,11 @@ _STORE_RECEIPT = (
     f"UPDATE {TABLE} SET receipt = %(receipt)s WHERE idempotency_key = %(idempotency_key)s"
 )
 
-RETRY_STATES = ("40", "55P03", "57014")
+RETRY_STATES = ("40", "55P03", "57014", "25P03")
 """SQLSTATEs (or classes) of a call rolled back that may pass later: serialization failure
-and deadlock (class 40), lock_timeout (55P03), statement_timeout (57014)."""
+and deadlock (class 40), lock_timeout (55P03), statement_timeout (57014) and
+idle_in_transaction_session_timeout (25P03: a Python effect slow between its statements),
+the deadlines set inside the database."""
 DOWN_STATES = ("08", "53", "57P", "58")
 """The server as a whole: a connection exception, out of resources (too many connections,
 disk full), shutting down or starting up, a system error."""
@@ -252,7 +254,9 @@ def failure(exc: psycopg.Error, committing: bool, url: str) -> FulfilmentError:
     # No SQLSTATE on an OperationalError: libpq lost the connection (reset, EOF, refused).
     lost = not state and isinstance(exc, psycopg.OperationalError)
     down = lost or state.startswith(DOWN_STATES)
-    if committing:  # COMMIT sent, no answer: replay-safe, a re-run finds the key if it took
+    if committing and (not state or down):  # COMMIT sent, no answer (or the server going
+        # away): replay-safe, a re-run finds the key if it took. An error COMMIT answered
+        # (a deferred constraint, a serialization failure) rolled it back: said for what it is.
         return AmbiguousDownstreamError(why, down=down)
     if down:
         return TransientDownstreamError(why, down=True)

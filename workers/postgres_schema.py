@@ -122,6 +122,10 @@ def problem(
                     # statements (the simple one would run the second: never here).
                     explain = "EXPLAIN " + effect.sql
                     conn.cursor().execute(explain, sql_params(sample_for(effect)), binary=True)
+                    # A payment sends its values as text of no declared type: PREPARE
+                    # parses it so (EXPLAIN types them), never running it.
+                    prepare = "PREPARE ledger_effect_check AS " + numbered(effect.sql)
+                    conn.cursor().execute(prepare.encode(), binary=True)
                 except psycopg.Error as exc:
                     why = f"PostgreSQL refuses it ({EXPLAINED}): {_first_line(exc)}"
                     return effect.setting, masked(why, url)
@@ -130,6 +134,19 @@ def problem(
     except psycopg.Error as exc:
         return setting, masked(_first_line(exc), url)
     return None
+
+
+def numbered(sql: str) -> str:
+    """``sql`` with psycopg's ``%(name)s`` placeholders as PostgreSQL's ``$1``..., one
+    number a name, and ``%%`` as ``%``: how psycopg sends it."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        if match[0] == "%%":
+            return "%"
+        return f"${names.setdefault(match[1], len(names) + 1)}"
+
+    return re.sub(r"%%|%\((\w+)\)s", number, sql)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,6 +31,10 @@ ORDER_SQL = (
     " VALUES (%(payment_key)s, %(amount)s, %(currency)s) RETURNING amount, currency"
 )
 SQL = "FULFILMENT_SQL"
+AMBIGUOUS = (
+    "INSERT INTO shop_orders (payment_key) VALUES (CASE WHEN %(client_reference_id)s IS NULL"
+    " THEN 'walk-in' ELSE %(client_reference_id)s END)"
+)
 EFFECTS: list[str] = []
 """Payment keys :func:`record_effect` was called with, in this process."""
 
@@ -117,6 +121,7 @@ def test_a_constraint_violation_is_the_effects_failure_and_nothing_commits(shop)
         ("40P01", TransientDownstreamError, False),  # deadlock
         ("23505", PermanentDownstreamError, False),  # unique violation in the effect
         ("P0001", PermanentDownstreamError, False),  # the user's own RAISE
+        ("25P03", TransientDownstreamError, False),  # the database's idle deadline: again
         ("57P01", TransientDownstreamError, True),  # admin shutdown: the downstream is down
         ("53300", TransientDownstreamError, True),  # too many connections
     ],
@@ -219,6 +224,11 @@ def test_a_python_effect_on_sqlite(tmp_path: Path) -> None:
         ({SQL: "INSERT INTO nowhere VALUES (%(amount)s)"}, SQL, "nowhere"),
         ({SQL: "INSERT INTO shop_orders VALUES (%(nope)s)"}, SQL, "nope"),
         ({SQL: "SELECT 1; INSERT INTO shop_orders DEFAULT VALUES"}, SQL, "multiple commands"),
+        (  # typed in binary, not as a payment sends it (text of no type): refused at start
+            {SQL: AMBIGUOUS},
+            SQL,
+            "could not determine data type of parameter",
+        ),
         ({SQL: "@/nonexistent/effect.sql"}, SQL, "cannot read"),
         ({"FULFILMENT_EFFECT": "shop_missing.effects:grant"}, "FULFILMENT_EFFECT", "import"),
     ],
@@ -485,3 +495,29 @@ def test_the_examples_grant_into_the_example_shops_table(postgres_url: str) -> N
     assert found == [("pi_effect", "pro-plan", 2000), ("pi_sql", "pro-plan", 2000)]
     granted = "SELECT count(*) FROM entitlements WHERE client_reference_id = 'order_pi_effect'"
     assert rows(postgres_url, granted) == [(1,)]
+
+
+def test_sql_refused_at_start_would_have_failed_every_payment(shop) -> None:
+    """Found by an outside review: the start-up check planned FULFILMENT_SQL with binary
+    parameters (typed), payments ran it in text (untyped), so a parameter typed only by
+    its use passed the check and failed every payment (AmbiguousParameter 42P08)."""
+    action, _ = action_for(shop, FULFILMENT_SQL=AMBIGUOUS)
+    with pytest.raises(PermanentDownstreamError, match="42P08"):
+        action(call("pi_ambiguous"))
+    typed = AMBIGUOUS.replace("%(client_reference_id)s", "CAST(%(client_reference_id)s AS text)")
+    assert unusable(settings_module.load({}, FULFILMENT_ACTION=shop, FULFILMENT_SQL=typed)) is None
+    assert action_for(shop, FULFILMENT_SQL=typed)[0](call("pi_typed"))["outcome"] == "applied"
+
+
+def test_a_deferred_constraint_commit_refused_is_the_effects_failure(shop) -> None:
+    """An error COMMIT answers rolled the transaction back: a deferred foreign key's
+    violation is the effect's failure (failed at once), not an ambiguous commit retried."""
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute("CREATE TABLE parents (id int PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE kids (parent int REFERENCES parents DEFERRABLE INITIALLY DEFERRED)"
+        )
+    action, _ = action_for(shop, FULFILMENT_SQL="INSERT INTO kids VALUES (%(amount)s)")
+    with pytest.raises(PermanentDownstreamError, match="ForeignKeyViolation 23503"):
+        action(call("pi_deferred"))
+    assert rows(shop, "SELECT count(*) FROM webhook_ledger_effects") == [(0,)]
