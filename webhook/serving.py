@@ -49,7 +49,8 @@ class Server:
     connections across them; false: one socket shared by every worker. Unset: on Linux only,
     where the kernel balances such sockets (WEB.md, "One socket per worker")."""
     GUNICORN_ACCESS_LOG: str = setting("", kinds.text())
-    """gunicorn's access log file (``-``: stderr); unset: none."""
+    """gunicorn's access log file (``-``: standard output); unset: none. gunicorn's master
+    refuses a file it cannot append to (ledger/setting_files.py)."""
     LOG_LEVEL: str = setting("info", kinds.choice(*LOG_LEVELS))
     """gunicorn's log level."""
 
