@@ -22,6 +22,10 @@ WAITING = {
 """The reversals waiting for a person, by state."""
 VOIDED = "its settlement found no effect and voided its key (none can apply)"
 """Why a payment its settlement voided needs no reversal (docs/REVERSAL.md)."""
+CALLED_IN_VAIN = (
+    "taken back before any effect (its calls applied nothing: refused, or a person found so)"
+)
+"""Why one refunded in full after calls that applied nothing needs none."""
 LEG_SUFFIX = {leg: f" ({name})" if leg != "fulfil" else "" for leg, name in LEG_NAMES.items()}
 
 
@@ -68,6 +72,8 @@ def _reversal(p: Payment) -> str | None:
         return f"due at {iso(r.due_at)} ({r.why}), {key}, {tries}"
     if p.state == "refunded_unfulfilled" and any(a.outcome == "voided" for a in p.attempts):
         return f"none needed: {VOIDED}"
+    if p.state == "refunded_unfulfilled" and p.attempts_started:
+        return f"none needed: {CALLED_IN_VAIN}"
     if p.state == "refunded_unfulfilled":
         return "none needed: taken back before any effect, never called"
     if r.taken_back and p.state == "fulfilled":

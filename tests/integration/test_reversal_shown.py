@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from ledger import keys
 from tests.integration.test_metrics_alerting import scrape
 from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import run_cli, settled_as
@@ -255,3 +256,28 @@ def test_a_payment_reversed_refund_by_refund_shows_each_refund_s_key_not_one_nev
     shown = run_cli(config, "payment", pk).stdout
     assert f"key reverse:{pk}:{refund})" in shown and "each refund under its own key" in shown
     assert f"reverse:{pk}," not in shown
+
+
+def test_a_call_a_person_found_applied_nothing_is_not_said_never_called(
+    client, fulfilment, redis, config, rng
+) -> None:
+    """Found by an outside review: a call interrupted (its worker died in it), then refunded
+    in full, then a person's retry (they found it had not applied): refunded before any
+    effect, yet the page and the CLI said "never called"."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
+    pk, amount = paid(f, rng)
+    redis.delete("rq:queue:fulfilment")
+    start = f.attempts.start(pk, "job-1", replay_safe=False)
+    assert f.attempts.mark_calling(pk, start.token)
+    redis.hset(keys.payment(pk), "lease_until", 0)
+    assert f.attempts.recover(pk) == "interrupted"
+    for event in refund_events(rng, pk, amount, amount):
+        f.deliver(event)
+    redis.delete(keys.caller(f.attempts.caller))  # its process has left the call (died)
+    assert f.attempts.record_decision(pk, "retry", ("interrupted",), "person")[0] == "ok"
+    f.work()
+    assert settled_as(redis, pk, "refunded_unfulfilled")
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    shown = run_cli(config, "payment", pk).stdout
+    for said in (page, " ".join(shown.split())):
+        assert "never called" not in said and "a person found so" in said
