@@ -184,9 +184,10 @@ class Settings:
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
     """Witnesses of a downstream outage, across every worker and with no answer between,
-    that open the circuit breaker: each payment refused (once, however often) and each
-    request that never left; never one payment's refusals alone, so one payment refused
-    again and again spends its own attempts (0: no breaker; a ``Retry-After`` still defers
+    that open the circuit breaker: each customer refused (its payments once, however often;
+    a payment of no customer stands for itself) and each request that never left; never one
+    customer's refusals alone, so a customer's payments refused again and again (its quota)
+    spend their own attempts (0: no breaker; a ``Retry-After`` still defers
     the payment it answered)."""
     BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.milliseconds(3600))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
