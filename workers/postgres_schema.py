@@ -24,7 +24,7 @@ import re
 
 import psycopg
 
-from ledger.redact import MASK, redact, url_passwords
+from ledger.redact import url_passwords, without
 from workers.effects import Effect, sample_for, sql_params
 
 TABLE = "webhook_ledger_effects"
@@ -51,9 +51,7 @@ def masked(text: str, url: str) -> str:
     them between ``@ : / ? #`` wherever they appear: libpq splits a URL at its first ``@``,
     urllib at its last, so a password with an unencoded ``@`` is read by libpq as a
     password's start and a host's, quoted as such ("failed to resolve host ...")."""
-    for secret in password_parts(url):
-        text = text.replace(secret, MASK)
-    return redact(text)
+    return without(text, password_parts(url))
 
 
 _PASSWORD_SPLIT = re.compile(r"[@:/?#]")
