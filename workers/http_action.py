@@ -211,19 +211,20 @@ class Telling(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         told = self.connected
 
-        class Http(HTTPConnection):
-            def connect(self) -> None:
-                super().connect()
-                told(self.sock)
+        def telling(base: type[HTTPConnection]) -> type[HTTPConnection]:
+            def connect(conn: HTTPConnection) -> None:
+                base.connect(conn)
+                told(conn.sock)
 
-        class Https(HTTPSConnection):
-            def connect(self) -> None:
-                super().connect()
-                told(self.sock)
+            return type(f"Telling{base.__name__}", (base,), {"connect": connect})
 
         pools: dict[str, type[HTTPConnectionPool]] = {
-            "http": type("HttpPool", (HTTPConnectionPool,), {"ConnectionCls": Http}),
-            "https": type("HttpsPool", (HTTPSConnectionPool,), {"ConnectionCls": Https}),
+            "http": type(
+                "HttpPool", (HTTPConnectionPool,), {"ConnectionCls": telling(HTTPConnection)}
+            ),
+            "https": type(
+                "HttpsPool", (HTTPSConnectionPool,), {"ConnectionCls": telling(HTTPSConnection)}
+            ),
         }
         setattr(self.poolmanager, "pool_classes_by_scheme", pools)  # noqa: B010 (urllib3 reads it)
 
