@@ -6,6 +6,7 @@ whatever its body does after it (trickles, never ends, is huge, is not the gzip 
 shorter than its Content-Length); and a call whose answer trickles in is cut by its
 ``abort`` at the deadline, so the call stops instead of the worker process."""
 
+import select
 import socket
 import threading
 import time
@@ -98,6 +99,17 @@ def test_an_interim_answer_is_ambiguous_never_a_refusal(interim: int) -> None:
         assert run_action(HttpAction(url, 2.0, replay_safe=True), CALL, 2.0, 30.0)[0] == "retry"
 
 
+def run_in(where: str, call: Callable[[], None]) -> None:
+    """``call`` in this thread, or in a worker slot's (workers.deadline tells them apart by
+    its name), waited for."""
+    if where == "main thread":
+        call()
+        return
+    slot = threading.Thread(target=call, name="fulfil_0")
+    slot.start()
+    slot.join(30)
+
+
 @contextmanager
 def full_backlog() -> Iterator[str]:
     """A listener that never accepts, its backlog filled: a new connection's SYN is dropped,
@@ -112,7 +124,9 @@ def full_backlog() -> Iterator[str]:
         filler.setblocking(False)
         filler.connect_ex(("127.0.0.1", port))
         fillers.append(filler)
-    time.sleep(0.2)
+    # Full once the queue holds a connection (backlog 0 keeps one): the others' SYNs wait.
+    _, made, _ = select.select([], fillers, [], 10)
+    assert any(f.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for f in made), made
     try:
         yield f"http://127.0.0.1:{port}/fulfil"
     finally:
@@ -137,12 +151,7 @@ def test_a_connection_never_made_is_down_and_never_sent_before_the_deadline(wher
             except (TransientDownstreamError, DeadlineExceeded) as exc:
                 ended.append((exc, time.monotonic() - began))
 
-        if where == "main thread":
-            call()
-        else:
-            slot = threading.Thread(target=call, name="fulfil_0")
-            slot.start()
-            slot.join(30)
+        run_in(where, call)
         ((error, took),) = ended
         assert isinstance(error, TransientDownstreamError), error
         assert error.down and not error.sent and "ConnectTimeout" in str(error)
@@ -184,12 +193,7 @@ def test_a_2xx_is_done_whatever_its_body_does(body: str, where: str) -> None:
             outcome, detail, _ = run_action(action, CALL, timeout, 30.0)
             ended.append((outcome, detail, time.monotonic() - began))
 
-        if where == "main thread":
-            call()
-        else:
-            slot = threading.Thread(target=call, name="fulfil_0")
-            slot.start()
-            slot.join(30)
+        run_in(where, call)
     ((outcome, detail, took),) = ended
     assert outcome == "fulfilled", detail
     assert detail.startswith('{"status":200,') and took < timeout
