@@ -10,9 +10,11 @@ or called twice when it must not be.
 """
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -23,7 +25,8 @@ from ledger.read import payments
 from tests.support.broken_actions import post_without_abort
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
-from tests.support.processes import BIN, spawn, wait_until
+from tests.support.processes import BIN, RqWorker, spawn, wait_until
+from tests.support.stack import Stack
 
 SLOTS = 4
 
@@ -57,6 +60,26 @@ def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng, worker_class: s
         assert set(downstream.calls.values()) == {1} and len(downstream.calls) == 12
 
 
+def stubborn_stack(
+    stack: Callable[..., Stack], rng: Any, n: int, replay_safe: bool, **action: str
+) -> tuple[Stack, list[str], RqWorker]:
+    """The web and the sweeper, ``n`` payments sent, then one worker of SLOTS slots whose
+    calls have 2 s each (``action`` names the action): the stack, the payments, the worker."""
+    s = stack(
+        **action,
+        FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
+        FULFILMENT_CONCURRENCY=str(SLOTS),
+        FULFILMENT_TIMEOUT="2",
+        LEASE_SECONDS="4",
+    )
+    s.start_web()
+    payments = send_payments(s, rng, n)
+    s.start_sweeper()
+    worker = s.start_worker(WORKER)
+    assert worker.proc is not None
+    return s, payments, worker
+
+
 def in_progress(redis: Redis, payments: list[str]) -> set[str]:
     return {pk for pk in payments if state_of(redis, pk) == "in_progress"}
 
@@ -70,18 +93,9 @@ def test_one_stubborn_http_call_is_cut_alone_and_its_process_goes_on(
     # (before, the watchdog ended the process with the calls in flight beside it).
     n = 12
     with CountingDownstream(delays=[1.5] * n * 2, head_trickles=[30.0]) as downstream:
-        s = stack(
-            FULFILMENT_ACTION=downstream.url,
-            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
-            FULFILMENT_CONCURRENCY=str(SLOTS),
-            FULFILMENT_TIMEOUT="2",
-            LEASE_SECONDS="4",
+        s, payments, worker = stubborn_stack(
+            stack, rng, n, replay_safe, FULFILMENT_ACTION=downstream.url
         )
-        s.start_web()
-        payments = send_payments(s, rng, n)
-        s.start_sweeper()
-        worker = s.start_worker(WORKER)
-        assert worker.proc is not None
         wait_until(lambda: len(downstream.bodies) >= 1, what="the first call")
         stubborn = downstream.bodies[0]["payment_key"]
         final = "fulfilled" if replay_safe else "interrupted"
@@ -108,19 +122,14 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
     # others take 1.5 s, so a second wave of calls is in flight when it dies.
     n = 12
     with CountingDownstream(delays=[1.5] * n * 2, trickles=[30.0]) as downstream:
-        s = stack(
+        s, payments, worker = stubborn_stack(
+            stack,
+            rng,
+            n,
+            replay_safe,
             FULFILMENT_ACTION=f"{post_without_abort.__module__}:{post_without_abort.__name__}",
             DOWNSTREAM_URL=downstream.url,
-            FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
-            FULFILMENT_CONCURRENCY=str(SLOTS),
-            FULFILMENT_TIMEOUT="2",
-            LEASE_SECONDS="4",
         )
-        s.start_web()
-        payments = send_payments(s, rng, n)
-        s.start_sweeper()
-        worker = s.start_worker(WORKER)
-        assert worker.proc is not None
         assert worker.proc.wait(30) == 1  # its watchdog, not a signal
         died_with = in_progress(redis, payments)
         stubborn = downstream.bodies[0]["payment_key"]
