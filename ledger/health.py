@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from ledger import keys
 from ledger.replication import online_replicas
-from ledger.stored import count, decode_hash, ms_time
+from ledger.stored import count, counts_of, decode_hash, ms_time
 
 WAITING_STATES = ("queued", "in_progress", "retrying", "failed", "interrupted", "held")
 """States a paid payment waits in before it is fulfilled (``pending``: not paid yet, which
@@ -93,11 +93,7 @@ def health(redis: Redis, at: datetime) -> Health:
             count(sweeper["reconcile_ms"]) / 1000 if "reconcile_ms" in sweeper else None
         ),
         clock_steps=count(sweeper.get("clock_steps")),
-        rejected_by_reason={
-            n.removeprefix("rejected:"): count(v)
-            for n, v in stats.items()
-            if n.startswith("rejected:")
-        },
+        rejected_by_reason=counts_of(stats, "rejected"),
         run_id=server.get("run_id", "") if isinstance(server, dict) else "",
     )
 

@@ -34,6 +34,14 @@ def count(value: object) -> int:
     return whole(value) or 0
 
 
+def counts_of(stats: dict[str, str], group: str) -> dict[str, int]:
+    """The counters ``{group}:{name}`` of a stats hash, by name, sorted."""
+    prefix = group + ":"
+    return {
+        n.removeprefix(prefix): count(v) for n, v in sorted(stats.items()) if n.startswith(prefix)
+    }
+
+
 def ms_time(value: object) -> datetime | None:
     """Epoch milliseconds as an aware UTC datetime."""
     ms = whole(value)

@@ -24,7 +24,7 @@ from ledger.read.reversal_counts import (
     reversal_counts,
 )
 from ledger.settings import Settings
-from ledger.stored import count, decode_hash, ms_time, text, whole
+from ledger.stored import count, counts_of, decode_hash, ms_time, text, whole
 
 HEARTBEAT_WINDOW_S = DEFAULT_WORKER_TTL + 60
 """An RQ worker heartbeats at least this often, also while idle (blocked on its queue for
@@ -104,11 +104,6 @@ def counters(redis: Redis) -> Counters:
 
 
 def counters_from(stats: dict[str, str], states: dict[str, str]) -> Counters:
-    grouped: dict[str, dict[str, int]] = {}
-    for name, value in stats.items():
-        group, sep, sub = name.partition(":")
-        if sep:
-            grouped.setdefault(group, {})[sub] = count(value)
     return Counters(
         deliveries=count(stats.get("deliveries")),
         events=count(stats.get("events")),
@@ -119,10 +114,10 @@ def counters_from(stats: dict[str, str], states: dict[str, str]) -> Counters:
         effects=count(stats.get("effects")),
         attempts_started=count(stats.get("attempts_started")),
         attempts_finished=count(stats.get("attempts_finished")),
-        rejected_by_reason=dict(sorted(grouped.get("rejected", {}).items())),
-        deliveries_by_source=dict(sorted(grouped.get("source", {}).items())),
-        deliveries_by_secret=dict(sorted(grouped.get("secret", {}).items())),
-        deliveries_by_type=dict(sorted(grouped.get("type", {}).items())),
+        rejected_by_reason=counts_of(stats, "rejected"),
+        deliveries_by_source=counts_of(stats, "source"),
+        deliveries_by_secret=counts_of(stats, "secret"),
+        deliveries_by_type=counts_of(stats, "type"),
         payments_by_state={s: count(states.get(s)) for s in PAYMENT_STATES},
         reversals=reversal_counts(stats),
     )
