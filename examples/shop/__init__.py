@@ -1,11 +1,13 @@
 """An example shop that fulfils into its own PostgreSQL: the service's PostgreSQL action
 (``FULFILMENT_ACTION=postgresql://…``, ``FULFILMENT_SQL=@examples/shop/grant.sql``) grants an
 entitlement per paid purchase, its reversal (``REVERSAL_SQL=@examples/shop/revoke.sql``)
-revokes it when the money goes back, and this Flask app shows a customer's entitlements by
-order reference (Checkout's ``client_reference_id``) or email, revoked ones marked, and how
-much of one still granted was refunded (with ``REVERSAL_PER_REFUND=true`` each partial
-refund's reversal adds its amount to ``reversed_amount``; without it only a refund in full
-reaches the shop).
+revokes it when the money goes back, and this Flask app is Checkout's landing page: the
+``success_url`` ``http://127.0.0.1:5000/?session_id={CHECKOUT_SESSION_ID}`` shows the buyer
+what that session bought (the session id is the buyer's secret, as in Stripe's fulfilment
+guide, so no login and no lookup by email or order reference, which anyone could type),
+revoked ones marked, and how much of one still granted was refunded (with
+``REVERSAL_PER_REFUND=true`` each partial refund's reversal adds its amount to
+``reversed_amount``; without it only a refund in full reaches the shop).
 ``examples/shop/run.sh`` runs it all; ``python -m examples.shop migrate`` makes the shop's
 table and the service's.
 """
@@ -25,7 +27,7 @@ SCHEMA = Path(__file__).with_name("schema.sql")
 LOOKUP = """
 SELECT product, payment_key, amount, currency, granted_at, reversed_amount, revoked_at
 FROM entitlements
-WHERE client_reference_id = %(ref)s OR lower(customer_email) = lower(%(email)s)
+WHERE checkout_session_id = %(session_id)s
 ORDER BY granted_at
 """
 
@@ -54,13 +56,12 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
 
     @app.get("/")
     def entitlements() -> str:
-        ref, email = request.args.get("ref", "").strip(), request.args.get("email", "").strip()
+        session_id = request.args.get("session_id", "").strip()
         found: list[dict[str, Any]] = []
-        if ref or email:
+        if session_id:
             with psycopg.connect(app.config["DATABASE_URL"], row_factory=dict_row) as conn:
-                args = {"ref": ref or None, "email": email or None}
-                found = conn.execute(LOOKUP, args).fetchall()
-        return render_template("entitlements.html", ref=ref, email=email, entitlements=found)
+                found = conn.execute(LOOKUP, {"session_id": session_id}).fetchall()
+        return render_template("entitlements.html", session_id=session_id, entitlements=found)
 
     return app
 

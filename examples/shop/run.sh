@@ -85,5 +85,5 @@ STARTED=1
 .venv/bin/python -m examples.shop migrate
 .venv/bin/flask --app examples.shop run --host 127.0.0.1 --port "$SHOP_PORT" &
 SHOP_PID=$!
-echo "examples/shop: the shop's page is http://127.0.0.1:$SHOP_PORT (a customer's entitlements)"
+echo "examples/shop: the shop's landing page is http://127.0.0.1:$SHOP_PORT/?session_id=cs_... (Checkout's success_url: what that session granted)"
 .venv/bin/python -m ledgerctl.run_local "$@"

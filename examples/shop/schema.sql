@@ -6,6 +6,7 @@
 CREATE TABLE IF NOT EXISTS entitlements (
     id bigserial PRIMARY KEY,
     payment_key text NOT NULL,
+    checkout_session_id text,
     client_reference_id text,
     customer_email text,
     product text NOT NULL,
@@ -17,6 +18,6 @@ CREATE TABLE IF NOT EXISTS entitlements (
 );
 -- a table made before these columns
 ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS revoked_at timestamptz;
+ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS checkout_session_id text;
 ALTER TABLE entitlements ADD COLUMN IF NOT EXISTS reversed_amount bigint NOT NULL DEFAULT 0;
-CREATE INDEX IF NOT EXISTS entitlements_by_reference ON entitlements (client_reference_id);
-CREATE INDEX IF NOT EXISTS entitlements_by_email ON entitlements (customer_email);
+CREATE INDEX IF NOT EXISTS entitlements_by_session ON entitlements (checkout_session_id);

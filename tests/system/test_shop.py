@@ -1,6 +1,7 @@
 """The example shop (examples/shop) with the real service: signed Checkout events through
 gunicorn's endpoint, a real worker with the PostgreSQL action granting into the shop's own
-table, and the shop's page showing the entitlement once; refunded in full, revoked once; with
+table, and the shop's landing page showing the entitlement once by its Checkout Session id
+(never by the email or order reference anyone could type); refunded in full, revoked once; with
 REVERSAL_PER_REFUND, a partial refund shown as the part taken back, still granted. And
 examples/shop/run.sh refusing to start without stopping the PostgreSQL server an earlier
 run left, while anything would refuse the start or a process uses that server."""
@@ -54,16 +55,19 @@ def test_a_checkout_purchase_shows_one_entitlement_revoked_once_refunded(
     pk = payment_key_of(paid_intent)
     wait_until(lambda: settled_as(redis, pk, "fulfilled"), what=f"{pk} fulfilled")
     shop = create_app({"DATABASE_URL": postgres_url, "TESTING": True}).test_client()
-    for query in ("ref=order-42", "email=ADA@example.com"):
-        page = shop.get(f"/?{query}").get_data(as_text=True)
-        assert page.count('class="entitlement"') == 1, page
-        assert pk in page and "pro-plan" in page
-    assert "No entitlement yet" in shop.get("/?ref=order-43").get_data(as_text=True)
+    landing = f"/?session_id={order['id']}"
+    page = shop.get(landing).get_data(as_text=True)
+    assert page.count('class="entitlement"') == 1, page
+    assert pk in page and "pro-plan" in page
+    assert "No entitlement yet" in shop.get("/?session_id=cs_test_other").get_data(as_text=True)
+    for guess in ("ref=order-42", "email=ada@example.com", ""):  # nothing but the session
+        page = shop.get(f"/?{guess}").get_data(as_text=True)
+        assert pk not in page and "success_url" in page, page
     amount = paid_intent["data"]["object"]["amount_received"]
     for event in refund_events(random.Random(5), pk, amount, amount) * 2:  # sent twice
         assert s.send(samples.encode(event)).status_code == 200
     wait_until(lambda: settled_as(redis, pk, "reversed"), what=f"{pk} reversed")
-    page = shop.get("/?ref=order-42").get_data(as_text=True)
+    page = shop.get(landing).get_data(as_text=True)
     assert page.count('class="entitlement"') == 0 and page.count('class="revoked"') == 1, page
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute("SELECT revoked_at FROM entitlements WHERE payment_key = %s", (pk,))
@@ -97,26 +101,26 @@ def test_a_partial_refund_reversed_on_its_own_shows_on_the_page_still_granted(
     s.start_service(workers=2)
     events = samples.payment_events(random.Random(5), checkout=True)
     paid_intent, session = events[2], events[3]
-    session["data"]["object"]["client_reference_id"] = "order-7"
+    landing = f"/?session_id={session['data']['object']['id']}"
     for event in (session, paid_intent):
         assert s.send(samples.encode(event)).status_code == 200
     pk = payment_key_of(paid_intent)
     wait_until(lambda: settled_as(redis, pk, "fulfilled"), what=f"{pk} fulfilled")
     assert paid_intent["data"]["object"]["amount_received"] == 12000
     shop = create_app({"DATABASE_URL": postgres_url, "TESTING": True}).test_client()
-    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    page = shop.get(landing).get_data(as_text=True)
     assert page.count('class="entitlement"') == 1 and "30.00" not in page, page
     for event in refund_events(random.Random(6), pk, 12000, 3000):
         assert s.send(samples.encode(event)).status_code == 200
     wait_until(lambda: reversed_amount(postgres_url, pk) == 3000, what=f"{pk}'s refund reversed")
-    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    page = shop.get(landing).get_data(as_text=True)
     assert page.count('class="entitlement"') == 1, page  # still granted
     assert '<td class="refunded">30.00 of 120.00 USD</td>' in page, page
     assert "<td>120.00 USD</td>" in page, page  # the amount paid, as people read it
     for event in refund_events(random.Random(7), pk, 12000, 9000, refunded_before=3000):
         assert s.send(samples.encode(event)).status_code == 200
     wait_until(lambda: settled_as(redis, pk, "reversed"), what=f"{pk} reversed")
-    page = shop.get("/?ref=order-7").get_data(as_text=True)
+    page = shop.get(landing).get_data(as_text=True)
     assert page.count('class="revoked"') == 1 and "30.00 of" not in page, page
 
 
