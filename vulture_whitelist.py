@@ -77,7 +77,7 @@ _.do_HEAD
 _.log_message
 _.daemon_threads  # socketserver.ThreadingMixIn
 _.request_queue_size  # socketserver.TCPServer: the listen backlog
-_.resolve_redirects  # requests.Session.send (workers/actions.py Unredirected)
+_.resolve_redirects  # requests.Session.send (workers/http_connections.py Unredirected)
 _.protocol_version
 _._child_ctor  # honcho's Process builds its Popen with it (ledgerctl/run_local.py)
 

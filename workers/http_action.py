@@ -10,14 +10,11 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urljoin
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
 from ledger.purchase import Purchase
@@ -27,6 +24,7 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
+from workers.http_connections import Unredirected
 
 Receipt = dict[str, Any]
 
@@ -180,53 +178,6 @@ BODY_CAP = 4096
 def connect_timeout(timeout: float) -> float:
     """The connect timeout of a call whose deadline is ``timeout`` seconds."""
     return min(timeout * CONNECT_SHARE, CONNECT_CAP_S)
-
-
-class Unredirected(requests.Session):
-    """A session (one per call, as ``requests.post`` makes) that neither follows nor
-    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
-    Location to prepare the next request, and raises ValueError on one it cannot parse.
-    ``connected`` (when given) is told each connection's socket once it is made."""
-
-    def __init__(self, connected: Callable[[socket.socket | None], None] | None = None) -> None:
-        super().__init__()
-        if connected is not None:
-            for scheme in ("http://", "https://"):
-                self.mount(scheme, Telling(connected))
-
-    def resolve_redirects(
-        self, *args: Any, **kwargs: Any
-    ) -> Generator[requests.Response, None, None]:
-        yield from ()
-
-
-class Telling(HTTPAdapter):
-    """requests' adapter whose connections tell ``connected`` their socket once made."""
-
-    def __init__(self, connected: Callable[[socket.socket | None], None]) -> None:
-        self.connected = connected
-        super().__init__()
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        told = self.connected
-
-        def telling(base: type[HTTPConnection]) -> type[HTTPConnection]:
-            def connect(conn: HTTPConnection) -> None:
-                base.connect(conn)
-                told(conn.sock)
-
-            return type(f"Telling{base.__name__}", (base,), {"connect": connect})
-
-        pools: dict[str, type[HTTPConnectionPool]] = {
-            "http": type(
-                "HttpPool", (HTTPConnectionPool,), {"ConnectionCls": telling(HTTPConnection)}
-            ),
-            "https": type(
-                "HttpsPool", (HTTPSConnectionPool,), {"ConnectionCls": telling(HTTPSConnection)}
-            ),
-        }
-        setattr(self.poolmanager, "pool_classes_by_scheme", pools)  # noqa: B010 (urllib3 reads it)
 
 
 def redirected(url: str, answer: requests.Response, setting: str = "FULFILMENT_ACTION") -> str:

@@ -1,0 +1,135 @@
+"""The connections the HTTP action makes: one session per call that follows no redirect,
+whose connections tell the action their socket (for its ``abort``) and look their host up
+within the connect timeout.
+
+The lookup runs in a thread of its own because no deadline reaches it otherwise: glibc's
+resolver waits in C and retries its poll when a signal interrupts it, so a stalled DNS
+server held the call past FULFILMENT_TIMEOUT (the deadline's signal, a slot's ``abort``:
+nothing to cut yet) until the watchdog ended the worker, and a payment whose request never
+left went ``interrupted``. Now a name not looked up within the connect timeout is a
+connection never made: down, never sent."""
+
+import ipaddress
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util.connection import allowed_gai_family
+
+Told = Callable[[socket.socket | None], None]
+
+
+class Unredirected(requests.Session):
+    """A session (one per call, as ``requests.post`` makes) that neither follows nor
+    prepares a redirect: with ``allow_redirects=False`` requests still parses a 3xx's
+    Location to prepare the next request, and raises ValueError on one it cannot parse.
+    ``connected`` (when given) is told each connection's socket once it is made."""
+
+    def __init__(self, connected: Told | None = None) -> None:
+        super().__init__()
+        if connected is not None:
+            for scheme in ("http://", "https://"):
+                self.mount(scheme, Telling(connected))
+
+    def resolve_redirects(
+        self, *args: Any, **kwargs: Any
+    ) -> Generator[requests.Response, None, None]:
+        yield from ()
+
+
+class Telling(HTTPAdapter):
+    """requests' adapter whose connections look their host up within the connect timeout
+    (:func:`addresses_within`) and tell ``connected`` their socket once made."""
+
+    def __init__(self, connected: Told) -> None:
+        self.connected = connected
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        pools: dict[str, type[HTTPConnectionPool]] = {
+            "http": type(
+                "HttpPool",
+                (HTTPConnectionPool,),
+                {"ConnectionCls": bounded(HTTPConnection, self.connected)},
+            ),
+            "https": type(
+                "HttpsPool",
+                (HTTPSConnectionPool,),
+                {"ConnectionCls": bounded(HTTPSConnection, self.connected)},
+            ),
+        }
+        setattr(self.poolmanager, "pool_classes_by_scheme", pools)  # noqa: B010 (urllib3 reads it)
+
+
+def bounded(base: type[HTTPConnection], told: Told) -> type[HTTPConnection]:
+    """``base`` whose host is looked up and connected within its connect timeout (the
+    lookup, then each address in turn as urllib3 tries them, in what is left of it), and
+    whose socket is told once connected."""
+
+    def new_conn(conn: HTTPConnection) -> socket.socket:
+        name, timeout = conn._dns_host, conn.timeout
+        seconds = timeout if isinstance(timeout, int | float) else None
+        until = None if seconds is None else time.monotonic() + seconds
+        try:
+            addresses = addresses_within(name, conn.port, seconds)
+        except socket.gaierror as exc:
+            raise NameResolutionError(conn.host, conn, exc) from exc
+        except TimeoutError as exc:
+            said = f"no address for {conn.host} within {seconds} s (its DNS lookup)"
+            raise ConnectTimeoutError(conn, said) from exc
+        failed: Exception | None = None
+        for address in addresses:
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:  # one connect timeout for them all
+                said = f"no connection to {conn.host} within {seconds} s"
+                raise ConnectTimeoutError(conn, said) from failed
+            # The socket's address only: TLS and the Host header still name `name`.
+            conn._dns_host, conn.timeout = address, timeout if left is None else left
+            try:
+                return base._new_conn(conn)
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                failed = exc
+            finally:
+                conn._dns_host, conn.timeout = name, timeout
+        raise failed or NewConnectionError(conn, f"no address for {conn.host}")
+
+    def connect(conn: HTTPConnection) -> None:
+        base.connect(conn)
+        told(conn.sock)
+
+    return type(f"Telling{base.__name__}", (base,), {"_new_conn": new_conn, "connect": connect})
+
+
+def addresses_within(host: str, port: int, seconds: float | None) -> list[str]:
+    """``host``'s addresses in getaddrinfo's order (an address is its own), looked up in a
+    daemon thread and waited for at most ``seconds``: TimeoutError after (the thread ends
+    when the resolver gives up), socket.gaierror when the name has none."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    found: queue.Queue[list[Any] | OSError] = queue.Queue(1)
+
+    def look_up() -> None:
+        try:
+            found.put(socket.getaddrinfo(host, port, allowed_gai_family(), socket.SOCK_STREAM))
+        except OSError as exc:
+            found.put(exc)
+
+    threading.Thread(target=look_up, name=f"lookup {host}", daemon=True).start()
+    try:
+        got = found.get(timeout=seconds)
+    except queue.Empty:
+        raise TimeoutError(f"no address for {host} within {seconds} s") from None
+    if isinstance(got, OSError):
+        raise got
+    return list(dict.fromkeys(str(info[4][0]) for info in got))
