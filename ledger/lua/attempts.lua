@@ -13,6 +13,34 @@ local function update_attempt(pay, token, fields, dropped, raw)
   redis.call('HSET', pay, 'attempt:' .. token, cjson.encode(record))
 end
 
+-- Whether the space-separated list `words` holds `word`.
+local function has_word(words, word)
+  return string.find(' ' .. words .. ' ', ' ' .. word .. ' ', 1, true) ~= nil
+end
+
+-- The list of downstreams a leg's replay-safe calls may have reached (start_attempt.lua),
+-- where a call on another one could be a second effect: a fulfilment again after a dispute
+-- won has a key of its own, so a list of its own too.
+local REACHED = {fulfil = 'called_on', refulfil = 'refulfil_on'}
+
+-- An attempt whose request never left (refused before sending: breaker.lua; its worker
+-- never called: finish_attempt.lua) reached none of the downstreams it added to those lists
+-- (its record's `reached`): each is taken off again, so a move is not held for a call that
+-- never went, nor a settlement sent there. `raw`: its record, as just read.
+local function never_reached(pay, token, raw)
+  local record = raw and cjson.decode(raw) or {}
+  if type(record.reached) ~= 'table' then return end
+  for field, downstream in pairs(record.reached) do
+    local kept = {}
+    for name in string.gmatch(redis.call('HGET', pay, field) or '', '%S+') do
+      if name ~= downstream then kept[#kept + 1] = name end
+    end
+    if #kept == 0 then redis.call('HDEL', pay, field)
+    else redis.call('HSET', pay, field, table.concat(kept, ' ')) end
+  end
+  update_attempt(pay, token, {}, {'reached'}, raw)
+end
+
 -- Attempts used since the last person's retry (the fencing token counts every start).
 local function attempts_used(pay)
   return tonumber(redis.call('HGET', pay, 'token') or '0')

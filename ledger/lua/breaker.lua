@@ -99,6 +99,10 @@ if not live then return state end
 -- The same report sent again (its reply lost: ledger/connection.py retries a command)
 -- changes the attempt no further: its retry_at only moves later, it is refunded once.
 local raw = redis.call('HGET', pay, 'attempt:' .. ARG.token)
+if unsent and raw then  -- its request never left: it reached no downstream
+  never_reached(pay, ARG.token, raw)
+  raw = redis.call('HGET', pay, 'attempt:' .. ARG.token)
+end
 local record = raw and cjson.decode(raw) or {}
 local retry_at = retry_after_ms > 0 and now + retry_after_ms or nil
 if probed and state == 'open' then  -- the next probe is another payment's

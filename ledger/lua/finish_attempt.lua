@@ -56,6 +56,11 @@ if outcome == 'held' and not reversing then
   refuse('outcome held is a reversal\'s, and ' .. pk .. ' is not being reversed')
 end
 
+if outcome == 'not_called' then  -- its request never left: it reached no downstream
+  never_reached(pay, token, record)
+  record = redis.call('HGET', pay, 'attempt:' .. token)
+end
+
 local function record_outcome()
   redis.call('HINCRBY', STATS, 'attempts_finished', 1)
   redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)

@@ -111,7 +111,7 @@ redis.call('HDEL', pay, 'settle_gave_up')
 -- Held after FULFILMENT_ACTION moved (start_attempt.lua), and a person found nothing where
 -- its calls went: the calls from now on are the new downstream's alone.
 if redis.call('HEXISTS', pay, 'moved_from') == 1 then
-  redis.call('HDEL', pay, 'called_on', 'moved_from')
+  redis.call('HDEL', pay, 'called_on', 'refulfil_on', 'moved_from')
 end
 requeue(pay, ARG.job_id, ARGC + 1, grace_ms, now, 'operator')
 return reply{verdict = 'ok', state = 'queued'}

@@ -80,11 +80,15 @@ if twin then
 end
 -- FULFILMENT_ACTION moved (docs/ACTIONS.md) after a replay-safe call that may have applied
 -- on the payment's earlier downstream: its key dedupes there, not on this one, so a call
--- here could be a second effect. A person checks there: resolve as fulfilled if it applied
--- (`moved_from` says where, for its reversal), retry if not (operator.lua).
-if leg == 'fulfil' and ARG.replay_safe == '1' and ARG.downstream ~= '' then
-  local on = redis.call('HGET', pay, 'called_on') or ''
-  if on ~= '' and not string.find(' ' .. on .. ' ', ' ' .. ARG.downstream .. ' ', 1, true) then
+-- here (replay-safe or not) could be a second effect. A person checks there: resolve as
+-- fulfilled if it applied (`moved_from` says where, for its reversal), retry if not
+-- (operator.lua). A fulfilment again after a dispute won has its own key, so only its own
+-- calls count (`refulfil_on`). An attempt that names no downstream makes no call
+-- (start_without_call: its worker could not load its action).
+local reached = REACHED[leg]
+if reached and ARG.downstream ~= '' then
+  local on = redis.call('HGET', pay, reached) or ''
+  if on ~= '' and not has_word(on, ARG.downstream) then
     hold(pay, now, 'FULFILMENT_ACTION moved: a call to ' .. on .. ' may have applied there;' ..
       ' resolve it as fulfilled if it did, retry it (here) if not')
     redis.call('HSET', pay, 'moved_from', on)
@@ -104,12 +108,21 @@ redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
   'attempt_id', ARG.execution)
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 -- Every downstream a replay-safe attempt of its fulfilment may call (its action's name for
--- it), so a settlement settles only on the one its calls went to (docs/REVERSAL.md).
+-- it), so a settlement settles only on the one its calls went to (docs/REVERSAL.md), and a
+-- move holds (above). The attempt keeps the lists it added its downstream to (`reached`):
+-- should its request never leave, it is taken off them again (never_reached).
 local sole = false  -- this attempt's downstream is the payment's only one there
+local added = nil  -- list -> this downstream, for each list this attempt added it to
 if phase == 'calling' and ARG.downstream ~= '' and leg ~= 'reverse' then
   local on = redis.call('HGET', pay, 'called_on') or ''
-  if not string.find(' ' .. on .. ' ', ' ' .. ARG.downstream .. ' ', 1, true) then
-    redis.call('HSET', pay, 'called_on', on == '' and ARG.downstream or (on .. ' ' .. ARG.downstream))
+  for _, field in ipairs(leg == 'refulfil' and {'called_on', 'refulfil_on'} or {'called_on'}) do
+    local names = field == 'called_on' and on or (redis.call('HGET', pay, field) or '')
+    if not has_word(names, ARG.downstream) then
+      local grown = names == '' and ARG.downstream or (names .. ' ' .. ARG.downstream)
+      redis.call('HSET', pay, field, grown)
+      added = added or {}
+      added[field] = ARG.downstream
+    end
   end
   sole = on == '' or on == ARG.downstream
 end
@@ -128,7 +141,7 @@ local caller = phase == 'calling' and ARG.caller ~= '' and ARG.caller or nil  --
 -- only where the effect went (workers/reversal_target.py). Left out when `called_on` names it
 -- alone, which a fulfilled payment keeps anyway: no byte more on its hash.
 local went = leg ~= 'reverse' and not sole and ARG.downstream ~= '' and ARG.downstream or nil
-redis.call('HSET', pay, 'attempt:' .. token,
-  cjson.encode({started = now, outcome = 'started', leg = leg, caller = caller, on = went}))
+redis.call('HSET', pay, 'attempt:' .. token, cjson.encode({started = now, outcome = 'started',
+  leg = leg, caller = caller, on = went, reached = added}))
 if caller then hold_caller(pay, token, caller, now, lease_ms) end
 return go(token)

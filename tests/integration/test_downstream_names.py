@@ -16,9 +16,11 @@ import pytest
 from redis import Redis
 
 from ledger import keys
+from ledger.gate import Gate, Health
 from ledger.purchase import purchase_of
 from ledger.stored import text
 from ledgerctl import samples
+from tests.integration.test_lua_reversal import reversed_then_won
 from tests.support.inprocess import Fulfilment
 from tests.support.refunds import refund_events
 from workers.actions import downstream_of
@@ -76,14 +78,15 @@ def test_the_attempt_that_may_apply_the_effect_names_its_downstream(
     assert "on" not in record(redis, pk, start.token)
     assert "on" not in attempt(True, "sqlite:one")  # called_on says it
     assert "on" not in attempt(True, "sqlite:one")
-    assert attempt(False, "http:two")["on"] == "http:two"  # no called_on for it
-    # moved: one's calls may have applied there, unknown to three's key: held, not called
-    moved = f.attempts.start(pk, "job-m", True, downstream="sqlite:three")
+    # moved: one's calls may have applied there, unknown to two's key: held, not called,
+    # though two is not replay-safe (before: fenced and called, a second effect)
+    moved = f.attempts.start(pk, "job-m", False, downstream="http:two")
     assert (moved.verdict, moved.reason, field(redis, pk, "state")) == ("skip", "moved", "held")
     assert field(redis, pk, "moved_from") == "sqlite:one"
-    # a person found nothing there: three's calls alone from now on
+    # a person found nothing there: the calls from now on are the new downstream's alone
     assert f.attempts.record_decision(pk, "retry", ("held",), "person")[0] == "ok"
     assert field(redis, pk, "called_on") == field(redis, pk, "moved_from") == ""
+    assert attempt(False, "http:two")["on"] == "http:two"  # no called_on for it
     assert "on" not in attempt(True, "sqlite:three", "fulfilled")
     assert field(redis, pk, "called_on") == "sqlite:three"
     for event in refund_events(rng, pk, amount, amount):
@@ -141,3 +144,51 @@ def test_a_receipt_keeps_no_secret_of_the_url_the_answer_quotes() -> None:
     basic = base64.b64encode(b"dsuser:pw-S3cr3t").decode()
     for secret in ("CAPTOK123", "PARAM9", "QRYTOK456", "pw-S3cr3t", basic, basic[:12]):
         assert secret not in body
+
+
+def test_a_call_that_never_left_is_not_where_the_effect_may_be(
+    redis: Redis, fulfilment: Callable[..., Fulfilment], rng: random.Random
+) -> None:
+    """A replay-safe attempt whose request never left (refused before sending, reported to
+    the breaker; or its worker never called) takes its downstream off ``called_on`` again:
+    the action moving after it holds nothing (before: held as "may have applied there")."""
+    f = fulfilment(MAX_ATTEMPTS="9")
+    gate = Gate(redis, f.settings)
+    paid = samples.payment_events(rng)[2]
+    pk = str(paid["data"]["object"]["id"])
+    f.deliver(paid)
+
+    def attempt(downstream: str, how: str) -> str:
+        start = f.attempts.start(pk, f"job-{rng.random()}", True, downstream=downstream)
+        assert start.verdict == "go", start
+        if how == "refused":  # workers/gating.py reports before the outcome
+            gate.report(pk, start.token, Health("down", sent=False), "refused")
+        outcome = "not_called" if how == "not_called" else "retry"
+        f.attempts.finish(pk, start.token, outcome, how, 1.0)
+        assert "reached" not in record(redis, pk, start.token) or how == "ambiguous"
+        redis.hset(keys.payment(pk), "next_at", 0)
+        return field(redis, pk, "called_on")
+
+    assert attempt("sqlite:one", "refused") == ""
+    assert attempt("sqlite:two", "not_called") == ""  # moved, nothing held
+    assert attempt("sqlite:three", "ambiguous") == "sqlite:three"
+    assert attempt("sqlite:three", "refused") == "sqlite:three"  # an earlier call may have
+    moved = f.attempts.start(pk, "job-m", True, downstream="sqlite:four")
+    assert (moved.reason, field(redis, pk, "moved_from")) == ("moved", "sqlite:three")
+
+
+def test_a_fulfilment_again_is_held_when_the_action_moved_after_its_own_call(
+    redis_server: Any, rng: random.Random
+) -> None:
+    """A fulfilment again after a dispute won has its own key (refulfil:{pk}): a call of it
+    that may have applied on one downstream holds the next on another (before: called
+    there too, granted twice); the fulfilment's own calls (``called_on``) never do."""
+    shop = reversed_then_won(redis_server, rng)
+    shop.redis.hset(keys.payment(shop.pk), "called_on", "db:a")  # where it was fulfilled
+    start = shop.attempts.start(shop.pk, "job-1", True, leg="refulfil", downstream="db:b")
+    assert start.verdict == "go"  # the action moved since the fulfilment: nothing of its key
+    shop.attempts.finish(shop.pk, start.token, "retry", "reset after sending", 1.0)
+    assert shop.field("refulfil_on") == "db:b"
+    shop.redis.hset(keys.payment(shop.pk), "next_at", 0)
+    moved = shop.attempts.start(shop.pk, "job-2", True, leg="refulfil", downstream="db:c")
+    assert (moved.reason, shop.state(), shop.field("moved_from")) == ("moved", "held", "db:b")

@@ -210,11 +210,15 @@ class Protocol(RuleBasedStateMachine):
         self.known_late: set[str] = set()  # amounts known after a reversal was due without
         self.workers: list[Worker | None] = [None] * WORKERS
         self.calls: Counter[str] = Counter()  # every downstream call
-        self.applied: Counter[str] = Counter()  # effects on a downstream that never dedupes
+        self.applied: Counter[str] = Counter()  # effects of every call
+        # effects of calls by an action that is not replay-safe: a downstream that never
+        # dedupes (the action may move to one: the_action_moves)
+        self.unsafe_applied: Counter[str] = Counter()
         # where each payment's fulfilment applied: a replay-safe action dedupes by its key on
         # one downstream, never across two (the_action_moves)
         self.applied_on: dict[str, set[str]] = {}
-        self.again: Counter[str] = Counter()  # calls made after one that may have applied
+        # calls of an action that is not replay-safe made after one that may have applied
+        self.again: Counter[str] = Counter()
         self.maybe_applied: set[str] = set()  # an ok or ambiguous answer: it may have applied
         self.tokens: dict[str, int] = {}
         self.last_state: dict[str, str] = {}
@@ -254,8 +258,10 @@ class Protocol(RuleBasedStateMachine):
         # a fulfilment again after a dispute won (REVERSAL_DISPUTE_WON=fulfil)
         self.refulfil_calls: Counter[str] = Counter()
         self.refulfils_applied: Counter[str] = Counter()
+        self.refulfil_unsafe_applied: Counter[str] = Counter()  # as unsafe_applied
+        self.refulfil_applied_on: dict[str, set[str]] = {}  # as applied_on: its own key
         self.refulfil_maybe_applied: set[str] = set()
-        self.refulfil_again: Counter[str] = Counter()
+        self.refulfil_again: Counter[str] = Counter()  # as again
         self.resolved_done: set[str] = set()  # a person said its effect exists
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         self.voided: set[str] = set()  # payments whose key a settlement voided
@@ -753,14 +759,18 @@ class Protocol(RuleBasedStateMachine):
             self.attempts.finish(pk, start.token, "failed", "model: cannot load the action", 0)
 
     @precondition(lambda self: self.moves < 1)
-    @rule()
-    def the_action_moves(self) -> None:
+    @rule(replay_safe=st.booleans())
+    def the_action_moves(self, replay_safe: bool | None = None) -> None:
         """FULFILMENT_ACTION moves to another downstream (a shop from its SQLite file to
-        PostgreSQL): a payment whose calls went to both is never settled on either, a
-        settlement on the other one than its calls' is given up (held), and so is a reversal
-        of an effect on the other one (held, never called)."""
+        PostgreSQL, or to its own HTTP API that is not replay-safe): a payment whose calls
+        went to both is never settled on either, a settlement on the other one than its
+        calls' is given up (held), and so is a reversal of an effect on the other one (held,
+        never called); a fulfilment (again) after a call on the first that may have applied
+        is held, never called on the second, whatever its replay-safety."""
         self.moves += 1
         self.downstream = "db:b"
+        self.replay_safe = self.replay_safe if replay_safe is None else replay_safe
+        self.settles = self.settles and self.replay_safe
 
     @rule(reason=st.sampled_from((keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)))
     def purchase_waits_for_stripe(self, reason: str) -> None:
@@ -812,12 +822,13 @@ class Protocol(RuleBasedStateMachine):
         if w.payment in self.voided:  # its key voided: the action refuses, applies nothing
             outcome = "permanent"
         self.calls[w.payment] += 1
-        if w.payment in self.maybe_applied:
+        if w.payment in self.maybe_applied and not w.replay_safe:
             self.again[w.payment] += 1
         if outcome in ("ok", "ambiguous"):  # a refusal (transient, permanent) applied nothing
             self.maybe_applied.add(w.payment)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             self.applied[w.payment] += 1
+            self.unsafe_applied[w.payment] += 0 if w.replay_safe else 1
             self.applied_on.setdefault(w.payment, set()).add(w.downstream)
         w.outcome = outcome
 
@@ -899,12 +910,14 @@ class Protocol(RuleBasedStateMachine):
             assert w.amount == paid - standing, f"{pk}: grants {w.amount} again, {standing} stand"
             TALLY["regrants_less_what_stands" if standing else "regrants_whole"] += 1
         self.refulfil_calls[pk] += 1
-        if pk in self.refulfil_maybe_applied:
+        if pk in self.refulfil_maybe_applied and not w.replay_safe:
             self.refulfil_again[pk] += 1
         if outcome in ("ok", "ambiguous"):
             self.refulfil_maybe_applied.add(pk)
         if outcome == "ok" or (outcome == "ambiguous" and hit):
             self.refulfils_applied[pk] += 1
+            self.refulfil_unsafe_applied[pk] += 0 if w.replay_safe else 1
+            self.refulfil_applied_on.setdefault(pk, set()).add(w.downstream)
         w.outcome = outcome
 
     @rule(slot=st.integers(0, WORKERS - 1))
@@ -1074,7 +1087,8 @@ class Protocol(RuleBasedStateMachine):
             if self.state(pk) == "interrupted" or self.held_after_refund(pk):
                 decision = "fulfilled" if self.effect_shows(pk) else "retry"  # checked first
             elif self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "moved_from"):
-                decision = "fulfilled" if self.applied_on.get(pk) else "retry"  # checked there
+                where = self.refulfil_applied_on if leg == "refulfil" else self.applied_on
+                decision = "fulfilled" if where.get(pk) else "retry"  # checked there
             verdict, _ = self.attempts.record_decision(
                 pk, decision, ("interrupted", "held"), "person"
             )
@@ -1209,27 +1223,23 @@ class Protocol(RuleBasedStateMachine):
     def one_effect_per_payment(self) -> None:
         if not hasattr(self, "calls"):
             return
-        if not self.replay_safe:  # this downstream never dedupes
-            for pk, n in self.applied.items():
-                assert n <= 1, f"{pk}: {n} effects on a downstream that does not dedupe"
-            for pk, n in self.again.items():
-                assert n == 0, (
-                    f"{pk}: a non-replay-safe action called again after it may have applied"
-                )
+        for pk, n in self.unsafe_applied.items():
+            assert n <= 1, f"{pk}: {n} effects on a downstream that does not dedupe"
+        for pk, n in self.again.items():
+            assert n == 0, f"{pk}: a non-replay-safe action called again after it may have applied"
         if not self.reversal_replay_safe:
             for key, n in self.reversals_applied.items():
                 assert n <= 1, f"{key}: {n} reversals on a downstream that does not dedupe"
             for key, n in self.reversal_again.items():
                 assert n == 0, f"{key}: a reversal called again after it may have applied"
-        if not self.replay_safe:  # a fulfilment again goes to the fulfilment's downstream
-            for pk, n in self.refulfils_applied.items():
-                assert n <= 1, (
-                    f"{pk}: fulfilled again {n} times on a downstream that does not dedupe"
-                )
-            for pk, n in self.refulfil_again.items():
-                assert n == 0, f"{pk}: fulfilled again after it may have been"
+        for pk, n in self.refulfil_unsafe_applied.items():  # the fulfilment's downstream
+            assert n <= 1, f"{pk}: fulfilled again {n} times on a downstream that does not dedupe"
+        for pk, n in self.refulfil_again.items():
+            assert n == 0, f"{pk}: fulfilled again after it may have been"
         for pk, where in self.applied_on.items():  # a person's retry is their own word
             assert len(where) <= 1 or pk in self.person_acted, f"{pk}: applied on {where}"
+        for pk, where in self.refulfil_applied_on.items():
+            assert len(where) <= 1 or pk in self.person_acted, f"{pk}: again on {where}"
         for pk in self.all_payments():
             self.one_recorded_effect_per_leg(pk, self.redis.hgetall(keys.payment(pk)))
 
@@ -2519,14 +2529,16 @@ def test_one_customers_quota_never_opens_the_breaker_for_the_others(
     m.teardown()
 
 
+@pytest.mark.parametrize("to_replay_safe", [True, False])
 def test_a_payment_whose_call_may_have_applied_is_held_when_the_action_moves(
-    protocol_redis: RedisServer,
+    protocol_redis: RedisServer, to_replay_safe: bool
 ) -> None:
-    """Found by an outside review: a replay-safe call whose answer never came (it applied on
-    the shop's first database), then FULFILMENT_ACTION moved to a second one: the retry was
-    called there, its key new to it, and applied again (two effects, and the refund's
-    reversal took back one). It is held for a person instead, who finds it applied there:
-    fulfilled, and a reversal would be held too (its effect on the first)."""
+    """Found by outside reviews: a replay-safe call whose answer never came (it applied on
+    the shop's first database), then FULFILMENT_ACTION moved to a second one (replay-safe,
+    or the shop's own HTTP API, which is not): the retry was called there, its key new to
+    it, and applied again (two effects, and the refund's reversal took back one). It is held
+    for a person instead, who finds it applied there: fulfilled, and a reversal would be
+    held too (its effect on the first)."""
     Protocol.server = protocol_redis
     Protocol.redis = Redis.from_url(protocol_redis.url)
     m = Protocol()
@@ -2535,7 +2547,7 @@ def test_a_payment_whose_call_may_have_applied_is_held_when_the_action_moves(
     m.deliver(m.pool_event("payment_intent.succeeded", pk))
     m.worker_runs_a_whole_job("ambiguous", True)  # applied on db:a, no answer
     assert m.state(pk) == "retrying" and m.applied_on[pk] == {"db:a"}
-    m.the_action_moves()
+    m.the_action_moves(to_replay_safe)
     m.time_passes(LEASE_MS + 1)
     m.sweeper_runs()
     m.worker_takes_a_job()

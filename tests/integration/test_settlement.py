@@ -366,16 +366,16 @@ def test_a_worker_whose_action_moved_does_not_settle_on_its_own_downstream(
 def test_a_later_attempt_that_is_not_replay_safe_does_not_hide_a_call_that_may_have_applied(
     redis, redis_server, rng
 ) -> None:
-    """FULFILMENT_ACTION changed from the SQLite file to an HTTP endpoint that is not
-    replay-safe after a call of the first with no answer; the second refuses (nothing
-    applied by it). Refunded in full: held (the first may have applied), never
-    refunded_unfulfilled over it."""
+    """FULFILMENT_REPLAY_SAFE turned off for the same HTTP endpoint after a call with no
+    answer (another downstream would hold it: test_downstream_names.py); the next call
+    refuses (nothing applied by it). Refunded in full: held (the first may have applied),
+    never refunded_unfulfilled over it."""
     shop = Shop(redis_server, rng)
     shop.deliver(shop.paid)
-    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="sqlite:aaaa")
+    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="http:aaaa")
     shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
     redis.hset(keys.payment(shop.pk), "next_at", 0)
-    start = shop.attempts.start(shop.pk, "job-2", False, downstream="http:bbbb")
+    start = shop.attempts.start(shop.pk, "job-2", False, downstream="http:aaaa")
     assert shop.attempts.mark_calling(shop.pk, start.token)
     shop.attempts.finish(shop.pk, start.token, "retry", "http 503", 1.0)
     for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
