@@ -15,7 +15,7 @@ Over-masking is fine; leaking is not.
 
 import base64
 import re
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 MASK = "***"
 
@@ -124,9 +124,11 @@ def _mask_field(field: str) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """What of ``url`` may be a secret, as written and decoded, the longest first: its
-    userinfo (and its Basic credentials), its path with any ``;params``, each query value.
-    For text a downstream sends back, which may quote the request it was sent."""
+    """What of ``url`` may be a secret, the longest first: its userinfo (and its Basic
+    credentials), its path with any ``;params``, each of its segments that looks like a
+    token (a digit in 6 characters or more, or 16 or more), each query value; each as
+    written, decoded, percent-encoded, and with ``/`` escaped as JSON may (``\\/``). For
+    text a downstream sends back, which may quote the request it was sent."""
     try:
         parts = urlsplit(url.strip())
     except ValueError:
@@ -137,10 +139,20 @@ def url_secrets(url: str) -> list[str]:
         found.append(base64.b64encode(unquote(userinfo).encode()).decode())
     if parts.path.strip("/"):
         found.append(parts.path)
+        found += [s for s in _PATH_PART.split(parts.path) if _token_like(s)]
     for field in _QUERY_FIELD.split(parts.query):
         found.append(field.partition("=")[2] or field)
     found += [unquote(part) for part in found]
+    found += [quote(part, safe="") for part in found] + [p.replace("/", "\\/") for p in found]
     return sorted({p for p in found if len(p) >= 4}, key=len, reverse=True)
+
+
+_PATH_PART = re.compile(r"[/;=,]")
+
+
+def _token_like(segment: str) -> bool:
+    """A path segment that may be a capability URL's secret rather than a word."""
+    return len(segment) >= 16 or (len(segment) >= 6 and any(c.isdigit() for c in segment))
 
 
 def without(text: str, secrets: list[str]) -> str:

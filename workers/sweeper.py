@@ -12,6 +12,8 @@ from typing import NoReturn
 
 from redis import Redis
 from redis.exceptions import RedisError
+from rq import Queue
+from rq.worker_registration import clean_worker_registry
 
 from ledger import keys, reconcile
 from ledger.attempts import UNWATCHED, Attempts
@@ -71,6 +73,10 @@ def sweep_once(attempts: Attempts, watch: StepWatch | None = None) -> Counter[st
     kept = attempts.keep_rejections()
     if kept:
         done["rejections_kept"] = kept
+    # The shipped worker runs no RQ maintenance: a worker that died unannounced (killed, its
+    # registration left to expire) would stay in its queue's set for good, and every read of
+    # the workers (each /metrics scrape, summary, dashboard) would look it up.
+    clean_worker_registry(Queue(attempts.settings.QUEUE_NAME, connection=attempts.redis))
     mark_sweep(attempts.redis)
     return done
 

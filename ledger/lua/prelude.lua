@@ -116,12 +116,43 @@ local function check_commands(first)
   end
 end
 
+-- A time of Redis's clock (ms) as RQ writes one: 2026-12-06T21:40:24.123000Z (the civil
+-- date of a day count: Howard Hinnant's days_from_civil, inverted).
+local function rq_time(ms)
+  local s = math.floor(ms / 1000)
+  local z = math.floor(s / 86400) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  local day, rest = doy - math.floor((153 * mp + 2) / 5) + 1, s % 86400
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, ms % 1000 * 1000)
+end
+
 -- Run the captured commands (an RQ enqueue) from ARGV[first..], checked by check_commands.
+-- The job's enqueued_at is Redis's clock, not the process's that captured it: the sweeper
+-- orders a long queue by it (recover.lua), and processes on other machines' clocks would
+-- make healthy jobs look lost.
 local function run_commands(first)
   local i = first
   while i <= #ARGV do
     local count = tonumber(ARGV[i])
-    redis.call(unpack(ARGV, i + 1, i + count))
+    local job = string.upper(ARGV[i + 1]) == 'HSET'
+      and string.sub(ARGV[i + 2], 1, #RQ_JOB_PREFIX) == RQ_JOB_PREFIX
+    if job then
+      local command = {unpack(ARGV, i + 1, i + count)}
+      for f = 3, count - 1, 2 do
+        if command[f] == 'enqueued_at' then command[f + 1] = rq_time(now_ms()) end
+      end
+      redis.call(unpack(command))
+    else
+      redis.call(unpack(ARGV, i + 1, i + count))
+    end
     i = i + count + 1
   end
 end

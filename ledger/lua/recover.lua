@@ -50,8 +50,8 @@ end
 -- Whether a job RQ says is queued is still in the queue. LPOS scans it, one job at a time,
 -- so past QUEUE_SCAN_CAP jobs (a backlog being worked) the queue's order answers: it is
 -- first in, first out, so a job enqueued well before the one at its head (by more than the
--- grace: the web processes' clocks stamp them) was taken already. Otherwise, or unknown,
--- it is taken to be there: found lost once the queue has moved on.
+-- grace; every job's enqueued_at is Redis's clock: run_commands) was taken already.
+-- Otherwise, or unknown, it is taken to be there: found lost once the queue has moved on.
 local function in_queue(job)
   if redis.call('LLEN', KEY.queue) <= QUEUE_SCAN_CAP then
     return redis.call('LPOS', KEY.queue, job) ~= false

@@ -5,7 +5,16 @@ import re
 
 import pytest
 
-from ledger.redact import downstream, mask_secret, mask_url, origin, redact
+from ledger.redact import (
+    MASK,
+    downstream,
+    mask_secret,
+    mask_url,
+    origin,
+    redact,
+    url_secrets,
+    without,
+)
 from ledger.settings import SettingsError, fingerprint, load
 from ledgerctl.banner import banner
 
@@ -244,3 +253,25 @@ def test_mask_secret_names_only_stripe_kinds() -> None:
     """An ops token that happens to start with letters and ``_`` is not shown in part."""
     assert mask_secret("abc_t0ken-s3cret") == "***"
     assert mask_secret("pk_live_abc") == "pk_live_***"
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        '{"url":"https:\\/\\/shop.example\\/hooks\\/T0AAA\\/B0BBB\\/s3cretXYZ"}',  # PHP's JSON
+        "https%3A%2F%2Fshop.example%2Fhooks%2FT0AAA%2FB0BBB%2Fs3cretXYZ",  # percent-encoded
+        "ok, token s3cretXYZ",  # one segment alone
+        "signed abcd1234",
+    ],
+)
+def test_a_capability_urls_secret_echoed_by_the_downstream_is_masked(echoed: str) -> None:
+    """An outside review: a 2xx body echoing its URL JSON-escaped, percent-encoded or a
+    segment alone kept the secret in the receipt, for good."""
+    url = "https://shop.example/hooks/T0AAA/B0BBB/s3cretXYZ?sig=abcd1234"
+    masked = without(echoed, url_secrets(url))
+    assert "s3cretXYZ" not in masked and "abcd1234" not in masked and MASK in masked
+
+
+def test_words_of_a_path_stay_in_a_receipt() -> None:
+    secrets = url_secrets("https://shop.example/webhooks/fulfilment")
+    assert without("fulfilment ok for order 42", secrets) == "fulfilment ok for order 42"
