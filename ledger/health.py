@@ -23,6 +23,11 @@ ATTEMPT_OUTCOMES = ("fulfilled", "retry", "failed", "interrupted", "not_called",
 reversal's."""
 
 
+REQUEUE_REASONS = ("lost_job", "retry", "lease_expired", "operator")
+"""Why a payment's job is enqueued again (``requeued:{why}`` in STATS: lua/recover.lua,
+lua/operator.lua)."""
+
+
 @dataclass(frozen=True)
 class Health:
     oldest_age_s: dict[str, float]
@@ -39,6 +44,9 @@ class Health:
     clock_steps: int
     """Forward steps of Redis's clock the looping sweepers saw (docs/DEPLOYMENT.md, Clocks)."""
     rejected_by_reason: dict[str, int]
+    requeued: dict[str, int]
+    """Jobs enqueued again, by why (REQUEUE_REASONS: the sweeper's lost_job, retry and
+    lease_expired, a person's operator)."""
     run_id: str
     """The answering Redis server's ``run_id`` ('' where INFO is not allowed): another one
     after a restart or a failover, when the rejection counts kept in memory only
@@ -94,6 +102,7 @@ def health(redis: Redis, at: datetime) -> Health:
         ),
         clock_steps=count(sweeper.get("clock_steps")),
         rejected_by_reason=counts_of(stats, "rejected"),
+        requeued={r: 0 for r in REQUEUE_REASONS} | counts_of(stats, "requeued"),
         run_id=server.get("run_id", "") if isinstance(server, dict) else "",
     )
 

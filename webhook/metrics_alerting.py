@@ -108,6 +108,16 @@ def watched(redis: Redis, settings: Settings) -> Iterator[Family]:
     yield gauge("webhook_workers_busy", "Live workers running a job.", w.busy)
     yield gauge("webhook_workers_registered", "RQ workers registered.", w.registered)
     yield gauge("webhook_sweeper_due", "Payments due for the sweeper.", w.due_for_sweeper)
+    yield _by_label(
+        CounterMetricFamily(
+            "webhook_jobs_requeued",
+            "Payments' jobs enqueued again, by why: the sweeper found the job lost (lost_job:"
+            " taken by a worker that died before its lease) or a retry due (retry), an"
+            " expired lease re-run (lease_expired), a person's retry (operator).",
+            labels=["reason"],
+        ),
+        h.requeued,
+    )
     if h.sweeper_last_pass_at is not None:
         yield gauge(
             "webhook_sweeper_last_pass_timestamp_seconds",

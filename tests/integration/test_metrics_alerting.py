@@ -127,3 +127,20 @@ def test_health_without_info_and_in_one_round_trip(tmp_path: Any) -> None:
     assert found.oldest_age_s["retrying"] == 60.0 and found.oldest_age_s["queued"] == 0.0
     assert found.attempt_outcomes["fulfilled"] == 0 and sent == [1]
     assert found.run_id == ""  # rejections then one series: a step back reads as a reset
+
+
+def test_jobs_enqueued_again_are_counted_by_why(
+    client: FlaskClient, redis: Any, fulfilment: Any, rng: Any
+) -> None:
+    """The scale review: the sweeper's requeues (1,050 healthy jobs taken for lost in one
+    pass) showed nowhere but in Redis."""
+    f = fulfilment()
+    event = samples.payment_events(rng)[2]
+    f.deliver(event)
+    pk = payment_key_of(event)
+    before = scrape(client)["webhook_jobs_requeued_total"]
+    assert before == {(("reason", r),): 0 for r in health.REQUEUE_REASONS}
+    redis.delete(keys.rq_queue(f.settings.QUEUE_NAME))  # taken by a worker that then died
+    assert f.attempts.recover(pk) == "requeued"
+    after = scrape(client)["webhook_jobs_requeued_total"]
+    assert after[(("reason", "lost_job"),)] == 1 and sum(after.values()) == 1
