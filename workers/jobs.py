@@ -1,10 +1,10 @@
 """The RQ job: ``fulfil_payment(payment_key)`` performs one payment's downstream action.
 
-The ledger decides everything: the job asks the shared gate (pause, circuit breaker, rate
-limit: workers/gating.py), takes a lease (or records why it skips), fences the downstream
-call with its token, calls the action, tells the breaker how the downstream behaved, and
-records the outcome only if its token is still current. RQ is just the transport that wakes
-a worker.
+The ledger decides everything: the job asks the shared gate (pause, the circuit breaker of
+the downstream it calls, rate limit: workers/gating.py), takes a lease (or records why it
+skips), fences the downstream call with its token, calls the action, tells that breaker how
+the downstream behaved, and records the outcome only if its token is still current. RQ is
+just the transport that wakes a worker.
 """
 
 import logging

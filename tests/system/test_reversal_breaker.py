@@ -10,7 +10,7 @@ from redis import Redis
 
 from ledger import keys
 from ledger.stored import decode_hash
-from tests.support.constants import BEARER
+from tests.support.constants import BASIC, BEARER
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import settled_as, state_of
 from tests.support.processes import wait_until
@@ -45,6 +45,7 @@ def test_the_reversal_downstream_down_never_stalls_fulfilment(stack, redis, rng)
         assert s.web is not None
         scraped = requests.get(f"{s.web.url}/metrics", headers=BEARER, timeout=10).text
         gate = requests.get(f"{s.web.url}/ops/api/fulfilment", headers=BEARER, timeout=10).json()
+        page = requests.get(f"{s.web.url}/ops/", headers=BASIC, timeout=10).text
         assert breaker(redis, keys.FULFILMENT_BREAKER).get("opens", "0") == "0"
         assert redis.hget(keys.STATS, "deferred:breaker") is None  # no call held by it
         assert {fulfil.successes[pk] for pk, _ in fresh} == {1}
@@ -52,6 +53,7 @@ def test_the_reversal_downstream_down_never_stalls_fulfilment(stack, redis, rng)
         assert not any(state_of(redis, pk) == "reversed" for pk, _ in bought)
         assert 'webhook_downstream_breaker_open{action="reversal"} 1.0' in scraped
         assert 'webhook_downstream_breaker_open{action="fulfilment"} 0.0' in scraped
+        assert "reversal circuit breaker" in page and 'id="gate-breaker-reversal"' in page
         assert (gate["breaker"]["state"], gate["reversal_breaker"]["opens"] >= 1) == (
             "closed",
             True,
@@ -79,7 +81,9 @@ def test_one_downstream_for_both_is_one_breaker(stack, redis, rng: random.Random
         wait_until(lambda: breaker(redis, keys.FULFILMENT_BREAKER).get("state") == "open", 60)
         assert s.web is not None
         gate = requests.get(f"{s.web.url}/ops/api/fulfilment", headers=BEARER, timeout=10).json()
+        page = requests.get(f"{s.web.url}/ops/", headers=BASIC, timeout=10).text
         assert gate["reversal_breaker"] is None and gate["breaker"]["opens"] >= 1
+        assert "reversal circuit breaker" not in page and 'id="gate-breaker"' in page
         shop.come_back()
         wait_until(lambda: all(settled_as(redis, pk, "reversed") for pk, _ in bought), 60)
     assert not redis.exists(keys.REVERSAL_BREAKER.state)
