@@ -1,7 +1,8 @@
 -- The sweeper's release of waiting payments once their reason is gone: after a resume (no
--- pause) and once the breaker that holds them is closed (each breaker its own: `breaker`
--- FULFILMENT_ACTION's downstream's, `reversal_breaker` REVERSAL_ACTION's when apart). Each released payment is due now; the sweeper's
--- recover re-enqueues it. Payments no longer retrying are just dropped from the set.
+-- pause) and once the breaker that holds them is closed, each breaker its own (KEYS: `breaker`
+-- FULFILMENT_ACTION's downstream's, `reversal_breaker` REVERSAL_ACTION's when apart). Each
+-- released payment is due now; the sweeper's recover re-enqueues it. Payments no longer
+-- retrying are just dropped from the set.
 -- Returns the number released
 local KEY = named(KEYS, 'breaker', 'reversal_breaker')
 local ARG = named(ARGV, 'limit')

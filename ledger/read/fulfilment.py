@@ -45,9 +45,8 @@ class Fulfilment(View):
     calls_last_second: int
     waiting: dict[str, int]
     """Payments waiting without a call, by reason: at the gate (paused, breaker,
-    reversal_breaker, rate) and
-    for their purchase (stripe_api: Stripe's API did not answer; checkout_session: the
-    session's event has not come, CHECKOUT_WAIT_SECONDS)."""
+    reversal_breaker, rate) and for their purchase (stripe_api: Stripe's API did not answer;
+    checkout_session: the session's event has not come, CHECKOUT_WAIT_SECONDS)."""
 
 
 PURCHASE_WAITS = (keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)

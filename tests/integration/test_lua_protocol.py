@@ -345,7 +345,10 @@ class Protocol(RuleBasedStateMachine):
             self.tallied_tie(answer.payment_key)
         pk = answer.payment_key
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
-        if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
+        # a person's word that its effect exists (a possible duplicate closed as its
+        # purchase's) is an effect as a call's: taken back after it, it is reversed
+        done = pk in self.resolved_done
+        if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced and not done:
             self.refunded_first.add(pk)
         if granted and self.reverse and self.taken_back_now(pk):
             self.a_grant_taken_back_again_waits_for_a_person(pk)
@@ -2675,3 +2678,25 @@ def test_the_reversal_downstream_down_holds_no_fulfilment_when_apart(
     assert m.state(reversed_pk) in ("reversed", "queued") and m.reversal_calls[reversed_pk] >= 1
     assert m.state(new_pk) == "fulfilled"
     m.teardown()
+
+
+def test_a_possible_duplicate_a_person_closed_as_fulfilled_is_reversed_when_refunded(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by the explorer (its model, not the scripts): a PaymentIntent held as a possible
+    duplicate of its purchase's invoice, closed by a person as fulfilled (its effect exists
+    by their word), then refunded in full: reversed, as any effect. The model counted it
+    refunded before any fulfilment, whose reversal would have had no effect to take back."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=111054, replay_safe=True, unlinked=True, reverse=True, per_refund=True)
+    m.deliver(329)  # the invoice paid
+    m.deliver(3516)  # its PaymentIntent's charge, no id tying them yet
+    (pk,) = (p for p in m.all_payments() if m.state(p) == "held")
+    m.person_decides(0, "fulfilled")
+    assert m.state(pk) == "fulfilled" and pk in m.resolved_done
+    m.stripe_takes_back(99)  # its refund in full
+    assert m.leg(pk) == "reverse" and pk not in m.refunded_first
+    m.teardown()
+    assert m.state(pk) == "reversed" and m.reversal_calls[pk] == 1
