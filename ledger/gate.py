@@ -1,8 +1,8 @@
-"""Whether the downstream may be called now, for every worker at once: pause, circuit
-breaker and rate limit, each one atomic script in Redis (lua/gate.lua, lua/breaker.lua,
-lua/release.lua, lua/pause.lua, lua/resume.lua). A payment held back waits in the ledger
-as ``retrying`` with a ``waiting`` reason and its attempt budget untouched; the sweeper
-brings it back."""
+"""Whether the downstream may be called now, for every worker at once: pause, the circuit
+breaker of the downstream called (one per downstream: ``keys.BREAKERS``) and rate limit,
+each one atomic script in Redis (lua/gate.lua, lua/breaker.lua, lua/release.lua,
+lua/pause.lua, lua/resume.lua). A payment held back waits in the ledger as ``retrying``
+with a ``waiting`` reason and its attempt budget untouched; the sweeper brings it back."""
 
 import os
 from dataclasses import dataclass
@@ -37,10 +37,16 @@ class Gate:
         self.scripts = {n: Script(redis, n, clock_key) for n in names}
 
     def admit(
-        self, payment_key: str, job_id: str, park_rate: bool = False, out_of_time: bool = False
+        self,
+        payment_key: str,
+        job_id: str,
+        park_rate: bool = False,
+        out_of_time: bool = False,
+        breaker: keys.Breaker = keys.FULFILMENT_BREAKER,
     ) -> Admission:
         """``out_of_time``: the job has no longer the time its attempt needs; a payment that
-        would be admitted is due again at once instead (verdict ``wait``)."""
+        would be admitted is due again at once instead (verdict ``wait``). ``breaker``: the
+        one of the downstream the call goes to (:func:`ledger.downstream.breaker_of`)."""
         s = self.settings
         args = {
             "job_id": job_id,
@@ -50,11 +56,21 @@ class Gate:
             "park_ms": limits.PAUSE_RECHECK_SECONDS * 1000,
             "rate_park": int(park_rate),
             "out_of_time": int(out_of_time),
+            "breaker_wait": breaker.wait,
         }
-        return self.scripts["gate"]({"payment": keys.payment(payment_key)}, args)
+        called = {"payment": keys.payment(payment_key), "breaker": breaker.state}
+        return self.scripts["gate"](called, args)
 
-    def report(self, payment_key: str, token: int, health: Health, detail: str) -> str:
-        """Count one call's health; returns the breaker's state after it."""
+    def report(
+        self,
+        payment_key: str,
+        token: int,
+        health: Health,
+        detail: str,
+        breaker: keys.Breaker = keys.FULFILMENT_BREAKER,
+    ) -> str:
+        """Count one call's health for ``breaker`` (the one that admitted it); returns its
+        state after it."""
         s = self.settings
         retry_after = min(health.retry_after_s, s.BREAKER_MAX_RETRY_AFTER_SECONDS)
         args = {
@@ -67,11 +83,17 @@ class Gate:
             "probe_ms": s.lease_ms,
             "detail": detail[:300],
         }
-        return text(self.scripts["breaker"]({"payment": keys.payment(payment_key)}, args))
+        told = {
+            "payment": keys.payment(payment_key),
+            "breaker": breaker.state,
+            "witnesses": breaker.witnesses,
+        }
+        return text(self.scripts["breaker"](told, args))
 
     def release(self, limit: int = 500) -> int:
         """The sweeper's step: payments whose pause or open breaker is over become due."""
-        return int(self.scripts["release"]({}, {"limit": limit}))
+        held_by = {b.wait: b.state for b in keys.BREAKERS}
+        return int(self.scripts["release"](held_by, {"limit": limit}))
 
     def pause(self, by: str, reason: str) -> bool:
         """Pause fulfilment (False: it already was; the first pause's who and why stay)."""

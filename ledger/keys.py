@@ -6,6 +6,8 @@ prepended to each script) and their per-call keys as KEYS; they never spell one 
 schema is documented in docs/LEDGER.md.
 """
 
+from dataclasses import dataclass
+
 from ledger import limits
 
 PREFIX = "wl:"
@@ -102,19 +104,44 @@ deadline before the key can expire, so while it exists the call may still be run
 a person's retry is refused (operator.lua)."""
 
 BREAKER = PREFIX + "fulfilment:breaker"
-"""Hash: the downstream circuit breaker every worker shares: ``state`` (closed|open),
-``failures`` (the witnesses counted since the last answer: ``BREAKER_WITNESSES``),
-``opened_at``, ``open_until``, ``probe_until`` and ``probe_payment`` (the one probe call of
-a cool-down), ``probe_failed_at``, ``last_error``, counters ``opens``, ``probes``,
-``closes``."""
+"""Hash: the circuit breaker of FULFILMENT_ACTION's downstream, every worker's: ``state``
+(closed|open), ``failures`` (the witnesses counted since the last answer:
+``BREAKER_WITNESSES``), ``opened_at``, ``open_until``, ``probe_until`` and ``probe_payment``
+(the one probe call of a cool-down), ``probe_failed_at``, ``last_error``, counters
+``opens``, ``probes``, ``closes``. Also REVERSAL_ACTION's when it calls the same downstream."""
 
 BREAKER_WITNESSES = PREFIX + "fulfilment:breaker:witnesses"
 """Sorted set: the evidence of a downstream outage since its last up answer (ms of each
 one's latest failure): each payment refused (once, by its key) and each request that never
 left (``unsent:{payment_key}:{token}``); deleted by any up answer (lua/breaker.lua)."""
 
+REVERSAL_BREAKER_HASH = PREFIX + "reversal:breaker"
+"""Hash as ``BREAKER``: the circuit breaker of REVERSAL_ACTION's downstream when it is
+another than FULFILMENT_ACTION's (ledger.downstream.reversal_apart); its witnesses are
+``REVERSAL_BREAKER_WITNESSES``."""
+
+REVERSAL_BREAKER_WITNESSES = PREFIX + "reversal:breaker:witnesses"
+
 BREAKER_WITNESSES_KEPT = 1000
 """The most recent witnesses kept: as many as the largest BREAKER_THRESHOLD needs."""
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """One downstream's circuit breaker: the calls of ``action`` (fulfilment|reversal) it
+    gates, its hash, its witnesses, and the ``waiting`` reason of a payment held by it."""
+
+    action: str
+    state: str
+    witnesses: str
+    wait: str
+
+
+FULFILMENT_BREAKER = Breaker("fulfilment", BREAKER, BREAKER_WITNESSES, "breaker")
+REVERSAL_BREAKER = Breaker(
+    "reversal", REVERSAL_BREAKER_HASH, REVERSAL_BREAKER_WITNESSES, "reversal_breaker"
+)
+BREAKERS = (FULFILMENT_BREAKER, REVERSAL_BREAKER)
 
 PAUSE = PREFIX + "fulfilment:pause"
 """Hash, present while fulfilment is paused: ``since`` (ms), ``by`` (ops token label),
@@ -130,11 +157,12 @@ FULFILMENT_MAX_RATE; its members are ``{ms}:{seq}`` with ``seq`` from ``CALL_SEQ
 CALL_SEQ = PREFIX + "fulfilment:call_seq"
 
 WAITING_PREFIX = PREFIX + "fulfilment:waiting:"
-"""Sorted sets ``wl:fulfilment:waiting:{reason}`` (paused|breaker|rate): payments deferred
-without a call, scored by when they began to wait; each is ``retrying`` in the ledger, with
-``waiting`` = reason in its hash."""
+"""Sorted sets ``wl:fulfilment:waiting:{reason}`` (paused|breaker|reversal_breaker|rate):
+payments deferred without a call, scored by when they began to wait; each is ``retrying`` in
+the ledger, with ``waiting`` = reason in its hash (``reversal_breaker``: held by
+``REVERSAL_BREAKER_HASH``)."""
 
-WAIT_REASONS = ("paused", "breaker", "rate")
+WAIT_REASONS = ("paused", "breaker", "reversal_breaker", "rate")
 JOB_TIMEOUT = "job_timeout"
 """A deferral's reason (``deferred:job_timeout`` in STATS) that is no wait: a job whose RQ
 timeout left no room for an attempt leaves its payment due at once (gate.lua)."""
@@ -234,8 +262,6 @@ LUA_CONSTANTS: dict[str, str | int | tuple[int, ...]] = {
     "CALLER_PREFIX": CALLER_PREFIX,
     "RQ_JOB_PREFIX": RQ_JOB_PREFIX,
     "QUEUE_SCAN_CAP": limits.QUEUE_SCAN_CAP,
-    "BREAKER": BREAKER,
-    "BREAKER_WITNESSES": BREAKER_WITNESSES,
     "BREAKER_WITNESSES_KEPT": BREAKER_WITNESSES_KEPT,
     "PAUSE": PAUSE,
     "RESUMED": RESUMED,

@@ -184,7 +184,8 @@ class Settings:
     """Cap on the backoff."""
     BREAKER_THRESHOLD: int = setting(5, kinds.whole(0, 1000, note=" (0: off)"))
     """Witnesses of a downstream outage, across every worker and with no answer between,
-    that open the circuit breaker: each customer refused (its payments once, however often;
+    that open that downstream's circuit breaker (``REVERSAL_ACTION`` on another downstream
+    has its own, with these settings): each customer refused (its payments once, however often;
     a payment of no customer stands for itself) and each request that never left; never one
     customer's refusals alone, so a customer's payments refused again and again (its quota)
     spend their own attempts (0: no breaker; a ``Retry-After`` still defers
@@ -198,7 +199,8 @@ class Settings:
     FULFILMENT_MAX_RATE: int = setting(
         0, kinds.whole(0, 10000, "calls per second", " (0: no limit)")
     )
-    """Downstream calls per second across every worker on every host."""
+    """Downstream calls per second across every worker on every host, both actions' calls
+    counted together (``REVERSAL_ACTION``'s too, on another downstream or not)."""
     QUEUED_GRACE_SECONDS: int = setting(30, kinds.whole(1, None, SECONDS))
     """A queued payment whose job is missing from RQ this long is re-enqueued."""
     SWEEP_INTERVAL: float = setting(2.0, kinds.number(0, None, SECONDS, above=True))

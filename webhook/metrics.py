@@ -97,27 +97,9 @@ class LedgerCollector(Collector):
         yield from self._gate()
 
     def _gate(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        """The shared gate of fulfilment: pause, circuit breaker, call rate, who waits."""
+        """The shared gate of fulfilment: pause, circuit breakers, call rate, who waits."""
         f = fulfilment.status(self.redis, self.settings)
-        b = f.breaker
-        yield GaugeMetricFamily(
-            "webhook_downstream_breaker_open",
-            "1 while the downstream circuit breaker is open (no calls but one probe per "
-            "cool-down), 0 when closed.",
-            value=int(b.state != "closed"),
-        )
-        yield GaugeMetricFamily(
-            "webhook_downstream_breaker_failures",
-            "Witnesses of a downstream outage the breaker counts since its last answer: payments "
-            "refused (each once) and requests that never left (any worker).",
-            value=b.failures,
-        )
-        yield CounterMetricFamily(
-            "webhook_downstream_breaker_opens", "Times the breaker opened.", value=b.opens
-        )
-        yield CounterMetricFamily(
-            "webhook_downstream_breaker_probes", "Probe calls made while open.", value=b.probes
-        )
+        yield from self._breakers(fulfilment.breakers(f))
         yield GaugeMetricFamily(
             "webhook_fulfilment_paused",
             "1 while fulfilment is paused by a person (webhook-ledger fulfilment pause).",
@@ -142,7 +124,8 @@ class LedgerCollector(Collector):
         waiting = GaugeMetricFamily(
             "webhook_fulfilment_waiting",
             "Payments waiting without a call (retrying, attempts not spent), by reason: "
-            "paused, breaker, rate (the gate), stripe_api, checkout_session (their purchase).",
+            "paused, breaker, reversal_breaker, rate (the gate), stripe_api, checkout_session "
+            "(their purchase).",
             labels=["reason"],
         )
         for reason, n in f.waiting.items():
@@ -152,8 +135,9 @@ class LedgerCollector(Collector):
         deferred = CounterMetricFamily(
             "webhook_fulfilment_deferred",
             "Times a job deferred its payment instead of calling, by reason: paused, "
-            "breaker, rate (the gate), stripe_api, checkout_session (their purchase), "
-            "job_timeout (its RQ timeout left no room for an attempt: due again at once).",
+            "breaker, reversal_breaker, rate (the gate), stripe_api, checkout_session (their "
+            "purchase), job_timeout (its RQ timeout left no room for an attempt: due again "
+            "at once).",
             labels=["reason"],
         )
         for reason in (*keys.WAIT_REASONS, *fulfilment.PURCHASE_WAITS, keys.JOB_TIMEOUT):
@@ -165,6 +149,37 @@ class LedgerCollector(Collector):
             "breaker was open.",
             value=stats.get("attempts_refunded", 0),
         )
+
+    def _breakers(
+        self, breakers: dict[str, fulfilment.Breaker]
+    ) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Each downstream's circuit breaker, by the action whose calls it gates: fulfilment
+        (the reversal's too on the same downstream), reversal (on its own downstream)."""
+        is_open = GaugeMetricFamily(
+            "webhook_downstream_breaker_open",
+            "1 while the downstream circuit breaker is open (no calls but one probe per "
+            "cool-down), 0 when closed; by action: fulfilment, reversal (REVERSAL_ACTION's "
+            "own downstream).",
+            labels=["action"],
+        )
+        failures = GaugeMetricFamily(
+            "webhook_downstream_breaker_failures",
+            "Witnesses of a downstream outage the breaker counts since its last answer: payments "
+            "refused (each once) and requests that never left (any worker).",
+            labels=["action"],
+        )
+        opens = CounterMetricFamily(
+            "webhook_downstream_breaker_opens", "Times the breaker opened.", labels=["action"]
+        )
+        probes = CounterMetricFamily(
+            "webhook_downstream_breaker_probes", "Probe calls made while open.", labels=["action"]
+        )
+        for action, b in breakers.items():
+            is_open.add_metric([action], int(b.state != "closed"))
+            failures.add_metric([action], b.failures)
+            opens.add_metric([action], b.opens)
+            probes.add_metric([action], b.probes)
+        yield from (is_open, failures, opens, probes)
 
     def _reconcile(self) -> Iterator[GaugeMetricFamily]:
         last = reconcile.runs(self.redis, 1)

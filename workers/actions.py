@@ -14,11 +14,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import requests
-from psycopg.conninfo import conninfo_to_dict
 
 from ledger import limits
 from ledger import settings as settings_module
-from ledger.downstream import downstream_name, short_digest
+from ledger.breakers import downstream_named
 from ledger.purchase import Purchase
 from ledger.purchase_reads import reads_intents
 from ledger.redact import downstream, redact
@@ -51,32 +50,21 @@ class Action(Protocol):
 def downstream_of(action: Action) -> str:
     """The action's name for its downstream, which a payment keeps for each downstream its
     replay-safe calls may have reached (``called_on``): a settlement settles only on that
-    one (docs/REVERSAL.md). Hashed where the target may hold a secret (a capability URL's
-    path, a password: masked first, so a new password is the same database). An action
-    wrapping another (prove-action's worker) names it ``wrapped``."""
+    one (docs/REVERSAL.md), and the calls of each have a circuit breaker of their own
+    (ledger/breakers.py, which names it). An action wrapping another (prove-action's
+    worker) names it ``wrapped``."""
     wrapped = getattr(action, "wrapped", None)
     if wrapped is not None:
         return downstream_of(wrapped)
     if isinstance(action, SqliteAction):
-        return downstream_name(action.path)
+        return downstream_named("sqlite", action.path)
     if isinstance(action, PostgresAction):
-        return "postgresql:" + short_digest(postgres_identity(action.url))
+        return downstream_named("postgresql", action.url)
     if isinstance(action, HttpAction):
-        return "http:" + short_digest(action.url)
+        return downstream_named("http", action.url)
     if isinstance(action, CallableAction):
-        return "function:" + action.target
+        return downstream_named("callable", action.target)
     return ""
-
-
-def postgres_identity(url: str) -> str:
-    """What tells one PostgreSQL database (and the effects table its user's search path
-    finds) from another, as libpq reads the URL: host, port, database, user, options; not
-    the password, nor how it connects (sslmode, timeouts, application_name)."""
-    params = conninfo_to_dict(url)
-    params["host"] = str(params.get("host", "")).lower()
-    params.setdefault("port", "5432")
-    kept = ("host", "hostaddr", "port", "dbname", "user", "options", "service")
-    return " ".join(f"{k}={params[k]}" for k in kept if params.get(k) not in (None, ""))
 
 
 def settler(action: Action) -> Callable[[Purchase], Receipt] | None:

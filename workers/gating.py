@@ -10,24 +10,31 @@ import time
 
 from ledger import limits
 from ledger.gate import Admission, Gate, Health
+from ledger.keys import FULFILMENT_BREAKER, Breaker
 from workers.deadline import DeadlineExceeded
 from workers.exceptions import AmbiguousDownstreamError, TransientDownstreamError
 
 
 def admit(
-    gate: Gate, payment_key: str, job_id: str, give_up: float, latest_start: float = math.inf
+    gate: Gate,
+    payment_key: str,
+    job_id: str,
+    give_up: float,
+    latest_start: float = math.inf,
+    breaker: Breaker = FULFILMENT_BREAKER,
 ) -> Admission:
     """``go`` (start the attempt now), ``pass`` (no call will follow) or ``wait``
-    (deferred); rate refusals are waited out until ``give_up`` (time.monotonic()), then
-    deferred. Past ``latest_start`` (:func:`start_by`) the payment is deferred instead of
-    admitted: due again at once, for a fresh job."""
+    (deferred), by ``breaker`` (the called downstream's); rate refusals are waited out until
+    ``give_up`` (time.monotonic()), then deferred. Past ``latest_start`` (:func:`start_by`)
+    the payment is deferred instead of admitted: due again at once, for a fresh job."""
     while True:
         now = time.monotonic()
         late = now > latest_start
-        admission = gate.admit(payment_key, job_id, park_rate=now >= give_up, out_of_time=late)
+        park = now >= give_up
+        admission = gate.admit(payment_key, job_id, park, late, breaker)
         if admission.verdict == "go" and time.monotonic() > latest_start:
             # Its own round trip took the job past it: a probe granted is given back.
-            report(gate, admission, payment_key, 0, Health("none"), "")
+            report(gate, admission, payment_key, 0, Health("none"), "", breaker)
             continue
         if admission.verdict != "rate":
             return admission
@@ -54,13 +61,20 @@ def rate_wait_until(entered: float, job_timeout: float | None, attempt_s: float)
 
 
 def report(
-    gate: Gate, admission: Admission, payment_key: str, token: int, health: Health, detail: str
+    gate: Gate,
+    admission: Admission,
+    payment_key: str,
+    token: int,
+    health: Health,
+    detail: str,
+    breaker: Breaker = FULFILMENT_BREAKER,
 ) -> None:
-    """Tell the breaker how the call went, when it matters: a down failure always; a success
-    or a call not made only for a probe or while the breaker counts failures (the common
-    path, a clean breaker and an answer, costs no round trip)."""
+    """Tell ``breaker`` (the one that admitted the call) how the call went, when it matters:
+    a down failure always; a success or a call not made only for a probe or while the
+    breaker counts failures (the common path, a clean breaker and an answer, costs no round
+    trip)."""
     if health.kind == "down" or admission.probe or (admission.dirty and health.kind == "up"):
-        gate.report(payment_key, token, health, detail)
+        gate.report(payment_key, token, health, detail, breaker)
 
 
 def health_of(error: BaseException | None) -> Health:

@@ -1,10 +1,10 @@
 """The RQ job: ``fulfil_payment(payment_key)`` performs one payment's downstream action.
 
-The ledger decides everything: the job asks the shared gate (pause, circuit breaker, rate
-limit: workers/gating.py), takes a lease (or records why it skips), fences the downstream
-call with its token, calls the action, tells the breaker how the downstream behaved, and
-records the outcome only if its token is still current. RQ is just the transport that wakes
-a worker.
+The ledger decides everything: the job asks the shared gate (pause, the circuit breaker of
+the downstream it calls, rate limit: workers/gating.py), takes a lease (or records why it
+skips), fences the downstream call with its token, calls the action, tells that breaker how
+the downstream behaved, and records the outcome only if its token is still current. RQ is
+just the transport that wakes a worker.
 """
 
 import logging
@@ -20,6 +20,7 @@ from rq import get_current_job
 
 from ledger import settings as settings_module
 from ledger.attempts import Attempts, encode_receipt
+from ledger.breakers import breaker_of
 from ledger.connection import connect
 from ledger.faults import fault
 from ledger.gate import Gate, Health
@@ -81,6 +82,9 @@ class Context:
     downstream: str = ""
     """The fulfilment action's name for its downstream (workers.actions.downstream_of: a
     path resolved, a URL parsed and hashed), made once rather than for every job."""
+    reversal_apart: bool = False
+    """REVERSAL_ACTION calls another downstream: its calls have their own circuit breaker
+    (ledger/breakers.py)."""
 
 
 @cache
@@ -94,6 +98,8 @@ def _context(pid: int, thread: str) -> Context:
     except FulfilmentError as exc:
         action, error = None, redact(str(exc))  # quotes FULFILMENT_ACTION or REVERSAL_ACTION
     redis = connect(s)
+    downstream = downstream_of(action) if action is not None else ""
+    apart = reversal is not None and downstream_of(reversal) != downstream
     return Context(
         Attempts(redis, s),
         Gate(redis, s),
@@ -105,7 +111,8 @@ def _context(pid: int, thread: str) -> Context:
         s.attempt_s,
         PurchaseReads(redis, s) if PurchaseReads.wanted(s) else None,
         reversal,
-        downstream_of(action) if action is not None else "",
+        downstream,
+        apart,
     )
 
 
@@ -213,7 +220,8 @@ def fulfil(
         return failed_without_call(ctx.attempts, payment_key, job_id, detail)
     give_up = rate_wait_until(entered, job_timeout, ctx.attempt_s)
     latest = start_by(entered, job_timeout, ctx.attempt_s)  # Stripe's reads counted
-    admission = admit(ctx.gate, payment_key, job_id, give_up, latest)  # a rate wait, unleased
+    breaker = breaker_of(leg, ctx.reversal_apart)
+    admission = admit(ctx.gate, payment_key, job_id, give_up, latest, breaker)  # unleased
     if admission.verdict != "go":
         return {"payment": payment_key, "verdict": admission.verdict, "reason": admission.reason}
     # The lease a call runs under starts in Redis after this moment: the call window is
@@ -228,7 +236,7 @@ def fulfil(
         downstream=downstream,
     )
     if start.verdict != "go":
-        report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
+        report(ctx.gate, admission, payment_key, start.token, Health("none"), "", breaker)
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     fault("after_lease")
     # The reversal this lease holds (the one read before may be done): read before the
@@ -244,7 +252,7 @@ def fulfil(
     except NotReplicated as exc:
         return unconfirmed(ctx.attempts, payment_key, start.token, exc, (leg, until))
     if not fenced:
-        report(ctx.gate, admission, payment_key, start.token, Health("none"), "")
+        report(ctx.gate, admission, payment_key, start.token, Health("none"), "", breaker)
         return {"payment": payment_key, "verdict": "stale_before_call", "token": start.token}
     fault("before_action")
     if time.monotonic() - fenced_at > ctx.call_window:
@@ -261,7 +269,7 @@ def fulfil(
     call_ms = (time.perf_counter() - began) * 1000
     fault("after_action")
     try:  # before finish, never instead of it: a lost report only leaves the breaker less told
-        report(ctx.gate, admission, payment_key, start.token, health, detail)
+        report(ctx.gate, admission, payment_key, start.token, health, detail, breaker)
     except RedisError as exc:
         log.warning(
             "%s token %s: breaker not told (%s)", payment_key, start.token, redact(str(exc))

@@ -43,7 +43,7 @@ def clock_watch(attempts: Attempts) -> StepWatch:
 
 def sweep_once(attempts: Attempts, watch: StepWatch | None = None) -> Counter[str]:
     """One pass over the payments that are due; returns what was done, by verdict. First
-    the payments that waited for a resume or for the breaker to close become due. With a
+    the payments that waited for a resume or for their breaker to close become due. With a
     ``watch`` (the looping sweeper) an expired lease is ended only while Redis's clock has
     run no faster than this process's (ledger/clock.py); without one (a single pass, as
     ``webhook-ledger sweep`` runs) Redis's clock is taken as it is."""

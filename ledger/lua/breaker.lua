@@ -1,4 +1,5 @@
--- How a downstream call went, for the circuit breaker every worker shares.
+-- How a downstream call went, for the circuit breaker of the downstream it went to (KEYS
+-- breaker and its witnesses: ledger/keys.py BREAKERS), which every worker shares.
 -- kind: up (it answered: success or this payment's own refusal) | down (refused or reset
 -- before sending, DNS, connect timeout, 502/503/504, 429) | none (no call after all).
 -- The breaker opens on evidence that the downstream as a whole is down, never on one
@@ -21,7 +22,8 @@
 -- record, read by retry_later); a failed prober also waits until after the next probe, so
 -- that probe is another payment's.
 -- Returns the breaker's state after it.
-local KEY = named(KEYS, 'payment')
+local KEY = named(KEYS, 'payment', 'breaker', 'witnesses')
+local BREAKER, BREAKER_WITNESSES = KEY.breaker, KEY.witnesses
 local ARG = named(ARGV, 'token', 'kind', 'sent', 'threshold', 'cooldown_ms',
   'retry_after_ms', 'probe_ms', 'detail')
 local threshold, cooldown_ms = whole_arg(ARG, 'threshold', 0), whole_arg(ARG, 'cooldown_ms', 1)

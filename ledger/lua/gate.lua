@@ -1,22 +1,26 @@
 -- Whether a worker may call the downstream for this payment now: fulfilment not paused,
--- the circuit breaker closed (or this call is the cool-down's one probe), a free slot under
+-- the circuit breaker of the downstream this call goes to (KEYS breaker: ledger/keys.py
+-- BREAKERS) closed (or this call is the cool-down's one probe), a free slot under
 -- FULFILMENT_MAX_RATE. A refused payment waits without spending an attempt: it becomes
 -- `retrying` with next_at and `waiting` = reason (the sweeper re-enqueues it when due, and
--- releases it at once on resume or when the breaker closes). rate_park 0: a rate refusal
+-- releases it at once on resume or when its breaker closes; breaker_wait names the reason of
+-- this breaker's wait, so each breaker releases only its own). rate_park 0: a rate refusal
 -- only answers how long to wait (the worker waits in its job and asks again). `dirty`: the
 -- breaker counts failures or is open, so the job must report even a success (it resets them).
 -- out_of_time 1: the job's RQ timeout no longer leaves its attempt's time (workers/gating.py):
 -- a payment that would be admitted is due again at once instead, for a fresh job.
 -- verdict: go (probe, dirty) | pass (reason; no call can follow: recorded as start_attempt
 -- records a skip) | wait (reason, until_ms: deferred in the ledger) | rate (wait_ms)
-local KEY = named(KEYS, 'payment')
+local KEY = named(KEYS, 'payment', 'breaker')
 local ARG = named(ARGV, 'job_id', 'cooldown_ms', 'probe_ms', 'max_rate', 'park_ms',
-  'rate_park', 'out_of_time')
+  'rate_park', 'out_of_time', 'breaker_wait')
 local reply = replies('verdict', 'probe', 'dirty', 'reason', 'wait_ms', 'until_ms')
 local cooldown_ms, probe_ms = whole_arg(ARG, 'cooldown_ms', 1), whole_arg(ARG, 'probe_ms', 1)
 local max_rate, park_ms = whole_arg(ARG, 'max_rate', 0), whole_arg(ARG, 'park_ms', 1)
 choice_arg(ARG, 'rate_park', BIT)
 choice_arg(ARG, 'out_of_time', BIT)
+choice_arg(ARG, 'breaker_wait', {breaker = true, reversal_breaker = true})
+local BREAKER = KEY.breaker
 local pay, pk = KEY.payment, id_of(KEY.payment, PAYMENT_PREFIX)
 local now = now_ms()
 local held = redis.call('HMGET', pay, 'state', 'lease_until', 'next_at', 'waiting', 'token')
@@ -79,12 +83,12 @@ local b = redis.call('HMGET', BREAKER, 'state', 'open_until', 'probe_until', 'fa
 local probe = false
 if b[1] == 'open' then
   local open_until, probe_until = tonumber(b[2] or '0'), tonumber(b[3] or '0')
-  if now < open_until then return wait('breaker', open_until) end
+  if now < open_until then return wait(ARG.breaker_wait, open_until) end
   -- This payment's own probe, granted before its next attempt: an admission sent again
   -- (its reply lost: ledger/connection.py retries a command) answers as the first did.
   local own = b[5] == pk and b[6] == token
   if probe_until > now and own and ARG.out_of_time == '0' then return admitted(true, true) end
-  if probe_until > now then return wait('breaker', probe_until + cooldown_ms) end
+  if probe_until > now then return wait(ARG.breaker_wait, probe_until + cooldown_ms) end
   probe = true
 end
 if ARG.out_of_time == '1' then return due_now() end

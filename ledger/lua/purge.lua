@@ -27,7 +27,7 @@ local function forget(pk)
         ':' .. amount, pk)
     end
   end
-  for _, reason in ipairs({'paused', 'breaker', 'rate'}) do
+  for _, reason in ipairs({'paused', 'breaker', 'reversal_breaker', 'rate'}) do
     redis.call('ZREM', WAITING_PREFIX .. reason, pk)
   end
   redis.call('ZREM', DUE, pk)

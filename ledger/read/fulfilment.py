@@ -1,5 +1,5 @@
-"""The shared gate of fulfilment as people read it: a pause, the circuit breaker, the rate
-and who waits (ledger/gate.py keeps the gate)."""
+"""The shared gate of fulfilment as people read it: a pause, the circuit breakers (one per
+downstream: ledger/breakers.py), the rate and who waits (ledger/gate.py keeps the gate)."""
 
 from datetime import datetime
 from typing import Literal
@@ -7,6 +7,7 @@ from typing import Literal
 from redis import Redis
 
 from ledger import keys, limits
+from ledger.breakers import reversal_apart
 from ledger.clock import now_ms
 from ledger.read.base import View
 from ledger.settings import Settings
@@ -36,12 +37,16 @@ class Fulfilment(View):
     resumed_at: datetime | None
     resumed_by: str | None
     breaker: Breaker
+    """FULFILMENT_ACTION's downstream's (and REVERSAL_ACTION's when it calls the same one)."""
+    reversal_breaker: Breaker | None
+    """REVERSAL_ACTION's downstream's when it is another (None: it shares ``breaker``, or
+    there is no REVERSAL_ACTION)."""
     max_rate: int
     calls_last_second: int
     waiting: dict[str, int]
-    """Payments waiting without a call, by reason: at the gate (paused, breaker, rate) and
-    for their purchase (stripe_api: Stripe's API did not answer; checkout_session: the
-    session's event has not come, CHECKOUT_WAIT_SECONDS)."""
+    """Payments waiting without a call, by reason: at the gate (paused, breaker,
+    reversal_breaker, rate) and for their purchase (stripe_api: Stripe's API did not answer;
+    checkout_session: the session's event has not come, CHECKOUT_WAIT_SECONDS)."""
 
 
 PURCHASE_WAITS = (keys.STRIPE_WAIT, keys.CHECKOUT_WAIT)
@@ -64,12 +69,13 @@ def status(redis: Redis, settings: Settings) -> Fulfilment:
     now = now_ms(redis)
     with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.BREAKER)
+        pipe.hgetall(keys.REVERSAL_BREAKER.state)
         pipe.hgetall(keys.PAUSE)
         pipe.hgetall(keys.RESUMED)
         pipe.zcount(keys.CALL_LOG, now - 1000, "+inf")
         for reason in keys.WAIT_REASONS:
             pipe.zcard(keys.waiting(reason))
-        breaker, paused, resumed, calls, *waiting = pipe.execute()
+        breaker, reversal, paused, resumed, calls, *waiting = pipe.execute()
     p, r = decode_hash(paused), decode_hash(resumed)
     pause = None
     if p:
@@ -79,11 +85,21 @@ def status(redis: Redis, settings: Settings) -> Fulfilment:
         resumed_at=ms_time(r.get("at")),
         resumed_by=r.get("by"),
         breaker=breaker_view(decode_hash(breaker), now, settings),
+        reversal_breaker=(
+            breaker_view(decode_hash(reversal), now, settings) if reversal_apart(settings) else None
+        ),
         max_rate=settings.FULFILMENT_MAX_RATE,
         calls_last_second=int(calls),
         waiting=dict(zip(keys.WAIT_REASONS, map(int, waiting), strict=True))
         | purchase_waits(redis),
     )
+
+
+def breakers(f: Fulfilment) -> dict[str, Breaker]:
+    """Each breaker by the action whose calls it gates: ``fulfilment`` (also the reversal's,
+    on the same downstream) and ``reversal`` when REVERSAL_ACTION calls another one."""
+    apart = {"reversal": f.reversal_breaker} if f.reversal_breaker is not None else {}
+    return {"fulfilment": f.breaker, **apart}
 
 
 def breaker_view(b: dict[str, str], now: int, settings: Settings) -> Breaker:

@@ -99,7 +99,8 @@ class PaymentRow(View):
     last_error: str | None
     hold_reason: str | None
     waiting: str | None
-    """Why a retrying payment waits without a call: paused, breaker or rate (the gate),
+    """Why a retrying payment waits without a call: paused, breaker, reversal_breaker (the
+    breaker of REVERSAL_ACTION's own downstream) or rate (the gate),
     stripe_api (its line items) or checkout_session (its session's event), both
     ledger/purchase_reads.py; no attempt spent."""
     account: str | None

@@ -53,6 +53,7 @@ from rq.job import Job
 from ledger import keys, landing
 from ledger import settings as settings_module
 from ledger.attempts import Attempts
+from ledger.breakers import breaker_of
 from ledger.clock import StepWatch
 from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.event_shape import data_object
@@ -113,6 +114,7 @@ SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_u
 
 
 GO = Admission("go")
+BREAKERS = keys.BREAKERS
 
 
 @dataclass
@@ -129,6 +131,7 @@ class Worker:
     found: bool = False  # its settlement found the payment's key (the effect applied)
     paid: int | None = None  # the amount paid its call's purchase carries (None: not known)
     downstream: str = ""  # FULFILMENT_ACTION's when it started (the_action_moves)
+    breaker: keys.Breaker = keys.FULFILMENT_BREAKER  # the one that admitted it (its downstream's)
 
 
 class Protocol(RuleBasedStateMachine):
@@ -146,6 +149,7 @@ class Protocol(RuleBasedStateMachine):
         dispute_won=st.sampled_from(("hold", "fulfil")),
         settles=st.booleans(),
         one_customer=st.booleans(),
+        reversal_apart=st.booleans(),
     )
     def setup(
         self,
@@ -159,6 +163,7 @@ class Protocol(RuleBasedStateMachine):
         dispute_won: str = "hold",
         settles: bool = False,
         one_customer: bool = False,
+        reversal_apart: bool = False,
     ) -> None:
         self.redis.flushdb()
         self.now = START_MS  # Redis's clock, the scripts' (steps forward: redis_clock_steps)
@@ -176,6 +181,8 @@ class Protocol(RuleBasedStateMachine):
         self.reverse = reverse
         # the reversal's own settings only beside REVERSAL_ACTION (alone, start-up refuses them)
         self.reversal_replay_safe = reversal_replay_safe and reverse
+        # REVERSAL_ACTION on another downstream than FULFILMENT_ACTION: its own breaker
+        self.reversal_apart = reversal_apart and reverse
         self.per_refund = per_refund and reverse
         self.dispute_won = dispute_won if reverse else "hold"
         reversal = {"REVERSAL_ACTION": "shop.actions:take_back"} if reverse else {}
@@ -229,8 +236,9 @@ class Protocol(RuleBasedStateMachine):
         self.moves = 0
         self.steps = 0
         self.checks = 0
-        # down reports since an up one: (who was refused: its customer or itself, token)
-        self.witnesses: set[tuple[str, int]] = set()
+        # down reports since an up one, by the breaker they went to (its downstream's): (who
+        # was refused: its customer or itself, token)
+        self.witnesses: dict[str, set[tuple[str, int]]] = {b.action: set() for b in BREAKERS}
         self.retrying_since: dict[str, float] = {}  # pk -> its retrying score, while in LOOP
         # Reversals (docs/REVERSAL.md): what Stripe took back, by the events delivered.
         self.refunds: dict[str, dict[str, int]] = {}  # pk -> refund id -> amount (-1 failed)
@@ -343,7 +351,10 @@ class Protocol(RuleBasedStateMachine):
             self.tallied_tie(answer.payment_key)
         pk = answer.payment_key
         fenced = any(w and w.payment == pk and w.fenced_at is not None for w in self.workers)
-        if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced:
+        # a person's word that its effect exists (a possible duplicate closed as its
+        # purchase's) is an effect as a call's: taken back after it, it is reversed
+        done = pk in self.resolved_done
+        if pk and self.taken_back(pk) and self.calls[pk] == 0 and not fenced and not done:
             self.refunded_first.add(pk)
         if granted and self.reverse and self.taken_back_now(pk):
             self.a_grant_taken_back_again_waits_for_a_person(pk)
@@ -715,12 +726,14 @@ class Protocol(RuleBasedStateMachine):
                 self.attempts.finish(pk, start.token, "held", moved, 0.0)
                 assert self.state(pk) == "held", f"{pk}: a moved reversal not held"
             return
-        admission = self.gate.admit(pk, job_id.decode(), park_rate=True)  # workers/gating.py
+        breaker = breaker_of(leg, self.reversal_apart)  # jobs.py: its downstream's
+        admit = partial(self.gate.admit, pk, job_id.decode(), park_rate=True, breaker=breaker)
+        admission = admit()  # workers/gating.py
         if self.sending_twice and admission.verdict == "go":
-            again = partial(self.gate.admit, pk, job_id.decode(), park_rate=True)
-            self.sent_again_changes_nothing(pk, again, admission, "admission")
+            self.sent_again_changes_nothing(pk, admit, admission, "admission")
         paused = self.redis.exists(keys.PAUSE)
         assert not (paused and admission.verdict == "go"), "a call admitted while paused"
+        self.held_only_by_its_own_breaker(pk, leg, breaker, admission)
         if admission.verdict != "go":
             return  # deferred in the ledger (no attempt), or nothing to do
         ds = self.downstream if leg != "reverse" else "reversal"
@@ -732,7 +745,8 @@ class Protocol(RuleBasedStateMachine):
             fenced = self.real if safe else None
             if safe and leg == "fulfil":
                 self.may_have_called.add(pk)
-            worker = Worker(pk, start.token, leg, safe, fenced, admission=admission, downstream=ds)
+            worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
+            worker.downstream, worker.breaker = ds, breaker
             worker.paid = whole(start.amount)  # jobs.py's purchase: the amount at its start
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
@@ -742,7 +756,7 @@ class Protocol(RuleBasedStateMachine):
                 worker.amount = refulfil_of(purchase_of(pk, start.token, stored), stored).amount
             self.workers[self.workers.index(None)] = worker
         else:
-            report(self.gate, admission, pk, start.token, Health("none"), "")
+            report(self.gate, admission, pk, start.token, Health("none"), "", breaker)
 
     @rule()
     def worker_cannot_load_its_action(self) -> None:
@@ -797,7 +811,7 @@ class Protocol(RuleBasedStateMachine):
         if self.attempts.mark_calling(w.payment, w.token):
             w.fenced_at = self.real
         else:
-            report(self.gate, w.admission, w.payment, w.token, Health("none"), "")
+            report(self.gate, w.admission, w.payment, w.token, Health("none"), "", w.breaker)
             self.workers[slot] = None
         if stale:
             assert self.payment_core(w.payment) == before, "a stale token changed state"
@@ -930,9 +944,10 @@ class Protocol(RuleBasedStateMachine):
         mapped = {"ok": done, "ambiguous": ambiguous, "permanent": "failed"}
         TALLY[f"finished_{w.outcome}"] += 1
         health, detail = HEALTH[w.outcome], f"model {w.outcome}"
-        report(self.gate, w.admission, w.payment, w.token, health, detail)  # workers/gating.py
+        told = (self.gate, w.admission, w.payment, w.token, health, detail, w.breaker)
+        report(*told)  # workers/gating.py
         if self.sending_twice:
-            again = partial(report, self.gate, w.admission, w.payment, w.token, health, detail)
+            again = partial(report, *told)
             self.sent_again_changes_nothing(w.payment, again, None, "report")
         self.witness(w, health)
         self.finish(slot, mapped.get(w.outcome, "retry"))
@@ -955,9 +970,9 @@ class Protocol(RuleBasedStateMachine):
         witnesses and the counters as they were."""
 
         def seen() -> tuple[Any, ...]:
-            hashes = (keys.payment(pk), keys.BREAKER, keys.STATS)
-            witnesses = self.redis.zrange(keys.BREAKER_WITNESSES, 0, -1, withscores=True)
-            return (*map(self.redis.hgetall, hashes), witnesses)
+            hashes = (keys.payment(pk), *(b.state for b in BREAKERS), keys.STATS)
+            witnesses = [self.redis.zrange(b.witnesses, 0, -1, withscores=True) for b in BREAKERS]
+            return (*map(self.redis.hgetall, hashes), *witnesses)
 
         before = seen()
         assert send() == first, f"{pk}: the {what} sent again answered otherwise"
@@ -975,6 +990,27 @@ class Protocol(RuleBasedStateMachine):
             self.worker_runs_a_whole_job_sending_twice(outcome, False)
         else:
             self.worker_runs_a_whole_job(outcome, False)
+
+    @precondition(lambda self: None in self.workers)
+    @rule(down=st.sampled_from(("fulfilment", "reversal")), never_sent=st.booleans())
+    def one_downstream_is_down(self, down: str, never_sent: bool) -> None:
+        """A whole job while one downstream is down (refused, or a 503) and the other
+        answers: FULFILMENT_ACTION's (the legs fulfil, settle, refulfil) or REVERSAL_ACTION's
+        (reverse). On one downstream (REVERSAL_ACTION not apart) both are down."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        w = self.workers[slot]
+        if w is None:
+            return
+        called = (
+            ("reversal" if w.leg == "reverse" else "fulfilment") if self.reversal_apart else down
+        )
+        TALLY[f"{down}_down_{'its' if called == down else 'other'}_call"] += 1
+        self.worker_fences(slot)
+        self.worker_calls(
+            slot, ("refused" if never_sent else "down") if called == down else "ok", True
+        )
+        self.worker_finishes(slot)
 
     @precondition(lambda self: None in self.workers)
     @rule(outcome=st.sampled_from(OUTCOMES), hit=st.booleans())
@@ -1194,7 +1230,9 @@ class Protocol(RuleBasedStateMachine):
         if paused:
             self.gate.pause("person", "model")
             job_id = self.take_the_job_of(pk)
-            assert job_id and self.gate.admit(pk, job_id, park_rate=True).verdict == "wait"
+            breaker = breaker_of(self.leg(pk), self.reversal_apart)
+            admission = self.gate.admit(pk, job_id, park_rate=True, breaker=breaker)
+            assert job_id and admission.verdict == "wait"
             TALLY["late_success_deferred"] += 1
         before = self.state(pk)
         self.worker_finishes(slot)
@@ -1412,12 +1450,46 @@ class Protocol(RuleBasedStateMachine):
         """Open only when the down failures reported since the last up answer are more than
         one customer's refusals (a payment of no customer stands for itself): another
         customer refused, or a request that never left. A per-customer quota refuses every
-        payment of that customer and says nothing of the others."""
-        if not hasattr(self, "witnesses") or self.redis.hget(keys.BREAKER, "state") != b"open":
+        payment of that customer and says nothing of the others. Each breaker on its own
+        downstream's calls alone."""
+        if not hasattr(self, "witnesses"):
             return
-        refused = {party for party, token in self.witnesses if token >= 0}
-        unsent = any(token < 0 for _, token in self.witnesses)
-        assert unsent or len(refused) >= 2, f"open on one customer's word: {self.witnesses}"
+        for b in BREAKERS:
+            if self.redis.hget(b.state, "state") != b"open":
+                continue
+            witnesses = self.witnesses[b.action]
+            refused = {party for party, token in witnesses if token >= 0}
+            unsent = any(token < 0 for _, token in witnesses)
+            assert unsent or len(refused) >= 2, f"{b.action} open on one's word: {witnesses}"
+
+    @invariant()
+    def an_outage_of_one_downstream_never_opens_the_others_breaker(self) -> None:
+        """A breaker is open only on down answers of its own downstream's calls since its
+        last up one: with REVERSAL_ACTION apart, the reversal downstream down never opens
+        the fulfilment breaker, nor the other way; with one downstream, one breaker."""
+        if not hasattr(self, "witnesses"):
+            return
+        for b in BREAKERS:
+            if not self.witnesses[b.action]:
+                state = self.redis.hget(b.state, "state")
+                assert state != b"open", f"the {b.action} breaker open on another's outage"
+        if not self.reversal_apart:
+            assert not self.redis.exists(keys.REVERSAL_BREAKER.state), "a second breaker"
+            assert not self.redis.zcard(keys.waiting(keys.REVERSAL_BREAKER.wait))
+
+    def held_only_by_its_own_breaker(
+        self, pk: str, leg: str, breaker: keys.Breaker, admission: Admission
+    ) -> None:
+        """A call waits behind a breaker only when that of its own downstream is open; the
+        other's open breaker holds none of it."""
+        if admission.reason in {b.wait for b in BREAKERS}:
+            assert admission.reason == breaker.wait, f"{pk}: a {leg} call held by another breaker"
+            assert self.redis.hget(breaker.state, "state") == b"open", f"{pk}: held by a closed one"
+        others = [b for b in BREAKERS if b != breaker and self.reversal_apart]
+        if admission.verdict == "go" and any(
+            self.redis.hget(b.state, "state") == b"open" for b in others
+        ):
+            TALLY[f"{breaker.action}_called_while_the_other_breaker_is_open"] += 1
 
     @invariant()
     def refunds_keep_one_attempt_record(self) -> None:
@@ -1595,10 +1667,13 @@ class Protocol(RuleBasedStateMachine):
         return [] if paid is not None and total >= paid else [r for r in counted if r not in done]
 
     def tally_the_gate(self) -> None:
-        breaker, stats = self.redis.hgetall(keys.BREAKER), self.redis.hgetall(keys.STATS)
-        TALLY["breaker_opens"] += int(breaker.get(b"opens", 0))
-        TALLY["probes"] += int(breaker.get(b"probes", 0))
-        for reason in ("paused", "breaker", keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
+        stats = self.redis.hgetall(keys.STATS)
+        for b in BREAKERS:
+            breaker = self.redis.hgetall(b.state)
+            apart = "" if b == keys.FULFILMENT_BREAKER else f"{b.action}_"
+            TALLY[f"{apart}breaker_opens"] += int(breaker.get(b"opens", 0))
+            TALLY[f"{apart}probes"] += int(breaker.get(b"probes", 0))
+        for reason in (*keys.WAIT_REASONS, keys.STRIPE_WAIT, keys.CHECKOUT_WAIT):
             TALLY[f"deferred_{reason}"] += int(stats.get(f"deferred:{reason}".encode(), 0))
         TALLY["refunded"] += int(stats.get(b"attempts_refunded", 0))
         for counter in (
@@ -1655,10 +1730,11 @@ class Protocol(RuleBasedStateMachine):
     def witness(self, w: Worker, health: Health) -> None:
         """What the breaker heard, as workers/gating.py report() tells it: a down failure
         always (unsent: token -1), an up answer only while it counts or for a probe."""
+        witnesses = self.witnesses[w.breaker.action]
         if health.kind == "down":
-            self.witnesses.add((self.party(w.payment), w.token if health.sent else -1))
+            witnesses.add((self.party(w.payment), w.token if health.sent else -1))
         elif health.kind == "up" and (w.admission.dirty or w.admission.probe):
-            self.witnesses.clear()
+            witnesses.clear()
 
     def party(self, pk: str) -> str:
         """Who a refusal of payment ``pk`` is about: its customer, else the payment itself."""
@@ -2559,3 +2635,80 @@ def test_a_payment_whose_call_may_have_applied_is_held_when_the_action_moves(
     assert applied_on(m.redis, pk) == "db:a"
     m.one_effect_per_payment()
     m.teardown()
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_the_reversal_downstream_down_holds_no_fulfilment_when_apart(
+    protocol_redis: RedisServer, apart: bool
+) -> None:
+    """REVERSAL_ACTION on its own downstream, down (connection refused): its breaker opens,
+    the reversal waits behind it, and a new payment is fulfilled at once, the fulfilment
+    breaker never told; once that downstream answers, the reversal completes. On the
+    fulfilment's own downstream (not apart) the same outage is the fulfilment's: one
+    breaker, and the new payment waits behind it."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=7, replay_safe=False, reverse=True, threshold=1, reversal_apart=apart)
+    takings = unpaid_with_takings(m)
+    for index, reversed_pk, taking in takings:
+        m.deliver(index)
+        m.worker_fulfils_the_next_job()
+        if m.state(reversed_pk) == "fulfilled":
+            m.deliver(taking[0])
+            break
+    assert m.leg(reversed_pk) == "reverse", "no reversal due"
+    m.one_downstream_is_down("reversal", never_sent=True)  # opens its breaker
+    held = keys.REVERSAL_BREAKER if apart else keys.FULFILMENT_BREAKER
+    assert m.redis.hget(held.state, "state") == b"open"
+    index, new_pk, _ = next(takings)
+    m.deliver(index)
+    m.worker_takes_a_job()  # the new payment's job
+    if apart:
+        assert not m.redis.exists(keys.BREAKER), "the fulfilment breaker told"
+        assert m.workers[0] is not None and m.workers[0].payment == new_pk
+        m.worker_fences(0)
+        m.worker_calls(0, "ok", True)
+        m.worker_finishes(0)
+        assert m.state(new_pk) == "fulfilled"
+    else:
+        assert m.redis.hget(keys.payment(new_pk), "waiting") == b"breaker"
+    m.time_passes(200)  # its retry is due, the cool-down is not over
+    m.sweeper_runs()
+    while m.redis.llen(keys.rq_queue(m.settings.QUEUE_NAME)):
+        m.worker_takes_a_job()  # held, no attempt
+    assert m.workers == [None, None]
+    waits = m.redis.hget(keys.payment(reversed_pk), "waiting")
+    assert (m.state(reversed_pk), waits) == ("retrying", held.wait.encode())
+    m.an_outage_of_one_downstream_never_opens_the_others_breaker()
+    for _ in range(3):  # the cool-down over: its probe is answered, the reversal completes
+        m.time_passes(LEASE_MS + 1)
+        m.sweeper_runs()
+        while m.redis.llen(keys.rq_queue(m.settings.QUEUE_NAME)) and None in m.workers:
+            m.worker_fulfils_the_next_job()
+    assert m.redis.hget(held.state, "state") == b"closed"
+    assert m.state(reversed_pk) in ("reversed", "queued") and m.reversal_calls[reversed_pk] >= 1
+    assert m.state(new_pk) == "fulfilled"
+    m.teardown()
+
+
+def test_a_possible_duplicate_a_person_closed_as_fulfilled_is_reversed_when_refunded(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by the explorer (its model, not the scripts): a PaymentIntent held as a possible
+    duplicate of its purchase's invoice, closed by a person as fulfilled (its effect exists
+    by their word), then refunded in full: reversed, as any effect. The model counted it
+    refunded before any fulfilment, whose reversal would have had no effect to take back."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=111054, replay_safe=True, unlinked=True, reverse=True, per_refund=True)
+    m.deliver(329)  # the invoice paid
+    m.deliver(3516)  # its PaymentIntent's charge, no id tying them yet
+    (pk,) = (p for p in m.all_payments() if m.state(p) == "held")
+    m.person_decides(0, "fulfilled")
+    assert m.state(pk) == "fulfilled" and pk in m.resolved_done
+    m.stripe_takes_back(99)  # its refund in full
+    assert m.leg(pk) == "reverse" and pk not in m.refunded_first
+    m.teardown()
+    assert m.state(pk) == "reversed" and m.reversal_calls[pk] == 1

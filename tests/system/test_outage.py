@@ -93,7 +93,7 @@ def test_503_outage_every_payment_fulfilled_once_none_failed(stack, redis, rng) 
         rows = read_payments.payments(redis, "retrying", 0, 50)
         downstream.come_back()
         assert rows and any(row.waiting == "breaker" for row in rows)
-        assert "webhook_downstream_breaker_open 1.0" in scraped
+        assert 'webhook_downstream_breaker_open{action="fulfilment"} 1.0' in scraped
         assert 'webhook_fulfilment_waiting{reason="breaker"}' in scraped
         assert_probes_only(downstream, opened, down_until, COOLDOWN)
         assert_recovered(redis, downstream, payments)
