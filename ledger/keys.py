@@ -107,8 +107,10 @@ BREAKER = PREFIX + "fulfilment:breaker"
 """Hash: the circuit breaker of FULFILMENT_ACTION's downstream, every worker's: ``state``
 (closed|open), ``failures`` (the witnesses counted since the last answer:
 ``BREAKER_WITNESSES``), ``opened_at``, ``open_until``, ``probe_until`` and ``probe_payment``
-(the one probe call of a cool-down), ``probe_failed_at``, ``last_error``, counters
-``opens``, ``probes``, ``closes``. Also REVERSAL_ACTION's when it calls the same downstream."""
+(the one probe call of a cool-down), ``probe_failed_at`` and ``probe_failed_by`` (the
+prober's customer: gate.lua lets another customer's payment probe first), ``last_error``,
+counters ``opens``, ``probes``, ``closes``. Also REVERSAL_ACTION's when it calls the same
+downstream."""
 
 BREAKER_WITNESSES = PREFIX + "fulfilment:breaker:witnesses"
 """Sorted set: the evidence of a downstream outage since its last up answer (ms of each

@@ -45,7 +45,7 @@ local function close()
     redis.call('HSET', BREAKER, 'state', 'closed', 'closed_at', now)
     redis.call('HINCRBY', BREAKER, 'closes', 1)
   end
-  redis.call('HSET', BREAKER, 'failures', 0, 'probe_failed_at', 0)
+  redis.call('HSET', BREAKER, 'failures', 0, 'probe_failed_at', 0, 'probe_failed_by', '')
   redis.call('DEL', BREAKER_WITNESSES)
   state = 'closed'
 end
@@ -94,7 +94,7 @@ elseif probed and state == 'open' then
   redis.call('HSET', BREAKER, 'failures', 1)
 end
 if probed and state == 'open' then
-  redis.call('HSET', BREAKER, 'probe_failed_at', now)
+  redis.call('HSET', BREAKER, 'probe_failed_at', now, 'probe_failed_by', unsent and '' or party)
 end
 if not live then return state end
 

@@ -79,7 +79,7 @@ end
 
 if redis.call('EXISTS', PAUSE) == 1 then return wait('paused', now + park_ms) end
 local b = redis.call('HMGET', BREAKER, 'state', 'open_until', 'probe_until', 'failures',
-  'probe_payment', 'probe_token')
+  'probe_payment', 'probe_token', 'probe_failed_by')
 local probe = false
 if b[1] == 'open' then
   local open_until, probe_until = tonumber(b[2] or '0'), tonumber(b[3] or '0')
@@ -89,6 +89,16 @@ if b[1] == 'open' then
   local own = b[5] == pk and b[6] == token
   if probe_until > now and own and ARG.out_of_time == '0' then return admitted(true, true) end
   if probe_until > now then return wait(ARG.breaker_wait, probe_until + cooldown_ms) end
+  -- The last probe failed on a payment of this payment's customer: another customer's
+  -- payment probes first if one comes within a cool-down. The same customer's next failed
+  -- probe says nothing new (a quota), and breaker.lua closes on it: in an outage of every
+  -- customer that would release them all into it (their attempts spent), whereas another
+  -- customer's refusal keeps it open (breaker.lua corroborated).
+  if (b[7] or '') ~= '' and now < open_until + cooldown_ms then
+    local customer = redis.call('HGET', pay, 'p_customer')
+    local party = (customer and customer ~= '') and ('cus:' .. customer) or pk
+    if party == b[7] then return wait(ARG.breaker_wait, open_until + cooldown_ms) end
+  end
   probe = true
 end
 if ARG.out_of_time == '1' then return due_now() end
