@@ -66,11 +66,12 @@ local function record_outcome()
   redis.call('HINCRBY', STATS, 'attempt_outcome:' .. outcome, 1)
   -- A fulfilled attempt's end and detail are the payment's fulfilled_at and receipt: kept
   -- once, there (the read model joins them back). Its caller only mattered while the call
-  -- might still be running (a person's retry waits for it), and a fulfilled payment is kept.
+  -- might still be running (a person's retry waits for it), and a fulfilled payment is kept;
+  -- `reached` only until its request was known sent or not (never_reached).
   local fulfilled = outcome == 'fulfilled'
   update_attempt(pay, token, {outcome = outcome, ended = (not fulfilled) and now or nil,
     ms = tonumber(ARG.call_ms), detail = (not fulfilled) and detail or nil, late = late or nil},
-    fulfilled and {'caller'} or nil, record)
+    fulfilled and {'caller', 'reached'} or {'reached'}, record)
   local plain = fulfilled and not reversing and not refulfilling  -- its one HDEL below has them
   if not plain then redis.call('HDEL', pay, 'lease_until', 'phase') end
 
