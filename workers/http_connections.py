@@ -2,18 +2,17 @@
 whose connections tell the action their socket (for its ``abort``) and look their host up
 within the connect timeout.
 
-The lookup runs in a thread of its own because no deadline reaches it otherwise: glibc's
-resolver waits in C and retries its poll when a signal interrupts it, so a stalled DNS
-server held the call past FULFILMENT_TIMEOUT (the deadline's signal, a slot's ``abort``:
-nothing to cut yet) until the watchdog ended the worker, and a payment whose request never
-left went ``interrupted``. Now a name not looked up within the connect timeout is a
-connection never made: down, never sent."""
+The lookup runs in a thread of its own: glibc's resolver waits in C and retries its poll
+when a signal interrupts it, so neither the deadline's signal nor a slot's ``abort`` (no
+connection to cut yet) would end a lookup a DNS server never answers, and the watchdog
+would end the worker with every call it has in flight. A name not looked up within the
+connect timeout is a connection never made: down, never sent. Through an HTTP(S)_PROXY the
+proxy looks the name up, and these connections are not used (requests' proxy manager)."""
 
 import ipaddress
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -71,14 +70,14 @@ class Telling(HTTPAdapter):
 
 
 def bounded(base: type[HTTPConnection], told: Told) -> type[HTTPConnection]:
-    """``base`` whose host is looked up and connected within its connect timeout (the
-    lookup, then each address in turn as urllib3 tries them, in what is left of it), and
-    whose socket is told once connected."""
+    """``base`` whose host is looked up within its connect timeout, then connected to each
+    address in turn, each within the connect timeout as urllib3 does (one address that
+    drops connections must not use up another's time), and whose socket is told once
+    connected."""
 
     def new_conn(conn: HTTPConnection) -> socket.socket:
         name, timeout = conn._dns_host, conn.timeout
         seconds = timeout if isinstance(timeout, int | float) else None
-        until = None if seconds is None else time.monotonic() + seconds
         try:
             addresses = addresses_within(name, conn.port, seconds)
         except socket.gaierror as exc:
@@ -88,18 +87,13 @@ def bounded(base: type[HTTPConnection], told: Told) -> type[HTTPConnection]:
             raise ConnectTimeoutError(conn, said) from exc
         failed: Exception | None = None
         for address in addresses:
-            left = None if until is None else until - time.monotonic()
-            if left is not None and left <= 0:  # one connect timeout for them all
-                said = f"no connection to {conn.host} within {seconds} s"
-                raise ConnectTimeoutError(conn, said) from failed
-            # The socket's address only: TLS and the Host header still name `name`.
-            conn._dns_host, conn.timeout = address, timeout if left is None else left
+            conn._dns_host = address  # the socket's address only: TLS and Host name `name`
             try:
                 return base._new_conn(conn)
             except (NewConnectionError, ConnectTimeoutError) as exc:
                 failed = exc
             finally:
-                conn._dns_host, conn.timeout = name, timeout
+                conn._dns_host = name
         raise failed or NewConnectionError(conn, f"no address for {conn.host}")
 
     def connect(conn: HTTPConnection) -> None:

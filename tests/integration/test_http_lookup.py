@@ -3,13 +3,15 @@ resolver that stalls in C, as glibc's does when its DNS server never answers (it
 poll and retries it when a signal interrupts it), ends the call as "down", never sent,
 within the connect timeout, in the worker's main thread and in a slot's; a name with no
 address is down, never sent; and a name with several addresses is connected to each in
-turn, the request still naming the name (its Host header), not the address.
+turn, each within the connect timeout (one that drops connections leaves the next its
+time), the request still naming the name (its Host header), not the address.
 
 The stalled resolver is the one stand-in here: socket.getaddrinfo answering for a test name
 only, from C (libc's poll), the way a DNS server that never answers holds glibc's."""
 
 import ctypes
 import http.server
+import select
 import socket
 import threading
 import time
@@ -122,4 +124,32 @@ def test_each_address_is_tried_in_turn_and_the_request_names_the_name(
         resolver["shop.test"] = ["127.0.0.2", "127.0.0.1"]
         receipt = HttpAction(f"http://shop.test:{port}/fulfil", 2.0, replay_safe=False)(CALL)
     assert receipt == {"status": 200, "body": "{}"}
+    assert hosts == [f"shop.test:{port}"]
+
+
+def test_an_address_that_drops_connections_leaves_the_next_its_time(
+    resolver: dict[str, list[str] | None],
+) -> None:
+    """An outside review: the addresses shared one connect timeout, so a first address that
+    drops SYNs (broken IPv6, a dead node in round-robin DNS) used it all and the healthy one
+    was never tried: every call down, the breaker open for everyone."""
+    with recording_server() as (port, hosts):
+        dropping = socket.socket()
+        dropping.bind(("127.0.0.2", port))
+        dropping.listen(0)
+        fillers = [socket.socket() for _ in range(4)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.2", port))
+        # Full once its queue holds a connection (backlog 0 keeps one): the next SYN waits.
+        _, made, _ = select.select([], fillers, [], 10)
+        assert any(f.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for f in made)
+        try:
+            resolver["shop.test"] = ["127.0.0.2", "127.0.0.1"]
+            action = HttpAction(f"http://shop.test:{port}/fulfil", 2.0, replay_safe=False)
+            assert action(CALL) == {"status": 200, "body": "{}"}
+        finally:
+            for filler in fillers:
+                filler.close()
+            dropping.close()
     assert hosts == [f"shop.test:{port}"]
