@@ -383,6 +383,25 @@ def test_a_later_attempt_that_is_not_replay_safe_does_not_hide_a_call_that_may_h
     assert shop.state() == "held" and "may have applied" in shop.field("hold_reason")
 
 
+def test_a_payment_held_after_the_action_moved_then_refunded_is_settled_not_unfulfilled(
+    redis, redis_server, rng
+) -> None:
+    """A call of the SQLite file with no answer, FULFILMENT_ACTION moved to an HTTP endpoint:
+    held before any call there; refunded in full meanwhile, its settlement is due (the
+    first call may have applied: never refunded_unfulfilled over it), which a worker of the
+    moved action gives to a person, its calls having gone elsewhere (workers/jobs.py)."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="sqlite:aaaa")
+    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
+    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    held = shop.attempts.start(shop.pk, "job-2", False, downstream="http:bbbb")
+    assert (held.reason, shop.state()) == ("moved", "held")
+    for event in refund_events(rng, shop.pk, shop.amount, shop.amount):
+        shop.deliver(event)
+    assert (shop.state(), shop.field("leg")) == ("queued", "settle")
+
+
 @pytest.mark.parametrize(
     ("one", "other", "same"),
     [
