@@ -363,6 +363,17 @@ def test_a_worker_whose_action_moved_does_not_settle_on_its_own_downstream(
     assert db.execute("SELECT count(*) FROM voids").fetchone() == (0,)
 
 
+def answerless_call(redis, redis_server, rng, downstream: str) -> Shop:
+    """A paid payment whose replay-safe, settling call to ``downstream`` had no answer (it
+    may have applied): retrying, due now."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream=downstream)
+    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
+    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    return shop
+
+
 def test_a_later_attempt_that_is_not_replay_safe_does_not_hide_a_call_that_may_have_applied(
     redis, redis_server, rng
 ) -> None:
@@ -370,11 +381,7 @@ def test_a_later_attempt_that_is_not_replay_safe_does_not_hide_a_call_that_may_h
     answer (another downstream would hold it: test_downstream_names.py); the next call
     refuses (nothing applied by it). Refunded in full: held (the first may have applied),
     never refunded_unfulfilled over it."""
-    shop = Shop(redis_server, rng)
-    shop.deliver(shop.paid)
-    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="http:aaaa")
-    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
-    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    shop = answerless_call(redis, redis_server, rng, "http:aaaa")
     start = shop.attempts.start(shop.pk, "job-2", False, downstream="http:aaaa")
     assert shop.attempts.mark_calling(shop.pk, start.token)
     shop.attempts.finish(shop.pk, start.token, "retry", "http 503", 1.0)
@@ -390,11 +397,7 @@ def test_a_payment_held_after_the_action_moved_then_refunded_is_settled_not_unfu
     held before any call there; refunded in full meanwhile, its settlement is due (the
     first call may have applied: never refunded_unfulfilled over it), which a worker of the
     moved action gives to a person, its calls having gone elsewhere (workers/jobs.py)."""
-    shop = Shop(redis_server, rng)
-    shop.deliver(shop.paid)
-    start = shop.attempts.start(shop.pk, "job-1", True, settles=True, downstream="sqlite:aaaa")
-    shop.attempts.finish(shop.pk, start.token, "retry", "no answer", 1.0)
-    redis.hset(keys.payment(shop.pk), "next_at", 0)
+    shop = answerless_call(redis, redis_server, rng, "sqlite:aaaa")
     held = shop.attempts.start(shop.pk, "job-2", False, downstream="http:bbbb")
     assert (held.reason, shop.state()) == ("moved", "held")
     for event in refund_events(rng, shop.pk, shop.amount, shop.amount):

@@ -4,6 +4,7 @@ its own circuit breaker, the reversals wait behind it, and new payments are fulf
 once, the fulfilment breaker never opened; once it answers, every reversal completes once."""
 
 import random
+from typing import Any
 
 import requests
 from redis import Redis
@@ -29,15 +30,24 @@ def held_back(redis: Redis, payment_key: str) -> bool:
     return waiting in (b.wait.encode() for b in keys.BREAKERS)
 
 
+def refunded_while_down(
+    s: Any, redis: Redis, rng: random.Random, down: CountingDownstream
+) -> list[tuple[str, int]]:
+    """The service started, four payments fulfilled, then ``down`` answers 503 and each
+    payment is refunded in full: the payments and their amounts."""
+    s.start_service(WORKERS)
+    bought = [paid(s, rng) for _ in range(4)]
+    wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk, _ in bought))
+    down.go_down(503)
+    for pk, amount in bought:
+        send_all(s, refund_events(rng, pk, amount, amount))
+    return bought
+
+
 def test_the_reversal_downstream_down_never_stalls_fulfilment(stack, redis, rng) -> None:
     with CountingDownstream() as fulfil, CountingDownstream() as refunds:
         s = stack(FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=refunds.url, **OUTAGE)
-        s.start_service(WORKERS)
-        bought = [paid(s, rng) for _ in range(4)]
-        wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk, _ in bought))
-        refunds.go_down(503)
-        for pk, amount in bought:
-            send_all(s, refund_events(rng, pk, amount, amount))
+        bought = refunded_while_down(s, redis, rng, refunds)
         wait_until(lambda: any(held_back(redis, pk) for pk, _ in bought), 60, what="held")
 
         fresh = [paid(s, rng) for _ in range(10)]
@@ -72,12 +82,7 @@ def test_one_downstream_for_both_is_one_breaker(stack, redis, rng: random.Random
     breaker; no second one is kept or shown."""
     with CountingDownstream() as shop:
         s = stack(FULFILMENT_ACTION=shop.url, REVERSAL_ACTION=shop.url, **OUTAGE)
-        s.start_service(WORKERS)
-        bought = [paid(s, rng) for _ in range(4)]
-        wait_until(lambda: all(settled_as(redis, pk, "fulfilled") for pk, _ in bought))
-        shop.go_down(503)
-        for pk, amount in bought:
-            send_all(s, refund_events(rng, pk, amount, amount))
+        bought = refunded_while_down(s, redis, rng, shop)
         wait_until(lambda: breaker(redis, keys.FULFILMENT_BREAKER).get("state") == "open", 60)
         assert s.web is not None
         gate = requests.get(f"{s.web.url}/ops/api/fulfilment", headers=BEARER, timeout=10).json()
