@@ -7,19 +7,20 @@ when a signal interrupts it, so neither the deadline's signal nor a slot's ``abo
 connection to cut yet) would end a lookup a DNS server never answers, and the watchdog
 would end the worker with every call it has in flight. A name not looked up within the
 connect timeout is a connection never made: down, never sent. Through an HTTP(S)_PROXY the
-proxy looks the name up, and these connections are not used (requests' proxy manager)."""
+connection is the proxy's: its name is looked up so, its socket is told (``abort`` cuts a
+call the proxy relays), and the proxy looks the downstream's name up."""
 
 import ipaddress
 import queue
 import socket
 import threading
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import allowed_gai_family
 
@@ -45,28 +46,21 @@ class Unredirected(requests.Session):
 
 
 class Telling(HTTPAdapter):
-    """requests' adapter whose connections look their host up within the connect timeout
-    (:func:`addresses_within`) and tell ``connected`` their socket once made."""
+    """requests' adapter whose connections, direct or to a proxy, look their host up within
+    the connect timeout (:func:`addresses_within`) and tell ``connected`` their socket once
+    made. A SOCKS proxy's connections (PySocks, when installed) are left as they are: they
+    may hand the name to the proxy, so it is not looked up here."""
 
     def __init__(self, connected: Told) -> None:
         self.connected = connected
         super().__init__()
 
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        pools: dict[str, type[HTTPConnectionPool]] = {
-            "http": type(
-                "HttpPool",
-                (HTTPConnectionPool,),
-                {"ConnectionCls": bounded(HTTPConnection, self.connected)},
-            ),
-            "https": type(
-                "HttpsPool",
-                (HTTPSConnectionPool,),
-                {"ConnectionCls": bounded(HTTPSConnection, self.connected)},
-            ),
-        }
-        setattr(self.poolmanager, "pool_classes_by_scheme", pools)  # noqa: B010 (urllib3 reads it)
+    def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> Any:
+        pool = cast(HTTPConnectionPool, super().get_connection_with_tls_context(*args, **kwargs))
+        base = pool.ConnectionCls
+        if base in (HTTPConnection, HTTPSConnection):  # the pool's own, not yet bounded
+            pool.ConnectionCls = bounded(cast(type[HTTPConnection], base), self.connected)
+        return pool
 
 
 def bounded(base: type[HTTPConnection], told: Told) -> type[HTTPConnection]:
