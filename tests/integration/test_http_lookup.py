@@ -62,7 +62,15 @@ def test_a_lookup_that_stalls_is_down_and_never_sent_before_the_deadline(
     resolver["stalled.test"] = None
     timeout = 2.0
     action = HttpAction("http://stalled.test:8080/fulfil", timeout, replay_safe=False)
-    ended: list[object] = []
+    assert "ConnectTimeout" in down_before_the_deadline(action, timeout, where)
+    outcome, _, health = run_action(action, CALL, timeout, 30.0)
+    assert outcome == "retry" and health.kind == "down" and not health.sent
+
+
+def down_before_the_deadline(action: HttpAction, timeout: float, where: str) -> str:
+    """Call ``action`` under its deadline in ``where`` (see ``run_in``): it must end as down,
+    never sent, once its connect timeout has passed and before the deadline. Its error."""
+    ended: list[tuple[BaseException, float]] = []
 
     def call() -> None:
         began = time.monotonic()
@@ -74,10 +82,9 @@ def test_a_lookup_that_stalls_is_down_and_never_sent_before_the_deadline(
     run_in(where, call)
     ((error, took),) = ended
     assert isinstance(error, TransientDownstreamError), error
-    assert error.down and not error.sent and "ConnectTimeout" in str(error), error
+    assert error.down and not error.sent, error
     assert http_action.connect_timeout(timeout) - 0.1 <= took < timeout
-    outcome, _, health = run_action(action, CALL, timeout, 30.0)
-    assert outcome == "retry" and health.kind == "down" and not health.sent
+    return str(error)
 
 
 def test_a_name_without_an_address_is_down_and_never_sent() -> None:
