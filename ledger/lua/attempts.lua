@@ -139,6 +139,18 @@ local function engaged_twin(pay)
   return nil
 end
 
+-- The other record of this held payment's purchase whose effect a person's resolve as
+-- fulfilled vouches for (`same_purchase_as`, a tie Stripe sent late, else `dup_of`, the
+-- payment it was held as a possible duplicate of), when none of its own attempts may have
+-- applied it; else nil. Kept as `effect_of`: its reversal is never run under its own key
+-- (prelude's take_back, hold_effect_elsewhere).
+local function effect_elsewhere(pay)
+  local f = redis.call('HMGET', pay, 'state', 'same_purchase_as', 'dup_of')
+  local other = f[2] or f[3]
+  if f[1] ~= 'held' or not other or may_have_applied(pay) then return nil end
+  return other
+end
+
 -- The worker process `caller` is about to call the downstream for attempt `token`: the
 -- attempt names it and its liveness key (keys.CALLER_PREFIX) names the call until the lease
 -- ends (its watchdog ends the process before then if the call will not stop). The script

@@ -95,6 +95,10 @@ if ARG.decision == 'fulfilled' and leg == 'refulfil' then
   return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 if ARG.decision == 'fulfilled' then
+  -- closed as the same purchase as another record: the effect a person vouches for is that
+  -- record's, under its key (attempts.lua effect_elsewhere)
+  local other = effect_elsewhere(pay)
+  if other then redis.call('HSET', pay, 'effect_of', other) end
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'receipt', cjson.encode({resolved = ARG.note}), 'fulfilled_at', now,
     'fulfilled_by_hand', 1)

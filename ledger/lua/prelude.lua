@@ -590,6 +590,24 @@ local function hold_retake(pay, why, now, maybe)
     'a retry runs nothing)', true)
 end
 
+-- Closed by a person as fulfilled without a call while it was held as the same purchase as
+-- another record (`effect_of`: a possible duplicate of it, or a tie Stripe sent late;
+-- lua/attempts.lua effect_elsewhere), then taken back (refunded in full, a dispute lost): the
+-- purchase's effect, if any, is the other record's, under that record's key, so a reversal
+-- under this payment's would take back nothing. Held for a person instead, who takes that
+-- effect back by hand if this purchase had it and resolves it (then reversed, as hold_retake;
+-- a retry runs nothing). Returns 'held'.
+local function hold_effect_elsewhere(pay, why, other, now)
+  redis.call('HSET', pay, 'retake', why)
+  redis.call('HINCRBY', STATS, 'held', 1)
+  return hold(pay, now, (why == 'dispute' and 'a dispute lost' or 'refunded in full') ..
+    ' after a person closed it without a call as the same purchase as ' .. other ..
+    ': it has no effect under its own key, so the ledger does not reverse it; its ' ..
+    "purchase's effect is " .. other .. "'s (fulfil:" .. other .. '): take that back by ' ..
+    'hand if this is its purchase, then resolve this payment as fulfilled (it is then ' ..
+    'reversed; a retry runs nothing)', true)
+end
+
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or
 -- held if Stripe no longer takes it back. Returns the new state.
 local function never_fulfilled(pay, now)
@@ -650,7 +668,8 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
     redis.call('HDEL', pay, 'taken_back')
   end
   if not why and not (reverse and reverse.each) then return nil end
-  local g = redis.call('HMGET', pay, 'leg', 'state', 'retake', 'reinstated_at', 'reversed_at')
+  local g = redis.call('HMGET', pay, 'leg', 'state', 'retake', 'reinstated_at', 'reversed_at',
+    'effect_of')
   local leg, state, reinstated_at, reversed_at = g[1], g[2], g[4], g[5]
   -- (a fulfilment again that is done goes on below: granted again, then taken back again)
   if leg == 'reverse' or leg == 'settle' or (leg == 'refulfil' and state ~= 'fulfilled') then
@@ -669,6 +688,12 @@ local function take_back(pay, now, reverse, first, job_id, grace_ms, starting)
   -- REVERSAL_PER_REFUND is only recorded)
   if state == 'fulfilled' and reinstated_at and reversed_at then
     return why and reverse and hold_retake(pay, why, now) or nil
+  end
+  -- closed as the same purchase as another record: its effect is that one's, never
+  -- reversed under this key; taken back in full, a person's (a partial refund with
+  -- REVERSAL_PER_REFUND is only recorded)
+  if state == 'fulfilled' and g[6] then
+    return why and reverse and hold_effect_elsewhere(pay, why, g[6], now) or nil
   end
   if state == 'fulfilled' and reverse and reverse.each then
     local next_why, refund, amount = next_reversal(pay)

@@ -113,7 +113,7 @@ local function classified(first, now)
     known = first[1] and true or false, from_api = ARG.source == 'api', dup = 0,
     conflict = 0, pk = ARG.payment_key, role = ARG.role, paid = ARG.paid == '1',
     linked = ARG.linked, fingerprint = ARG.fingerprint, key = '', ties = false,
-    twin = false, pay = false}
+    twin = false, pay = false, dup_of = false}
   if not d.known then return d end
   -- n is 0 on an event found through the API: its first delivery is no duplicate, and its
   -- stored body is the API's rendering, so copies are compared with the first delivered one.
@@ -192,7 +192,8 @@ local function untie(some_pay)
   redis.call('HDEL', some_pay, 'untied')
 end
 
--- Why the first paid event of a payment in `state` must wait for a person, or ''.
+-- Why the first paid event of a payment in `state` must wait for a person, or ''; the
+-- payment it may duplicate goes in d.dup_of.
 local function hold_reason(d, state)
   if state ~= nil and state ~= 'pending' then return '' end  -- already paid or held
   if ARG.hold ~= '' then return ARG.hold end
@@ -203,6 +204,7 @@ local function hold_reason(d, state)
   if d.fingerprint == '' then return '' end
   local other = possible_duplicate(d)
   if not other then return '' end
+  d.dup_of = other
   local who = select(3, fp_parts(d.fingerprint)) == '' and 'a guest\'s payment of the same '
     or 'same customer, '
   return 'possible duplicate purchase of ' .. other .. ' (' .. who .. 'amount and ' ..
@@ -322,6 +324,8 @@ local function queue_or_hold(d, held_for, grace_ms)
   if held_for ~= '' then
     move(d.pay, 'held', d.now)
     redis.call('HSET', d.pay, 'hold_reason', held_for)
+    -- the record whose effect may be this purchase's (operator.lua, effect_elsewhere)
+    if d.dup_of then redis.call('HSET', d.pay, 'dup_of', d.dup_of) end
     redis.call('HINCRBY', STATS, 'held', 1)
     return 'held', 0
   end

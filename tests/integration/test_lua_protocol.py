@@ -110,6 +110,8 @@ TIE = "invoice_payment.paid"
 PARTS = 10
 """The pool's last events: two Checkout purchases with an invoice (3 each) and a basil
 renewal (4: event_pool)."""
+PERSON_STATES = ("interrupted", "failed", "held")
+"""The states a person's decision is for (person_decides)."""
 SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_unfulfilled"}
 
 
@@ -271,6 +273,10 @@ class Protocol(RuleBasedStateMachine):
         self.refulfil_maybe_applied: set[str] = set()
         self.refulfil_again: Counter[str] = Counter()  # as again
         self.resolved_done: set[str] = set()  # a person said its effect exists
+        # closed by a person as fulfilled, no call of its own, while held as the same purchase
+        # as another record (a possible duplicate, a tie sent late): pk -> that record, whose
+        # key its purchase's effect is under
+        self.closed_as: dict[str, str] = {}
         self.person_reversed: set[str] = set()  # a person said a reversal of it applied
         self.voided: set[str] = set()  # payments whose key a settlement voided
         self.effect_on: dict[str, str] = {}  # pk -> where the attempt the ledger kept applied
@@ -502,6 +508,43 @@ class Protocol(RuleBasedStateMachine):
         ]
         if taking:
             self.deliver(taking[index % len(taking)])
+
+    @rule(index=st.integers(0, 100), lost=st.booleans())
+    def a_payment_closed_as_another_records_is_taken_back(self, index: int, lost: bool) -> None:
+        """A Checkout purchase's invoice and PaymentIntent are paid before its session (the
+        PaymentIntent held as the invoice's possible duplicate; the session may tie them
+        late), a person closes the held one as fulfilled (no call: its purchase's effect is
+        the other record's), then it is refunded in full or its dispute is lost: never
+        reversed under its own key (it has no effect there), held for a person to take the
+        other record's effect back by hand."""
+        closed = sorted(pk for pk in self.closed_as if pk.startswith("pi_"))
+        if not closed:
+            part = 3 * (index % 2)  # the guest's purchase, or the customer's
+            for i in (part + 1, part + 2, part)[: 2 + index // 2 % 2]:  # invoice, intent, session
+                self.deliver_part_of_a_purchase(i)
+            held = [pk for pk in self.all_payments() if self.held_as_the_same_purchase_as(pk)]
+            for pk in sorted(held):
+                if pk.startswith("pi_") and not self.redis.hexists(keys.payment(pk), "by_hand"):
+                    waiting = sorted(
+                        p for p in self.all_payments() if self.state(p) in PERSON_STATES
+                    )
+                    self.person_decides(waiting.index(pk), "fulfilled")
+            closed = sorted(pk for pk in self.closed_as if pk.startswith("pi_"))
+        taken = [pk for pk in closed if self.state(pk) == "fulfilled" and pk in self.amounts]
+        if not taken:
+            return
+        pk = taken[index % len(taken)]
+        rng, paid = random.Random(index), self.amounts[pk]
+        lost_it = [dispute_closed(rng, pk, paid, "lost")]
+        for event in lost_it if lost else refund_events(rng, pk, paid, paid):
+            c = classify(event, self.settings.policy)
+            body = samples.encode(event)
+            self.record(Delivery(event, body, c, "primary", "stripe", new_request_id()))
+        f = self.redis.hmget(keys.payment(pk), "state", "by_hand", "retake", "effect_of")
+        if self.reverse and self.taken_back_now(pk):
+            assert f[0] == b"held" and f[1] and f[2], f"{pk}: closed, taken back: {f}"
+            assert f[3] == self.closed_as[pk].encode(), f"{pk}: its effect is under {f[3]!r}"
+            TALLY["closed_as_another_records_taken_back"] += 1
 
     @precondition(lambda self: None in self.workers)
     @rule(index=st.integers(0, 100), hit=st.booleans(), all_events=st.booleans())
@@ -853,6 +896,8 @@ class Protocol(RuleBasedStateMachine):
         pk, key = w.payment, (w.payment, w.refund)
         effect = self.applied[pk] > 0 or pk in self.resolved_done | self.granted_by_hand
         assert effect, f"{pk}: a reversal called without an effect"
+        other = self.closed_as.get(pk)
+        assert not other, f"{pk}: reversed under its own key, its purchase's effect is {other}'s"
         where = self.effect_on.get(pk, self.downstream)
         assert where == self.downstream, f"{pk}: reversed with the action moved from {where}"
         if w.amount is None:  # what remains, of an amount paid no event said
@@ -1106,8 +1151,7 @@ class Protocol(RuleBasedStateMachine):
 
     @rule(index=st.integers(0, 100), decision=st.sampled_from(("retry", "fulfilled", "requeue")))
     def person_decides(self, index: int, decision: str) -> None:
-        waiting = ("interrupted", "failed", "held")
-        payments = sorted(pk for pk in self.all_payments() if self.state(pk) in waiting)
+        payments = sorted(pk for pk in self.all_payments() if self.state(pk) in PERSON_STATES)
         if not payments:
             return
         pk = payments[index % len(payments)]
@@ -1117,6 +1161,7 @@ class Protocol(RuleBasedStateMachine):
         by_hand = self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "by_hand")
         retake = by_hand and self.redis.hexists(keys.payment(pk), "retake")
         told = self.held_for(pk)
+        other = self.held_as_the_same_purchase_as(pk)
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
         else:  # webhook-ledger resolve --fulfilled | --retry
@@ -1142,6 +1187,8 @@ class Protocol(RuleBasedStateMachine):
             self.person_acted.add(pk)
             if decision == "fulfilled" and leg == "fulfil":
                 self.resolved_done.add(pk)
+                if other:
+                    self.closed_as[pk] = other
             if decision == "fulfilled" and leg == "reverse":
                 self.person_reversed.add(pk)
             if leg == "reverse":
@@ -1150,6 +1197,19 @@ class Protocol(RuleBasedStateMachine):
                 self.refulfil_maybe_applied.discard(pk)
             else:
                 self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    def held_as_the_same_purchase_as(self, pk: str) -> str | None:
+        """The other record a held payment with no call of its own is held as the same
+        purchase as (a tie Stripe sent late first, else a possible duplicate), by its hold's
+        reason; None otherwise."""
+        reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
+        own = self.calls[pk] or self.applied[pk] or pk in self.may_have_called
+        if self.state(pk) != "held" or own:
+            return None
+        for said in ("same purchase as ", "possible duplicate purchase of "):
+            if said in reason:
+                return reason.split(said, 1)[1].split(" ", 1)[0].rstrip(":;,")
+        return None
 
     def held_for(self, pk: str) -> set[str]:
         """The failed refunds whose reversals a hold told a person to grant back
@@ -1430,6 +1490,21 @@ class Protocol(RuleBasedStateMachine):
         for ids in self.purchases:
             with_effect = sorted(pk for pk in ids if self.applied[pk])
             assert len(with_effect) <= 1, f"one purchase, effects under {with_effect}"
+
+    @invariant()
+    def a_payment_closed_as_another_records_is_reversed_only_by_hand(self) -> None:
+        """One purchase, one effect, one reversal: a payment a person closed as fulfilled
+        while it was held as the same purchase as another record has no effect under its own
+        key. The ledger keeps whose effect it is (``effect_of``) and never reverses it
+        (reversal_call: a reversal of nothing); it is ``reversed`` only by a person's word."""
+        if not hasattr(self, "closed_as"):
+            return
+        for pk, other in self.closed_as.items():
+            f = self.redis.hmget(keys.payment(pk), "state", "effect_of")
+            assert f[1] == other.encode(), f"{pk}: closed as {other}'s, effect_of {f[1]!r}"
+            assert self.reversal_calls[pk] == 0, f"{pk}: reversed under its own key"
+            by_hand = pk in self.taken_back_by_hand
+            assert f[0] != b"reversed" or by_hand, f"{pk}: reversed, not by a person"
 
     @invariant()
     def a_success_is_never_followed_by_another_call(self) -> None:
@@ -2692,23 +2767,50 @@ def test_the_reversal_downstream_down_holds_no_fulfilment_when_apart(
     m.teardown()
 
 
-def test_a_possible_duplicate_a_person_closed_as_fulfilled_is_reversed_when_refunded(
+def test_a_possible_duplicate_a_person_closed_as_fulfilled_is_held_when_refunded(
     protocol_redis: RedisServer,
 ) -> None:
-    """Found by the explorer (its model, not the scripts): a PaymentIntent held as a possible
-    duplicate of its purchase's invoice, closed by a person as fulfilled (its effect exists
-    by their word), then refunded in full: reversed, as any effect. The model counted it
-    refunded before any fulfilment, whose reversal would have had no effect to take back."""
+    """A PaymentIntent held as a possible duplicate of a Checkout purchase's invoice, closed
+    by a person as fulfilled (no call: the effect they vouch for is the invoice's, under its
+    key), then refunded in full: held for a person (by hand), never reversed under its own
+    key, where there is nothing to take back; once they took the invoice's effect back and
+    resolved it, reversed. (It was reversed under its own key: revoke.sql found nothing.)"""
     Protocol.server = protocol_redis
     Protocol.redis = Redis.from_url(protocol_redis.url)
     m = Protocol()
     m.setup(seed=111054, replay_safe=True, unlinked=True, reverse=True, per_refund=True)
     m.deliver(329)  # the invoice paid
-    m.deliver(3516)  # its PaymentIntent's charge, no id tying them yet
+    m.deliver(3516)  # a PaymentIntent's charge, no id tying them
     (pk,) = (p for p in m.all_payments() if m.state(p) == "held")
+    other = m.held_as_the_same_purchase_as(pk)
+    assert other and other.startswith("in_")
     m.person_decides(0, "fulfilled")
-    assert m.state(pk) == "fulfilled" and pk in m.resolved_done
+    assert m.state(pk) == "fulfilled" and m.closed_as[pk] == other
     m.stripe_takes_back(99)  # its refund in full
-    assert m.leg(pk) == "reverse" and pk not in m.refunded_first
+    f = m.redis.hmget(keys.payment(pk), "state", "by_hand", "retake", "effect_of", "hold_reason")
+    assert f[:4] == [b"held", b"1", b"refund", other.encode()], f
+    assert f"{other}'s (fulfil:{other})" in f[4].decode()
+    m.a_payment_closed_as_another_records_is_reversed_only_by_hand()
+    m.person_decides(0, "fulfilled")  # they took the invoice's effect back by hand
+    assert m.state(pk) == "reversed" and pk in m.taken_back_by_hand
     m.teardown()
-    assert m.state(pk) == "reversed" and m.reversal_calls[pk] == 1
+    assert m.state(pk) == "reversed" and m.reversal_calls[pk] == 0
+    m.a_payment_closed_as_another_records_is_reversed_only_by_hand()
+
+
+def test_a_closed_duplicate_taken_back_by_the_explorers_rule(protocol_redis: RedisServer) -> None:
+    """The rule that walks it: a purchase's invoice, then its PaymentIntent (held), a person
+    closes the PaymentIntent, its refund in full (or dispute lost) holds it for a person."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    for index, lost in ((0, False), (3, True)):  # the guest's untied, the customer's tied late
+        m = Protocol()
+        m.setup(seed=7, replay_safe=True, unlinked=True, reverse=True)
+        m.a_payment_closed_as_another_records_is_taken_back(index, lost)
+        assert TALLY["closed_as_another_records_taken_back"] and m.closed_as, index
+        (pk,) = m.closed_as
+        assert m.state(pk) == "held" and m.reversal_calls[pk] == 0
+        tied = m.redis.hget(keys.payment(pk), "same_purchase_as")
+        assert (tied is not None) == (index == 3), tied
+        m.teardown()
+        TALLY.clear()
