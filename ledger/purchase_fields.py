@@ -49,8 +49,11 @@ SESSION = {
 INVOICE = {"id": "p_in", "billing_reason": "p_in_reason"}
 
 NO_SESSION = "p_no_cs"
-"""Kept by ledger/purchase_reads.py once Stripe's API was asked for a late session and had
-none (CHECKOUT_WAIT_SECONDS): never asked again."""
+"""Kept by ledger/purchase_reads.py once CHECKOUT_WAIT_SECONDS ran out without a session:
+``1`` when Stripe's API was asked for it and had none, ``NOT_ASKED`` when no
+STRIPE_API_KEY was set to ask with. Never asked again."""
+
+NOT_ASKED = "not_asked"
 
 
 def _id(value: object) -> str:

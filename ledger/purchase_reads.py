@@ -31,7 +31,7 @@ from ledger.deliveries import API_SOURCE, Delivery, Ledger, new_request_id
 from ledger.events import THIN_PAID, classify
 from ledger.landing import api_record
 from ledger.purchase import stored_fields
-from ledger.purchase_fields import NO_SESSION, invoice_line, purchase_fields
+from ledger.purchase_fields import NO_SESSION, NOT_ASKED, invoice_line, purchase_fields
 from ledger.purchase_invoice import ALL_LINES, lines_known_complete
 from ledger.purchase_line_items import pack_line_items
 from ledger.read.events import INTENT_RECORD
@@ -155,7 +155,11 @@ class PurchaseReads:
         found = None
         if self.api is not None:
             found = self.api.session_for(payment_key, stored.get("account", ""))
-        fields = purchase_fields(found) if found else {NO_SESSION: "1"}
+        fields = (
+            purchase_fields(found)
+            if found
+            else {NO_SESSION: "1" if self.api is not None else NOT_ASKED}
+        )
         self._keep(payment_key, fields, stored)
         return None
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Literal
 
 from ledger import keys
-from ledger.purchase_fields import NO_SESSION
+from ledger.purchase_fields import NO_SESSION, NOT_ASKED
 from ledger.purchase_invoice import ALL_LINES
 from ledger.read.base import View
 from ledger.read.timeline import Attempt, PaymentEvent
@@ -125,6 +125,8 @@ def _note(part: Part, f: dict[str, str]) -> str:
 
 def _why_no_wait(f: dict[str, str]) -> str:
     """Why the call did not wait for the session: certain from the hash, or both reasons."""
+    if f.get(NO_SESSION) == NOT_ASKED:
+        return "CHECKOUT_WAIT_SECONDS ran out first; no STRIPE_API_KEY to ask Stripe's API for it"
     if NO_SESSION in f:
         return "CHECKOUT_WAIT_SECONDS ran out first and Stripe's API had no session for it then"
     if f.get("p_in"):

@@ -13,7 +13,7 @@ from ledger.read.payments import PaymentState
 from ledger.read.timeline import receipt_of
 from ledger.stored import ms_time, optional, text
 
-FIELDS = ("state", "fulfilled_at", "receipt", "waiting", "p_cs_ref")
+FIELDS = ("state", "fulfilled_at", "receipt", "waiting", "p_cs_ref", "p_cs_status")
 
 
 class SessionFulfilment(View):
@@ -29,8 +29,9 @@ class SessionFulfilment(View):
     """Why a payment due waits without a call (as a payment's ``waiting``)."""
     client_reference_id: str | None
     payment_status: str | None
-    """The session's ``payment_status`` as Stripe's API answered this request; null when the
-    answer comes from the ledger alone (GET, or a payment the ledger knows is paid)."""
+    """The session's ``payment_status``: as Stripe's API answered this request, else as the
+    ledger recorded it (the session's event, or an earlier read through the API); null while
+    the ledger has no record of the session itself (its payment known by another id)."""
     recorded: bool
     """Whether this request recorded the session in the ledger (source ``api``)."""
 
@@ -65,6 +66,6 @@ def session_fulfilment(
         receipt=receipt_of(f.get("receipt")),
         waiting=optional(f.get("waiting")),
         client_reference_id=optional(f.get("p_cs_ref")),
-        payment_status=payment_status,
+        payment_status=payment_status or optional(f.get("p_cs_status")),
         recorded=recorded,
     )

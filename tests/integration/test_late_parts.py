@@ -11,7 +11,7 @@ import json
 from redis import Redis
 
 from ledger import keys
-from ledger.purchase_fields import NO_SESSION
+from ledger.purchase_fields import NO_SESSION, NOT_ASKED
 from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import payment_key_of, run_cli, settled_as, state_of
 from tests.support.inprocess import Fulfilment
@@ -80,9 +80,10 @@ def test_a_session_after_the_wait_ran_out_says_so(fulfilment, client, redis: Red
         return state_of(redis, pk) == "fulfilled"
 
     wait_until(fulfilled, 30, what="fulfilled once the wait ran out")
-    assert redis.hexists(keys.payment(pk), NO_SESSION)  # the wait ran out: no session
+    # the wait ran out: no session, and no key to ask Stripe's API with
+    assert redis.hget(keys.payment(pk), NO_SESSION) == NOT_ASKED.encode()
     f.deliver(events[3])
     one = client.get(f"/ops/api/payments/{pk}", headers=BEARER).get_json()
     [late] = one["came_after_fulfilment"]
     assert late["part"] == "checkout_session", json.dumps(one["came_after_fulfilment"])
-    assert "CHECKOUT_WAIT_SECONDS ran out first" in late["note"]
+    assert "CHECKOUT_WAIT_SECONDS ran out first; no STRIPE_API_KEY" in late["note"]

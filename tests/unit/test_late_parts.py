@@ -107,7 +107,10 @@ def test_the_note_says_what_the_call_lacked_and_why() -> None:
     assert (zero.event_id, zero.fulfilled_by, zero.call_started_at) == ("evt_3", 1, CALL)
     ran_out = {SESSION_WAITS: "3", "p_no_cs": "1", "p_items": "[]"}
     [waited] = came_after_fulfilment(session, [attempt(1, "fulfilled")], ran_out)
-    assert "ran out first" in waited.note and "line items" in waited.note
+    assert "ran out first and Stripe's API had no session" in waited.note
+    assert "line items" in waited.note
+    [unasked] = came_after_fulfilment(session, [attempt(1, "fulfilled")], {"p_no_cs": "not_asked"})
+    assert "ran out first; no STRIPE_API_KEY to ask" in unasked.note
     invoice = [event(1, "payment_intent.succeeded", -5), event(2, "invoice.paid", 7)]
     [lines] = came_after_fulfilment(invoice, [attempt(1, "fulfilled")], {"p_in": "in_1"})
     assert "lines_complete false" in lines.note
