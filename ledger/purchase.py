@@ -23,6 +23,7 @@ from ledger.purchase_fields import recorded_fields
 from ledger.purchase_invoice import Invoice, invoice_of
 from ledger.purchase_line_items import LineItem, line_items_of
 from ledger.purchase_shipping import Address, Shipping, address_of, shipping_of
+from ledger.refunds_counted import refunded_amount
 from ledger.stored import text, whole
 
 SCHEMA: Literal[1] = 1
@@ -97,6 +98,9 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
     amount: int | None
     """Amount paid, in the currency's smallest unit; in a fulfilment again after a dispute
     won, what it grants again (ledger/reversals.py refulfil_of)."""
+    refunded_amount: int
+    """Refunded by the time this attempt began (a refund in full before the call means no
+    call), in the currency's smallest unit; 0 when none."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy
@@ -225,6 +229,7 @@ def purchase_of(payment_key: str, token: int, f: dict[str, str]) -> Purchase:
         invoice_id=invoice.id if invoice else None,
         subscription=f.get("p_sub") or None,
         amount=amount if amount is not None and amount >= 0 else None,
+        refunded_amount=refunded_amount(f),
         currency=f.get("currency") or None,
         livemode=f.get("livemode") == "1",
         paid_by=PaidBy(event_id=f.get("paid_by") or None, type=f.get("paid_type") or None),

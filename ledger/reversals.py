@@ -14,6 +14,7 @@ import msgspec
 import orjson
 
 from ledger.purchase import Purchase
+from ledger.refunds_counted import int_map, refunded_amount
 from ledger.stored import whole
 
 Obj = dict[str, Any]
@@ -80,30 +81,6 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
     return orjson.dumps(taken).decode() if taken else ""
 
 
-def refunded_amount(stored: dict[str, str]) -> int:
-    """What the payment hash's fields say was refunded (prelude.lua's refund_total): the
-    refunds counted by id, or the latest charge event's ``amount_refunded`` if larger, less
-    the refunds it counted that failed since (made by then, said failed after it)."""
-    counted = sum(amount for amount in _ints(stored.get("rf")).values() if amount > 0)
-    charged = whole(stored.get("rf_charge")) or 0
-    at = whole(stored.get("rf_charge_at")) or 0
-    try:
-        failed = orjson.loads(stored.get("rf_failed") or "{}")
-    except orjson.JSONDecodeError:
-        failed = {}
-    for amount, made, failed_at in failed.values() if isinstance(failed, dict) else ():
-        if 0 < at and made <= at < failed_at:
-            charged -= amount
-    return max(counted, charged)
-
-
-def _ints(field: str | None) -> dict[str, int]:
-    try:
-        return msgspec.convert(orjson.loads(field or "{}"), dict[str, int])
-    except (orjson.JSONDecodeError, msgspec.ValidationError):
-        return {}
-
-
 class Reversal(msgspec.Struct, kw_only=True, frozen=True):
     """Why a reversal call is made and what was taken back."""
 
@@ -157,9 +134,9 @@ def refulfil_of(purchase: Purchase, stored: dict[str, str]) -> Purchase:
     on their own (REVERSAL_PER_REFUND, ``rv``) that is less than was paid, as those refunds
     stand: the whole amount would grant the customer what they were refunded."""
     key = refulfil_key(purchase.payment_key)
-    failed = _ints(stored.get("rv_failed"))  # failed since, and granted back by a person
-    refunds = _ints(stored.get("rf"))  # -1: failed or canceled since, held or not
-    reversed_each = _ints(stored.get("rv"))
+    failed = int_map(stored.get("rv_failed"))  # failed since, and granted back by a person
+    refunds = int_map(stored.get("rf"))  # -1: failed or canceled since, held or not
+    reversed_each = int_map(stored.get("rv"))
     standing = sum(a for r, a in reversed_each.items() if r not in failed and refunds.get(r) != -1)
     took = whole(stored.get("reversed_amount"))
     if not standing or took is None or purchase.amount is None:
@@ -172,7 +149,7 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
     """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge`` (with
     ``rf_charge_at``, ``rf_failed``), ``dispute``, ``reversal_why``, ``reversal_refund`` and
     ``reversal_amount`` fields."""
-    counted = {rid: amount for rid, amount in _ints(stored.get("rf")).items() if amount > 0}
+    counted = {rid: amount for rid, amount in int_map(stored.get("rf")).items() if amount > 0}
     dispute_id, _, status = (stored.get("dispute") or "").partition(" ")
     why: Literal["refund", "dispute"] = (
         "dispute" if stored.get("reversal_why") == "dispute" else "refund"

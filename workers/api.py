@@ -203,6 +203,12 @@ class Purchase(TypedDict):
     """The amount paid in the currency's smallest unit (cents): 0 for a purchase a coupon or
     trial made free; None when no event said (a thin event paid it). In a fulfilment again
     after a dispute won (``refulfil:`` key), what it grants again (docs/REVERSAL.md)."""
+    refunded_amount: int
+    """What Stripe had refunded when this attempt began, in the same unit; 0 when nothing. A
+    refund in full before the call means no call, so this is a partial refund. Without
+    REVERSAL_PER_REFUND a partial refund takes nothing back: grant ``amount -
+    refunded_amount`` if your effect is worth the money kept. With it, each refund is
+    reversed on its own once this call has succeeded: grant ``amount``."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy

@@ -14,7 +14,8 @@ import orjson
 from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
 from ledger.read.timeline import LEGS, Leg, receipt_of
-from ledger.reversals import FAILED, refulfil_key, refunded_amount, reversal_key
+from ledger.refunds_counted import refunded_amount
+from ledger.reversals import FAILED, refulfil_key, reversal_key
 from ledger.stored import count, ms_time, optional, whole
 
 REVERSAL_FIELDS = ("rf", "rf_charge", "dispute", "taken_back", "leg", "reinstated_at", "rv")

@@ -19,6 +19,7 @@ from tests.support.helpers import payment_key_of, settled_as
 from tests.support.inprocess import Fulfilment
 from tests.support.processes import wait_until
 from tests.support.purchases import EMAIL, NAME, ORDER, checkout_purchase, purchase_validator
+from tests.support.refunds import refund_events
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(4))), ids=str)
@@ -64,6 +65,7 @@ def test_a_checkout_purchase_in_any_order(fulfilment, redis: Redis, rng, order) 
     assert got["paid_by"] == {"event_id": first_paid["id"], "type": first_paid["type"]}
     assert sorted(got["event_ids"]) == sorted(e["id"] for e in events)
     assert got["line_items"] is None and got["invoice"] is None
+    assert got["refunded_amount"] == 0
 
 
 def test_the_purchase_outlives_its_events(fulfilment, redis: Redis, rng) -> None:
@@ -210,6 +212,26 @@ def test_the_built_in_downstream_stores_the_purchase(fulfilment, redis, rng, con
     ).fetchone()
     assert row[:2] == (ORDER, events[3]["data"]["object"]["customer"])
     assert json.loads(row[2]) == read_purchase(redis, pk, 1).to_dict()
+
+
+def test_a_partial_refund_before_the_call_is_in_the_purchase(
+    fulfilment, redis, rng, config
+) -> None:
+    """A refund of part of the payment recorded before its fulfilment takes nothing back by
+    itself (no REVERSAL_PER_REFUND): the action is told, so it can grant what was kept."""
+    f: Fulfilment = fulfilment()
+    events = checkout_purchase(rng)
+    pk = payment_key_of(events[2])
+    paid = events[2]["data"]["object"]["amount_received"]
+    for event in [*events, *refund_events(rng, pk, paid, 300)]:
+        f.deliver(event)
+    wait_until(lambda: (f.work(), f.sweep(), settled_as(redis, pk, "fulfilled"))[2])
+    path = str(config["FULFILMENT_ACTION"]).removeprefix("sqlite:///")
+    query = "SELECT purchase FROM orders WHERE payment_key = ?"
+    row = open_downstream(path).execute(query, (pk,)).fetchone()
+    sent = json.loads(row[0])
+    assert (sent["amount"], sent["refunded_amount"]) == (paid, 300)
+    assert purchase_validator().is_valid(sent)
 
 
 def test_an_older_downstream_file_gains_the_purchase_columns(tmp_path) -> None:
