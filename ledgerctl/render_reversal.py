@@ -50,6 +50,10 @@ def counts(s: Summary) -> Table:
 
 def _taken_back(p: Payment) -> str:
     r = p.reversal
+    if r is not None and r.taken_back == "refund" and _refund_failed_since(p):
+        assert r.refunded is not None and p.amount is not None  # _refund_failed_since's
+        now = f"{r.refunded.formatted} of {p.amount.formatted}"
+        return f"refunded in full, then a refund failed: refunded {now} now"
     if r is not None and r.taken_back is not None:
         return "refunded in full" if r.taken_back == "refund" else "dispute lost"
     if r is None or r.refunded is None or r.refunded.minor_units <= 0:
@@ -60,6 +64,12 @@ def _taken_back(p: Payment) -> str:
         "its refunds reversed on their own" if r.reversed_amount or r.due else "the effect stays"
     )
     return f"no: refunded {r.refunded.formatted}{paid}, {stays}"
+
+
+def _refund_failed_since(p: Payment) -> bool:
+    """Taken back as refunded in full, and a refund failed since: less is refunded now."""
+    r = p.reversal
+    return bool(r and r.refunded and p.amount and r.refunded.minor_units < p.amount.minor_units)
 
 
 def _reversal(p: Payment) -> str | None:

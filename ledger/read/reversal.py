@@ -176,7 +176,9 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken, retake = f.get("taken_back"), f.get("retake")
-    if f.get("state") in UNDECIDED:
+    if f.get("state") in UNDECIDED or (taken is None and f.get("state") == "reversed"):
+        # reversed refund by refund (REVERSAL_PER_REFUND) up to the amount paid: no take-back
+        # of the whole payment stored it, yet it is one
         taken = taken_back_now(f)
     due = leg_of(f) in AFTER_REVERSAL
     after = reversal_after(f)

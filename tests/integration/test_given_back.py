@@ -593,3 +593,19 @@ def test_a_hold_decided_since_shows_as_was_held(redis, redis_server, rng, client
     page = client.get(page_of, headers=BEARER).get_data(as_text=True)
     assert '<td class="k">was held</td><td id="hold-reason" class="muted">other mode' in page
     assert '<td class="k">held</td>' not in page
+
+
+def test_a_refund_failed_after_its_reversal_is_shown_beside_the_taking_back(
+    redis, redis_server, rng, config, client
+) -> None:
+    """ "taken back: refunded in full" sat under "refunded 0.00 of …" (merchant review)."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.attempt() == "fulfilled"
+    events = refunded_in_full(shop)
+    assert shop.attempt("reverse") == "reversed"
+    assert shop.deliver(refund_failed(rng, events[0])) == "held"
+    said = "refunded in full, then a refund failed: refunded 0.00 USD of"
+    assert said in " ".join(run_cli(config, "payment", shop.pk).stdout.split())
+    page = client.get(f"/ops/payments/{shop.pk}", headers=BEARER).get_data(as_text=True)
+    assert said in page
