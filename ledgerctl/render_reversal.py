@@ -142,6 +142,9 @@ def taken_back(p: Payment) -> list[Table]:
         "refunded": refunded,
         "a charge event's amount_refunded": charge.formatted if charge else None,
         "dispute": f"{r.dispute.id} closed {r.dispute.status}" if r.dispute else None,
+        "dispute open": f"{r.open_dispute} (nothing taken back unless it closes lost)"
+        if r.open_dispute
+        else None,
         "taken back": _taken_back(p),
         "reversal": _reversal(p),
         "reversal's last error": p.last_error if p.leg == "reverse" else None,

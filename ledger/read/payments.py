@@ -219,7 +219,7 @@ def payment_record(
         downstream=downstream_record(downstream, payment_key) if downstream else None,
         purchase=purchase_of(payment_key, count(f.get("token")), f),
         came_after_fulfilment=came_after_fulfilment(events, attempts, f),
-        reversal=payment_reversal(payment_key, f),
+        reversal=payment_reversal(payment_key, f, events),
     )
 
 

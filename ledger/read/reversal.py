@@ -5,6 +5,7 @@ receipt), a dispute won after it and its fulfilment again. Read from
 the fields record_delivery.lua and the attempt scripts keep on the payment hash
 (docs/REVERSAL.md lists them); ledger/reversals.py reads the same fields into the call."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -13,7 +14,7 @@ import orjson
 
 from ledger.read.amounts import Amount, amount
 from ledger.read.base import View
-from ledger.read.timeline import LEGS, Leg, receipt_of
+from ledger.read.timeline import LEGS, Leg, PaymentEvent, receipt_of
 from ledger.refunds_counted import refunded_amount
 from ledger.reversals import FAILED, refulfil_key, reversal_key
 from ledger.stored import count, ms_time, optional, whole
@@ -66,6 +67,10 @@ class PaymentReversal(View):
     the refunds it counted that failed since)."""
     charge_amount_refunded: Amount | None
     dispute: Dispute | None
+    open_dispute: str | None
+    """While a dispute's events came and none closed it: the type of its latest event
+    (``charge.dispute.created``, ``.funds_withdrawn``, ``.updated``, ``.funds_reinstated``). It
+    takes nothing back: it may still be won; a reversal follows only a close as lost."""
     taken_back: Literal["refund", "dispute"] | None
     """Refunded in full, or a dispute lost: the payment's effect is not (or no longer) owed."""
     due: bool
@@ -167,9 +172,24 @@ def _refulfil(payment_key: str, f: dict[str, str]) -> Refulfil | None:
     )
 
 
-def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | None:
-    """The view of a payment hash (decoded); None when no refund or dispute touched it."""
-    if not any(name in f for name in REVERSAL_FIELDS):
+DISPUTE_EVENTS, CLOSED = "charge.dispute.", "charge.dispute.closed"
+
+
+def open_dispute(f: dict[str, str], events: Sequence[PaymentEvent]) -> str | None:
+    """The type of the latest event of a dispute not closed (its events in recorded order)."""
+    if f.get("dispute"):
+        return None
+    disputes = [e.type for e in events if (e.type or "").startswith(DISPUTE_EVENTS)]
+    return None if not disputes or CLOSED in disputes else disputes[-1]
+
+
+def payment_reversal(
+    payment_key: str, f: dict[str, str], events: Sequence[PaymentEvent] = ()
+) -> PaymentReversal | None:
+    """The view of a payment hash (decoded) and its events; None when no refund or dispute
+    touched it."""
+    disputed = open_dispute(f, events)
+    if not disputed and not any(name in f for name in REVERSAL_FIELDS):
         return None
     currency = f.get("currency")
     refunds, reversed_each = _refunds(f.get("rf")), _refunds(f.get("rv"))
@@ -199,6 +219,7 @@ def payment_reversal(payment_key: str, f: dict[str, str]) -> PaymentReversal | N
         refunded=_amount(refunded_amount(f), currency) if refunds or charge else None,
         charge_amount_refunded=_amount(charge, currency),
         dispute=Dispute(id=dispute_id, status=status) if dispute_id else None,
+        open_dispute=disputed,
         taken_back=taken if taken in ("refund", "dispute") else None,  # type: ignore[arg-type]
         due=due,
         why=optional(f.get("reversal_why")) if due else None,

@@ -13,7 +13,7 @@ from ledger import keys
 from tests.integration.test_metrics_alerting import scrape
 from tests.support.constants import BASIC, BEARER
 from tests.support.helpers import run_cli, settled_as
-from tests.support.refunds import refund_events
+from tests.support.refunds import dispute_event, refund_events
 from tests.support.reversal_ledger import paid
 
 
@@ -281,3 +281,33 @@ def test_a_call_a_person_found_applied_nothing_is_not_said_never_called(
     shown = run_cli(config, "payment", pk).stdout
     for said in (page, " ".join(shown.split())):
         assert "never called" not in said and "a person found so" in said
+
+
+def test_an_open_dispute_is_shown_until_it_closes(client, config, fulfilment, redis, rng) -> None:
+    """A dispute opened, its funds withdrawn: nothing is taken back yet, and the payment
+    showed no dispute at all until it closed (merchant review)."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
+    pk, amount = paid(f, rng)
+    f.work()
+    created = dispute_event(rng, pk, amount, "needs_response", "charge.dispute.created")
+    dispute = created["data"]["object"]["id"]
+    for kind in ("created", "funds_withdrawn"):
+        f.deliver(
+            dispute_event(rng, pk, amount, "needs_response", f"charge.dispute.{kind}", dispute)
+        )
+    assert settled_as(redis, pk, "fulfilled")
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert (rv["open_dispute"], rv["dispute"], rv["taken_back"]) == (
+        "charge.dispute.funds_withdrawn",
+        None,
+        None,
+    )
+    page = client.get(f"/ops/payments/{pk}", headers=BASIC).get_data(as_text=True)
+    assert 'id="open-dispute">charge.dispute.funds_withdrawn' in page
+    shown = " ".join(run_cli(config, "payment", pk).stdout.split())
+    assert "dispute open │ charge.dispute.funds_withdrawn (nothing taken back" in shown
+    f.deliver(dispute_event(rng, pk, amount, "lost", "charge.dispute.closed", dispute))
+    f.work()
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert rv["open_dispute"] is None and rv["dispute"] == {"id": dispute, "status": "lost"}
+    assert settled_as(redis, pk, "reversed")

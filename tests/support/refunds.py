@@ -59,8 +59,20 @@ def refund_events(
 
 
 def dispute_closed(rng: random.Random, pi: str, amount: int, status: str) -> dict[str, Any]:
+    return dispute_event(rng, pi, amount, status, "charge.dispute.closed")
+
+
+def dispute_event(
+    rng: random.Random,
+    pi: str,
+    amount: int,
+    status: str,
+    event_type: str,
+    dispute_id: str | None = None,
+) -> dict[str, Any]:
+    """A ``charge.dispute.*`` event of dispute ``dispute_id`` (a new one when None)."""
     obj = {
-        "id": samples.random_id(rng, "dp"),
+        "id": dispute_id or samples.random_id(rng, "dp"),
         "object": "dispute",
         "amount": amount,
         "currency": "usd",
@@ -68,7 +80,7 @@ def dispute_closed(rng: random.Random, pi: str, amount: int, status: str) -> dic
         "charge": "ch_" + pi.removeprefix("pi_"),
         "status": status,
     }
-    return _event(rng, "charge.dispute.closed", obj)
+    return _event(rng, event_type, obj)
 
 
 def refund_failed(rng: random.Random, refund_event: dict[str, Any]) -> dict[str, Any]:
