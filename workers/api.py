@@ -30,7 +30,10 @@ an action, not replay-safe (default)   at most once: the payment waits as ``inte
 
 The exceptions, whoever raises them (anything else an action raises, ``sys.exit()`` and
 KeyboardInterrupt included, means "unknown how far it got": retried only when replay-safe,
-else ``interrupted``; anything else an effect raises is rolled back, so it is retried):
+else ``interrupted``, and an exception is taken for a bug: the payment's error names where
+in your code it was raised, ``KeyError: 'x' (at shop/actions.py:42 in grant)``, and the
+worker logs its traceback, credentials masked; anything else an effect raises is rolled
+back, so it is retried):
 
 - :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
   ``failed``.
