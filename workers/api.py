@@ -33,7 +33,7 @@ KeyboardInterrupt included, means "unknown how far it got": retried only when re
 else ``interrupted``, and an exception is taken for a bug: the payment's error names where
 in your code it was raised, ``KeyError: 'x' (at shop/actions.py:42 in grant)``, and the
 worker logs its traceback, credentials masked; anything else an effect raises is rolled
-back, so it is retried):
+back, so it is retried, and said and logged the same way):
 
 - :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
   ``failed``.

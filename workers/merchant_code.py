@@ -1,5 +1,6 @@
 """An exception the merchant's own code raised that it did not mean to (a bug, not a
-:class:`~workers.api.RetryLater` or :class:`~workers.api.GiveUp`): the payment's error says
+:class:`~workers.api.RetryLater` or :class:`~workers.api.GiveUp`), in a ``module:function``
+action (workers/actions.py) or effect (workers/effects.py): the payment's error says
 where, in one line (``KeyError: 'x' (at shop/actions.py:42 in grant)``: the innermost
 frame of the merchant's code, neither the service's nor a library's it called), and the
 worker's log gets its whole traceback at ERROR, its text masked as every error the service
@@ -10,10 +11,11 @@ import os
 import sys
 import sysconfig
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from ledger.redact import redact
+from ledger.redact import without
 
 log = logging.getLogger("workers.actions")
 
@@ -30,15 +32,24 @@ LIBRARIES = tuple(
 """The standard library and installed packages: a merchant's code calls them."""
 
 
-def unexpected(exc: BaseException, target: str, purchase: object) -> str:
+def unexpected(
+    exc: BaseException, target: str, purchase: object, secrets: Sequence[str] = ()
+) -> str:
     """The payment's error for ``exc``, raised by the code ``target`` names
-    (``module:function``) while it handled ``purchase``, whose traceback this logs."""
+    (``module:function``) while it handled ``purchase``, whose traceback this logs masked
+    (``redact``, and ``secrets``: a database action's URL's password)."""
     where = raised_at(exc, target.partition(":")[0].partition(".")[0])
     error = f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
-    said = "".join(traceback.format_exception(exc))
-    pk, token = getattr(purchase, "payment_key", "?"), getattr(purchase, "token", "?")
-    log.error("%s token %s: %s raised %s\n%s", pk, token, target, redact(error), redact(said))
+    trace = "".join(traceback.format_exception(exc))
+    fields = purchase if isinstance(purchase, dict) else vars_of(purchase)
+    pk, token = fields.get("payment_key", "?"), fields.get("token", "?")
+    said = without(f"{target} raised {error}\n{trace}", list(secrets))
+    log.error("%s token %s: %s", pk, token, said)
     return error
+
+
+def vars_of(purchase: object) -> dict[str, object]:
+    return {name: getattr(purchase, name, "?") for name in ("payment_key", "token")}
 
 
 def raised_at(exc: BaseException, package: str) -> str:

@@ -61,19 +61,20 @@ def call() -> Purchase:
     return purchase_of("pi_1", 3, {"amount": "2000", "currency": "usd", "events": "evt_1"})
 
 
-def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+def attempt(caplog: pytest.LogCaptureFixture, action: CallableAction) -> tuple[str, str, list[str]]:
+    """One attempt of ``action``: its outcome, its error, what it logged at ERROR."""
+    with caplog.at_level(logging.INFO):
+        outcome, detail, _ = run_action(action, call(), 5, 1)
+    return outcome, detail, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_bug_is_said_where_it_was_raised_and_its_traceback_logged(
     shop: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     action = CallableAction("errshop.actions:grant", replay_safe=False)
-    with caplog.at_level(logging.INFO):
-        outcome, detail, _ = run_action(action, call(), 5, 1)
+    outcome, detail, [logged] = attempt(caplog, action)
     assert outcome == "interrupted"  # unknown how far it got: not replay-safe
     assert detail == f"KeyError: 'x' (at errshop/actions.py:{line('# KeyError')} in _plan)"
-    [logged] = errors(caplog)
     assert logged.startswith("pi_1 token 3: errshop.actions:grant raised KeyError: 'x' (at ")
     assert "Traceback (most recent call last):" in logged
     assert f'"{shop}", line {line("# calls")}, in grant' in logged
@@ -84,23 +85,17 @@ def test_a_bug_is_said_where_it_was_raised_and_its_traceback_logged(
 def test_the_frame_named_is_the_merchants_not_a_librarys(
     shop: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    action = CallableAction("errshop.actions:parse", replay_safe=True)
-    with caplog.at_level(logging.INFO):
-        outcome, detail, _ = run_action(action, call(), 5, 1)
+    outcome, detail, [logged] = attempt(caplog, CallableAction("errshop.actions:parse", True))
     assert outcome == "retry"
     assert detail.startswith("JSONDecodeError: Expecting property name enclosed in double")
     assert detail.endswith(f" (at errshop/actions.py:{line('# in json')} in parse)")
-    [logged] = errors(caplog)
     assert "json/decoder.py" in logged  # the traceback is whole
 
 
 def test_the_traceback_is_masked_as_every_logged_error(
     shop: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    action = CallableAction("errshop.actions:leak", replay_safe=False)
-    with caplog.at_level(logging.INFO):
-        _, detail, _ = run_action(action, call(), 5, 1)
-    [logged] = errors(caplog)
+    _, detail, [logged] = attempt(caplog, CallableAction("errshop.actions:leak", False))
     for secret in ("PASSWORD456", "SECRET123", "abcd1234"):
         assert secret not in detail and secret not in logged, logged
     assert detail.endswith(
@@ -122,6 +117,5 @@ def test_an_exception_raised_on_purpose_logs_no_traceback(
 
     action = CallableAction("errshop.actions:grant", replay_safe=False)
     action.fn = raising
-    with caplog.at_level(logging.INFO):
-        _, detail, _ = run_action(action, call(), 5, 1)
-    assert detail == str(error) and errors(caplog) == []
+    _, detail, logged = attempt(caplog, action)
+    assert detail == str(error) and logged == []
