@@ -34,6 +34,7 @@ from workers.exceptions import (
     TransientDownstreamError,
 )
 from workers.http_action import HttpAction, Unredirected, redirected
+from workers.merchant_code import unexpected
 from workers.postgres_action import PostgresAction
 from workers.sqlite_action import SqliteAction
 
@@ -78,7 +79,9 @@ class CallableAction:
     """A user's ``module:function`` taking the purchase as a dict (``Purchase.to_dict()``);
     same contract as the others. What it returns is made JSON-able as an effect's receipt
     is (a Decimal or a datetime as its text): the call has applied by then, so a receipt
-    the ledger could not store must not turn it into a crashed job."""
+    the ledger could not store must not turn it into a crashed job. Anything it raises but
+    the exceptions of workers/api.py is a bug of its own: its error says where it was
+    raised, and the worker logs its traceback (workers/merchant_code.py)."""
 
     def __init__(self, target: str, replay_safe: bool, setting: str = "FULFILMENT_ACTION") -> None:
         self.target = target
@@ -91,7 +94,8 @@ class CallableAction:
         except (TransientDownstreamError, PermanentDownstreamError):
             raise
         except Exception as exc:  # unknown how far it got: retried only if replay-safe
-            raise AmbiguousDownstreamError(f"{type(exc).__name__}: {exc}") from exc
+            # a bug: where it was raised, and its traceback in the log (workers/merchant_code.py)
+            raise AmbiguousDownstreamError(unexpected(exc, self.target, purchase)) from exc
         return as_receipt(result)
 
 

@@ -30,7 +30,10 @@ an action, not replay-safe (default)   at most once: the payment waits as ``inte
 
 The exceptions, whoever raises them (anything else an action raises, ``sys.exit()`` and
 KeyboardInterrupt included, means "unknown how far it got": retried only when replay-safe,
-else ``interrupted``; anything else an effect raises is rolled back, so it is retried):
+else ``interrupted``, and an exception is taken for a bug: the payment's error names where
+in your code it was raised, ``KeyError: 'x' (at shop/actions.py:42 in grant)``, and the
+worker logs its traceback, credentials masked; anything else an effect raises is rolled
+back, so it is retried, and said and logged the same way):
 
 - :class:`RetryLater`: this payment, later, with backoff, up to ``MAX_ATTEMPTS``, then
   ``failed``.
@@ -182,9 +185,14 @@ class Purchase(TypedDict):
 
     schema: int
     payment_key: str
-    """The ledger's key of the payment (the PaymentIntent id, or the invoice's)."""
+    """The ledger's key of the payment: the PaymentIntent id (``pi_…``); where there is none,
+    the Checkout Session's (``cs_…``: a Checkout that took no payment, ``amount_total`` 0,
+    has no PaymentIntent) or the invoice's (``in_…``: one that charged nothing, or with
+    FULFIL_UNLINKED_INVOICES one paid without naming its PaymentIntent). Key your records
+    by it, not by ``payment_intent`` (None then)."""
     idempotency_key: str
-    """``fulfil:<payment_key>``: the same on every attempt; apply at most one effect per key."""
+    """``fulfil:<payment_key>`` (``fulfil:cs_…`` for a free Checkout): the same on every
+    attempt; apply at most one effect per key."""
     token: int
     """The fencing token of this attempt (grows with each attempt)."""
     payment_intent: str | None

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +26,7 @@ from ledger.purchase_shipping import address_json, shipping_json
 from ledger.reversals import reversal_of
 from ledger.settings import Settings
 from workers.exceptions import ActionConfigError
+from workers.merchant_code import unexpected
 
 Receipt = dict[str, Any]
 Params = dict[str, Any]
@@ -172,6 +173,15 @@ class Effect:
             pk, key = params.get("payment_key"), params.get("idempotency_key")
             log.warning("the %s of %s touched no row (%s, key %s)", what, pk, self.setting, key)
         return receipt
+
+    def raised(self, exc: Exception, call: object, secrets: Sequence[str] = ()) -> str:
+        """What the payment's error says of ``exc``, raised while the effect ran and none of
+        the database's nor of workers/api.py's: a function's bug says where in it, and its
+        traceback is logged, ``secrets`` masked too (workers/merchant_code.py)."""
+        if self.function is None:
+            return f"{type(exc).__name__}: {exc}"
+        target = f"{self.function.__module__}:{self.function.__qualname__}"
+        return unexpected(exc, target, call, secrets)
 
 
 def load_effect(s: Settings) -> Effect | None:

@@ -48,13 +48,25 @@ def finish_while_leased(
 
 
 def said(
-    pk: str, leg: Leg, token: int, verdict: str, state: str, outcome: str, detail: str, ms: float
+    pk: str,
+    leg: Leg,
+    token: int,
+    verdict: str,
+    state: str,
+    outcome: str,
+    detail: str,
+    ms: float | None,
 ) -> None:
     """One line per attempt that ended, naming the payment: the worker's log tells an
-    incident's story as the dashboard does (``detail`` is what the payment shows: safe)."""
-    line = f"{pk} {LEG_NAMES[leg]} token {token}: {outcome} after {ms:.0f} ms, payment {state}"
+    incident's story as the dashboard does (``detail`` is what the payment shows: safe).
+    ``ms``: how long the call took (None: no call was made). The backoff before a retry is
+    the ledger's (finish_attempt.lua, which answers no time): the line says one follows."""
+    took = "no call" if ms is None else f"call took {ms:.0f} ms"
+    line = f"{pk} {LEG_NAMES[leg]} token {token}: {outcome}; {took}; payment {state}"
     if verdict != outcome:  # stale, already: not this attempt's word
         line += f" (recorded: {verdict})"
+    elif state == "retrying":
+        line += " (the next attempt after its backoff)"
     if outcome == "fulfilled":
         log.info(line)
     else:
@@ -92,7 +104,7 @@ def without_call(
     leg, until = leg_until
     ended = ("not_called", detail, 0.0)
     verdict, state = finish_while_leased(attempts, payment_key, token, ended, until)
-    said(payment_key, leg, token, verdict, state, "not_called", detail, 0.0)
+    said(payment_key, leg, token, verdict, state, "not_called", detail, None)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}
 
 
@@ -112,5 +124,5 @@ def failed_without_call(
     if start.verdict != "go":
         return {"payment": payment_key, "verdict": start.verdict, "reason": start.reason}
     verdict, state = attempts.finish(payment_key, start.token, outcome, detail, 0.0)
-    said(payment_key, leg, start.token, verdict, state, outcome, detail, 0.0)
+    said(payment_key, leg, start.token, verdict, state, outcome, detail, None)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

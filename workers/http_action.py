@@ -36,14 +36,18 @@ class HttpAction:
     so only this URL's own answer can fulfil a payment. Its errors name the downstream by
     its origin only (scheme, host, port), with the error's class, the OS's reason and the
     status: never the URL's path, ``;params`` or query, where a capability URL keeps its
-    secret, nor an error answer's body, which may quote them. A 2xx's body is kept in the
-    receipt, its first 200 characters, with the URL's parts and any credentials masked.
+    secret. An answer's body is kept masked: the URL's parts that may be a secret (as
+    written, decoded, percent-encoded, JSON-escaped) and any credentials (``redact``), then
+    its first 200 characters; a 2xx's in the receipt, a refusal's or an error's (4xx, 5xx)
+    after its status in the error, on one line (``http 422 from https://host:443: {…}``).
 
     Its time: a connection not made within ``connect_timeout(timeout)`` is never sent (well
     inside the deadline, so the deadline never takes its place); a 2xx status line is the
     answer, and its body is read raw (no decoding), at most ``BODY_CAP`` bytes and only
     until ``BODY_SHARE`` of the timeout has passed, then the connection is closed: a body
-    that trickles, never ends, is huge or is not what its headers say does not undo it.
+    that trickles, never ends, is huge or is not what its headers say does not undo it. A
+    4xx's or 5xx's body is read the same way, before its error is raised: what it does
+    changes neither the error's kind nor when the call ends.
     ``abort`` (from the thread waiting for the call, at its deadline) cuts the connection."""
 
     def __init__(
@@ -104,16 +108,16 @@ class HttpAction:
         applied), else the error its status means."""
         status = answer.status_code
         if 200 <= status < 300:
-            text = self._body(answer, body_until).decode("utf-8", "replace")
-            # Masked before it is cut: a secret across the cut would leave its start.
-            return {"status": status, "body": without(text, self.quoted)[:200]}
+            return {"status": status, "body": self._excerpt(answer, body_until)}
         if status < 200:  # an interim 1xx (102, 103) that http.client took for the answer:
             # the final one, unread, may say it applied (http.client skips only 100); up
             interim = f"http {status} from {self.origin}: interim answer"
             raise AmbiguousDownstreamError(interim, answered=True)
-        refused = f"http {status} from {self.origin}"
         if 300 <= status < 400:  # it reached a server that may have acted on it
             raise AmbiguousDownstreamError(redirected(self.url, answer, self.setting))
+        said = one_line(self._excerpt(answer, body_until))  # the downstream's own words
+        head, tail = f"http {status} from {self.origin}", f": {said}" if said else ""
+        refused = head + tail
         if status in (502, 504):  # a gateway's answer: the origin may have applied it
             raise AmbiguousDownstreamError(refused, down=True)
         if status in (429, 503):  # the downstream as a whole refuses for now
@@ -121,12 +125,19 @@ class HttpAction:
             raise TransientDownstreamError(refused, down=True, retry_after=wait)
         if status == 409:  # a request with this key still in progress (Stripe's, the IETF
             # Idempotency-Key draft's): not applied yet, and it may yet fail; ask again later
-            raise TransientDownstreamError(f"{refused}: {KEY_IN_USE}")
+            raise TransientDownstreamError(f"{head}: {KEY_IN_USE}{tail}")
         if status in NOT_HANDLED:  # refused before any handler ran: nothing applied
             raise TransientDownstreamError(refused)
         if status >= 500:  # a handler may fail after its commit: it may have been applied
             raise AmbiguousDownstreamError(refused, answered=True)
         raise PermanentDownstreamError(refused)
+
+    def _excerpt(self, answer: requests.Response, until: float) -> str:
+        """The first KEPT characters of the answer's body (:meth:`_body`), the URL's parts
+        and any credentials masked in it. Masked before it is cut: a secret across the cut
+        would leave its start."""
+        text = self._body(answer, until).decode("utf-8", "replace")
+        return without(text, self.quoted)[:KEPT]
 
     def _body(self, answer: requests.Response, until: float) -> bytes:
         """At most BODY_CAP bytes of the answer's body as sent (not decoded), read until
@@ -144,7 +155,7 @@ class HttpAction:
                     break
                 got += chunk
         except (OSError, HTTPError, http.client.HTTPException, ValueError):
-            pass  # cut, or a body that breaks its own framing: the 2xx stands
+            pass  # cut, or a body that breaks its own framing: the status stands
         finally:
             timer.cancel()
             timer.join()  # it cut this call's connection or never will: never the next's
@@ -169,10 +180,19 @@ CONNECT_CAP_S = 3.05
 """A connection not made within half of FULFILMENT_TIMEOUT, at most 3.05 s (a SYN and its
 first two retransmissions, 1 s and 3 s on Linux), counts as never sent."""
 BODY_SHARE = 0.8
-"""A 2xx's body is read until this share of FULFILMENT_TIMEOUT since the call began: well
-before the deadline, which would make an applied call ambiguous."""
+"""An answer's body is read until this share of FULFILMENT_TIMEOUT since the call began:
+well before the deadline, which would make an applied call ambiguous."""
 BODY_CAP = 4096
-"""Bytes of a 2xx's body read, at most: the receipt keeps 200 characters of them."""
+"""Bytes of an answer's body read, at most: the receipt or the error keeps KEPT characters."""
+KEPT = 200
+"""Characters of an answer's body kept, once masked: a 2xx's in its receipt, a 4xx's or
+5xx's in its error."""
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of printable characters: an error is shown in a log line, a
+    table cell, a terminal."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def connect_timeout(timeout: float) -> float:

@@ -34,7 +34,7 @@ from workers.exceptions import (
     PermanentDownstreamError,
     TransientDownstreamError,
 )
-from workers.postgres_schema import TABLE, masked
+from workers.postgres_schema import TABLE, masked, password_parts
 
 CONNECT_SHARE = 0.5
 """Of FULFILMENT_TIMEOUT, what waiting for a connection may take: then the downstream is
@@ -212,7 +212,11 @@ class PostgresAction:
         except FulfilmentError:  # the effect's own word (workers/api.py)
             raise
         except Exception as exc:  # the effect's bug: rolled back, nothing applied
-            why = f"postgresql: the effect raised {type(exc).__name__}: {exc}"
+            effect = self.effect if body == self._apply else None  # a settlement runs none
+            said = f"{type(exc).__name__}: {exc}"
+            if effect is not None:  # its traceback logged, masked as the error is
+                said = effect.raised(exc, purchase, password_parts(self.url))
+            why = f"postgresql: the effect raised {said}"
             raise TransientDownstreamError(masked(why, self.url)) from exc
         return receipt
 

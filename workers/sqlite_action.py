@@ -179,7 +179,7 @@ class SqliteAction:
         except FulfilmentError:  # the effect's own word (workers/api.py)
             raise
         except Exception as exc:  # the effect's bug: rolled back, nothing applied
-            why = f"sqlite: the effect raised {type(exc).__name__}: {exc}"
+            why = f"sqlite: the effect raised {self.effect.raised(exc, call)}"
             raise TransientDownstreamError(why) from exc
         db.execute("INSERT INTO receipts VALUES (?, ?)", (key, json.dumps(receipt)))
         return receipt

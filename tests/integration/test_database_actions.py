@@ -4,6 +4,7 @@ together; a re-run answers the first receipt and runs nothing; each database err
 said for what it is; the same FULFILMENT_SQL text runs on both."""
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -50,6 +51,14 @@ def record_effect(conn: Any, purchase: dict[str, Any]) -> dict[str, Any]:
 def raise_sqlstate(conn: Any, purchase: dict[str, Any]) -> None:
     """A FULFILMENT_EFFECT whose database answers the SQLSTATE in ``purchase['currency']``."""
     conn.execute("SELECT fail_with(%s)", (purchase["currency"],))
+
+
+def buggy_effect(conn: Any, purchase: dict[str, Any]) -> dict[str, Any]:
+    """A FULFILMENT_EFFECT with bugs of its own: a message quoting the database's password
+    (as a merchant's own error may), a field no purchase has."""
+    if purchase["currency"] == "eur":
+        raise ValueError(f"login with {USER_PASSWORD} refused")
+    return {"granted": purchase["nope"]}  # KeyError
 
 
 def call(pk: str = "pi_1", token: int = 1, currency: str = "usd") -> Purchase:
@@ -216,6 +225,32 @@ def test_a_python_effect_on_sqlite(tmp_path: Path) -> None:
     assert action(call("pi_8"))["receipt"] == {"granted": "pi_8", "events": ["evt_pi_8"]}
     assert action(call("pi_8", 2))["outcome"] == "already_applied"
     assert EFFECTS == ["pi_8"]
+
+
+def test_a_bug_in_a_python_effect_says_where_and_its_traceback_is_logged(
+    shop: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a module:function action's (tests/unit/test_merchant_errors.py): the error names
+    the effect's line, the worker's log gets the traceback, masked (the database URL's
+    password too). Before: "the effect raised KeyError: 'nope'" alone."""
+    line = buggy_effect.__code__.co_firstlineno + 5
+    where = f"(at tests/integration/test_database_actions.py:{line} in buggy_effect)"
+    for url, kind in ((shop, "postgresql"), (f"sqlite:///{tmp_path / 'shop.sqlite3'}", "sqlite")):
+        action, _ = action_for(url, FULFILMENT_EFFECT=f"{__name__}:buggy_effect")
+        caplog.clear()
+        with caplog.at_level(logging.ERROR), pytest.raises(TransientDownstreamError) as raised:
+            action(call("pi_9"))
+        assert str(raised.value) == f"{kind}: the effect raised KeyError: 'nope' {where}"
+        [logged] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert logged.startswith(f"pi_9 token 1: {__name__}:buggy_effect raised KeyError")
+        assert "Traceback (most recent call last)" in logged and logged.endswith("'nope'\n")
+    action, _ = action_for(shop, FULFILMENT_EFFECT=f"{__name__}:buggy_effect")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR), pytest.raises(TransientDownstreamError) as raised:
+        action(call("pi_9", currency="eur"))
+    [logged] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert USER_PASSWORD not in str(raised.value) and USER_PASSWORD not in logged
+    assert "login with *** refused" in logged
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@ for byte (a raw socket server, no mock): an interim 1xx taken for the answer is 
 never a refusal; a connection that never completes is "down", never sent, well before the
 deadline, in the worker's main thread and in a slot's; a 2xx status line is the answer
 whatever its body does after it (trickles, never ends, is huge, is not the gzip it says, is
-shorter than its Content-Length); and a call whose answer trickles in is cut by its
+shorter than its Content-Length); a refusal or an error keeps its body's first 200 characters,
+masked, read the same bounded way; and a call whose answer trickles in is cut by its
 ``abort`` at the deadline, so the call stops instead of the worker process."""
 
 import select
@@ -13,6 +14,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from urllib.parse import quote
 
 import pytest
 
@@ -246,3 +248,61 @@ def test_a_trickling_answer_in_a_slot_is_cut_by_abort_at_the_deadline() -> None:
         assert helper_done.wait(10), "the call did not stop at its deadline"
     ((error, took),) = ended
     assert isinstance(error, DeadlineExceeded) and took < timeout + 1.0
+
+
+def refusing(status: int, body: bytes, then: bytes = b"") -> Callable:
+    """An error answer with ``body`` sent at once, then ``then`` a byte every 0.3 s."""
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n".encode()
+    length = f"Content-Length: {len(body) + len(then)}\r\n\r\n".encode()
+    return trickle(head + length + body, 0.3, then)
+
+
+def test_a_refusal_says_what_the_downstream_answered() -> None:
+    """The merchant app's own reason, after the status: before, only `http 422 from …`."""
+    said = b'{"error":{"message":"sku \'pro-plan\' out of stock"}}'
+    with raw_server(refusing(422, said)) as url:
+        outcome, detail, _ = run_action(HttpAction(url, 2.0, False), CALL, 2.0, 30.0)
+    origin = url.removesuffix("/fulfil")
+    assert outcome == "failed"
+    assert detail == f"http 422 from {origin}: {said.decode()}"
+
+
+def test_an_error_body_is_masked_cut_short_and_on_one_line() -> None:
+    """A capability URL's secrets quoted back (as written, JSON-escaped, percent-encoded),
+    a bearer token, a long body over lines: masked, its first 200 characters, one line."""
+    hook = "/hooks/T0000/B0000/S3cretToken9;jsessionid=SESSION789"
+    quoted = (
+        '{"error": "no such hook", "path": "' + hook.replace("/", "\\/") + '",\r\n'
+        '"url": "' + quote(hook, safe="") + '", "token": "S3cretToken9", "key": "SECRET123",\n'
+        '"seen": "Authorization: Bearer tok_abcdef123456"}\n'
+    )
+    with raw_server(refusing(500, (quoted + "x" * 300).encode())) as url:
+        action = HttpAction(url.replace("/fulfil", hook + "?api_key=SECRET123"), 2.0, True)
+        with pytest.raises(AmbiguousDownstreamError) as raised:
+            action(CALL)
+    error = str(raised.value)
+    for secret in ("S3cretToken9", "SESSION789", "SECRET123", "tok_abcdef", "hooks"):
+        assert secret not in error, error
+    head = f"http 500 from {url.removesuffix('/fulfil')}: "
+    assert error.startswith(head + '{"error": "no such hook", "path": "***", "url": "***"'), error
+    assert "\n" not in error and "\r" not in error and error.endswith("x")
+    assert len(error) <= len(head) + http_action.KEPT
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "down"),
+    [(422, "failed", "up"), (500, "interrupted", "up"), (503, "retry", "down")],
+)
+def test_an_error_body_that_trickles_changes_neither_the_outcome_nor_the_deadline(
+    status: int, outcome: str, down: str
+) -> None:
+    """Its body is read as a 2xx's is: until four fifths of the timeout, then cut; the
+    error keeps what came and stands as its status says."""
+    timeout = 2.0
+    with raw_server(refusing(status, b'{"error": "busy"', b"x" * 100)) as url:
+        began = time.monotonic()
+        ended, detail, health = run_action(HttpAction(url, timeout, False), CALL, timeout, 30.0)
+        took = time.monotonic() - began
+    assert (ended, health.kind) == (outcome, down), detail
+    assert detail.startswith(f'http {status} from {url.removesuffix("/fulfil")}: {{"error": "busy"')
+    assert timeout * http_action.BODY_SHARE - 0.3 < took < timeout, took

@@ -252,14 +252,15 @@ CAPABILITY_PATH = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?token=SEC
 def test_errors_name_the_downstream_by_origin_only(fulfilment, redis, rng) -> None:
     """Refused (404, permanent) and unreachable (connection refused: retried, never counted,
     so it waits rather than fails): the stored errors say scheme, host and port, the error's
-    class or status, nothing of the path."""
+    class or status (and the answer's body), nothing of the path."""
     with CountingDownstream(default=404) as downstream:
         origin = downstream.url.removesuffix("/fulfil")
         f = fulfilment(FULFILMENT_ACTION=origin + CAPABILITY_PATH)
         pk = pay(f, rng)
         work_until(f, redis, pk, "failed")
         record = read_payments.payment(redis, pk)
-        assert record is not None and record.last_error == f"http 404 from {origin}"
+        said = '{"order": "ord_1"}'  # its body, after the status: the downstream's words
+        assert record is not None and record.last_error == f"http 404 from {origin}: {said}"
     port = free_port()
     f = fulfilment(FULFILMENT_ACTION=f"http://127.0.0.1:{port}{CAPABILITY_PATH}", MAX_ATTEMPTS="1")
     pk = pay(f, rng)

@@ -37,9 +37,9 @@ def test_the_procfile_worker_names_each_payment_and_how_its_attempt_ended(
         wait_until(lambda: state_of(redis, pk) == "interrupted", what="interrupted")
         wait_until(lambda: f"{pk} fulfilment token 1" in log.read_text(), what="its line")
         text = log.read_text()
-        assert f"{payment_key_of(paid)} fulfilment token 1: fulfilled after " in text
+        assert f"{payment_key_of(paid)} fulfilment token 1: fulfilled; call took " in text
         line = next(line for line in text.splitlines() if f"{pk} fulfilment token 1" in line)
-        assert line.startswith("WARNING:") and ": interrupted after " in line, line
+        assert line.startswith("WARNING:") and ": interrupted; call took " in line, line
         assert f"interrupted: http 500 from http://127.0.0.1:{downstream.port}" in line, line
 
 

@@ -2,6 +2,7 @@
 --strict`` clean, and each exception and the replay-safe mark mean what the module says
 when the real job code maps them."""
 
+import inspect
 import json
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from ledger import purchase as built
 from ledger import purchase_invoice as built_invoice
 from ledger import reversals
 from ledger import settings as settings_module
+from ledger.events import Policy, classify
 from ledger.purchase import Purchase, purchase_of
+from ledgerctl import samples
 from tests.support.processes import ROOT
 from workers import api
 from workers.actions import CallableAction, build_action
@@ -68,6 +71,26 @@ def test_the_typed_reversal_has_the_fields_a_reversal_action_receives() -> None:
     sent = reversals.reversal_of(call(), stored).to_dict()
     assert set(sent) == call_names and set(sent["reversal"]) == names
     assert sent["idempotency_key"] == "reverse:pi_1:re_1" and sent["reversal"]["amount"] == 500
+
+
+def test_the_payment_key_is_documented_as_every_id_it_can_be() -> None:
+    """A free Checkout (no PaymentIntent, ``amount_total`` 0) is keyed by its session: its
+    ``payment_key`` is ``cs_…``, its Idempotency-Key ``fulfil:cs_…``. The typed purchase's
+    and the README's words for the key said only "the PaymentIntent id, or the invoice's"."""
+    free = json.loads(samples.template("checkout.session.completed"))
+    free["data"]["object"] |= {"payment_status": "no_payment_required", "amount_total": 0}
+    free["data"]["object"]["payment_intent"] = None
+    policy = Policy(frozenset(settings_module.Settings.PAID_EVENT_TYPES), mode="test")
+    key = classify(free, policy).payment_key
+    assert key is not None and key.startswith("cs_")
+    sent = purchase_of(key, 1, {"amount": "0", "currency": "usd", "events": "evt_1"})
+    assert sent.idempotency_key == f"fulfil:{key}" and sent.payment_intent is None
+    source = inspect.getsource(api.Purchase)
+    said = source.partition("payment_key: str")[2].partition("idempotency_key: str")[0]
+    assert "``cs_…``" in said and "``in_…``" in said and "PaymentIntent" in said
+    readme = (ROOT / "README.md").read_text()
+    first = readme.partition("payment key (")[2].partition(")")[0]
+    assert "`cs_…`" in first and "`in_…`" in first
 
 
 def test_a_replay_safe_action_is_re_run_and_applies_once(tmp_path: Path, monkeypatch) -> None:
