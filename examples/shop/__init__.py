@@ -8,15 +8,23 @@ guide, so no login and no lookup by email or order reference, which anyone could
 revoked ones marked, and how much of one still granted was refunded (with
 ``REVERSAL_PER_REFUND=true`` each partial refund's reversal adds its amount to
 ``reversed_amount``; without it only a refund in full reaches the shop).
-``examples/shop/run.sh`` runs it all; ``python -m examples.shop migrate`` makes the shop's
-table and the service's.
+As Stripe's guide asks of a landing page, the page also triggers the fulfilment itself
+(``SHOP_SERVICE_URL``, ``SHOP_OPS_TOKEN``: the service's landing-page trigger,
+``POST /ops/api/checkout-sessions/{id}/fulfil``), so the buyer does not wait for a webhook,
+and finds the entitlement by the payment the service names too: one granted before the
+session's event came has no session id. Without them the page reads the shop's table only.
+``examples/shop/run.sh`` runs it all (the local ops token; in production give the shop a
+token of its own, ``OPS_TOKEN_LABELS``); ``python -m examples.shop migrate`` makes the
+shop's table and the service's.
 """
 
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
+import requests
 from flask import Flask, render_template, request
 from psycopg.rows import dict_row
 
@@ -27,9 +35,10 @@ SCHEMA = Path(__file__).with_name("schema.sql")
 LOOKUP = """
 SELECT product, payment_key, amount, currency, granted_at, reversed_amount, revoked_at
 FROM entitlements
-WHERE checkout_session_id = %(session_id)s
+WHERE checkout_session_id = %(session_id)s OR payment_key = %(payment_key)s
 ORDER BY granted_at
 """
+TRIGGER = "/ops/api/checkout-sessions/{}/fulfil"
 
 
 def money(minor_units: int | None, currency: str | None) -> str:
@@ -58,12 +67,33 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     def entitlements() -> str:
         session_id = request.args.get("session_id", "").strip()
         found: list[dict[str, Any]] = []
+        service: dict[str, Any] = {}
         if session_id:
+            service = fulfil_session(app.config, session_id)
+            named = {"session_id": session_id, "payment_key": service.get("payment_key")}
             with psycopg.connect(app.config["DATABASE_URL"], row_factory=dict_row) as conn:
-                found = conn.execute(LOOKUP, {"session_id": session_id}).fetchall()
-        return render_template("entitlements.html", session_id=session_id, entitlements=found)
+                found = conn.execute(LOOKUP, named).fetchall()
+        return render_template(
+            "entitlements.html", session_id=session_id, entitlements=found, service=service
+        )
 
     return app
+
+
+def fulfil_session(config: Mapping[str, Any], session_id: str) -> dict[str, Any]:
+    """The service's answer to its landing-page trigger for ``session_id`` (its payment's
+    key and state, or the refusal's ``error`` and ``message``); {} when the shop has no
+    SERVICE_URL and OPS_TOKEN, or the service did not answer."""
+    if not (config.get("SERVICE_URL") and config.get("OPS_TOKEN")):
+        return {}
+    url = config["SERVICE_URL"].rstrip("/") + TRIGGER.format(quote(session_id, safe=""))
+    headers = {"Authorization": f"Bearer {config['OPS_TOKEN']}"}
+    try:
+        answer = requests.post(url, headers=headers, timeout=10, allow_redirects=False)
+        body = answer.json()
+    except (requests.RequestException, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def migrate(url: str) -> None:

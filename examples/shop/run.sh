@@ -83,7 +83,14 @@ if ! pg_ctl -l var/shop/postgres.log -w start \
 fi
 STARTED=1
 .venv/bin/python -m examples.shop migrate
-.venv/bin/flask --app examples.shop run --host 127.0.0.1 --port "$SHOP_PORT" &
+# The landing page triggers the fulfilment too (the service's landing-page trigger), with
+# the ops token scripts/run.sh gives the service: OPS_TOKEN's first, else the local one.
+SHOP_OPS_TOKEN=${OPS_TOKEN%%,*}
+if [ -z "$SHOP_OPS_TOKEN" ]; then
+  SHOP_OPS_TOKEN=$(.venv/bin/python -c 'from ledgerctl.run_local import dev_values; print(dev_values()["DEV_OPS_TOKEN"])')
+fi
+SHOP_SERVICE_URL="http://127.0.0.1:${WEB_PORT:-8000}" SHOP_OPS_TOKEN="$SHOP_OPS_TOKEN" \
+  .venv/bin/flask --app examples.shop run --host 127.0.0.1 --port "$SHOP_PORT" &
 SHOP_PID=$!
 echo "examples/shop: the shop's landing page is http://127.0.0.1:$SHOP_PORT/?session_id=cs_... (Checkout's success_url: what that session granted)"
 .venv/bin/python -m ledgerctl.run_local "$@"

@@ -23,6 +23,7 @@ import pytest
 from examples.shop import create_app, migrate
 from ledger.downstream import open_downstream
 from ledgerctl import samples
+from tests.support.constants import OPS_TOKEN
 from tests.support.helpers import payment_key_of, settled_as
 from tests.support.postgres import binaries
 from tests.support.processes import ROOT, free_port, shared_venv, wait_until
@@ -76,6 +77,31 @@ def test_a_checkout_purchase_shows_one_entitlement_revoked_once_refunded(
             "SELECT idempotency_key FROM webhook_ledger_effects WHERE payment_key = %s", (pk,)
         )
         assert sorted(row[0] for row in found) == [f"fulfil:{pk}", f"reverse:{pk}"]  # once each
+
+
+def test_the_landing_page_finds_a_grant_made_before_its_session_came(
+    stack, redis, postgres_url
+) -> None:
+    """Paid, fulfilled with no session (its event late): the grant has no session id, so the
+    page found nothing for ever; triggering the fulfilment as Stripe's guide asks (the
+    service's landing-page trigger), it finds the grant by the payment the service names."""
+    migrate(postgres_url)
+    s = stack(FULFILMENT_ACTION=postgres_url, FULFILMENT_SQL=GRANT)
+    web = s.start_service(workers=1)
+    events = samples.payment_events(random.Random(7), checkout=True)
+    paid_intent, session = events[2], events[3]
+    assert s.send(samples.encode(paid_intent)).status_code == 200
+    pk = payment_key_of(paid_intent)
+    wait_until(lambda: settled_as(redis, pk, "fulfilled"), what=f"{pk} fulfilled")
+    assert s.send(samples.encode(session)).status_code == 200  # after the call
+    landing = f"/?session_id={session['data']['object']['id']}"
+    alone = create_app({"DATABASE_URL": postgres_url}).test_client()
+    assert "No entitlement yet" in alone.get(landing).get_data(as_text=True)
+    linked = {"DATABASE_URL": postgres_url, "SERVICE_URL": web.url, "OPS_TOKEN": OPS_TOKEN}
+    page = create_app(linked).test_client().get(landing).get_data(as_text=True)
+    assert page.count('class="entitlement"') == 1 and pk in page, page
+    unknown = create_app(linked).test_client().get("/?session_id=cs_test_nothing")
+    assert 'id="service-error"' in unknown.get_data(as_text=True)
 
 
 def reversed_amount(url: str, pk: str) -> int:
