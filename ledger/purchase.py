@@ -80,8 +80,9 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
 
     schema: Literal[1]
     payment_key: str
-    """The PaymentIntent id; without one, the Checkout Session's (``cs_…``, a free Checkout)
-    or the invoice's (ledger/events.py)."""
+    """The PaymentIntent id; without one, the Checkout Session's (``cs_…``, a free Checkout),
+    the invoice's, or a charge's made without one (``ch_…``, the Charges API):
+    ledger/events.py."""
     idempotency_key: str
     """Stable for every attempt: a replay-safe downstream dedupes on it."""
     token: int

@@ -188,8 +188,9 @@ class Purchase(TypedDict):
     """The ledger's key of the payment: the PaymentIntent id (``pi_…``); where there is none,
     the Checkout Session's (``cs_…``: a Checkout that took no payment, ``amount_total`` 0,
     has no PaymentIntent) or the invoice's (``in_…``: one that charged nothing, or with
-    FULFIL_UNLINKED_INVOICES one paid without naming its PaymentIntent). Key your records
-    by it, not by ``payment_intent`` (None then)."""
+    FULFIL_UNLINKED_INVOICES one paid without naming its PaymentIntent) or a charge's
+    (``ch_…``: one the Charges API made, with no PaymentIntent). Key your records by it,
+    not by ``payment_intent`` (None then)."""
     idempotency_key: str
     """``fulfil:<payment_key>`` (``fulfil:cs_…`` for a free Checkout): the same on every
     attempt; apply at most one effect per key."""

@@ -87,7 +87,7 @@ def test_the_payment_key_is_documented_as_every_id_it_can_be() -> None:
     assert sent.idempotency_key == f"fulfil:{key}" and sent.payment_intent is None
     source = inspect.getsource(api.Purchase)
     said = source.partition("payment_key: str")[2].partition("idempotency_key: str")[0]
-    assert "``cs_…``" in said and "``in_…``" in said and "PaymentIntent" in said
+    assert all(f"``{p}_…``" in said for p in ("cs", "in", "ch")) and "PaymentIntent" in said
     readme = (ROOT / "README.md").read_text()
     first = readme.partition("payment key (")[2].partition(")")[0]
     assert "`cs_…`" in first and "`in_…`" in first
