@@ -118,6 +118,8 @@ class HttpAction:
         said = one_line(self._excerpt(answer, body_until))  # the downstream's own words
         head, tail = f"http {status} from {self.origin}", f": {said}" if said else ""
         refused = head + tail
+        if status == 407:  # only a proxy asks for its credentials: it sent nothing on
+            raise TransientDownstreamError(f"{refused} ({PROXY_LOGIN})", down=True, sent=False)
         if status in (502, 504):  # a gateway's answer: the origin may have applied it
             raise AmbiguousDownstreamError(refused, down=True)
         if status in (429, 503):  # the downstream as a whole refuses for now
@@ -136,6 +138,9 @@ class HttpAction:
         """The first KEPT characters of the answer's body (:meth:`_body`), the URL's parts
         and any credentials masked in it. Masked before it is cut: a secret across the cut
         would leave its start."""
+        encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # read as sent, not decoded: bytes, not words
+            return f"[a {encoding[:20]} body, not shown]"
         text = self._body(answer, until).decode("utf-8", "replace")
         return without(text, self.quoted)[:KEPT]
 
@@ -163,13 +168,15 @@ class HttpAction:
 
     def _failed(self, exc: requests.RequestException) -> str:
         """``http: ConnectionError (Connection refused) calling http://host:port``."""
-        return f"http: {type(exc).__name__}{_os_reason(exc)} calling {self.origin}"
+        reason = f" ({tunnel})" if (tunnel := _tunnel_refused(exc)) else _os_reason(exc)
+        return f"http: {type(exc).__name__}{reason} calling {self.origin}"
 
 
 KEY_IN_USE = (
     "its Idempotency-Key is in use (a request with it still running); a key already applied "
     "is answered with its stored 2xx, not 409"
 )
+PROXY_LOGIN = "the egress proxy asks for credentials: HTTP_PROXY's; nothing was sent on"
 NOT_HANDLED = (501, 505, 511)
 """Server errors that say no handler ran: the method or HTTP version not served, a proxy's
 login (network authentication) page."""
@@ -240,9 +247,22 @@ NEVER_SENT = (
 
 
 def _never_sent(exc: requests.ConnectionError) -> bool:
-    """True when the connection itself failed (refused, DNS, the downstream's certificate),
-    so the request never left."""
-    return any(isinstance(err, NEVER_SENT) for err in _chain(exc))
+    """True when the connection itself failed (refused, DNS, the downstream's certificate,
+    a proxy that refused the tunnel), so the request never left."""
+    return any(isinstance(err, NEVER_SENT) for err in _chain(exc)) or bool(_tunnel_refused(exc))
+
+
+def _tunnel_refused(exc: BaseException) -> str:
+    """A proxy's refusal of the tunnel to an https downstream (its answer to ``CONNECT``,
+    e.g. ``Tunnel connection failed: 407 Proxy Authentication Required``: http.client's
+    words, a status line), else ''."""
+    for err in _chain(exc):
+        if isinstance(err, OSError) and str(err).startswith(TUNNEL_REFUSED):
+            return str(err)[:120]
+    return ""
+
+
+TUNNEL_REFUSED = "Tunnel connection failed"
 
 
 def _os_reason(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ shorter than its Content-Length); a refusal or an error keeps its body's first 2
 masked, read the same bounded way; and a call whose answer trickles in is cut by its
 ``abort`` at the deadline, so the call stops instead of the worker process."""
 
+import gzip
 import select
 import socket
 import threading
@@ -21,7 +22,11 @@ import pytest
 from ledger.purchase import purchase_of
 from workers import http_action
 from workers.deadline import DeadlineExceeded, call_within
-from workers.exceptions import AmbiguousDownstreamError, TransientDownstreamError
+from workers.exceptions import (
+    AmbiguousDownstreamError,
+    PermanentDownstreamError,
+    TransientDownstreamError,
+)
 from workers.http_action import HttpAction
 from workers.jobs import run_action
 
@@ -306,3 +311,14 @@ def test_an_error_body_that_trickles_changes_neither_the_outcome_nor_the_deadlin
     assert (ended, health.kind) == (outcome, down), detail
     assert detail.startswith(f'http {status} from {url.removesuffix("/fulfil")}: {{"error": "busy"')
     assert timeout * http_action.BODY_SHARE - 0.3 < took < timeout, took
+
+
+def test_an_encoded_error_body_is_named_not_shown_as_bytes() -> None:
+    """Read as sent (not decoded), a gzip body came out as mojibake in the error."""
+    body = gzip.compress(b'{"error": "out of stock"}')
+    head = b"HTTP/1.1 422 Unprocessable\r\nContent-Encoding: gzip\r\n"
+    answer = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    with raw_server(lambda conn: conn.sendall(answer)) as url:
+        with pytest.raises(PermanentDownstreamError) as raised:
+            HttpAction(url, 5.0, replay_safe=False)(CALL)
+    assert str(raised.value).endswith(": [a gzip body, not shown]"), raised.value

@@ -7,7 +7,7 @@ one on a loopback port, relaying bytes between the worker and the downstream."""
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -18,14 +18,19 @@ from tests.integration.test_http_lookup import (  # noqa: F401 (resolver: a fixt
     resolver,
 )
 from workers.deadline import DeadlineExceeded, call_within
+from workers.exceptions import TransientDownstreamError
 from workers.http_action import HttpAction
+from workers.jobs import run_action
 
 
 @contextmanager
-def forward_proxy() -> Iterator[tuple[int, list[str]]]:
+def forward_proxy(
+    refuse: Callable[[socket.socket], None] | None = None,
+) -> Iterator[tuple[int, list[str]]]:
     """An HTTP forward proxy on a free loopback port: each request's line names an absolute
     URL; the proxy connects to its host and relays bytes both ways until either side
-    closes. Its port, and each request line it relayed."""
+    closes; with ``refuse``, it answers every request (a CONNECT too) with what that writes
+    instead. Its port, and each request line it took."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.2)
     relayed: list[str] = []
@@ -50,6 +55,13 @@ def forward_proxy() -> Iterator[tuple[int, list[str]]]:
             head += client.recv(65536)
         line = head.split(b"\r\n", 1)[0].decode()
         relayed.append(line)
+        if refuse is not None:
+            with client:
+                try:
+                    refuse(client)
+                except OSError:  # the caller cut the connection
+                    pass
+            return
         target = line.split()[1].split("/")[2]  # http://host:port/path
         host, port = target.rsplit(":", 1)
         with client, socket.create_connection((host, int(port))) as upstream:
@@ -134,3 +146,29 @@ def test_a_proxy_whose_lookup_stalls_is_down_and_never_sent_before_the_deadline(
     through(monkeypatch, "http://stalled-proxy.test:3128")
     action = HttpAction("http://downstream.test/fulfil", 2.0, replay_safe=False)
     assert "ProxyError" in down_before_the_deadline(action, 2.0, where)
+
+
+PROXY_LOGIN = b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_proxy_that_asks_for_credentials_is_down_and_never_sent(
+    monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    """Its 407 (to the tunnel's CONNECT for https, to the request itself for http) is the
+    proxy's: nothing reached the downstream. It was ambiguous (``interrupted`` for a person)
+    through a tunnel, and a 4xx of the downstream's (``failed``) without one."""
+    with forward_proxy(lambda client: client.sendall(PROXY_LOGIN)) as (port, seen):
+        for name in ("HTTP_PROXY", "HTTPS_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{port}")
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        action = HttpAction(f"{scheme}://downstream.test:8443/fulfil", 5.0, replay_safe=False)
+        with pytest.raises(TransientDownstreamError) as raised:
+            action(CALL)
+        outcome, _, health = run_action(action, CALL, 5.0, 30.0)
+    assert raised.value.down and not raised.value.sent, raised.value
+    assert "407" in str(raised.value), raised.value
+    assert outcome == "retry" and health.kind == "down" and not health.sent
+    verb = "CONNECT" if scheme == "https" else "POST"
+    assert len(seen) == 2 and all(line.startswith(verb) for line in seen), seen
