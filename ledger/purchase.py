@@ -102,8 +102,9 @@ class Purchase(msgspec.Struct, kw_only=True, frozen=True):
     """Amount paid, in the currency's smallest unit; in a fulfilment again after a dispute
     won, what it grants again (ledger/reversals.py refulfil_of)."""
     refunded_amount: int
-    """Refunded by the time this attempt began (a refund in full before the call means no
-    call), in the currency's smallest unit; 0 when none."""
+    """Counted as refunded (pending refunds too) when this attempt began (a refund in full
+    before the call means no call), in the currency's smallest unit; 0 when none. To tell,
+    not to grant by (workers/api.py)."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy

@@ -213,11 +213,13 @@ class Purchase(TypedDict):
     trial made free; None when no event said (a thin event paid it). In a fulfilment again
     after a dispute won (``refulfil:`` key), what it grants again (docs/REVERSAL.md)."""
     refunded_amount: int
-    """What Stripe had refunded when this attempt began, in the same unit; 0 when nothing. A
-    refund in full before the call means no call, so this is a partial refund. Without
-    REVERSAL_PER_REFUND a partial refund takes nothing back: grant ``amount -
-    refunded_amount`` if your effect is worth the money kept. With it, each refund is
-    reversed on its own once this call has succeeded: grant ``amount``."""
+    """What the ledger had counted as refunded when this attempt began (pending refunds
+    too), in the same unit; 0 when nothing. A refund in full before the call means no call,
+    so this is a partial refund. To tell, not to compute a grant from: it may differ
+    between attempts of one key, and a refund counted may still fail. To take partial
+    refunds back, set REVERSAL_PER_REFUND: each is reversed on its own once this call has
+    succeeded, and one that fails after its reversal is held for a person; grant
+    ``amount``."""
     currency: str | None
     livemode: bool
     paid_by: PaidBy
