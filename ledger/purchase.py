@@ -183,7 +183,7 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
         id=f["p_cs"],
         client_reference_id=f.get("p_cs_ref") or None,
         mode=f.get("p_cs_mode") or None,
-        payment_status=_session_status(f),
+        payment_status=session_status(f),
         customer_details=CustomerDetails(
             email=f.get("p_cs_email") or None,
             name=f.get("p_cs_name") or None,
@@ -196,7 +196,7 @@ def _session(f: dict[str, str]) -> CheckoutSession | None:
     )
 
 
-def _session_status(f: dict[str, str]) -> str | None:
+def session_status(f: dict[str, str]) -> str | None:
     """The session's ``payment_status``; ``paid`` once the payment is (``paid_by``): an
     asynchronous method's session completes ``unpaid``, and its PaymentIntent's success may
     be recorded before the session's async_payment_succeeded, or without it. Stripe's guide

@@ -8,12 +8,13 @@ from typing import Any, cast
 from redis import Redis
 
 from ledger import keys
+from ledger.purchase import session_status
 from ledger.read.base import View
 from ledger.read.payments import PaymentState
 from ledger.read.timeline import receipt_of
 from ledger.stored import ms_time, optional, text
 
-FIELDS = ("state", "fulfilled_at", "receipt", "waiting", "p_cs_ref", "p_cs_status")
+FIELDS = ("state", "fulfilled_at", "receipt", "waiting", "p_cs_ref", "p_cs_status", "paid_by")
 
 
 class SessionFulfilment(View):
@@ -30,7 +31,8 @@ class SessionFulfilment(View):
     client_reference_id: str | None
     payment_status: str | None
     """The session's ``payment_status``: as Stripe's API answered this request, else as the
-    ledger recorded it (the session's event, or an earlier read through the API); null while
+    ledger recorded it (the session's event, or an earlier read through the API; ``paid``
+    once the payment is, as the purchase says); null while
     the ledger has no record of the session itself (its payment known by another id)."""
     recorded: bool
     """Whether this request recorded the session in the ledger (source ``api``)."""
@@ -66,6 +68,6 @@ def session_fulfilment(
         receipt=receipt_of(f.get("receipt")),
         waiting=optional(f.get("waiting")),
         client_reference_id=optional(f.get("p_cs_ref")),
-        payment_status=payment_status or optional(f.get("p_cs_status")),
+        payment_status=payment_status or session_status(f),
         recorded=recorded,
     )

@@ -214,3 +214,23 @@ def test_a_session_paid_later_is_fulfilled_when_asked_again(ops, redis: Redis, r
     answer = ops.post(url(cs), headers=BEARER)
     assert answer.status_code == 200 and answer.json["recorded"] is True
     assert state_of(redis, pk) == "queued"
+
+
+def test_a_session_completed_unpaid_reads_paid_once_its_payment_is(
+    ops, redis, rng, stripe_api, fulfilment, landing_config
+) -> None:
+    """An asynchronous method's session completes unpaid and its PaymentIntent succeeds
+    after: the payment is fulfilled, and the trigger's answers said ``unpaid`` (reviewer)."""
+    events, cs, pk = purchase(stripe_api, rng, payment_status="unpaid")
+    for event in (events[0], events[1], events[3], events[2]):
+        body = samples.encode(event)
+        assert ops.post(
+            "/webhooks/stripe", data=body, headers=signed_headers(body)
+        ).status_code == (200)
+    f: Fulfilment = fulfilment(
+        **{k: v for k, v in landing_config.items() if k.startswith("STRIPE")}
+    )
+    f.work()
+    assert state_of(redis, pk) == "fulfilled"
+    for answer in (ops.get(url(cs), headers=BEARER), ops.post(url(cs), headers=BEARER)):
+        assert (answer.json["state"], answer.json["payment_status"]) == ("fulfilled", "paid")
