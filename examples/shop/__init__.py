@@ -18,6 +18,7 @@ token of its own, ``OPS_TOKEN_LABELS``); ``python -m examples.shop migrate`` mak
 shop's table and the service's.
 """
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ WHERE checkout_session_id = %(session_id)s OR payment_key = %(payment_key)s
 ORDER BY granted_at
 """
 TRIGGER = "/ops/api/checkout-sessions/{}/fulfil"
+SESSION_ID = re.compile(r"cs_[A-Za-z0-9_]{1,255}")
 
 
 def money(minor_units: int | None, currency: str | None) -> str:
@@ -86,6 +88,8 @@ def fulfil_session(config: Mapping[str, Any], session_id: str) -> dict[str, Any]
     SERVICE_URL and OPS_TOKEN, or the service did not answer."""
     if not (config.get("SERVICE_URL") and config.get("OPS_TOKEN")):
         return {}
+    if not SESSION_ID.fullmatch(session_id):  # a buyer's typing never reaches another route
+        return {"error": "unknown_session"}
     url = config["SERVICE_URL"].rstrip("/") + TRIGGER.format(quote(session_id, safe=""))
     headers = {"Authorization": f"Bearer {config['OPS_TOKEN']}"}
     try:

@@ -100,8 +100,9 @@ def test_the_landing_page_finds_a_grant_made_before_its_session_came(
     linked = {"DATABASE_URL": postgres_url, "SERVICE_URL": web.url, "OPS_TOKEN": OPS_TOKEN}
     page = create_app(linked).test_client().get(landing).get_data(as_text=True)
     assert page.count('class="entitlement"') == 1 and pk in page, page
-    unknown = create_app(linked).test_client().get("/?session_id=cs_test_nothing")
-    assert 'id="service-error"' in unknown.get_data(as_text=True)
+    for other in ("cs_test_nothing", "..", "cs_1/../../payments"):  # unknown, or no session id
+        unknown = create_app(linked).test_client().get(f"/?session_id={other}")
+        assert 'id="service-error"' in unknown.get_data(as_text=True)
 
 
 def reversed_amount(url: str, pk: str) -> int:
