@@ -14,6 +14,7 @@ Over-masking is fine; leaking is not.
 """
 
 import base64
+import html
 import re
 from urllib.parse import quote, unquote, urlsplit
 
@@ -38,9 +39,10 @@ _CONNINFO_PASSWORD = re.compile(r"(?P<name>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*
 _STRIPE_SECRET = re.compile(r"\b(?P<kind>(?:whsec|sk|rk)_(?:test_|live_)?)[A-Za-z0-9*]{4,}")
 # Credentials after their scheme, wherever a downstream echoes its request's headers.
 _CREDENTIALS = re.compile(r"\b(?P<scheme>Basic|Bearer|Token) +[A-Za-z0-9+/=._~-]{4,}", re.I)
-# urllib3's "Max retries exceeded with url: /services/T0/B0/XXXX": a capability URL's
-# secret is in its path, which no pattern can tell from a plain one.
-_URLLIB3_PATH = re.compile(r"(?P<name>\burl: )/\S*")
+# urllib3's "Max retries exceeded with url: /services/T0/B0/XXXX" and requests' "Not Found
+# for url: https://host/services/T0/B0/XXXX": a capability URL's secret is in its path,
+# which no pattern can tell from a plain one.
+_URLLIB3_PATH = re.compile(r"(?P<name>\burl: (?:[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s]+)?)/\S*")
 
 
 def redact(text: str) -> str:
@@ -156,10 +158,32 @@ def _token_like(segment: str) -> bool:
 
 
 def without(text: str, secrets: list[str]) -> str:
-    """``text`` with each of ``secrets`` (the longest first) masked, then :func:`redact`."""
+    """``text`` with each of ``secrets`` (the longest first) masked however it is spelled
+    (:func:`_spelled_any_way`), then :func:`redact`."""
     for secret in secrets:
-        text = text.replace(secret, MASK)
+        text = _spelled_any_way(secret).sub(MASK, text)
     return redact(text)
+
+
+def _spelled_any_way(secret: str) -> re.Pattern[str]:
+    """``secret`` as a downstream may echo it back: each character but a letter or a digit
+    as written or escaped, whichever way (percent-encoded, JSON's ``\\uXXXX`` or ``\\/``,
+    an HTML character reference; a space and a ``+`` as a form decodes either), each
+    character its own way."""
+    parts = []
+    for c in secret:
+        if c.isalnum():
+            parts.append(re.escape(c))
+            continue
+        n = ord(c)
+        forms = [re.escape(c), f"(?i:\\\\u{n:04x})", f"&#0*{n};", f"(?i:&#x0*{n:x};)"]
+        if n < 128:
+            forms.append(f"(?i:%{n:02x})")
+        if (named := html.escape(c)) != c:
+            forms.append(re.escape(named))
+        forms += {" ": [r"\+"], "+": [" "], "/": [r"\\/"]}.get(c, [])
+        parts.append("(?:" + "|".join(forms) + ")")
+    return re.compile("".join(parts))
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

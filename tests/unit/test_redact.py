@@ -242,6 +242,10 @@ def test_a_url_whose_password_urllib_reads_as_the_port_is_refused_in_our_words(
             "Max retries exceeded with url: /services/T0/B0/XXXX (Caused by NewConnectionError)",
             "Max retries exceeded with url: /*** (Caused by NewConnectionError)",
         ),
+        (  # requests' raise_for_status(), in a merchant action's error and traceback
+            "404 Client Error: Not Found for url: https://hooks.test/services/T0/B0/XXXX",
+            "404 Client Error: Not Found for url: https://hooks.test/***",
+        ),
         ("disk_full at sk_x", "disk_full at sk_x"),  # no key: too short to be one
     ],
 )
@@ -275,3 +279,21 @@ def test_a_capability_urls_secret_echoed_by_the_downstream_is_masked(echoed: str
 def test_words_of_a_path_stay_in_a_receipt() -> None:
     secrets = url_secrets("https://shop.example/webhooks/fulfilment")
     assert without("fulfilment ok for order 42", secrets) == "fulfilment ok for order 42"
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        "bad signature AbCd EfGh/IjKl12==",  # the query value form-decoded: + as a space
+        "bad signature AbCd+EfGh\\u002fIjKl12\\u003d\\u003d",  # JSON-escaped, one by one
+        "login p@ss&#32;w0rd! refused",  # an HTML character reference
+        "login p\\u0040ss w0rd! refused",  # JSON's \\u escape (Go's for &, <, >)
+        "login p%40ss+w0rd%21 refused",  # form-encoded
+    ],
+)
+def test_a_secret_echoed_however_it_is_escaped_is_masked(echoed: str) -> None:
+    """An outside review: each of these kept the query's signature or the password in an
+    error's body excerpt."""
+    url = "https://u:p%40ss%20w0rd!@shop.example/hook?sig=AbCd+EfGh/IjKl12=="
+    masked = without(echoed, url_secrets(url))
+    assert "IjKl12" not in masked and "w0rd" not in masked and MASK in masked, masked
