@@ -553,8 +553,9 @@ end
 -- Held for a person because Stripe gave it back (by_hand), then taken back again (refunded
 -- in full again, a dispute lost): back where the first taking left it, `reversed` (its
 -- reversal done), `fulfilled` (held with no leg after a refund's own reversal: a refund that
--- failed after it, hold_failed_reversal; its taking goes on from there) or
--- `refunded_unfulfilled`. Returns the new state, or nil.
+-- failed after it, hold_failed_reversal; or held in its fulfilment again's leg, whose effect
+-- may stand: taken back after it was granted again, then given back, reinstate; its taking
+-- goes on from there) or `refunded_unfulfilled`. Returns the new state, or nil.
 local function taken_back_again(pay, now)
   local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at', 'retake')
   if f[1] ~= 'held' or not f[2] or f[5] or not taken_back(pay) then return nil end
@@ -563,7 +564,7 @@ local function taken_back_again(pay, now)
     move(pay, 'reversed', now)
     return 'reversed'
   end
-  if f[4] and not f[3] then
+  if f[4] and (not f[3] or f[3] == 'refulfil') then
     move(pay, 'fulfilled', now)
     return 'fulfilled'
   end
@@ -774,6 +775,9 @@ end
 -- Returns 'held', 'queued' or nil.
 local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   local again = taken_back_again(pay, now)
+  if again == 'fulfilled' then  -- its effect stands: taken back as any (take_back)
+    return take_back(pay, now, reverse, first, job_id, grace_ms) or again
+  end
   if again then return again end
   local f = redis.call('HMGET', pay, 'state', 'retake')
   local state = f[1]
