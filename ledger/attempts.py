@@ -57,12 +57,14 @@ class Attempts:
         leg: str = "fulfil",
         settles: bool = False,
         downstream: str = "",
+        calls: bool = True,
     ) -> Start:
         """Take a lease for one run of a job; ``execution`` (unique per run) tells a client
         retry of this very call (answered ``go`` again) from a second run of the same job.
         ``leg``: the job's action, ``fulfil``, ``reverse``, ``refulfil`` or ``settle``
         (skipped when another is due). ``settles``: the action can settle a payment taken
-        back after an attempt that may have applied (docs/REVERSAL.md)."""
+        back after an attempt that may have applied (docs/REVERSAL.md). ``calls`` False: the
+        attempt makes no call (it names no caller)."""
         return self._replicated(
             "start_attempt",
             {"payment": keys.payment(payment_key)},
@@ -73,7 +75,7 @@ class Attempts:
                 "replay_safe": int(replay_safe),
                 "settles": int(settles),
                 "downstream": downstream,
-                "caller": self.caller,
+                "caller": self.caller if calls else "",
                 "leg": leg,
             },
         )
@@ -86,7 +88,8 @@ class Attempts:
         earlier call may have applied (docs/REVERSAL.md)."""
         said = self.redis.hmget(keys.payment(payment_key), "replay_safe", "settles")
         replay_safe = said[0] == b"1" or leg == "settle"  # a settlement's follows such a call
-        return self.start(payment_key, job_id, replay_safe, leg=leg, settles=said[1] == b"1")
+        settles = said[1] == b"1"
+        return self.start(payment_key, job_id, replay_safe, leg=leg, settles=settles, calls=False)
 
     def mark_calling(self, payment_key: str, token: int) -> bool:
         """The fence before the call: True if this token still holds a live lease."""
@@ -94,9 +97,17 @@ class Attempts:
         return bool(self._replicated("mark_calling", {"payment": keys.payment(payment_key)}, args))
 
     def finish(
-        self, payment_key: str, token: int, outcome: str, detail: str, call_ms: float
+        self,
+        payment_key: str,
+        token: int,
+        outcome: str,
+        detail: str,
+        call_ms: float,
+        refused: bool = False,
     ) -> tuple[str, str]:
-        """Record how attempt ``token`` ended; returns the verdict and the payment's state."""
+        """Record how attempt ``token`` ended; returns the verdict and the payment's state.
+        ``refused``: the call's answer refused it (outcome ``retry`` or ``failed``): it applied
+        nothing, so a replay-safe call no longer counts as one that may have applied."""
         script = self.scripts["finish_attempt"]
         named_keys = {"payment": keys.payment(payment_key)}
         args = {
@@ -108,6 +119,7 @@ class Attempts:
             "backoff_base_ms": self.settings.retry_base_ms,
             "backoff_cap_ms": self.settings.retry_cap_ms,
             "reverse_on": self.settings.reversal_mode,
+            "refused": int(refused),
         }
         if faults.fires("during_record"):
             self._send_and_die(script, *script.positional(named_keys, args))

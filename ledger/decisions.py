@@ -16,8 +16,10 @@ from ledger.read.base import Problem
 from ledger.read.decisions import BulkDecision, Decision
 from ledger.stored import ms_time, text
 
-DECISIONS = {"retry": ("retry",), "resolve": ("fulfilled", "retry")}
-"""What each action may decide: ``retry`` runs it again, ``fulfilled`` says the effect happened."""
+DECISIONS = {"retry": ("retry",), "resolve": ("fulfilled", "retry", "not_applied")}
+"""What each action may decide: ``retry`` runs it again, ``fulfilled`` says the effect happened,
+``not_applied`` says it did not (a payment held after it was taken back: it then ends
+``refunded_unfulfilled``, no reversal)."""
 
 STATES = {"retry": ("failed", "held"), "resolve": ("interrupted", "held")}
 """The states each action is for (a bulk run takes the first unless told)."""
@@ -63,6 +65,14 @@ def decide(
             "of the ledger's runs for it again. Do by hand what its hold reason says (grant "
             "it, or take it back), then resolve it as fulfilled; or refund it again and "
             "resolve nothing. Nothing was changed.",
+            state=state,
+        )
+    if verdict == "not_taken_back":
+        return Problem(
+            error="not_taken_back",
+            message="Not applied is a person's word on a payment held after it was taken "
+            "back (refunded in full, a dispute lost) while a call may have applied it; this "
+            f"one is {state} and not held so (see its hold reason). Nothing was changed.",
             state=state,
         )
     return Problem(

@@ -112,7 +112,7 @@ def _decide(ctx: Context, payment_key: str, action: str, decision: str, as_json:
         say(f"refused: the worker process of its last call may still be in it; try after {when}")
     elif isinstance(answer, Problem) and answer.error == "not_found":
         say("refused: no payment", payment_key)
-    elif isinstance(answer, Problem) and answer.error == "grant_by_hand":
+    elif isinstance(answer, Problem) and answer.error in ("grant_by_hand", "not_taken_back"):
         say("refused:", payment_key, answer.message)
     elif isinstance(answer, Problem):
         say("refused:", payment_key, f"is {answer.state}, not {' or '.join(answer.allowed or [])}")
@@ -153,6 +153,12 @@ def retry(ctx: Context, payment_key: str | None, as_json: bool, **filters: Any) 
 @click.argument("payment_key", required=False)
 @click.option("--fulfilled", "decision", flag_value="fulfilled", help="The effect happened.")
 @click.option("--retry", "decision", flag_value="retry", help="Run the action again.")
+@click.option(
+    "--not-applied",
+    "decision",
+    flag_value="not_applied",
+    help="It had no effect, and it is held after it was taken back: refunded_unfulfilled.",
+)
 @bulk_options
 @json_option
 @click.pass_obj
@@ -160,9 +166,11 @@ def resolve(
     ctx: Context, payment_key: str | None, decision: str | None, as_json: bool, **filters: Any
 ) -> None:
     """A person's decision on an interrupted or held payment (checked by hand); with
-    --retry --state interrupted, on every one you checked (--dry-run lists them first)."""
+    --retry --state interrupted, on every one you checked (--dry-run lists them first).
+    --not-applied: one held after a refund in full or a dispute lost, whose downstream shows
+    no effect, ends refunded_unfulfilled (no reversal)."""
     if decision is None:
-        raise click.UsageError("say --fulfilled or --retry")
+        raise click.UsageError("say --fulfilled, --retry or --not-applied")
     if payment_key is None:
         if decision != "retry":
             raise click.UsageError("many payments at once: only --retry (check each one first)")

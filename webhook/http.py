@@ -39,6 +39,7 @@ PROBLEM_STATUS = {
     "refused": 409,
     "attempt_may_still_be_running": 409,
     "grant_by_hand": 409,
+    "not_taken_back": 409,
     "not_replicated": 503,
 }
 

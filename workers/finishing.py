@@ -22,9 +22,14 @@ FINISH_PAUSE_S = 0.5
 
 
 def finish_while_leased(
-    attempts: Attempts, payment_key: str, token: int, ended: tuple[str, str, float], until: float
+    attempts: Attempts,
+    payment_key: str,
+    token: int,
+    ended: tuple[str, str, float, bool],
+    until: float,
 ) -> tuple[str, str]:
-    """Record how the attempt ended, trying again while Redis cannot take the write
+    """Record how the attempt ended (``ended``: Attempts.finish's outcome, detail, call_ms and
+    refused), trying again while Redis cannot take the write
     (:func:`cannot_write_now`: restarted, frozen, failing over, NOREPLICAS, MISCONF, too few
     replicas confirming) until ``until`` (time.monotonic(), short of the lease's end): given
     up after one try, a call that applied was left to the lease's expiry, ``interrupted``
@@ -102,7 +107,7 @@ def without_call(
 ) -> dict[str, Any]:
     """Record ``not_called`` for a fenced attempt of ``leg`` (until its lease's ``until``)."""
     leg, until = leg_until
-    ended = ("not_called", detail, 0.0)
+    ended = ("not_called", detail, 0.0, False)
     verdict, state = finish_while_leased(attempts, payment_key, token, ended, until)
     said(payment_key, leg, token, verdict, state, "not_called", detail, None)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": token}

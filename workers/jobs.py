@@ -137,19 +137,21 @@ def run_action(
     timeout: float,
     kill_after: float,
     settle: Callable[[Purchase], Receipt] | None = None,
-) -> tuple[str, str, Health]:
+) -> tuple[str, str, Health, bool]:
     """Call the downstream once, within ``timeout`` seconds in all (the process ends
     ``kill_after`` seconds later if the call will not stop); map its result to an outcome,
-    a detail string and what it says about the downstream as a whole. With ``settle`` (the
-    action's, for a settlement) that is called instead: ``voided`` when it voided the key."""
+    a detail string, what it says about the downstream as a whole and whether its answer
+    refused it (:func:`refused_by`). With ``settle`` (the action's, for a settlement) that is
+    called instead: ``voided`` when it voided the key."""
     try:
         abort = getattr(action, "abort", None)
         receipt = call_within(timeout, lambda: (settle or action)(call), kill_after, abort)
     except DeadlineExceeded as exc:
-        return outcome_of(exc, action.replay_safe), f"deadline: {exc}", health_of(exc)
+        return outcome_of(exc, action.replay_safe), f"deadline: {exc}", health_of(exc), False
     except (TransientDownstreamError, PermanentDownstreamError) as exc:
         # The one place an error becomes the stored last_error / attempt detail.
-        return outcome_of(exc, action.replay_safe), redact(str(exc)), health_of(exc)
+        outcome = outcome_of(exc, action.replay_safe)
+        return outcome, redact(str(exc)), health_of(exc), refused_by(exc)
     except (SystemExit, KeyboardInterrupt) as exc:
         # The user's code (a module:function, FULFILMENT_EFFECT) exiting: unknown how far it
         # got, as any error it raises. Let through, it would end a one-slot worker's loop
@@ -157,10 +159,10 @@ def run_action(
         # (RQ's second stop signal landing in the call ends it the same way; the worker
         # stops after, as asked.)
         error = AmbiguousDownstreamError(f"the call ended with {exc!r}")
-        return outcome_of(error, action.replay_safe), redact(str(error)), health_of(error)
+        return outcome_of(error, action.replay_safe), redact(str(error)), health_of(error), False
     if settle is not None and receipt.get("outcome") == "voided":
-        return "voided", encode_receipt(receipt), health_of(None)
-    return "fulfilled", encode_receipt(receipt), health_of(None)
+        return "voided", encode_receipt(receipt), health_of(None), False
+    return "fulfilled", encode_receipt(receipt), health_of(None), False
 
 
 def outcome_of(error: BaseException, replay_safe: bool) -> str:
@@ -171,6 +173,15 @@ def outcome_of(error: BaseException, replay_safe: bool) -> str:
     if isinstance(error, TransientDownstreamError):
         return "retry"
     return "failed"
+
+
+def refused_by(error: BaseException) -> bool:
+    """Whether a call's error is its refusal, which applied nothing (a 4xx, 409, 429, 503,
+    a connection refused; GiveUp, RetryLater): what an action that is not replay-safe is
+    called again after, or fails on. Not an answer that never came or does not say (a
+    deadline, a reset, a 500, 502, 504, an unexpected exception): that call may have applied."""
+    refusal = isinstance(error, TransientDownstreamError | PermanentDownstreamError)
+    return refusal and not isinstance(error, AmbiguousDownstreamError)
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:
@@ -263,7 +274,8 @@ def fulfil(
     if leg in ("reverse", "refulfil"):  # or a fulfilment again after a dispute won: own key
         call = reversal_of(call, stored) if leg == "reverse" else refulfil_of(call, stored)
     settling = settle if leg == "settle" else None
-    outcome, detail, health = run_action(action, call, ctx.timeout, ctx.kill_after, settling)
+    ran = run_action(action, call, ctx.timeout, ctx.kill_after, settling)
+    outcome, detail, health, refused = ran
     if leg in ("reverse", "settle") and outcome != "fulfilled":
         detail = f"{LEG_NAMES[leg]}: {detail}"  # which call failed, wherever its error is shown
     call_ms = (time.perf_counter() - began) * 1000
@@ -274,7 +286,7 @@ def fulfil(
         log.warning(
             "%s token %s: breaker not told (%s)", payment_key, start.token, redact(str(exc))
         )
-    ended = (outcome, detail, call_ms)
+    ended = (outcome, detail, call_ms, refused)
     verdict, state = finish_while_leased(ctx.attempts, payment_key, start.token, ended, until)
     said(payment_key, leg, start.token, verdict, state, outcome, detail, call_ms)
     return {"payment": payment_key, "verdict": verdict, "state": state, "token": start.token}

@@ -24,9 +24,13 @@ end
 local REACHED = {fulfil = 'called_on', refulfil = 'refulfil_on'}
 
 -- An attempt whose request never left (refused before sending: breaker.lua; its worker
--- never called: finish_attempt.lua) reached none of the downstreams it added to those lists
--- (its record's `reached`): each is taken off again, so a move is not held for a call that
--- never went, nor a settlement sent there. `raw`: its record, as just read.
+-- never called: finish_attempt.lua), or whose answer refused it (finish_attempt.lua's
+-- `refused`: nothing applied), had no effect on the downstreams it added to those lists (its
+-- record's `reached`): each is taken off again, so a move is not held for it, nor a
+-- settlement sent there, nor a refund in full held (prelude's may_have_applied). A
+-- downstream an earlier call had reached is in no later attempt's `reached`: it stays, as
+-- a later refusal does not undo what that call may have applied. `raw`: its record, as just
+-- read.
 local function never_reached(pay, token, raw)
   local record = raw and cjson.decode(raw) or {}
   if type(record.reached) ~= 'table' then return end

@@ -1,13 +1,18 @@
 -- Record how an attempt ended, only if its fencing token is still the payment's.
 -- outcome: fulfilled|retry|failed|interrupted|not_called, or for a settlement (leg `settle`)
 -- voided (fulfilled: it found the effect), or for a reversal held (not called: a person
--- takes it back, as `detail` says); detail: the receipt or the error.
+-- takes it back, as `detail` says); detail: the receipt or the error. refused: 1 when the
+-- call's answer refused it (outcome retry or failed: nothing applied), 0 when no answer came
+-- or it may have applied.
 -- verdict: the outcome recorded, 'stale', 'already' or 'missing'; state: the payment's.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'token', 'outcome', 'detail', 'call_ms', 'max_attempts',
-  'backoff_base_ms', 'backoff_cap_ms', 'reverse_on')
+  'backoff_base_ms', 'backoff_cap_ms', 'reverse_on', 'refused')
 local reply = replies('verdict', 'state')
 local token, outcome, detail = ARG.token, choice_arg(ARG, 'outcome', FINISHED), ARG.detail
+if choice_arg(ARG, 'refused', BIT) == '1' and outcome ~= 'retry' and outcome ~= 'failed' then
+  refuse('refused is 1 only for the outcomes retry and failed, got ' .. shown(outcome))
+end
 local max_attempts, backoff = whole_arg(ARG, 'max_attempts', 1), backoff_args(ARG)
 local reverse = reversal_arg(ARG)
 if ARG.call_ms ~= '' and not tonumber(ARG.call_ms) then
@@ -56,7 +61,9 @@ if outcome == 'held' and not reversing then
   refuse('outcome held is a reversal\'s, and ' .. pk .. ' is not being reversed')
 end
 
-if outcome == 'not_called' then  -- its request never left: it reached no downstream
+-- Its request never left, or its answer refused it: it applied nothing on the downstreams
+-- it added (never_reached; one an earlier call reached stays).
+if outcome == 'not_called' or ARG.refused == '1' then
   never_reached(pay, token, record)
   record = redis.call('HGET', pay, 'attempt:' .. token)
 end
@@ -108,7 +115,7 @@ local function record_outcome()
     redis.call('HSET', pay, 'receipt', detail, 'fulfilled_at', now)
     -- What only a live attempt needs goes: a fulfilled payment is kept for ever.
     redis.call('HDEL', pay, 'lease_until', 'phase', 'last_error', 'job', 'attempt_id',
-      'replay_safe', 'sweep_seen', 'next_at', 'waiting', 'fulfilled_by_hand')
+      'replay_safe', 'called_unnamed', 'sweep_seen', 'next_at', 'waiting', 'fulfilled_by_hand')
     redis.call('HINCRBY', STATS, 'effects', 1)
     local bucket = 'le:inf'
     for _, bound in ipairs(LATENCY_BUCKETS_MS) do

@@ -1,16 +1,18 @@
 -- A person's decision on one payment: retry a failed one, or resolve an interrupted one.
--- decision: retry|fulfilled; allowed: the states it is allowed from (space-separated);
--- job_id is also this decision's id. ARGV after the named ones: the captured RQ enqueue.
+-- decision: retry|fulfilled|not_applied; allowed: the states it is allowed from
+-- (space-separated); job_id is also this decision's id. ARGV after the named ones: the
+-- captured RQ enqueue.
 -- verdict: ok (state: the new one) | refused (state: the current one) | by_hand (a retry of
--- a payment only a person grants, refused) | wait (until_ms,
--- caller: the process of the last call may still be in it)
+-- a payment only a person grants, refused) | not_taken_back (not_applied of a payment not
+-- held after it was taken back, refused) | wait (until_ms, caller: the process of the last
+-- call may still be in it)
 local KEY = named(KEYS, 'payment')
 local ARG, ARGC = named(ARGV, 'decision', 'allowed', 'note', 'job_id', 'grace_ms',
   'reverse_on')
 local reply = replies('verdict', 'state', 'until_ms', 'caller')
 local grace_ms = whole_arg(ARG, 'grace_ms', 0, MAX_TTL_MS)
 check_commands(ARGC + 1)
-choice_arg(ARG, 'decision', {retry = true, fulfilled = true})
+choice_arg(ARG, 'decision', {retry = true, fulfilled = true, not_applied = true})
 local reverse = reversal_arg(ARG)
 local pay = KEY.payment
 local now = now_ms()
@@ -29,10 +31,17 @@ local by_hand = state == 'held' and redis.call('HGET', pay, 'by_hand')
 if by_hand and ARG.decision == 'retry' then
   return reply{verdict = 'by_hand', state = state}  -- nothing of the ledger's may run again
 end
-if ARG.decision == 'retry' then
-  -- Refused while the worker process that made the last call may still be in it: its
-  -- liveness key lasts until that process has returned from the call or been ended by its
-  -- watchdog (keys.CALLER_PREFIX).
+-- Not applied: only for a payment held after it was taken back (refunded in full, a dispute
+-- lost) while a call of its fulfilment may have applied (prelude's hold_taken_back), not one
+-- held for a person to act by hand, nor one with a leg due.
+if ARG.decision == 'not_applied' and (state ~= 'held' or by_hand or leg or not taken_back(pay)) then
+  return reply{verdict = 'not_taken_back', state = state}
+end
+if ARG.decision ~= 'fulfilled' then
+  -- Refused while the worker process that made the last call may still be in it (a retry
+  -- could call again; not applied would be said before that call's end): its liveness key
+  -- lasts until that process has returned from the call or been ended by its watchdog
+  -- (keys.CALLER_PREFIX).
   local in_call = caller_in_call(pay, redis.call('HGET', pay, 'token') or '0', now)
   if in_call then return reply{verdict = 'wait', until_ms = in_call[2], caller = in_call[1]} end
 end
@@ -40,13 +49,22 @@ redis.call('HSET', pay, 'decision_id', ARG.job_id)
 -- what the decision does, kept for people (the fields it rests on go with it)
 local retake = by_hand and redis.call('HEXISTS', pay, 'retake') == 1
 local as = 'retry'
-if ARG.decision == 'fulfilled' and by_hand then
+if ARG.decision == 'not_applied' then
+  as = 'not_applied'
+elseif ARG.decision == 'fulfilled' and by_hand then
   as = retake and 'taken_back_by_hand' or 'granted_by_hand'
 elseif ARG.decision == 'fulfilled' then
   as = ({reverse = 'reversed', refulfil = 'fulfilled_again'})[leg or ''] or 'fulfilled'
 end
 redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state, 'resolved_as', as)
+if ARG.decision == 'not_applied' then
+  -- a person looked where its calls went and found no effect: taken back before any, as if
+  -- no call had reached there (prelude's never_fulfilled: refunded_unfulfilled, no reversal)
+  redis.call('HDEL', pay, 'hold_reason', 'settle_gave_up')
+  redis.call('HINCRBY', STATS, 'resolved_not_applied', 1)
+  return reply{verdict = 'ok', state = never_fulfilled(pay, now)}
+end
 if ARG.decision == 'fulfilled' and retake then
   -- granted again, taken back again, and a person took it back by hand (prelude's
   -- hold_retake): reversed, as a reversal's leg resolved would leave it

@@ -386,15 +386,18 @@ local function given_back(pay)
   return why
 end
 
--- Whether an attempt that did not end in an effect may still have applied one: only a
--- replay-safe action is retried after a call whose answer never came (an action that is not
--- replay-safe goes `interrupted` instead), so a payment with no attempt started, or whose
--- attempts were of an action that is not replay-safe, has no effect while it waits.
+-- Whether an attempt that did not end in an effect may still have applied one: a call of a
+-- replay-safe action whose answer did not refuse it (one that is not replay-safe goes
+-- `interrupted` instead, and its refusals applied nothing). `called_on` names the
+-- downstreams such calls may have reached: each is taken off again when the attempt that
+-- added it never sent its request or was refused (lua/attempts.lua never_reached), never
+-- while an earlier call there may have applied. `called_unnamed`: a replay-safe call whose
+-- action named no downstream, kept for good. Any of them counts, not only the last
+-- attempt's: a later attempt of an action that is not replay-safe (FULFILMENT_ACTION
+-- changed) does not undo it.
 local function may_have_applied(pay)
-  local f = redis.call('HMGET', pay, 'token', 'replay_safe', 'called_on')
-  -- any replay-safe call (`called_on`), not only the last attempt's: a later attempt of an
-  -- action that is not replay-safe (FULFILMENT_ACTION changed) does not undo it
-  return tonumber(f[1] or '0') > 0 and (f[2] == '1' or (f[3] or '') ~= '')
+  local f = redis.call('HMGET', pay, 'token', 'called_on', 'called_unnamed')
+  return tonumber(f[1] or '0') > 0 and ((f[2] or '') ~= '' or f[3] == '1')
 end
 
 -- What a script's `reverse_on` argument says (Settings.reversal_mode): '0' (no reversal) or
@@ -502,12 +505,13 @@ local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, am
 end
 
 -- Taken back after an attempt of a replay-safe action that may have applied it, and not
--- settled by the action itself: held for a person, who checks the downstream.
+-- settled by the action itself: held for a person, who checks the downstream and resolves
+-- it as fulfilled (then reversed) or as not applied (lua/operator.lua: refunded_unfulfilled).
 local function hold_taken_back(pay, why, now, because)
   return hold(pay, now, (why == 'dispute' and 'dispute lost' or 'refunded in full') ..
     ' after an attempt of a replay-safe action that may have applied it' .. (because or '') ..
     ': check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION it is ' ..
-    'then reversed)')
+    'then reversed; as not applied if it did not: it ends refunded_unfulfilled, never called)')
 end
 
 local GAVE_UP = ', and its action could not settle it (last_error)'
@@ -549,8 +553,9 @@ end
 -- Held for a person because Stripe gave it back (by_hand), then taken back again (refunded
 -- in full again, a dispute lost): back where the first taking left it, `reversed` (its
 -- reversal done), `fulfilled` (held with no leg after a refund's own reversal: a refund that
--- failed after it, hold_failed_reversal; its taking goes on from there) or
--- `refunded_unfulfilled`. Returns the new state, or nil.
+-- failed after it, hold_failed_reversal; or held in its fulfilment again's leg, whose effect
+-- may stand: taken back after it was granted again, then given back, reinstate; its taking
+-- goes on from there) or `refunded_unfulfilled`. Returns the new state, or nil.
 local function taken_back_again(pay, now)
   local f = redis.call('HMGET', pay, 'state', 'by_hand', 'leg', 'reversed_at', 'retake')
   if f[1] ~= 'held' or not f[2] or f[5] or not taken_back(pay) then return nil end
@@ -559,7 +564,7 @@ local function taken_back_again(pay, now)
     move(pay, 'reversed', now)
     return 'reversed'
   end
-  if f[4] and not f[3] then
+  if f[4] and (not f[3] or f[3] == 'refulfil') then
     move(pay, 'fulfilled', now)
     return 'fulfilled'
   end
@@ -770,6 +775,9 @@ end
 -- Returns 'held', 'queued' or nil.
 local function reinstate(pay, now, reverse, first, job_id, grace_ms)
   local again = taken_back_again(pay, now)
+  if again == 'fulfilled' then  -- its effect stands: taken back as any (take_back)
+    return take_back(pay, now, reverse, first, job_id, grace_ms) or again
+  end
   if again then return again end
   local f = redis.call('HMGET', pay, 'state', 'retake')
   local state = f[1]

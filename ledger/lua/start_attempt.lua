@@ -83,8 +83,9 @@ end
 -- here (replay-safe or not) could be a second effect. A person checks there: resolve as
 -- fulfilled if it applied (`moved_from` says where, for its reversal), retry if not
 -- (operator.lua). A fulfilment again after a dispute won has its own key, so only its own
--- calls count (`refulfil_on`). An attempt that names no downstream makes no call
--- (start_without_call: its worker could not load its action).
+-- calls count (`refulfil_on`). An attempt that names no downstream has none to be held for
+-- (start_without_call names no caller either: its worker could not load its action, and
+-- makes no call).
 local reached = REACHED[leg]
 if reached and ARG.downstream ~= '' then
   local on = redis.call('HGET', pay, reached) or ''
@@ -103,9 +104,14 @@ move(pay, 'in_progress', now, state)
 -- A replay-safe action needs no separate fence before its call: re-running it is harmless,
 -- so the attempt is `calling` from the start (one round trip less per job).
 local phase = ARG.replay_safe == '1' and 'calling' or 'leased'
+-- A replay-safe call whose action names no downstream: no list can take it off again
+-- (prelude's may_have_applied: `called_unnamed`, written with the rest); an attempt with no
+-- caller makes no call (start_without_call).
+local unnamed = phase == 'calling' and ARG.downstream == '' and ARG.caller ~= ''
+  and leg ~= 'reverse'
 redis.call('HSET', pay, 'lease_until', lease_until, 'phase', phase,
   'replay_safe', ARG.replay_safe, 'settles', ARG.settles, 'job', ARG.job_id,
-  'attempt_id', ARG.execution)
+  'attempt_id', ARG.execution, unpack(unnamed and {'called_unnamed', 1} or {}))
 redis.call('HDEL', pay, 'next_at', 'sweep_seen')
 -- Every downstream a replay-safe attempt of its fulfilment may call (its action's name for
 -- it), so a settlement settles only on the one its calls went to (docs/REVERSAL.md), and a

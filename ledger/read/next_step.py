@@ -1,7 +1,8 @@
 """What a person does next with a payment that waits for them (``interrupted``, or ``held``):
 what to check, the idempotency key its calls carry (the one a downstream saw), and the two
-decisions as the dashboard's buttons and as ``webhook-ledger`` commands: one wording for
-the dashboard's payment page and ``webhook-ledger payment``.
+decisions (three for one held after it was taken back) as the dashboard's buttons and as
+``webhook-ledger`` commands: one wording for the dashboard's payment page and
+``webhook-ledger payment``.
 
 Apart from ledger/read/payments.py, which reads what Redis stores: this only judges a
 payment already read. Not part of the API: its ``purchase.idempotency_key`` and
@@ -27,6 +28,9 @@ class NextStep:
     """What the ``--fulfilled`` decision says (the dashboard's button)."""
     retry: str | None
     """What the ``--retry`` decision says; None when only a person acts (``by_hand``)."""
+    not_applied: str | None
+    """What the ``--not-applied`` decision says: held after it was taken back (refunded in
+    full, a dispute lost) while a call may have applied it; else None."""
     commands: list[tuple[str, str]]
     """Each decision as a ``webhook-ledger`` command, with what it means."""
 
@@ -75,11 +79,27 @@ def next_step(p: Payment) -> NextStep | None:
             else "The downstream may or may not have applied this payment. Check it"
         )
     retry = None if p.by_hand else f"It was not: run {'the reversal ' if reversing else ''}again"
+    not_applied = None
+    if taken_back_held(p):
+        # a retry holds it again while Stripe takes it back: no call is owed
+        fulfilled = "It was applied: mark fulfilled (then reversed)"
+        not_applied = "It was not: refunded_unfulfilled, no reversal"
+        retry = "Stripe gave it back since: run again"
     resolve = f"webhook-ledger resolve {p.payment_key}"
     commands = [(f"{resolve} --fulfilled", fulfilled)]
+    if not_applied:
+        commands.append((f"{resolve} --not-applied", not_applied))
     if retry:
         commands.append((f"{resolve} --retry", retry))
-    return NextStep(kind, check, key_of(p), fulfilled, retry, commands)
+    return NextStep(kind, check, key_of(p), fulfilled, retry, not_applied, commands)
+
+
+def taken_back_held(p: Payment) -> bool:
+    """Held after it was taken back (refunded in full, a dispute lost) while a call of its
+    fulfilment may have applied it (lua/prelude.lua hold_taken_back): a person says whether
+    it applied, as lua/operator.lua's not_applied takes it."""
+    taken = p.reversal.taken_back if p.reversal else None
+    return p.state == "held" and not p.by_hand and p.leg == "fulfil" and taken is not None
 
 
 def elsewhere(p: Payment) -> str:

@@ -85,6 +85,7 @@ class Attempt(View):
 RESOLVED_AS = {
     "retry": "run again",
     "fulfilled": "found applied: fulfilled",
+    "not_applied": "found not applied: refunded_unfulfilled",
     "reversed": "its reversal found applied: reversed",
     "fulfilled_again": "its fulfilment again found applied",
     "granted_by_hand": "granted by hand",

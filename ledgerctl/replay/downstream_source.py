@@ -19,7 +19,8 @@ ADVICE = "give FULFILMENT_ACTION as the workers have it, or --downstream-db"
 
 def called_on(redis: Redis, payment_keys: list[str]) -> tuple[bool, set[str]]:
     """Whether any of the payments had an attempt, and the downstreams their calls went to
-    (``called_on``: the SQLite action, replay-safe, always records its file there)."""
+    (``called_on``: the SQLite action, replay-safe, records its file there for each call
+    that its answer did not refuse)."""
     pipe = redis.pipeline(transaction=False)
     for pk in payment_keys:
         pipe.hmget(keys.payment(pk), "token", "called_on")

@@ -101,7 +101,7 @@ def test_an_interim_answer_is_ambiguous_never_a_refusal(interim: int) -> None:
         action = HttpAction(url, 2.0, replay_safe=False)
         with pytest.raises(AmbiguousDownstreamError, match=f"http {interim} from"):
             action(CALL)
-        outcome, _, health = run_action(action, CALL, 2.0, 30.0)
+        outcome, _, health, _ = run_action(action, CALL, 2.0, 30.0)
         assert outcome == "interrupted" and health.kind == "up"  # it answered
         assert run_action(HttpAction(url, 2.0, replay_safe=True), CALL, 2.0, 30.0)[0] == "retry"
 
@@ -163,7 +163,7 @@ def test_a_connection_never_made_is_down_and_never_sent_before_the_deadline(wher
         assert isinstance(error, TransientDownstreamError), error
         assert error.down and not error.sent and "ConnectTimeout" in str(error)
         assert took < timeout and took >= http_action.connect_timeout(timeout) - 0.1
-        outcome, _, health = run_action(action, CALL, timeout, 30.0)
+        outcome, _, health, _ = run_action(action, CALL, timeout, 30.0)
         assert outcome == "retry" and health.kind == "down" and not health.sent
 
 
@@ -197,7 +197,7 @@ def test_a_2xx_is_done_whatever_its_body_does(body: str, where: str) -> None:
 
         def call() -> None:
             began = time.monotonic()
-            outcome, detail, _ = run_action(action, CALL, timeout, 30.0)
+            outcome, detail, *_ = run_action(action, CALL, timeout, 30.0)
             ended.append((outcome, detail, time.monotonic() - began))
 
         run_in(where, call)

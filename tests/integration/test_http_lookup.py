@@ -63,7 +63,7 @@ def test_a_lookup_that_stalls_is_down_and_never_sent_before_the_deadline(
     timeout = 2.0
     action = HttpAction("http://stalled.test:8080/fulfil", timeout, replay_safe=False)
     assert "ConnectTimeout" in down_before_the_deadline(action, timeout, where)
-    outcome, _, health = run_action(action, CALL, timeout, 30.0)
+    outcome, _, health, _ = run_action(action, CALL, timeout, 30.0)
     assert outcome == "retry" and health.kind == "down" and not health.sent
 
 

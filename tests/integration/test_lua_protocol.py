@@ -89,6 +89,8 @@ WORKERS = 2
 OUTCOMES = ("ok", "transient", "ambiguous", "permanent", "down", "refused", "quota")
 """down: a 503 (sent, refused); refused: the connection was refused (never sent); quota: a
 429 with Retry-After (a refusal that may concern this payment alone)."""
+REFUSALS = ("transient", "permanent", "down", "refused", "quota")
+"""The outcomes whose answer refused the call (workers/jobs.py refused_by): nothing applied."""
 HEALTH = {
     "ok": Health("up"),
     "transient": Health("up"),
@@ -283,6 +285,11 @@ class Protocol(RuleBasedStateMachine):
         # an attempt of a replay-safe fulfilment started: fenced from its start, it may have
         # called whatever the model's worker did after (died, stalled)
         self.may_have_called: set[str] = set()
+        # pk -> the tokens of its replay-safe attempts (any leg but a reversal) that may have
+        # applied: started, and not ended by their own live word that their call was refused,
+        # never sent or never made
+        self.unrefused: dict[str, set[int]] = {}
+        self.ended_after_a_call: set[str] = set()  # refunded_unfulfilled after such a start
         self.settle_calls: Counter[str] = Counter()
         # REVERSAL_PER_REFUND: pk -> reversed refunds that failed since, seen held for a person
         self.failed_reversals_held: dict[str, set[str]] = {}
@@ -554,7 +561,8 @@ class Protocol(RuleBasedStateMachine):
         """A payment is paid, its attempt's call gets no answer (it applied or not: ``hit``),
         then Stripe takes it back: a replay-safe action that settles settles it (its key
         found, or voided), any other holds it for a person, or it goes interrupted; one of
-        its taking events, or all of them (a full refund's three, a dispute)."""
+        its taking events, or all of them (a full refund's three, a dispute). Held with no
+        effect (not ``hit``), a person may look and say so (person_finds_nothing_applied)."""
         paying = [i for i, (e, _) in enumerate(self.events) if e["type"] == PAYING]
         self.deliver(paying[index % len(paying)])
         slot = self.workers.index(None)
@@ -577,6 +585,8 @@ class Protocol(RuleBasedStateMachine):
             self.deliver(i)
         if self.leg(w.payment) == "settle":
             TALLY["settles_begun"] += 1
+        if not hit and index % 2 and self.held_after_refund(w.payment):
+            self.not_applied_by_a_person(w.payment)  # looked, and found nothing
 
     @rule(index=st.integers(0, 100))
     def dispute_lost_then_won(self, index: int) -> None:
@@ -626,6 +636,8 @@ class Protocol(RuleBasedStateMachine):
             if data_object(e).get("payment_intent") == pk
             and (e["type"] == "refund.failed" or data_object(e).get("status") == "won")
         ]
+        if not giving:  # taken back by events made for it alone (a thin payment's)
+            return
         TALLY["given_back"] += 1
         self.deliver(giving[index % len(giving)])
 
@@ -788,6 +800,8 @@ class Protocol(RuleBasedStateMachine):
             fenced = self.real if safe else None
             if safe and leg == "fulfil":
                 self.may_have_called.add(pk)
+            if safe and leg != "reverse":
+                self.unrefused.setdefault(pk, set()).add(start.token)
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             worker.downstream, worker.breaker = ds, breaker
             worker.paid = whole(start.amount)  # jobs.py's purchase: the amount at its start
@@ -1164,15 +1178,23 @@ class Protocol(RuleBasedStateMachine):
         other = self.held_as_the_same_purchase_as(pk)
         if decision == "requeue":  # webhook-ledger retry
             verdict, _ = self.attempts.record_decision(pk, "retry", ("failed", "held"), "person")
-        else:  # webhook-ledger resolve --fulfilled | --retry
+        else:  # webhook-ledger resolve --fulfilled | --retry | --not-applied
             if self.state(pk) == "interrupted" or self.held_after_refund(pk):
                 decision = "fulfilled" if self.effect_shows(pk) else "retry"  # checked first
+                if decision == "retry" and self.held_after_refund(pk) and not by_hand:
+                    decision = "not_applied" if index % 2 else decision  # or says so
             elif self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "moved_from"):
                 where = self.refulfil_applied_on if leg == "refulfil" else self.applied_on
                 decision = "fulfilled" if where.get(pk) else "retry"  # checked there
             verdict, _ = self.attempts.record_decision(
                 pk, decision, ("interrupted", "held"), "person"
             )
+            if decision == "not_applied":  # held after it was taken back, nothing found
+                TALLY[f"not_applied_{verdict}"] += 1
+                ended = self.state(pk) == "refunded_unfulfilled" or self.redis.hexists(
+                    keys.payment(pk), "by_hand"
+                )
+                assert verdict == "wait" or (verdict == "ok" and ended), (pk, verdict)
         if by_hand:  # given back: granted by the person, never run again by the ledger
             assert verdict == ("ok" if decision == "fulfilled" else "by_hand"), (pk, verdict)
             if verdict == "ok" and retake:  # taken back by hand: reversed
@@ -1197,6 +1219,40 @@ class Protocol(RuleBasedStateMachine):
                 self.refulfil_maybe_applied.discard(pk)
             else:
                 self.maybe_applied.discard(pk)  # the person saw nothing applied, or closed it
+
+    @rule(index=st.integers(0, 100))
+    def person_finds_nothing_applied(self, index: int) -> None:
+        """A person looks where a held payment's calls went and finds no effect (the model
+        knows none exists: none applied, none found or granted by a person): they say so
+        (resolve --not-applied). Taken for one held after it was taken back (not by hand, no
+        leg due): refunded_unfulfilled (held to grant by hand if Stripe gave it back at the
+        lower bound), never reversed; refused for any other, nothing changed."""
+        held = sorted(pk for pk in self.all_payments() if self.state(pk) == "held")
+        if held:
+            self.not_applied_by_a_person(held[index % len(held)])
+
+    def not_applied_by_a_person(self, pk: str) -> None:
+        """person_finds_nothing_applied, for payment ``pk``."""
+        had = self.applied[pk] or self.refulfils_applied[pk] or pk in self.closed_as
+        if had or pk in self.resolved_done | self.granted_by_hand | self.taken_back_by_hand:
+            return  # an effect there: a person who looks finds it
+        f = self.redis.hmget(keys.payment(pk), "by_hand", "leg")
+        taken = f == [None, None] and self.taken_back_now(pk)
+        before = self.payment_core(pk)
+        verdict, state = self.attempts.record_decision(
+            pk, "not_applied", ("interrupted", "held"), "person"
+        )
+        TALLY[f"not_applied_{verdict}"] += 1
+        if verdict != "ok":
+            assert verdict in ("not_taken_back", "wait"), (pk, verdict)
+            assert not taken or verdict == "wait", f"{pk}: held after taken back, refused"
+            assert self.payment_core(pk) == before, f"{pk}: refused, yet changed"
+            return
+        assert taken, f"{pk}: not applied taken, though not held after it was taken back"
+        by_hand = self.redis.hexists(keys.payment(pk), "by_hand")
+        assert state == "refunded_unfulfilled" or (state == "held" and by_hand), (pk, state)
+        self.person_acted.add(pk)
+        self.maybe_applied.discard(pk)
 
     def held_as_the_same_purchase_as(self, pk: str) -> str | None:
         """The other record a held payment with no call of its own is held as the same
@@ -1401,6 +1457,22 @@ class Protocol(RuleBasedStateMachine):
             if self.state(pk) == "refunded_unfulfilled":
                 assert self.applied[pk] == 0, f"{pk}: refunded_unfulfilled with an effect"
                 assert pk not in self.resolved_done, f"{pk}: refunded_unfulfilled, found applied"
+
+    @invariant()
+    def a_refusal_never_holds_a_refund(self) -> None:
+        """A refused call applied nothing: a payment taken back is held as one a replay-safe
+        call may have applied only while such a call of it started that its own live word did
+        not end as refused, never sent or never made (one before a refusal stays so)."""
+        if not hasattr(self, "applied"):
+            return
+        for pk in self.all_payments():
+            by_hand = self.redis.hexists(keys.payment(pk), "by_hand")
+            held = self.held_after_refund(pk) and not by_hand
+            assert not held or self.unrefused.get(pk), f"{pk}: held, every call refused"
+            if self.state(pk) == "refunded_unfulfilled" and pk in self.may_have_called:
+                if pk not in self.voided and pk not in self.ended_after_a_call:
+                    self.ended_after_a_call.add(pk)  # no settlement voided it: refusals did
+                    TALLY["refunded_unfulfilled_after_a_replay_safe_call"] += 1
 
     @invariant()
     def a_fulfilment_again_that_may_have_applied_is_not_withdrawn(self) -> None:
@@ -1766,7 +1838,7 @@ class Protocol(RuleBasedStateMachine):
         TALLY["voided"] += len(self.voided)
         TALLY["granted_by_hand"] += len(self.granted_by_hand)
         TALLY["taken_back_by_hand"] += len(self.taken_back_by_hand)
-        for counter in ("settles_due", "settled_voided", "settled_applied"):
+        for counter in ("settles_due", "settled_voided", "settled_applied", "resolved_not_applied"):
             TALLY[counter] += int(stats.get(counter.encode(), 0))
         for pk in self.all_payments():  # how the payments a settlement began for ended
             if self.redis.hexists(keys.payment(pk), "settle_from"):
@@ -1781,7 +1853,12 @@ class Protocol(RuleBasedStateMachine):
         stale = self.current_token(w.payment) != w.token
         before = self.payment_core(w.payment)
         was = self.state(w.payment)
-        verdict, _ = self.attempts.finish(w.payment, w.token, outcome, f"model {outcome}", 1.0)
+        refused = w.outcome in REFUSALS  # jobs.py: its answer refused it, nothing applied
+        detail = f"model {outcome}"
+        verdict, _ = self.attempts.finish(w.payment, w.token, outcome, detail, 1.0, refused)
+        if verdict not in ("stale", "already") and (refused or outcome == "not_called"):
+            self.unrefused.get(w.payment, set()).discard(w.token)
+            TALLY[f"{'replay_safe' if w.replay_safe else 'unsafe'}_refusals_told"] += refused
         if verdict == "fulfilled" and w.leg != "reverse":
             self.effect_on[w.payment] = w.downstream
         if stale:

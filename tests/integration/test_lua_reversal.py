@@ -568,6 +568,7 @@ def test_a_malformed_reverse_on_is_refused_before_any_write(redis, redis_server,
         "backoff_base_ms": 1,
         "backoff_cap_ms": 1,
         "reverse_on": "1 sometimes",
+        "refused": 0,
     }
     with pytest.raises(ResponseError, match="reverse_on must be 0, or 1 followed by"):
         script({"payment": keys.payment(shop.pk)}, args)

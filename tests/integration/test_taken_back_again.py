@@ -87,6 +87,24 @@ def test_fulfilled_again_after_a_dispute_won_then_refunded_in_full_is_held(
     assert (shop.state(), shop.field("retake")) == ("held", "refund")
 
 
+def test_fulfilled_again_given_back_then_refunded_in_full_again_is_held_not_unfulfilled(
+    redis, redis_server, rng
+) -> None:
+    """Fulfilled again after a dispute won, refunded in full (held to take it back by hand),
+    that refund failed (held to make sure it is granted), then refunded in full again: the
+    re-grant may stand, so it is held to take it back by hand again, never
+    `refunded_unfulfilled` over it (the protocol explorer's program)."""
+    shop = reversed_then_won(redis_server, rng)
+    assert shop.attempt("refulfil") == "fulfilled"
+    first = refunded_in_full(shop)
+    assert shop.deliver(refund_failed(rng, first[0])) == "held"
+    assert shop.field("hold_reason").startswith("Stripe gave it back (a refund failed or was")
+    refunded_in_full(shop)
+    assert (shop.state(), shop.field("retake"), shop.field("by_hand")) == ("held", "refund", "1")
+    assert shop.field("hold_reason").startswith("refunded in full after it was granted again")
+    assert decide(shop, "fulfilled") == ("ok", "reversed")
+
+
 def test_a_fulfilment_again_resolved_by_a_person_after_a_refund_in_full_is_held(
     redis, redis_server, rng
 ) -> None:

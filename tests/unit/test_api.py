@@ -108,29 +108,35 @@ def test_a_replay_safe_action_is_re_run_and_applies_once(tmp_path: Path, monkeyp
 def test_give_up_fails_the_payment_at_once(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
     action = CallableAction("examples.actions:grant_access", False)
-    outcome, detail, _ = run_action(action, call(amount=None), 5, 1)
+    outcome, detail, *_ = run_action(action, call(amount=None), 5, 1)
     assert (outcome, detail) == ("failed", "pi_1: no amount paid")
 
 
 @pytest.mark.parametrize(
-    ("error", "outcome", "health"),
+    ("error", "outcome", "health", "refused"),
     [
-        (RetryLater("busy"), "retry", ("up", True, 0.0)),
-        (GiveUp("no such product"), "failed", ("up", True, 0.0)),
-        (DownstreamDown("maintenance", retry_after=30), "retry", ("down", True, 30.0)),
-        (DownstreamDown("refused", sent=False), "retry", ("down", False, 0.0)),
+        (RetryLater("busy"), "retry", ("up", True, 0.0), True),
+        (GiveUp("no such product"), "failed", ("up", True, 0.0), True),
+        (DownstreamDown("maintenance", retry_after=30), "retry", ("down", True, 30.0), True),
+        (DownstreamDown("refused", sent=False), "retry", ("down", False, 0.0), True),
+        (KeyError("sku"), "retry", ("none", True, 0.0), False),  # how far did it get?
     ],
 )
-def test_each_exception_means_what_it_says(error, outcome, health) -> None:
+def test_each_exception_means_what_it_says(error, outcome, health, refused) -> None:
+    """A refusal applied nothing (the ledger's ``refused``: a replay-safe call of it no
+    longer counts as one that may have applied); an unexpected exception may have."""
+
     def raising(purchase: object) -> None:
         raise error
 
     action = CallableAction("examples.actions:grant_access", False)
     action.fn = raising
-    got, _, seen = run_action(action, call(), 5, 1)
-    assert got == outcome
+    got, _, seen, said_refused = run_action(action, call(), 5, 1)
+    assert got == outcome and said_refused is refused
     assert (seen.kind, seen.sent, seen.retry_after_s) == health
-    assert health_of(error).kind == health[0]
+    assert not refused or health_of(error).kind == health[0]  # (the action wraps a KeyError)
+    action.replay_safe = False  # (grant_access is replay-safe)
+    assert run_action(action, call(), 5, 1)[3] is refused  # the same, replay-safe or not
 
 
 def test_a_receipt_json_has_no_type_for_is_kept_as_text() -> None:
@@ -140,7 +146,7 @@ def test_a_receipt_json_has_no_type_for_is_kept_as_text() -> None:
     at = datetime(2026, 12, 5, 13, 0, tzinfo=UTC)
     action = CallableAction("examples.actions:grant_access", False)
     action.fn = lambda purchase: {"charged": Decimal("20.00"), "at": at, "entitlement": 7}
-    outcome, detail, _ = run_action(action, call(), 5, 1)
+    outcome, detail, *_ = run_action(action, call(), 5, 1)
     assert outcome == "fulfilled"
     assert json.loads(detail) == {"charged": "20.00", "at": str(at), "entitlement": 7}
     action.fn = lambda purchase: Decimal("1.5")
@@ -163,6 +169,6 @@ def test_a_receipt_the_ledger_cannot_store_as_is_is_kept_as_its_text(returned: o
     the effect, the payment interrupted, or failed once every re-run crashed the same way."""
     action = CallableAction("examples.actions:grant_access", False)
     action.fn = lambda purchase: returned
-    outcome, detail, _ = run_action(action, call(), 5, 1)
+    outcome, detail, *_ = run_action(action, call(), 5, 1)
     assert outcome == "fulfilled"
     assert json.loads(detail) == {"unstorable": ascii(returned)}

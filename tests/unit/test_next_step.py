@@ -47,6 +47,24 @@ def test_a_payment_only_a_person_grants_offers_no_retry() -> None:
     assert again.fulfilled == "Taken back by hand: mark reversed"
 
 
+def test_a_payment_held_after_it_was_taken_back_offers_not_applied() -> None:
+    """Held after a refund in full while a call may have applied: a retry only holds it
+    again while Stripe takes it back, so the step offers --not-applied (refunded_unfulfilled)
+    beside --fulfilled (then reversed)."""
+    step = step_of(state="held", taken_back="refund", rf=json.dumps({"re_1": 2000}))
+    assert step is not None and step.kind == "decide"
+    resolve = f"webhook-ledger resolve {PK}"
+    assert step.commands == [
+        (f"{resolve} --fulfilled", "It was applied: mark fulfilled (then reversed)"),
+        (f"{resolve} --not-applied", "It was not: refunded_unfulfilled, no reversal"),
+        (f"{resolve} --retry", "Stripe gave it back since: run again"),
+    ]
+    plain = step_of(state="held")
+    assert plain is not None and plain.not_applied is None and plain.retry is not None
+    given = step_of(state="held", by_hand="1", taken_back="refund", reinstated_at="1")
+    assert given is not None and given.not_applied is None and given.retry is None
+
+
 def test_no_step_unless_it_waits_for_a_decision_and_no_receipt_to_check_when_none_came() -> None:
     assert step_of(state="failed") is None and step_of(state="fulfilled") is None
     waiting = payment_record(PK, {"state": "interrupted", "token": "1"})
