@@ -266,7 +266,7 @@ def test_a_refusal_says_what_the_downstream_answered() -> None:
     """The merchant app's own reason, after the status: before, only `http 422 from …`."""
     said = b'{"error":{"message":"sku \'pro-plan\' out of stock"}}'
     with raw_server(refusing(422, said)) as url:
-        outcome, detail, _ = run_action(HttpAction(url, 2.0, False), CALL, 2.0, 30.0)
+        outcome, detail, *_ = run_action(HttpAction(url, 2.0, False), CALL, 2.0, 30.0)
     origin = url.removesuffix("/fulfil")
     assert outcome == "failed"
     assert detail == f"http 422 from {origin}: {said.decode()}"
@@ -306,7 +306,7 @@ def test_an_error_body_that_trickles_changes_neither_the_outcome_nor_the_deadlin
     timeout = 2.0
     with raw_server(refusing(status, b'{"error": "busy"', b"x" * 100)) as url:
         began = time.monotonic()
-        ended, detail, health = run_action(HttpAction(url, timeout, False), CALL, timeout, 30.0)
+        ended, detail, health, _ = run_action(HttpAction(url, timeout, False), CALL, timeout, 30.0)
         took = time.monotonic() - began
     assert (ended, health.kind) == (outcome, down), detail
     assert detail.startswith(f'http {status} from {url.removesuffix("/fulfil")}: {{"error": "busy"')

@@ -166,7 +166,7 @@ def test_a_proxy_that_asks_for_credentials_is_down_and_never_sent(
         action = HttpAction(f"{scheme}://downstream.test:8443/fulfil", 5.0, replay_safe=False)
         with pytest.raises(TransientDownstreamError) as raised:
             action(CALL)
-        outcome, _, health = run_action(action, CALL, 5.0, 30.0)
+        outcome, _, health, _ = run_action(action, CALL, 5.0, 30.0)
     assert raised.value.down and not raised.value.sent, raised.value
     assert "407" in str(raised.value), raised.value
     assert outcome == "retry" and health.kind == "down" and not health.sent

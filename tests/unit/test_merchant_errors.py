@@ -64,7 +64,7 @@ def call() -> Purchase:
 def attempt(caplog: pytest.LogCaptureFixture, action: CallableAction) -> tuple[str, str, list[str]]:
     """One attempt of ``action``: its outcome, its error, what it logged at ERROR."""
     with caplog.at_level(logging.INFO):
-        outcome, detail, _ = run_action(action, call(), 5, 1)
+        outcome, detail, *_ = run_action(action, call(), 5, 1)
     return outcome, detail, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
