@@ -74,15 +74,8 @@ def test_a_paid_session_is_recorded_once_and_fulfilled_once(
     again = ops.post(url(cs), headers=BEARER)
     assert again.status_code == 200 and again.json["recorded"] is False
     assert stripe_api.checkout_requests[f"/v1/checkout/sessions/{cs}"] == 1  # known paid: no read
-    for event in events:  # the webhook's events come after: one payment, one job
-        body = samples.encode(event)
-        assert ops.post(
-            "/webhooks/stripe", data=body, headers=signed_headers(body)
-        ).status_code == (200)
-    f: Fulfilment = fulfilment(
-        **{k: v for k, v in landing_config.items() if k.startswith("STRIPE")}
-    )
-    f.work()
+    # the webhook's events come after: one payment, one job
+    delivered_and_worked(ops, fulfilment, landing_config, events)
     assert state_of(redis, pk) == "fulfilled"
     assert redis.hget(keys.payment(pk), "token") == b"1"
     done = ops.get(url(cs), headers=BEARER).json
@@ -222,15 +215,19 @@ def test_a_session_completed_unpaid_reads_paid_once_its_payment_is(
     """An asynchronous method's session completes unpaid and its PaymentIntent succeeds
     after: the payment is fulfilled, and the trigger's answers said ``unpaid`` (reviewer)."""
     events, cs, pk = purchase(stripe_api, rng, payment_status="unpaid")
-    for event in (events[0], events[1], events[3], events[2]):
+    delivered_and_worked(ops, fulfilment, landing_config, [events[i] for i in (0, 1, 3, 2)])
+    assert state_of(redis, pk) == "fulfilled"
+    for answer in (ops.get(url(cs), headers=BEARER), ops.post(url(cs), headers=BEARER)):
+        assert (answer.json["state"], answer.json["payment_status"]) == ("fulfilled", "paid")
+
+
+def delivered_and_worked(ops: Any, fulfilment: Any, landing_config: dict, events: list) -> None:
+    """``events`` through the webhook endpoint, each answered 200, then one worker's turn."""
+    for event in events:
         body = samples.encode(event)
-        assert ops.post(
-            "/webhooks/stripe", data=body, headers=signed_headers(body)
-        ).status_code == (200)
+        answer = ops.post("/webhooks/stripe", data=body, headers=signed_headers(body))
+        assert answer.status_code == 200
     f: Fulfilment = fulfilment(
         **{k: v for k, v in landing_config.items() if k.startswith("STRIPE")}
     )
     f.work()
-    assert state_of(redis, pk) == "fulfilled"
-    for answer in (ops.get(url(cs), headers=BEARER), ops.post(url(cs), headers=BEARER)):
-        assert (answer.json["state"], answer.json["payment_status"]) == ("fulfilled", "paid")
