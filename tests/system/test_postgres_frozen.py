@@ -31,7 +31,7 @@ action = build_action(s)
 
 def call(n):
     fields = {"amount": "100", "currency": "usd", "livemode": "0", "events": "[]"}
-    outcome, detail, _ = run_action(
+    outcome, detail, *_ = run_action(
         action, purchase_of(f"pi_{n}", 1, fields), s.FULFILMENT_TIMEOUT,
         s.FULFILMENT_KILL_MARGIN_SECONDS,
     )
