@@ -4,7 +4,8 @@ never off one that came after its failure."""
 
 import json
 
-from ledger.reversals import refunded_amount, taken_of
+from ledger.refunds_counted import refunded_amount
+from ledger.reversals import taken_of
 
 REFUND = {"id": "re_1", "object": "refund", "amount": 500, "created": 100, "status": "succeeded"}
 
