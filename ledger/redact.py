@@ -14,6 +14,7 @@ Over-masking is fine; leaking is not.
 """
 
 import base64
+import functools
 import html
 import re
 from urllib.parse import quote, unquote, urlsplit
@@ -165,6 +166,7 @@ def without(text: str, secrets: list[str]) -> str:
     return redact(text)
 
 
+@functools.lru_cache(maxsize=512)  # the same URL's secrets, on every receipt
 def _spelled_any_way(secret: str) -> re.Pattern[str]:
     """``secret`` as a downstream may echo it back: each character but a letter or a digit
     as written or escaped, whichever way (percent-encoded, JSON's ``\\uXXXX`` or ``\\/``,
