@@ -11,8 +11,9 @@ import pytest
 from examples.shop import migrate
 from ledger import keys
 from ledger.decisions import decide
-from tests.integration.test_shop_reversal import GRANT, REVOKE, entitlement, reversal_keys
+from tests.integration.test_shop_reversal import entitlement, reversal_keys
 from tests.support.helpers import purchase, settled_as, state_of
+from tests.support.postgres import shop_actions
 from tests.support.refunds import refund_events
 
 
@@ -29,10 +30,7 @@ def test_a_closed_duplicate_refunded_is_never_reversed_under_its_own_key(
     who takes the invoice's effect back by hand and resolves it, then reversed."""
     migrate(postgres_url)
     f = fulfilment(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_SQL=REVOKE,
+        **shop_actions(postgres_url),
         FULFIL_UNLINKED_INVOICES="true",
         FULFILMENT_TIMEOUT="3",
         LEASE_SECONDS="6",

@@ -17,6 +17,7 @@ from ledger import keys
 from ledgerctl import samples
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import settled_as
+from tests.support.postgres import shop_actions
 from tests.support.processes import ROOT
 from tests.support.refunds import dispute_closed, refund_events
 from tests.support.reversal_ledger import paid
@@ -46,10 +47,7 @@ def test_revoke_sql_revokes_only_what_is_taken_back_in_full(
 ) -> None:
     migrate(postgres_url)
     f = fulfilment(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_SQL=REVOKE,
+        **shop_actions(postgres_url),
         REVERSAL_PER_REFUND=str(per_refund).lower(),
         FULFILMENT_TIMEOUT="3",
         LEASE_SECONDS="6",

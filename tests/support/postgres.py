@@ -198,3 +198,14 @@ _made = iter(range(1, 1_000_000))
 def postgres_url(postgres_server: PostgresServer) -> str:
     """A fresh database and its owner for one test: ``postgresql://shopN:…@127.0.0.1:P/shopN``."""
     return postgres_server.database(f"shop{os.getpid()}_{next(_made)}")
+
+
+def shop_actions(url: str) -> dict[str, str]:
+    """The example shop's actions on database ``url``: grant.sql fulfils, revoke.sql takes back."""
+    shop = Path(__file__).resolve().parents[2] / "examples" / "shop"
+    return {
+        "FULFILMENT_ACTION": url,
+        "FULFILMENT_SQL": f"@{shop / 'grant.sql'}",
+        "REVERSAL_ACTION": url,
+        "REVERSAL_SQL": f"@{shop / 'revoke.sql'}",
+    }

@@ -25,7 +25,7 @@ from ledger.downstream import open_downstream
 from ledgerctl import samples
 from tests.support.constants import OPS_TOKEN
 from tests.support.helpers import payment_key_of, settled_as
-from tests.support.postgres import binaries
+from tests.support.postgres import binaries, shop_actions
 from tests.support.processes import ROOT, free_port, shared_venv, wait_until
 from tests.support.refunds import refund_events
 from tests.support.replay import replay
@@ -40,10 +40,7 @@ def test_a_checkout_purchase_shows_one_entitlement_revoked_once_refunded(
     migrate(postgres_url)
     migrate(postgres_url)  # idempotent: run.sh migrates on every start
     s = stack(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_SQL=REVOKE,
+        **shop_actions(postgres_url),
     )
     s.start_service(workers=2)
     events = samples.payment_events(random.Random(4), checkout=True)
@@ -119,10 +116,7 @@ def test_a_partial_refund_reversed_on_its_own_shows_on_the_page_still_granted(
     granted; the rest refunded revokes it."""
     migrate(postgres_url)
     s = stack(
-        FULFILMENT_ACTION=postgres_url,
-        FULFILMENT_SQL=GRANT,
-        REVERSAL_ACTION=postgres_url,
-        REVERSAL_SQL=REVOKE,
+        **shop_actions(postgres_url),
         REVERSAL_PER_REFUND="true",
     )
     s.start_service(workers=2)
