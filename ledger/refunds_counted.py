@@ -8,7 +8,7 @@ from ledger.stored import whole
 
 
 def refunded_amount(stored: dict[str, str]) -> int:
-    """What the payment hash's fields say was refunded (prelude.lua's refund_total): the
+    """What the payment hash's fields say was refunded (refunds.lua's refund_total): the
     refunds counted by id, or the latest charge event's ``amount_refunded`` if larger, less
     the refunds it counted that failed since (made by then, said failed after it)."""
     counted = sum(amount for amount in int_map(stored.get("rf")).values() if amount > 0)

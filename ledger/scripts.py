@@ -1,6 +1,6 @@
 """The Lua library: each script runs as the constants of ``keys``, its name (``SCRIPT``),
-``lua/prelude.lua`` (and ``lua/attempts.lua``) and its own file, and is called with its
-KEYS and ARGV by name.
+``lua/prelude.lua`` (with the files of :data:`TAKING_BACK` and ``lua/attempts.lua`` for
+the scripts that need them) and its own file, and is called with its KEYS and ARGV by name.
 
 The scripts of :data:`FUNCTIONS` run as Redis Functions: the same text, wrapped as a library
 (:func:`library`), is loaded once per server (``FUNCTION LOAD``) and called with ``FCALL``,
@@ -40,6 +40,13 @@ others (the intake's among them) go without: every call builds each helper in it
 anew, which costs these about 2 µs of Redis time a call."""
 
 
+TAKING_BACK = ("refunds.lua", "take_back_steps.lua", "take_back.lua")
+"""What a refund or dispute does to a payment, in this order after the prelude, for the
+scripts that take a payment back or give it back: the attempt scripts and the intake's."""
+
+TAKING_BACK_SCRIPTS = ATTEMPT_SCRIPTS | {"record_delivery"}
+
+
 def source(name: str, clock_key: str = "") -> str:
     """The text Redis runs for script ``name``: the constants, the prelude (and the attempt
     helpers), the script (``clock_key``: see :func:`keys.lua_constants`; tests only)."""
@@ -49,7 +56,11 @@ def source(name: str, clock_key: str = "") -> str:
 def _parts(name: str, clock_key: str) -> tuple[str, str]:
     """What comes before the script's own file (constants, name, prelude), and that file."""
     lua = resources.files("ledger").joinpath("lua")
-    files = ("prelude.lua", *(("attempts.lua",) if name in ATTEMPT_SCRIPTS else ()))
+    files = (
+        "prelude.lua",
+        *(TAKING_BACK if name in TAKING_BACK_SCRIPTS else ()),
+        *(("attempts.lua",) if name in ATTEMPT_SCRIPTS else ()),
+    )
     shared = (lua.joinpath(f).read_text() for f in files)
     head = "\n".join([keys.lua_constants(clock_key), f"local SCRIPT = {name!r}", *shared])
     return head, lua.joinpath(f"{name}.lua").read_text()

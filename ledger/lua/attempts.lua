@@ -27,7 +27,7 @@ local REACHED = {fulfil = 'called_on', refulfil = 'refulfil_on'}
 -- never called: finish_attempt.lua), or whose answer refused it (finish_attempt.lua's
 -- `refused`: nothing applied), had no effect on the downstreams it added to those lists (its
 -- record's `reached`): each is taken off again, so a move is not held for it, nor a
--- settlement sent there, nor a refund in full held (prelude's may_have_applied). A
+-- settlement sent there, nor a refund in full held (refunds.lua may_have_applied). A
 -- downstream an earlier call had reached is in no later attempt's `reached`: it stays, as
 -- a later refusal does not undo what that call may have applied. `raw`: its record, as just
 -- read.
@@ -147,7 +147,7 @@ end
 -- fulfilled vouches for (`same_purchase_as`, a tie Stripe sent late, else `dup_of`, the
 -- payment it was held as a possible duplicate of), when none of its own attempts may have
 -- applied it; else nil. Kept as `effect_of`: its reversal is never run under its own key
--- (prelude's take_back, hold_effect_elsewhere).
+-- (take_back.lua take_back, hold_effect_elsewhere).
 local function effect_elsewhere(pay)
   local f = redis.call('HMGET', pay, 'state', 'same_purchase_as', 'dup_of')
   local other = f[2] or f[3]

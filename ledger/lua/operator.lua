@@ -32,8 +32,8 @@ if by_hand and ARG.decision == 'retry' then
   return reply{verdict = 'by_hand', state = state}  -- nothing of the ledger's may run again
 end
 -- Not applied: only for a payment held after it was taken back (refunded in full, a dispute
--- lost) while a call of its fulfilment may have applied (prelude's hold_taken_back), not one
--- held for a person to act by hand, nor one with a leg due.
+-- lost) while a call of its fulfilment may have applied (take_back_steps.lua
+-- hold_taken_back), not one held for a person to act by hand, nor one with a leg due.
 if ARG.decision == 'not_applied' and (state ~= 'held' or by_hand or leg or not taken_back(pay)) then
   return reply{verdict = 'not_taken_back', state = state}
 end
@@ -60,13 +60,14 @@ redis.call('HSET', pay, 'resolved_by', ARG.note, 'resolved_at', now,
   'resolved_decision', ARG.decision, 'resolved_from', state, 'resolved_as', as)
 if ARG.decision == 'not_applied' then
   -- a person looked where its calls went and found no effect: taken back before any, as if
-  -- no call had reached there (prelude's never_fulfilled: refunded_unfulfilled, no reversal)
+  -- no call had reached there (take_back_steps.lua never_fulfilled: refunded_unfulfilled,
+  -- no reversal)
   redis.call('HDEL', pay, 'hold_reason', 'settle_gave_up')
   redis.call('HINCRBY', STATS, 'resolved_not_applied', 1)
   return reply{verdict = 'ok', state = never_fulfilled(pay, now)}
 end
 if ARG.decision == 'fulfilled' and retake then
-  -- granted again, taken back again, and a person took it back by hand (prelude's
+  -- granted again, taken back again, and a person took it back by hand (take_back_steps.lua
   -- hold_retake): reversed, as a reversal's leg resolved would leave it
   move(pay, 'reversed', now)
   -- reversal_from: no attempt before this decision is a reversal's (a late receipt is stale)
@@ -78,7 +79,7 @@ if ARG.decision == 'fulfilled' and retake then
 end
 if ARG.decision == 'fulfilled' and by_hand then
   -- a person granted it by hand; a first receipt (a reversed payment's) stays, and a refund
-  -- in full after it is reversed, or if it was reversed before, held (prelude's take_back)
+  -- in full after it is reversed, or if it was reversed before, held (take_back.lua take_back)
   move(pay, 'fulfilled', now)
   redis.call('HSET', pay, 'fulfilled_at', now, 'fulfilled_by_hand', 1)
   redis.call('HSETNX', pay, 'receipt', cjson.encode({resolved = ARG.note}))
@@ -127,7 +128,7 @@ if ARG.decision == 'fulfilled' then
   return reply{verdict = 'ok', state = moved or 'fulfilled'}
 end
 -- A fresh attempt budget for the retry; a settlement that gave up may run again (its cause
--- fixed: the attempt's start settles a payment taken back, lua/prelude.lua take_back).
+-- fixed: the attempt's start settles a payment taken back, lua/take_back.lua take_back).
 redis.call('HSET', pay, 'budget_base', redis.call('HGET', pay, 'token') or 0)
 redis.call('HDEL', pay, 'settle_gave_up')
 -- Held after FULFILMENT_ACTION moved (start_attempt.lua), and a person found nothing where

@@ -105,7 +105,7 @@ move(pay, 'in_progress', now, state)
 -- so the attempt is `calling` from the start (one round trip less per job).
 local phase = ARG.replay_safe == '1' and 'calling' or 'leased'
 -- A replay-safe call whose action names no downstream: no list can take it off again
--- (prelude's may_have_applied: `called_unnamed`, written with the rest); an attempt with no
+-- (refunds.lua may_have_applied: `called_unnamed`, written with the rest); an attempt with no
 -- caller makes no call (start_without_call).
 local unnamed = phase == 'calling' and ARG.downstream == '' and ARG.caller ~= ''
   and leg ~= 'reverse'

@@ -96,7 +96,7 @@ def next_step(p: Payment) -> NextStep | None:
 
 def taken_back_held(p: Payment) -> bool:
     """Held after it was taken back (refunded in full, a dispute lost) while a call of its
-    fulfilment may have applied it (lua/prelude.lua hold_taken_back): a person says whether
+    fulfilment may have applied it (lua/take_back_steps.lua hold_taken_back): a person says whether
     it applied, as lua/operator.lua's not_applied takes it."""
     taken = p.reversal.taken_back if p.reversal else None
     return p.state == "held" and not p.by_hand and p.leg == "fulfil" and taken is not None

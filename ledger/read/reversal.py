@@ -142,7 +142,7 @@ def _key(payment_key: str, f: dict[str, str], reversed_each: dict[str, int]) -> 
 
 
 def taken_back_now(f: dict[str, str]) -> str | None:
-    """Why Stripe takes the payment back now, as prelude.lua's taken_back reads its fields:
+    """Why Stripe takes the payment back now, as refunds.lua's taken_back reads its fields:
     not the stored ``taken_back``, which stays until the ledger next acts on the payment."""
     paid, refunded = whole(f.get("amount")), refunded_amount(f)
     if paid and refunded >= paid:

@@ -1,5 +1,5 @@
 """What a payment's refund fields say was refunded (ledger/reversals.py, the same rule as
-prelude.lua's refund_total): a failed refund comes off the charge figure that counted it,
+refunds.lua's refund_total): a failed refund comes off the charge figure that counted it,
 never off one that came after its failure."""
 
 import json

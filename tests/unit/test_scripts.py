@@ -1,5 +1,5 @@
-"""The Lua library's shape: one prelude (and the attempt helpers), names declared once, every
-key name from keys.py."""
+"""The Lua library's shape: one prelude (and the taking-back and attempt helpers), names
+declared once, every key name from keys.py."""
 
 import re
 from importlib import resources
@@ -10,12 +10,18 @@ from rq import Queue
 from rq.job import Job
 
 from ledger import keys, replies
-from ledger.scripts import ATTEMPT_SCRIPTS, names_given, source
+from ledger.scripts import (
+    ATTEMPT_SCRIPTS,
+    TAKING_BACK,
+    TAKING_BACK_SCRIPTS,
+    names_given,
+    source,
+)
 
 LUA = resources.files("ledger").joinpath("lua")
 SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
-SCRIPTS.remove("prelude")
-SCRIPTS.remove("attempts")
+for part in ("prelude", "attempts", *(f[:-4] for f in TAKING_BACK)):
+    SCRIPTS.remove(part)
 
 
 def test_rq_key_prefixes_are_rqs_own() -> None:
@@ -50,6 +56,30 @@ def test_a_reply_of_several_values_is_named_as_its_struct(name: str) -> None:
     shape = replies.SHAPES.get(name)
     assert names_given(own, "replies") == (shape.__struct_fields__ if shape else ())
     assert not re.search(r"return \{", own), "an array reply is built by reply{...}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_only_the_scripts_that_take_back_get_the_taking_back_helpers(name: str) -> None:
+    """As the attempt helpers: a script outside TAKING_BACK_SCRIPTS would fail on one of
+    them; one inside uses at least one, in its own text or through the attempt helpers."""
+    parts = "\n".join(LUA.joinpath(f).read_text() for f in TAKING_BACK)
+    helpers = re.findall(r"^local (?:function )?(\w+)", parts, re.M)
+    own = LUA.joinpath(f"{name}.lua").read_text()
+    if name in ATTEMPT_SCRIPTS:
+        own += LUA.joinpath("attempts.lua").read_text()
+    used = [h for h in helpers if re.search(rf"\b{h}\b", own)]
+    assert bool(used) == (name in TAKING_BACK_SCRIPTS), used
+
+
+def test_each_part_uses_only_what_comes_before_it() -> None:
+    """The parts are joined in order, so a helper is defined above every use of it: the
+    prelude uses nothing of the taking-back parts, and each part nothing of a later one."""
+    parts = ["prelude.lua", *TAKING_BACK, "attempts.lua"]
+    for i, part in enumerate(parts):
+        later = "\n".join(LUA.joinpath(f).read_text() for f in parts[i + 1 :])
+        text = LUA.joinpath(part).read_text()
+        names = re.findall(r"^local (?:function )?(\w+)", later, re.M)
+        assert [n for n in names if re.search(rf"\b{n}\(", text)] == [], part
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
