@@ -40,8 +40,16 @@ back, so it is retried, and said and logged the same way):
 - :class:`GiveUp`: this payment cannot be fulfilled as it is: ``failed`` at once, for a
   person (``webhook-ledger retry`` once fixed).
 - :class:`DownstreamDown`: the downstream as a whole is unavailable: counted by the circuit
-  breaker, which holds every worker back (``retry_after``: seconds it asked to wait);
-  ``sent=False`` when the request certainly never left (then no attempt is spent).
+  breaker, which holds every worker back (``retry_after``: seconds it asked to wait). By
+  default the request may have reached it (a gateway's 502, a read timeout): whether it
+  applied is unknown, as for any other exception. ``sent=False``: it applied nothing (it
+  never left, or the downstream refused it: a 503 for maintenance); no attempt is spent.
+
+``RetryLater``, ``GiveUp`` and ``DownstreamDown(sent=False)`` say the call applied nothing.
+Raise them only when that is so: a payment refunded in full after such refusals alone ends
+``refunded_unfulfilled``, its reversal never called. When the call may have applied, raise
+``DownstreamDown()`` or let your client's exception through: retried when replay-safe, else
+``interrupted``, and refunded in full it is ``held`` for a person to look.
 """
 
 from collections.abc import Callable
@@ -280,20 +288,24 @@ Effect = Callable[[Any, Purchase], Receipt | None]
 
 
 class RetryLater(TransientDownstreamError):
-    """Not now: retry this payment later (backoff, up to MAX_ATTEMPTS, then ``failed``)."""
+    """Not now, and nothing applied: retry this payment later (backoff, up to MAX_ATTEMPTS,
+    then ``failed``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
 
 
 class GiveUp(PermanentDownstreamError):
-    """This payment cannot be fulfilled as it is: ``failed`` now, for a person."""
+    """This payment cannot be fulfilled as it is, and nothing applied: ``failed`` now, for
+    a person."""
 
 
 class DownstreamDown(TransientDownstreamError):
     """The downstream as a whole is unavailable: the circuit breaker counts it and holds
-    every worker back, ``retry_after`` seconds at least when given; ``sent=False`` when the
-    request certainly never left (no attempt spent)."""
+    every worker back, ``retry_after`` seconds at least when given. ``sent`` (the default):
+    the request may have reached it, so the call may have applied (retried when
+    replay-safe, else ``interrupted``); ``sent=False``: it applied nothing (never left, or
+    refused), no attempt spent."""
 
     def __init__(self, message: str, retry_after: float = 0.0, sent: bool = True) -> None:
         super().__init__(message, down=True, sent=sent, retry_after=retry_after)

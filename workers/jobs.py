@@ -40,6 +40,7 @@ from workers.actions import (
     downstream_of,
     settler,
 )
+from workers.api import DownstreamDown
 from workers.deadline import DeadlineExceeded, call_within, calling_thread
 from workers.exceptions import (
     AmbiguousDownstreamError,
@@ -168,20 +169,28 @@ def run_action(
 def outcome_of(error: BaseException, replay_safe: bool) -> str:
     """How an attempt ends on a call's error: a call that may have been applied (no answer
     came back) runs again only when the action is replay-safe, else waits for a person."""
-    if isinstance(error, DeadlineExceeded | AmbiguousDownstreamError):
+    if may_have_applied(error):
         return "retry" if replay_safe else "interrupted"
     if isinstance(error, TransientDownstreamError):
         return "retry"
     return "failed"
 
 
+def may_have_applied(error: BaseException) -> bool:
+    """Whether a call that ended in ``error`` may have applied: no answer, or one that does
+    not say (a deadline, a reset, a 500, 502, 504, an unexpected exception, a DownstreamDown
+    whose request left: ``sent``, its default)."""
+    if isinstance(error, DownstreamDown):
+        return error.sent
+    return isinstance(error, DeadlineExceeded | AmbiguousDownstreamError)
+
+
 def refused_by(error: BaseException) -> bool:
     """Whether a call's error is its refusal, which applied nothing (a 4xx, 409, 429, 503,
-    a connection refused; GiveUp, RetryLater): what an action that is not replay-safe is
-    called again after, or fails on. Not an answer that never came or does not say (a
-    deadline, a reset, a 500, 502, 504, an unexpected exception): that call may have applied."""
+    a connection refused; GiveUp, RetryLater, DownstreamDown with sent=False): what an
+    action that is not replay-safe is called again after, or fails on."""
     refusal = isinstance(error, TransientDownstreamError | PermanentDownstreamError)
-    return refusal and not isinstance(error, AmbiguousDownstreamError)
+    return refusal and not may_have_applied(error)
 
 
 def fulfil_payment(payment_key: str) -> dict[str, Any]:

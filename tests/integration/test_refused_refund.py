@@ -57,7 +57,10 @@ def refunded_in_full(f: Fulfilment, rng: random.Random, pk: str, amount: int) ->
     return field(f.redis, pk, "state")
 
 
-@pytest.mark.parametrize(("answer", "state"), [("give_up", "failed"), ("retry_later", "retrying")])
+@pytest.mark.parametrize(
+    ("answer", "state"),
+    [("give_up", "failed"), ("retry_later", "retrying"), ("refused", "retrying")],
+)
 def test_a_refusal_then_a_refund_in_full_ends_refunded_unfulfilled_never_reversed(
     answer: str,
     state: str,
@@ -67,8 +70,9 @@ def test_a_refusal_then_a_refund_in_full_ends_refunded_unfulfilled_never_reverse
     redis: Redis,
     rng: random.Random,
 ) -> None:
-    """GiveUp (failed) or RetryLater (retrying) from a callable declared @replay_safe: the
-    same end as the same callable without it, no call of the reversal."""
+    """GiveUp (failed), RetryLater or DownstreamDown(sent=False) (retrying) from a callable
+    declared @replay_safe: the same end as the same callable without it, no call of the
+    reversal."""
     answers[:] = [answer]
     f = fulfilment(FULFILMENT_ACTION=REFUSE, REVERSAL_ACTION=reversal.url, MAX_ATTEMPTS="5")
     pk, amount = paid(f, rng)
@@ -80,6 +84,30 @@ def test_a_refusal_then_a_refund_in_full_ends_refunded_unfulfilled_never_reverse
     f.sweep()
     f.work()
     assert field(redis, pk, "state") == "refunded_unfulfilled"
+    assert reversal.calls[pk] == 0 and refusing_actions.CALLS[pk] == 1
+
+
+def test_a_downstream_down_whose_request_left_may_have_applied_held_when_refunded(
+    answers: list[str],
+    reversal: CountingDownstream,
+    fulfilment: Callable[..., Fulfilment],
+    redis: Redis,
+    rng: random.Random,
+) -> None:
+    """DownstreamDown with its default ``sent``: the request may have reached the shop (its
+    gateway's 502 after the grant committed), so the call is no refusal. Refunded in full,
+    the payment is held for a person to look, never closed as never fulfilled."""
+    answers[:] = ["down"]
+    f = fulfilment(FULFILMENT_ACTION=REFUSE, REVERSAL_ACTION=reversal.url, MAX_ATTEMPTS="5")
+    pk, amount = paid(f, rng)
+    f.work()
+    assert field(redis, pk, "state") == "retrying" and field(redis, pk, "called_on") != ""
+    assert refunded_in_full(f, rng, pk, amount) == "held"
+    assert "may have applied it: check the downstream" in field(redis, pk, "hold_reason")
+    f.work()
+    f.sweep()
+    f.work()
+    assert field(redis, pk, "state") == "held"
     assert reversal.calls[pk] == 0 and refusing_actions.CALLS[pk] == 1
 
 

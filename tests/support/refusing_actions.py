@@ -4,13 +4,14 @@ says, one answer per call of a payment, the last one repeated."""
 
 from collections import Counter
 
-from workers.api import GiveUp, Purchase, Receipt, RetryLater, replay_safe
+from workers.api import DownstreamDown, GiveUp, Purchase, Receipt, RetryLater, replay_safe
 
 CALLS: Counter[str] = Counter()
 """Calls by payment key."""
 ANSWERS: list[str] = ["give_up"]
-"""give_up, retry_later, or crash: an exception the action does not name (it may have got
-anywhere: the call may have applied)."""
+"""give_up, retry_later, refused (DownstreamDown, sent=False), down (DownstreamDown: its
+request left, the call may have applied), or crash: an exception the action does not name
+(it may have got anywhere: the call may have applied)."""
 
 
 @replay_safe
@@ -23,4 +24,8 @@ def refuse(purchase: Purchase) -> Receipt:
         raise GiveUp(f"{pk}: no such product")
     if answer == "retry_later":
         raise RetryLater(f"{pk}: stock not in yet")
+    if answer == "refused":
+        raise DownstreamDown(f"{pk}: the shop is in maintenance", sent=False)
+    if answer == "down":
+        raise DownstreamDown(f"{pk}: the shop's gateway answered 502")
     raise RuntimeError(f"{pk}: the shop's API ended mid-write")

@@ -117,14 +117,16 @@ def test_give_up_fails_the_payment_at_once(tmp_path: Path, monkeypatch) -> None:
     [
         (RetryLater("busy"), "retry", ("up", True, 0.0), True),
         (GiveUp("no such product"), "failed", ("up", True, 0.0), True),
-        (DownstreamDown("maintenance", retry_after=30), "retry", ("down", True, 30.0), True),
+        (DownstreamDown("502 from its gateway"), "retry", ("down", True, 0.0), False),
+        (DownstreamDown("in maintenance", 30, sent=False), "retry", ("down", False, 30.0), True),
         (DownstreamDown("refused", sent=False), "retry", ("down", False, 0.0), True),
         (KeyError("sku"), "retry", ("none", True, 0.0), False),  # how far did it get?
     ],
 )
 def test_each_exception_means_what_it_says(error, outcome, health, refused) -> None:
     """A refusal applied nothing (the ledger's ``refused``: a replay-safe call of it no
-    longer counts as one that may have applied); an unexpected exception may have."""
+    longer counts as one that may have applied); an unexpected exception may have, and so
+    may a DownstreamDown whose request left (``sent``, its default)."""
 
     def raising(purchase: object) -> None:
         raise error
@@ -136,7 +138,9 @@ def test_each_exception_means_what_it_says(error, outcome, health, refused) -> N
     assert (seen.kind, seen.sent, seen.retry_after_s) == health
     assert not refused or health_of(error).kind == health[0]  # (the action wraps a KeyError)
     action.replay_safe = False  # (grant_access is replay-safe)
-    assert run_action(action, call(), 5, 1)[3] is refused  # the same, replay-safe or not
+    again, _, _, said_again = run_action(action, call(), 5, 1)
+    assert said_again is refused  # the same, replay-safe or not
+    assert again == (outcome if refused else "interrupted")  # may have applied: a person's
 
 
 def test_a_receipt_json_has_no_type_for_is_kept_as_text() -> None:
