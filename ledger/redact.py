@@ -1,7 +1,7 @@
 """Credentials out of text before it is stored, logged or shown: the userinfo of a URL, every
 query value, Authorization header values, credentials after ``Basic``/``Bearer``, Stripe
 keys and secrets (their kind kept), urllib3's quoted paths and conninfo passwords become
-``***``.
+``***``, and so does the path of any web URL in it.
 
 Applied to error strings (a requests exception embeds the URL it called, query included);
 a configured URL (REDIS_URL, STRIPE_API_BASE, a database action) is shown by
@@ -17,6 +17,7 @@ import base64
 import functools
 import html
 import re
+from email.message import Message
 from urllib.parse import quote, unquote, urlsplit
 
 MASK = "***"
@@ -44,6 +45,9 @@ _CREDENTIALS = re.compile(r"\b(?P<scheme>Basic|Bearer|Token) +[A-Za-z0-9+/=._~-]
 # for url: https://host/services/T0/B0/XXXX": a capability URL's secret is in its path,
 # which no pattern can tell from a plain one.
 _URLLIB3_PATH = re.compile(r"(?P<name>\burl: (?:[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s]+)?)/\S*")
+# Any other web URL's path, however a client words its message (httpx's "for url
+# 'https://…'", aiohttp's "URL('https://…')"): its origin kept, its query masked above.
+_WEB_PATH = re.compile(r"(?P<origin>\b(?:https?|wss?)://[^\s/'\"<>`()\[\]]+)/[^\s?#'\"<>`()\[\]]+")
 
 
 def redact(text: str) -> str:
@@ -54,6 +58,7 @@ def redact(text: str) -> str:
     text = _STRIPE_SECRET.sub(lambda m: f"{m['kind']}{MASK}", text)
     text = _CREDENTIALS.sub(lambda m: f"{m['scheme']} {MASK}", text)
     text = _URLLIB3_PATH.sub(lambda m: f"{m['name']}/{MASK}", text)
+    text = _WEB_PATH.sub(lambda m: f"{m['origin']}/{MASK}", text)
     return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
 
 
@@ -226,3 +231,17 @@ def mask_email(email: str | None) -> str | None:
     if not at or not local:
         return MASK
     return f"{local[0]}{MASK}@{domain}"
+
+
+def readable(body: bytes, content_type: str) -> str | None:
+    """``body`` as text in the charset its ``Content-Type`` names (else UTF-8), or None when
+    it is not text (a NUL in it): masking reads text, and a secret spelled in another
+    encoding would pass it."""
+    message = Message()
+    message["Content-Type"] = content_type
+    charset = message.get_content_charset() or "utf-8"
+    try:
+        text = body.decode(charset, "replace")
+    except LookupError:  # a charset Python does not know
+        text = body.decode("utf-8", "replace")
+    return None if "\x00" in text else text

@@ -18,7 +18,7 @@ import requests
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
 from ledger.purchase import Purchase
-from ledger.redact import origin, url_secrets, without
+from ledger.redact import origin, readable, url_secrets, without
 from workers.exceptions import (
     AmbiguousDownstreamError,
     PermanentDownstreamError,
@@ -141,7 +141,9 @@ class HttpAction:
         encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):  # read as sent, not decoded: bytes, not words
             return f"[a {encoding[:20]} body, not shown]"
-        text = self._body(answer, until).decode("utf-8", "replace")
+        text = readable(self._body(answer, until), answer.headers.get("Content-Type", ""))
+        if text is None:  # UTF-16 with no charset said, binary: its secrets unreadable as text
+            return "[a body that is not text, not shown]"
         return without(text, self.quoted)[:KEPT]
 
     def _body(self, answer: requests.Response, until: float) -> bytes:

@@ -322,3 +322,26 @@ def test_an_encoded_error_body_is_named_not_shown_as_bytes() -> None:
         with pytest.raises(PermanentDownstreamError) as raised:
             HttpAction(url, 5.0, replay_safe=False)(CALL)
     assert str(raised.value).endswith(": [a gzip body, not shown]"), raised.value
+
+
+@pytest.mark.parametrize(
+    ("content_type", "shown"),
+    [
+        ("application/json; charset=utf-16", '{"error": "unknown hook ***"}'),
+        ("application/json", "[a body that is not text, not shown]"),
+    ],
+)
+def test_a_body_in_another_charset_is_masked_in_it_or_not_shown(
+    content_type: str, shown: str
+) -> None:
+    """Read as UTF-8, a UTF-16 body that echoed the capability URL's path spelled it with a
+    NUL between its letters: no mask matched it, and the error showed it letter by letter."""
+    hook = "/hooks/T0ABCDEFG/B0HIJKLMN/zyxwvutsrqponmlkjihgfedc"
+    body = ('{"error": "unknown hook ' + hook + '"}').encode("utf-16")
+    head = b"HTTP/1.1 422 Unprocessable\r\nContent-Type: " + content_type.encode() + b"\r\n"
+    answer = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    with raw_server(lambda conn: conn.sendall(answer)) as url:
+        with pytest.raises(PermanentDownstreamError) as raised:
+            HttpAction(url.replace("/fulfil", hook), 5.0, replay_safe=False)(CALL)
+    assert str(raised.value).endswith(": " + shown), raised.value
+    assert "zyxwvuts" not in str(raised.value).replace(" ", "")

@@ -35,6 +35,10 @@ def parse(purchase):
 
 def leak(purchase):
     raise ValueError("bug: https://u:PASSWORD456@a.example/x?api_key=SECRET123 sk_live_abcd1234")
+
+
+def notify(purchase):  # httpx's raise_for_status() wording, a capability URL's secret in its path
+    raise RuntimeError("Client error '404 Not Found' for url 'https://hooks.test/T0/B0/HOOKSECRET'")
 """
 
 
@@ -101,7 +105,17 @@ def test_the_traceback_is_masked_as_every_logged_error(
     assert detail.endswith(
         f"sk_live_*** (at errshop/actions.py:{line('raise ValueError')} in leak)"
     )
-    assert logged.count("https://***@a.example/x?api_key=***") == 3  # said, its source line, said
+    assert logged.count("https://***@a.example/***?api_key=***") == 3  # said, its line, said
+
+
+def test_a_capability_urls_path_is_masked_however_the_client_words_it(
+    shop: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, detail, [logged] = attempt(caplog, CallableAction("errshop.actions:notify", False))
+    assert "HOOKSECRET" not in detail and "HOOKSECRET" not in logged, logged
+    assert detail.startswith(
+        "RuntimeError: Client error '404 Not Found' for url 'https://hooks.test/***'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from ledger.redact import (
     mask_secret,
     mask_url,
     origin,
+    readable,
     redact,
     url_secrets,
     without,
@@ -32,11 +33,11 @@ CAPABILITY = "/hooks/T0000/B0000/PATHSECRET;jsessionid=SESSION789?api_key=SECRET
             "HTTPConnectionPool(host='127.0.0.1', port=1): Max retries exceeded with url: "
             "/*** (Caused by NewConnectionError(...))",
         ),
-        ("http://user:PASSWORD456@h:80/f?k=SECRET123", "http://***@h:80/f?k=***"),
+        ("http://user:PASSWORD456@h:80/f?k=SECRET123", "http://***@h:80/***?k=***"),
         ("redis://:p@ss@127.0.0.1:6389/0", "redis://***@127.0.0.1:6389/0"),
-        ("https://h/f?SECRET123", "https://h/f?***"),
-        ("https://h/f?a=1;b=SECRET123#frag", "https://h/f?a=***;b=***"),
-        ("'url': 'https://h/f?key=SECRET123'", "'url': 'https://h/f?key=***'"),
+        ("https://h/f?SECRET123", "https://h/***?***"),
+        ("https://h/f?a=1;b=SECRET123#frag", "https://h/***?a=***;b=***"),
+        ("'url': 'https://h/f?key=SECRET123'", "'url': 'https://h/***?key=***'"),
         ("Authorization: Bearer TOKEN789\nnext", "Authorization: ***\nnext"),
         ("{'Authorization': 'Basic TOKEN789', 'X': 1}", "{'Authorization': '***', 'X': 1}"),
         ('"proxy-authorization": "TOKEN789"', '"proxy-authorization": "***"'),
@@ -247,6 +248,19 @@ def test_a_url_whose_password_urllib_reads_as_the_port_is_refused_in_our_words(
             "404 Client Error: Not Found for url: https://hooks.test/***",
         ),
         ("disk_full at sk_x", "disk_full at sk_x"),  # no key: too short to be one
+        (  # httpx's raise_for_status(): the path of any web URL, however it is worded
+            "Client error '404 Not Found' for url 'https://hooks.test/services/T0/B0/XXXX'",
+            "Client error '404 Not Found' for url 'https://hooks.test/***'",
+        ),
+        (  # aiohttp's, its query masked as any
+            "404, message='Not Found', url=URL('https://hooks.test/h/T0/B0?token=XXXX')",
+            "404, message='Not Found', url=URL('https://hooks.test/***?token=***')",
+        ),
+        (
+            "retrying wss://feed.test:8443/s/T0/B0 (down)",
+            "retrying wss://feed.test:8443/*** (down)",
+        ),
+        ("GET http://127.0.0.1:8080/ answered 200", "GET http://127.0.0.1:8080/ answered 200"),
     ],
 )
 def test_redact_masks_keys_credentials_and_urllib3_paths(said: str, shown: str) -> None:
@@ -297,3 +311,25 @@ def test_a_secret_echoed_however_it_is_escaped_is_masked(echoed: str) -> None:
     url = "https://u:p%40ss%20w0rd!@shop.example/hook?sig=AbCd+EfGh/IjKl12=="
     masked = without(echoed, url_secrets(url))
     assert "IjKl12" not in masked and "w0rd" not in masked and MASK in masked, masked
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "text"),
+    [
+        (
+            '{"hook": "/h/T0/B0"}'.encode("utf-16"),
+            "application/json; charset=utf-16",
+            '{"hook": "/h/T0/B0"}',
+        ),
+        ('{"hook": "/h/T0/B0"}'.encode("utf-16-le"), "application/json", None),  # NULs: not text
+        ("café".encode("latin-1"), "text/plain; charset=ISO-8859-1", "café"),
+        ("café".encode(), "text/plain; charset=no-such-charset", "café"),
+        (b"plain", "", "plain"),
+    ],
+)
+def test_a_body_is_read_in_its_charset_or_not_at_all(
+    body: bytes, content_type: str, text: str | None
+) -> None:
+    """Masking reads text: a body in UTF-16 read as UTF-8 spelled an echoed secret with a
+    NUL between its letters, which no mask matched."""
+    assert readable(body, content_type) == text
