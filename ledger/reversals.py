@@ -4,8 +4,10 @@ reversal object a reversal call receives (docs/LEDGER.md, "What a refund takes b
 :func:`taken_of` reads one event's ``data.object`` (a Refund, a Charge or a Dispute) into
 the compact JSON record_delivery.lua keeps on the payment: each refund's amount by its id
 (a copy, or the events of one refund in any order, count it once), a charge's
-``amount_refunded``, and a closed dispute's id and status. A ``charge.dispute.funds_withdrawn``
-does not count: the dispute may still be won; a reversal follows a dispute closed as lost.
+``amount_refunded``, a closed dispute's id and status, and for an open one its id and the
+type of its event (the payment's view names it, however long its events are kept). A
+``charge.dispute.funds_withdrawn`` takes nothing back: the dispute may still be won; a
+reversal follows a dispute closed as lost.
 """
 
 from typing import Any, Literal
@@ -78,6 +80,10 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         status = obj.get("status")
         if isinstance(obj.get("id"), str) and isinstance(status, str):
             taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
+    elif kind == "dispute" and event_type.startswith("charge.dispute."):
+        if isinstance(obj.get("id"), str) and obj["id"]:
+            taken["dispute_open"], taken["dispute_event"] = obj["id"][:255], event_type[:64]
+            taken["dispute_at"] = at
     return orjson.dumps(taken).decode() if taken else ""
 
 

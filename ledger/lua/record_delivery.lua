@@ -40,7 +40,8 @@ end
 -- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
 -- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
 -- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
--- `dispute_status`, or '' (nil).
+-- `dispute_status` (closed), `dispute_open`, `dispute_event` and `dispute_at` (any other
+-- dispute event), or '' (nil).
 local function taken_arg()
   if ARG.taken == '' then return nil end
   local ok, taken = pcall(cjson.decode, ARG.taken)
@@ -64,7 +65,9 @@ local function taken_arg()
     or (taken.charge_refunded and type(taken.charge_refunded) ~= 'number')
     or (taken.charge_at and type(taken.charge_at) ~= 'number')
     or (taken.dispute and (type(taken.dispute) ~= 'string'
-      or type(taken.dispute_status) ~= 'string')) then
+      or type(taken.dispute_status) ~= 'string'))
+    or (taken.dispute_open and (type(taken.dispute_open) ~= 'string'
+      or type(taken.dispute_event) ~= 'string' or type(taken.dispute_at) ~= 'number')) then
     refuse('taken has a field of the wrong type: ' .. shown(ARG.taken))
   end
   return taken
@@ -399,6 +402,7 @@ local function join_payment(d, state, held_for, grace_ms, purchase, taken)
   end
   if taken and not d.known then
     keep_taken(d.pay, taken)
+    if taken.dispute_open then return state, 0 end  -- a dispute opened takes nothing back
     local own_job = d.key == d.pk and ARG.job_id ~= ''
     local reverse, first = reversal_arg(ARG), own_job and (ARGC + 1) or nil
     local moved = take_back(d.pay, d.now, reverse, first, ARG.job_id, grace_ms)

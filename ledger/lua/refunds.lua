@@ -8,8 +8,10 @@
 -- failed refund's id -> [amount, made at, when it failed: the earliest `refund.failed` or
 -- status change that said so, 0 while no event dated it]), `rf_charge` and `rf_charge_at`
 -- (the `amount_refunded` of the latest charge event, by its `created`, and that time),
--- `rf_charge_max` (the largest one ever) and `dispute` (`{id} {status}` of a closed one). A
--- copy or an older event of the same refund counts once: per id, the largest amount.
+-- `rf_charge_max` (the largest one ever), `dispute` (`{id} {status}` of a closed one) and
+-- `dispute_open` (`{id} {event type}` of the latest other dispute event, by its `created`,
+-- and that time, `dispute_open_at`: open while no closed one has its id). A copy or an
+-- older event of the same refund counts once: per id, the largest amount.
 local function keep_taken(pay, taken)
   if taken.refunds then
     local rf = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
@@ -42,6 +44,13 @@ local function keep_taken(pay, taken)
   end
   if taken.dispute then
     redis.call('HSET', pay, 'dispute', taken.dispute .. ' ' .. taken.dispute_status)
+  end
+  if taken.dispute_open then
+    local at = tonumber(redis.call('HGET', pay, 'dispute_open_at') or '-1')
+    if taken.dispute_at >= at then
+      redis.call('HSET', pay, 'dispute_open', taken.dispute_open .. ' ' .. taken.dispute_event,
+        'dispute_open_at', taken.dispute_at)
+    end
   end
 end
 

@@ -68,9 +68,10 @@ class PaymentReversal(View):
     charge_amount_refunded: Amount | None
     dispute: Dispute | None
     open_dispute: str | None
-    """While a dispute's events came and none closed it: the type of its latest event
-    (``charge.dispute.created``, ``.funds_withdrawn``, ``.updated``, ``.funds_reinstated``). It
-    takes nothing back: it may still be won; a reversal follows only a close as lost."""
+    """While a dispute is open (its events came, none closed it): the type of its latest
+    event by its ``created`` (``charge.dispute.created``, ``.funds_withdrawn``, ``.updated``,
+    ``.funds_reinstated``). It takes nothing back: it may still be won; a reversal follows
+    only a close as lost."""
     taken_back: Literal["refund", "dispute"] | None
     """Refunded in full, or a dispute lost: the payment's effect is not (or no longer) owed."""
     due: bool
@@ -176,7 +177,12 @@ DISPUTE_EVENTS, CLOSED = "charge.dispute.", "charge.dispute.closed"
 
 
 def open_dispute(f: dict[str, str], events: Sequence[PaymentEvent]) -> str | None:
-    """The type of the latest event of a dispute not closed (its events in recorded order)."""
+    """The type of the latest event of a dispute no closed one has the id of
+    (``dispute_open``, kept on the payment as long as it is); for a payment recorded before
+    it was kept, read from its events while they are."""
+    opened, _, latest = (f.get("dispute_open") or "").partition(" ")
+    if opened:
+        return None if (f.get("dispute") or "").partition(" ")[0] == opened else latest
     if f.get("dispute"):
         return None
     disputes = [e.type for e in events if (e.type or "").startswith(DISPUTE_EVENTS)]

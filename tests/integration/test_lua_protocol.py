@@ -63,6 +63,7 @@ from ledger.money import paid_amount
 from ledger.purchase import purchase_of, stored_fields
 from ledger.purchase_reads import intent_delivery
 from ledger.read import payments
+from ledger.read.reversal import open_dispute
 from ledger.reversals import refulfil_of, taken_of
 from ledger.scripts import Script
 from ledger.setting_list import PAID
@@ -72,7 +73,7 @@ from ledgerctl.reversal_check import from_marks, ledger_marks
 from tests.integration.test_thin_events import payment_intent, thin_event
 from tests.support.helpers import basil_renewal, purchase
 from tests.support.processes import RedisServer, wait_until
-from tests.support.refunds import dispute_closed, refund_events, refund_failed
+from tests.support.refunds import dispute_closed, dispute_event, refund_events, refund_failed
 from workers.gating import report
 from workers.reversal_target import applied_on, refusal
 
@@ -251,6 +252,9 @@ class Protocol(RuleBasedStateMachine):
         self.refunded_first: set[str] = set()  # taken back before any call was made or fenced
         self.won: set[str] = set()  # a dispute closed as won
         self.dispute_now: dict[str, str] = {}  # the status of its last dispute closed
+        self.dispute_closed: dict[str, str] = {}  # the id of its last dispute closed
+        # its latest other dispute event, by created (ties: the later): (created, id, type)
+        self.dispute_opened: dict[str, tuple[int, str, str]] = {}
         self.charges: dict[str, tuple[int, int]] = {}  # the latest charge event's (at, figure)
         # pk -> failed refund id -> (amount, made at, first said failed at)
         self.failures: dict[str, dict[str, tuple[int, int, int]]] = {}
@@ -423,6 +427,10 @@ class Protocol(RuleBasedStateMachine):
             self.charges[pk] = max(self.charges.get(pk, latest), latest)
         if "dispute_status" in taken:
             self.dispute_now[pk] = taken["dispute_status"]
+            self.dispute_closed[pk] = taken["dispute"]
+        opened = (taken.get("dispute_at", 0), taken.get("dispute_open"), taken.get("dispute_event"))
+        if opened[1] and opened[0] >= self.dispute_opened.get(pk, (-1,))[0]:
+            self.dispute_opened[pk] = opened
         if taken.get("dispute_status") == "lost":
             self.lost.add(pk)
         if taken.get("dispute_status") == "won":
@@ -496,6 +504,28 @@ class Protocol(RuleBasedStateMachine):
         as often as the other steps, before, during and after fulfilment."""
         taking = [i for i, (e, _) in enumerate(self.events) if e["type"].startswith(TAKING)]
         self.deliver(taking[index % len(taking)])
+
+    @rule(index=st.integers(0, 100), later=st.booleans())
+    def a_dispute_opens(self, index: int, later: bool) -> None:
+        """An event of one of the pool's lost disputes before its close (so it may come
+        after it): created, or its funds withdrawn a minute later by its ``created``, in
+        either order; a copy when drawn again."""
+        lost = [e for e, _ in self.events if data_object(e).get("status") == "lost"]
+        o = data_object(lost[index % len(lost)])
+        kind = "funds_withdrawn" if later else "created"
+        event = dispute_event(
+            random.Random(index * 2 + later),
+            o["payment_intent"],
+            o["amount"],
+            "needs_response",
+            f"charge.dispute.{kind}",
+            o["id"],
+        )
+        event["created"] += 60 if later else 0
+        c = classify(event, self.settings.policy)
+        self.record(
+            Delivery(event, samples.encode(event), c, "primary", "stripe", new_request_id())
+        )
 
     @rule(index=st.integers(0, 100))
     def stripe_takes_back_an_effect(self, index: int) -> None:
@@ -1396,6 +1426,21 @@ class Protocol(RuleBasedStateMachine):
             assert len(where) <= 1 or pk in self.person_acted, f"{pk}: again on {where}"
         for pk in self.all_payments():
             self.one_recorded_effect_per_leg(pk, self.redis.hgetall(keys.payment(pk)))
+
+    @invariant()
+    def an_open_dispute_is_shown_until_a_close_of_its_id(self) -> None:
+        """The payment's view names its dispute's latest event (by its ``created``) while no
+        closed dispute has its id, from the payment's own fields (its events may expire)."""
+        if not hasattr(self, "dispute_opened"):
+            return
+        for pk in self.all_payments():
+            raw = self.redis.hgetall(keys.payment(pk))
+            f = {k.decode(): v.decode() for k, v in raw.items()}
+            opened = self.dispute_opened.get(pk)
+            shown = opened and opened[1] != self.dispute_closed.get(pk) and opened[2] or None
+            assert open_dispute(f, ()) == shown, (pk, f.get("dispute_open"), f.get("dispute"))
+            if shown:
+                TALLY["dispute_shown_open"] += 1
 
     def one_recorded_effect_per_leg(self, pk: str, fields: dict[bytes, bytes]) -> None:
         """One recorded fulfilment, one reversal per refund (``rv``) and one of the whole

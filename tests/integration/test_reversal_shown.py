@@ -311,3 +311,58 @@ def test_an_open_dispute_is_shown_until_it_closes(client, config, fulfilment, re
     rv = api(client, f"payments/{pk}")["reversal"]
     assert rv["open_dispute"] is None and rv["dispute"] == {"id": dispute, "status": "lost"}
     assert settled_as(redis, pk, "reversed")
+
+
+def object_id(event: dict[str, Any]) -> str:
+    return str(event["data"]["object"]["id"])
+
+
+def test_an_open_dispute_is_shown_after_its_events_expire(
+    client, config, fulfilment, redis, rng
+) -> None:
+    """A card dispute stays open for weeks past EVENT_RETENTION_DAYS: read from its events
+    alone, it vanished from the view once they expired (review). Also the latest by its
+    ``created``, not by when it came."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
+    pk, amount = paid(f, rng)
+    f.work()
+    created = dispute_event(rng, pk, amount, "needs_response", "charge.dispute.created")
+    withdrawn = dispute_event(
+        rng, pk, amount, "needs_response", "charge.dispute.funds_withdrawn", object_id(created)
+    )
+    withdrawn["created"] = created["created"] + 60
+    for event in (withdrawn, created):  # the later one first
+        f.deliver(event)
+        redis.delete(keys.event(event["id"]))  # as its TTL does, EVENT_RETENTION_DAYS on
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert rv["open_dispute"] == "charge.dispute.funds_withdrawn" and rv["dispute"] is None
+    assert settled_as(redis, pk, "fulfilled")
+
+
+def test_a_chargeback_after_an_inquiry_closed_is_shown_open(
+    client, config, fulfilment, redis, rng
+) -> None:
+    """An inquiry closed (``warning_closed``), then a chargeback opened as a new dispute: the
+    closed one hid it (review). Its close as lost then takes the payment back."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
+    pk, amount = paid(f, rng)
+    f.work()
+    inquiry = dispute_event(rng, pk, amount, "warning_needs_response", "charge.dispute.created")
+    closed = dispute_event(
+        rng, pk, amount, "warning_closed", "charge.dispute.closed", object_id(inquiry)
+    )
+    chargeback = dispute_event(rng, pk, amount, "needs_response", "charge.dispute.created")
+    chargeback["created"] = inquiry["created"] + 86_400
+    for event in (inquiry, closed):
+        f.deliver(event)
+    assert api(client, f"payments/{pk}")["reversal"]["open_dispute"] is None
+    f.deliver(chargeback)
+    f.work()
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert rv["open_dispute"] == "charge.dispute.created" and settled_as(redis, pk, "fulfilled")
+    lost = dispute_event(rng, pk, amount, "lost", "charge.dispute.closed", object_id(chargeback))
+    f.deliver(lost)
+    f.work()
+    rv = api(client, f"payments/{pk}")["reversal"]
+    assert rv["open_dispute"] is None and rv["dispute"]["status"] == "lost"
+    assert settled_as(redis, pk, "reversed")
