@@ -283,12 +283,23 @@ def test_a_call_a_person_found_applied_nothing_is_not_said_never_called(
         assert "never called" not in said and "a person found so" in said
 
 
-def test_an_open_dispute_is_shown_until_it_closes(client, config, fulfilment, redis, rng) -> None:
-    """A dispute opened, its funds withdrawn: nothing is taken back yet, and the payment
-    showed no dispute at all until it closed (merchant review)."""
+def fulfilled(fulfilment, config, rng) -> tuple[Any, str, int]:
+    """A payment paid and fulfilled, its reversal on the same downstream: (its ledger, its
+    key, the amount paid)."""
     f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
     pk, amount = paid(f, rng)
     f.work()
+    return f, pk, amount
+
+
+def object_id(event: dict[str, Any]) -> str:
+    return str(event["data"]["object"]["id"])
+
+
+def test_an_open_dispute_is_shown_until_it_closes(client, config, fulfilment, redis, rng) -> None:
+    """A dispute opened, its funds withdrawn: nothing is taken back yet, and the payment
+    showed no dispute at all until it closed (merchant review)."""
+    f, pk, amount = fulfilled(fulfilment, config, rng)
     created = dispute_event(rng, pk, amount, "needs_response", "charge.dispute.created")
     dispute = created["data"]["object"]["id"]
     for kind in ("created", "funds_withdrawn"):
@@ -313,19 +324,13 @@ def test_an_open_dispute_is_shown_until_it_closes(client, config, fulfilment, re
     assert settled_as(redis, pk, "reversed")
 
 
-def object_id(event: dict[str, Any]) -> str:
-    return str(event["data"]["object"]["id"])
-
-
 def test_an_open_dispute_is_shown_after_its_events_expire(
     client, config, fulfilment, redis, rng
 ) -> None:
     """A card dispute stays open for weeks past EVENT_RETENTION_DAYS: read from its events
     alone, it vanished from the view once they expired (review). Also the latest by its
     ``created``, not by when it came."""
-    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
-    pk, amount = paid(f, rng)
-    f.work()
+    f, pk, amount = fulfilled(fulfilment, config, rng)
     created = dispute_event(rng, pk, amount, "needs_response", "charge.dispute.created")
     withdrawn = dispute_event(
         rng, pk, amount, "needs_response", "charge.dispute.funds_withdrawn", object_id(created)
@@ -344,9 +349,7 @@ def test_a_chargeback_after_an_inquiry_closed_is_shown_open(
 ) -> None:
     """An inquiry closed (``warning_closed``), then a chargeback opened as a new dispute: the
     closed one hid it (review). Its close as lost then takes the payment back."""
-    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"])
-    pk, amount = paid(f, rng)
-    f.work()
+    f, pk, amount = fulfilled(fulfilment, config, rng)
     inquiry = dispute_event(rng, pk, amount, "warning_needs_response", "charge.dispute.created")
     closed = dispute_event(
         rng, pk, amount, "warning_closed", "charge.dispute.closed", object_id(inquiry)
