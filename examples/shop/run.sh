@@ -85,7 +85,8 @@ STARTED=1
 .venv/bin/python -m examples.shop migrate
 # The landing page triggers the fulfilment too (the service's landing-page trigger), with
 # the ops token scripts/run.sh gives the service: OPS_TOKEN's first, else the local one.
-SHOP_OPS_TOKEN=${OPS_TOKEN%%,*}
+SHOP_OPS_TOKEN=${OPS_TOKEN:-}
+SHOP_OPS_TOKEN=${SHOP_OPS_TOKEN%%,*}
 if [ -z "$SHOP_OPS_TOKEN" ]; then
   SHOP_OPS_TOKEN=$(.venv/bin/python -c 'from ledgerctl.run_local import dev_values; print(dev_values()["DEV_OPS_TOKEN"])')
 fi

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import requests
 
 from examples.shop import create_app, migrate
 from ledger.downstream import open_downstream
@@ -178,21 +180,35 @@ def as_postgres(*argv: str) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.getuid() == 0 else list(argv)
 
 
+def checkout_copy() -> Path:
+    """What examples/shop/run.sh needs of the checkout, copied under /tmp and open to all
+    (the postgres user enters no root-only folder), the tests' venv linked in."""
+    root = Path(tempfile.mkdtemp(prefix="ledger-shop-"))
+    root.chmod(0o755)
+    for name in COPIED:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, root / name, ignore=PYCACHE)
+        else:
+            shutil.copy2(ROOT / name, root / name)
+    (root / ".venv").symlink_to(shared_venv())
+    return root
+
+
+def shop_env(**settings: str) -> dict[str, str]:
+    """The environment of a person who runs examples/shop/run.sh: no Stripe or ops settings of
+    theirs, every port free."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "OPS_", "PYTEST"))}
+    env |= {"SHOP_PG_PORT": str(free_port()), "SHOP_PORT": str(free_port())}
+    return env | {"WEB_PORT": str(free_port()), "REDIS_PORT": str(free_port()), **settings}
+
+
 class Left:
     """A copy of the checkout with the shop's PostgreSQL server running on var/shop/pg, as
     a killed run.sh leaves it."""
 
     def __init__(self) -> None:
-        # Under /tmp and open to all: the postgres user enters no root-only folder.
-        self.root = Path(tempfile.mkdtemp(prefix="ledger-shop-"))
-        self.root.chmod(0o755)
-        for name in COPIED:
-            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
-            if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, self.root / name, ignore=PYCACHE)
-            else:
-                shutil.copy2(ROOT / name, self.root / name)
-        (self.root / ".venv").symlink_to(shared_venv())
+        self.root = checkout_copy()
         shop = self.root / "var" / "shop"
         shop.mkdir(parents=True)
         (shop / "password").write_text("pw-left-1\n")
@@ -214,11 +230,7 @@ class Left:
         return self.pg_ctl("status") == 0
 
     def run_sh(self, **settings: str) -> subprocess.CompletedProcess[str]:
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("STRIPE_", "OPS_", "PYTEST"))
-        }
-        env |= {"SHOP_PG_PORT": str(self.port), "SHOP_PORT": str(free_port())}
-        env |= {"WEB_PORT": str(free_port()), "REDIS_PORT": str(free_port()), **settings}
+        env = shop_env(**{"SHOP_PG_PORT": str(self.port), **settings})
         command = ["examples/shop/run.sh"]
         return subprocess.run(
             command, cwd=self.root, env=env, capture_output=True, text=True, timeout=120
@@ -271,3 +283,47 @@ def test_run_sh_refuses_before_it_stops_the_server_an_earlier_run_left(left: Lef
     assert used.returncode == 1, used
     assert f"port {left.port}) is in use by pid {os.getpid()} (" in used.stderr
     assert "stopping" not in used.stdout and left.running()
+
+
+def test_run_sh_as_written_serves_the_shop_with_the_service_and_stops_on_ctrl_c() -> None:
+    """README's command as written, nothing set: PostgreSQL made and started, the service
+    and the shop's page up, the page asking the service (with the local ops token) about a
+    session, and Ctrl-C stopping it all. It exited at once (``OPS_TOKEN: unbound variable``
+    under ``set -u``), which the refusal tests above never reached."""
+    root = checkout_copy()
+    env = shop_env()
+    shop, web = f"http://127.0.0.1:{env['SHOP_PORT']}", f"http://127.0.0.1:{env['WEB_PORT']}"
+    run = subprocess.Popen(
+        ["examples/shop/run.sh"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        up = lambda: answers(f"{web}/readyz") and answers(shop)  # noqa: E731
+        wait_until(lambda: run.poll() is not None or up(), 120, 0.5, "the stack")
+        assert run.poll() is None, "run.sh ended before the stack was up"
+        page = requests.get(f"{shop}/?session_id=cs_test_unknown", timeout=15).text
+        # the service took the token and looked: an unknown session, no STRIPE_API_KEY to ask
+        assert 'id="service-error"' in page and "(stripe_api_key_missing)" in page, page
+    finally:
+        os.killpg(run.pid, signal.SIGINT)
+        said, _ = run.communicate(timeout=90)
+        data = root / "var" / "shop" / "pg"
+        left_running = (data / "postmaster.pid").exists()
+        if left_running:  # stop what the run should have, before its folder goes
+            argv = as_postgres(str(binaries() / "pg_ctl"), "-D", str(data), "-m", "immediate")
+            subprocess.run([*argv, "-w", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+    assert "unbound variable" not in said, said
+    assert run.returncode in (0, 130) and not left_running, said
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
