@@ -72,7 +72,7 @@ def decide(
             error="not_taken_back",
             message="Not applied is a person's word on a payment held after it was taken "
             "back (refunded in full, a dispute lost) while a call may have applied it; this "
-            f"one is {state} and not held so (see its hold reason). Nothing was changed.",
+            f"one is {state} and not held so. Nothing was changed.",
             state=state,
         )
     return Problem(

@@ -117,7 +117,7 @@ def payment(ctx: Context, payment_key: str, as_json: bool) -> None:
     if record is None:
         say("no payment", payment_key)
         sys.exit(EXIT_NOT_FOUND)
-    emit(record, as_json, *render.payment(record))
+    emit(record, as_json, *render.payment(record, ctx.settings.REVERSAL_ACTION is not None))
 
 
 @main.command()

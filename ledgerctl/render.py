@@ -170,7 +170,8 @@ def _amount_totals(page: PaymentList) -> str:
     return ", ".join(money.format_minor(n, c) for c, n in sorted(by_currency.items()))
 
 
-def payment(p: Payment) -> list[Table | Text]:
+def payment(p: Payment, reverses: bool) -> list[Table | Text]:
+    """``webhook-ledger payment``'s tables (``reverses``: REVERSAL_ACTION is set)."""
     facts: dict[str, Any] = {
         "state": f"{p.state} since {iso(p.state_since)}",
         "amount": p.amount.formatted if p.amount else None,
@@ -182,7 +183,7 @@ def payment(p: Payment) -> list[Table | Text]:
         "paid to fulfilled (ms)": p.paid_to_fulfilled_ms,
     }
     optional = {
-        "held": p.hold_reason,
+        "held" if p.state == "held" else "was held": p.hold_reason,
         "waiting (no attempt spent)": p.waiting,
         "last error": p.last_error,
         "connected account": p.account,
@@ -237,7 +238,7 @@ def payment(p: Payment) -> list[Table | Text]:
             tuple(attempts[0]) if attempts else ("token", "outcome"),
             ("token", "took (ms)", "call (ms)"),
         ),
-        *render_next.lines(p),
+        *render_next.lines(p, reverses),
     ]
 
 

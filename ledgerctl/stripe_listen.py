@@ -20,7 +20,7 @@ from ledger.subscriptions import forwarded_types
 
 CLI_LABEL = "cli"
 PRINT_SECRET_TIMEOUT_S = 60.0
-INSTALL_HINT = "https://docs.stripe.com/stripe-cli"
+INSTALL_HINT = "scripts/install_stripe_cli.sh, or https://docs.stripe.com/stripe-cli"
 SECRET = re.compile(r"whsec_[A-Za-z0-9_]+")
 """A webhook signing secret in the CLI's output (masked by ``main``)."""
 RUN_HELP = (

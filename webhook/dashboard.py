@@ -270,6 +270,6 @@ def _payment_page(payment_key: str, refusal: Problem | None = None) -> str:
         refusal=refusal,
         downstream_kept=s.sqlite_downstream is not None,
         effects=effect_lines(s),
-        step=next_step(record),
+        step=next_step(record, s.REVERSAL_ACTION is not None),
         elsewhere=elsewhere(record),
     )

@@ -24,6 +24,8 @@ class NextStep:
     check: str
     """What to do before deciding, to be followed by ", then:"."""
     idempotency_key: str | None
+    key_said: str
+    """What the key is to a person: the one its calls carried, or (no call yet) will carry."""
     fulfilled: str
     """What the ``--fulfilled`` decision says (the dashboard's button)."""
     retry: str | None
@@ -48,8 +50,9 @@ def key_of(p: Payment) -> str | None:
     return p.purchase.idempotency_key
 
 
-def next_step(p: Payment) -> NextStep | None:
-    """What a person does next; None unless the payment waits for their decision."""
+def next_step(p: Payment, reverses: bool) -> NextStep | None:
+    """What a person does next; None unless the payment waits for their decision.
+    ``reverses``: REVERSAL_ACTION is set (a payment taken back is reversed once fulfilled)."""
     if p.state not in WAITING:
         return None
     retake = p.by_hand and p.reversal is not None and p.reversal.taken_back_again is not None
@@ -66,6 +69,12 @@ def next_step(p: Payment) -> NextStep | None:
             "Stripe gave it back after it was taken back (see why above): the customer paid. "
             "Grant it by hand"
         )
+    elif p.state == "held" and not p.attempts_started:
+        kind, fulfilled = (
+            "decide",
+            "Fulfilled another way (by hand, or as its twin): mark fulfilled",
+        )
+        check = "Held for a person before any call (see why above). Decide"
     else:
         kind = "decide" if p.state == "held" else "check"
         done = "taken back: mark reversed" if reversing else "applied: mark fulfilled"
@@ -79,10 +88,12 @@ def next_step(p: Payment) -> NextStep | None:
             else "The downstream may or may not have applied this payment. Check it"
         )
     retry = None if p.by_hand else f"It was not: run {'the reversal ' if reversing else ''}again"
+    if kind == "decide" and not p.attempts_started:
+        retry = "Fulfil it: run it now"
     not_applied = None
     if taken_back_held(p):
         # a retry holds it again while Stripe takes it back: no call is owed
-        fulfilled = "It was applied: mark fulfilled (then reversed)"
+        fulfilled = "It was applied: mark fulfilled" + (" (then reversed)" if reverses else "")
         not_applied = "It was not: refunded_unfulfilled, no reversal"
         retry = "Stripe gave it back since: run again"
     resolve = f"webhook-ledger resolve {p.payment_key}"
@@ -91,7 +102,12 @@ def next_step(p: Payment) -> NextStep | None:
         commands.append((f"{resolve} --not-applied", not_applied))
     if retry:
         commands.append((f"{resolve} --retry", retry))
-    return NextStep(kind, check, key_of(p), fulfilled, retry, not_applied, commands)
+    said = (
+        "Idempotency key of its calls (what the downstream saw)"
+        if p.attempts_started
+        else "Idempotency key its call will carry (no call yet)"
+    )
+    return NextStep(kind, check, key_of(p), said, fulfilled, retry, not_applied, commands)
 
 
 def taken_back_held(p: Payment) -> bool:

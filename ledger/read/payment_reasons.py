@@ -28,12 +28,15 @@ def reason(p: PaymentRow) -> str | None:
     last error (a reversal's starts with ``reversal: ``), then what is left of either (a
     hold reason stays after its hold was decided); an interrupted fulfilment taken back since
     says so first (it decides what a person does: docs/RUNBOOK.md). A settled payment's
-    last error is never its reason; one a person marked fulfilled says so."""
+    last error is never its reason, and its hold reason is said as history ("was held: ");
+    one a person marked fulfilled says so."""
     error = None if p.state in SETTLED else p.last_error
     first, then = (p.hold_reason, error) if p.state == "held" else (error, p.hold_reason)
     why = first or then
     if p.state == "fulfilled" and p.fulfilled_by_hand:
         return f"{BY_A_PERSON} (was held: {why})" if why else BY_A_PERSON
+    if p.state in SETTLED and p.hold_reason and why == p.hold_reason:
+        return f"was held: {why}"  # its hold decided (a retry), not why it is where it is
     if p.state == "pending" and p.paid_at is None and p.taken_back in TAKEN_BACK:
         return (
             f"{TAKEN_BEFORE_PAID[p.taken_back]}, with no paid "

@@ -61,6 +61,9 @@ def say_error(what: str, *said: object) -> None:
     console.print(line(Text(what, "red"), *said), soft_wrap=True)
 
 
+YEAR_S = 365 * 86_400
+
+
 def collect(args: argparse.Namespace, redis: Any, rng: random.Random) -> list[sources.Item]:
     """The events to send; BadSource or RedisError (no ledger to read back) before any is."""
     items = list(sources.from_files(args.files))
@@ -69,7 +72,10 @@ def collect(args: argparse.Namespace, redis: Any, rng: random.Random) -> list[so
             redis, args.ids, args.type, args.payment, millis(args.since), millis(args.until)
         )
     if args.generate:
-        items += sources.generated(args.generate, rng, args.checkout)
+        # A seed given repeats the events byte for byte, created too: a second run's are
+        # duplicates, as Stripe's copies are, not conflicting copies (other bytes, same id).
+        created = None if args.seed is None else sources.SEEDED_CREATED + args.seed % YEAR_S
+        items += sources.generated(args.generate, rng, args.checkout, created=created)
     if args.only:
         items = [item for item in items if item[0].get("type") in args.only]
     if items:

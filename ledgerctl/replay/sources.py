@@ -119,14 +119,23 @@ def from_ledger(
         yield event, body
 
 
+SEEDED_CREATED = 1_767_225_600
+"""2026-01-01 00:00 UTC: where a seeded run's ``created`` times start (its seed added)."""
+
+
 def generated(
-    count: int, rng: random.Random, checkout: bool = False, only: tuple[str, ...] = ()
+    count: int,
+    rng: random.Random,
+    checkout: bool = False,
+    only: tuple[str, ...] = (),
+    created: int | None = None,
 ) -> Iterator[Item]:
     """``count`` realistic card payments, each with the events Stripe sends for it; through
     Checkout, the session names the merchant's order (``client_reference_id`` and
-    ``metadata``), as a shop's does, so the purchase each action gets can be checked."""
+    ``metadata``), as a shop's does, so the purchase each action gets can be checked.
+    ``created``: the events' time (s), else now."""
     for n in range(count):
-        for event in samples.payment_events(rng, checkout=checkout):
+        for event in samples.payment_events(rng, checkout=checkout, created=created):
             if event["type"] == "checkout.session.completed":
                 order = f"order_{n + 1:06d}"
                 event["data"]["object"].update(client_reference_id=order, metadata={"order": order})

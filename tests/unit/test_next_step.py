@@ -10,8 +10,8 @@ from ledger.read.payments import payment_record
 PK = "pi_1"
 
 
-def step_of(**fields: str):
-    return next_step(payment_record(PK, {"token": "2", "amount": "2000", **fields}))
+def step_of(reverses: bool = True, **fields: str):
+    return next_step(payment_record(PK, {"token": "2", "amount": "2000", **fields}), reverses)
 
 
 def test_an_interrupted_fulfilment_is_checked_under_its_fulfilment_key() -> None:
@@ -63,6 +63,25 @@ def test_a_payment_held_after_it_was_taken_back_offers_not_applied() -> None:
     assert plain is not None and plain.not_applied is None and plain.retry is not None
     given = step_of(state="held", by_hand="1", taken_back="refund", reinstated_at="1")
     assert given is not None and given.not_applied is None and given.retry is None
+    kept = step_of(False, state="held", taken_back="refund", rf=json.dumps({"re_1": 2000}))
+    assert kept is not None and kept.fulfilled == "It was applied: mark fulfilled"  # no reversal
+
+
+def test_a_payment_held_before_any_call_speaks_of_none() -> None:
+    """Held before its first attempt (a live-mode event in a test deployment, a possible
+    duplicate): no downstream saw a key, nothing was applied (docs audit: the step said
+    "what the downstream saw" and "It was applied")."""
+    step = next_step(payment_record(PK, {"state": "held", "amount": "2000"}), True)
+    assert step is not None and step.kind == "decide"
+    assert step.key_said == "Idempotency key its call will carry (no call yet)"
+    assert step.check == "Held for a person before any call (see why above). Decide"
+    assert step.commands == [
+        (f"webhook-ledger resolve {PK} --fulfilled", step.fulfilled),
+        (f"webhook-ledger resolve {PK} --retry", "Fulfil it: run it now"),
+    ]
+    assert "applied" not in step.fulfilled
+    called = step_of(state="held")
+    assert called is not None and called.key_said.endswith("(what the downstream saw)")
 
 
 def test_no_step_unless_it_waits_for_a_decision_and_no_receipt_to_check_when_none_came() -> None:
