@@ -136,6 +136,9 @@ class Worker:
     found: bool = False  # its settlement found the payment's key (the effect applied)
     paid: int | None = None  # the amount paid its call's purchase carries (None: not known)
     downstream: str = ""  # FULFILMENT_ACTION's when it started (the_action_moves)
+    # FULFILMENT_ACTION's in the worker's deployment, the one jobs.py checked a reversal
+    # against when it took the job: a move after that leaves this worker's actions as they were
+    deployed: str = ""
     breaker: keys.Breaker = keys.FULFILMENT_BREAKER  # the one that admitted it (its downstream's)
 
 
@@ -834,6 +837,7 @@ class Protocol(RuleBasedStateMachine):
                 self.unrefused.setdefault(pk, set()).add(start.token)
             worker = Worker(pk, start.token, leg, safe, fenced, admission=admission)
             worker.downstream, worker.breaker = ds, breaker
+            worker.deployed = self.downstream
             worker.paid = whole(start.amount)  # jobs.py's purchase: the amount at its start
             if leg == "reverse":  # jobs.py reads the reversal under the lease
                 due = self.redis.hmget(keys.payment(pk), "reversal_refund", "reversal_amount")
@@ -942,8 +946,9 @@ class Protocol(RuleBasedStateMachine):
         assert effect, f"{pk}: a reversal called without an effect"
         other = self.closed_as.get(pk)
         assert not other, f"{pk}: reversed under its own key, its purchase's effect is {other}'s"
-        where = self.effect_on.get(pk, self.downstream)
-        assert where == self.downstream, f"{pk}: reversed with the action moved from {where}"
+        # where its worker's deployment checked it (a move since leaves that worker's actions)
+        where = self.effect_on.get(pk, w.deployed)
+        assert where == w.deployed, f"{pk}: reversed with the action moved from {where}"
         if w.amount is None:  # what remains, of an amount paid no event said
             known = pk in self.amounts and pk not in self.known_late
             assert not known, f"{pk}: paid {self.amounts.get(pk)}, reversed unknown"
@@ -2771,6 +2776,37 @@ def test_a_reversal_after_the_action_moved_is_held_never_called(
         m.worker_runs_a_whole_job("ok", True)
     assert m.state(pk) == ("held" if decision == "requeue" else "reversed")
     assert m.reversal_calls[pk] == 0
+    m.teardown()
+
+
+def test_a_reversal_taken_before_the_action_moved_is_called_by_its_worker(
+    protocol_redis: RedisServer,
+) -> None:
+    """Found by the explorer: a reversal's job taken while FULFILMENT_ACTION still named the
+    downstream of the effect (jobs.py checks it then, by its worker's own settings); the
+    action moves (a new deployment), then that worker fences and calls. It calls its own
+    REVERSAL_ACTION, the pair of the action it was deployed with, where the effect is: the
+    model checked the call against the action's new downstream and said it was misplaced.
+    The next reversal's job, taken after the move, is held."""
+    Protocol.server = protocol_redis
+    Protocol.redis = Redis.from_url(protocol_redis.url)
+    m = Protocol()
+    m.setup(seed=0, replay_safe=False, reverse=True, per_refund=True)
+    m.refunded_in_full_before_its_amount_was_known(index=0, jobs=0)
+    pk = next(pk for pk in m.all_payments() if m.leg(pk) == "reverse")
+    assert m.state(pk) == "queued" and applied_on(m.redis, pk) == "db:a"
+    m.worker_takes_a_job()
+    worker = m.workers[0]
+    assert worker is not None and worker.leg == "reverse"
+    m.the_action_moves(replay_safe=False)
+    m.worker_fences(0)
+    m.worker_calls(0, "ok", True)
+    assert m.reversal_calls[pk] == 1
+    m.worker_finishes(0)
+    assert (m.state(pk), m.leg(pk)) == ("queued", "reverse"), "its other refund's reversal"
+    m.sweeper_runs()  # which queues its job
+    m.worker_runs_a_whole_job("ok", True)
+    assert m.state(pk) == "held" and m.reversal_calls[pk] == 1
     m.teardown()
 
 
