@@ -256,6 +256,15 @@ local function write_event(d, event_ttl)
   return n
 end
 
+-- A held record's reason gains that Stripe tied it to `twin` (said once).
+local function tell_tie(pay, twin)
+  local why = redis.call('HGET', pay, 'hold_reason') or ''
+  local tie = 'same purchase as ' .. twin .. ' (Stripe tied their ids after both were recorded)'
+  if not string.find(why, 'same purchase as ' .. twin, 1, true) then
+    redis.call('HSET', pay, 'hold_reason', why == '' and tie or (why .. '; also the ' .. tie))
+  end
+end
+
 -- Two records of one purchase, tied only now: one of them waits for a person. The one that
 -- may have had an effect (engaged) goes on; else the one that has not started. Returns the
 -- payment's state after it.
@@ -273,14 +282,12 @@ local function tie_twin(d, state)
     return 'held'
   elseif waiting[twin_state] and going[state] then
     hold_for_twin(twin_pay, d.key, d.now, 'held when the tie arrived')
-  elseif state == 'held' and going[twin_state] then
+  elseif state == 'held' and (going[twin_state] or twin_state == 'held') then
     -- added to why it is held, not put in its place: what a person must do stays (a grant
-    -- or a taking back by hand, a possible duplicate) and now also knows of the twin
-    local why = redis.call('HGET', d.pay, 'hold_reason') or ''
-    local tie = 'same purchase as ' .. twin .. ' (Stripe tied their ids after both were recorded)'
-    if not string.find(why, 'same purchase as ' .. twin, 1, true) then  -- said once
-      redis.call('HSET', d.pay, 'hold_reason', why == '' and tie or (why .. '; also the ' .. tie))
-    end
+    -- or a taking back by hand, a possible duplicate) and now also knows of the twin; both
+    -- held (each a possible duplicate of another payment), each knows of the other
+    tell_tie(d.pay, twin)
+    if twin_state == 'held' then tell_tie(twin_pay, d.key) end
   end
   return state
 end

@@ -232,3 +232,32 @@ def test_a_tie_adds_to_why_a_record_is_held_and_keeps_what_a_person_must_do(
             "(Stripe tied their ids after both were recorded)"
         ), tying["type"]
         assert tied.by_hand == by_hand
+
+
+def test_two_records_both_held_then_tied_each_name_the_other(
+    redis: Redis, redis_server, rng
+) -> None:
+    """An invoice held as a possible duplicate of another purchase's PaymentIntent, its own
+    PaymentIntent held as a possible duplicate of it, then Stripe ties the two: each hold
+    reason names its twin. Said nowhere before (found by the explorer), so a person closing
+    the invoice was pointed at the other purchase while the ledger kept the twin's effect as
+    its own (``effect_of``: the tie first)."""
+    ledger = ledger_for(redis_server.url, FULFIL_UNLINKED_INVOICES=True)
+    first = purchase(rng, "cus_a", guest=True)
+    assert record(ledger, first[2]).payment_state == "queued"
+    session, invoice, intent = purchase(rng, "cus_b", guest=True)
+    in_key = record(ledger, invoice).payment_key
+    pi_key = record(ledger, intent).payment_key
+    reasons = {}
+    for key in (in_key, pi_key):
+        held = payments.payment(redis, key)
+        assert held is not None and held.state == "held", key
+        reasons[key] = held.hold_reason or ""
+    assert reasons[in_key].startswith("possible duplicate purchase of pi_")
+    assert reasons[pi_key].startswith("possible duplicate purchase of " + in_key)
+    record(ledger, session)
+    tie = "(Stripe tied their ids after both were recorded)"
+    for key, twin in ((in_key, pi_key), (pi_key, in_key)):
+        tied = payments.payment(redis, key)
+        assert tied is not None and (tied.state, tied.same_purchase_as) == ("held", twin)
+        assert tied.hold_reason == f"{reasons[key]}; also the same purchase as {twin} {tie}"
