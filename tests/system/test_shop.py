@@ -203,6 +203,12 @@ def shop_env(**settings: str) -> dict[str, str]:
     return env | {"WEB_PORT": str(free_port()), "REDIS_PORT": str(free_port()), **settings}
 
 
+def pg_ctl(data: Path, *args: str) -> int:
+    """pg_ctl on the server of ``data``, as the postgres user when run as root."""
+    argv = as_postgres(str(binaries() / "pg_ctl"), "-D", str(data), *args)
+    return subprocess.run(argv, capture_output=True).returncode
+
+
 class Left:
     """A copy of the checkout with the shop's PostgreSQL server running on var/shop/pg, as
     a killed run.sh leaves it."""
@@ -223,8 +229,7 @@ class Left:
         self.pg_ctl("-l", str(shop / "postgres.log"), "-w", "start", "-o", options)
 
     def pg_ctl(self, *args: str) -> int:
-        argv = as_postgres(str(binaries() / "pg_ctl"), "-D", str(self.data), *args)
-        return subprocess.run(argv, capture_output=True).returncode
+        return pg_ctl(self.data, *args)
 
     def running(self) -> bool:
         return self.pg_ctl("status") == 0
@@ -315,8 +320,7 @@ def test_run_sh_as_written_serves_the_shop_with_the_service_and_stops_on_ctrl_c(
         data = root / "var" / "shop" / "pg"
         left_running = (data / "postmaster.pid").exists()
         if left_running:  # stop what the run should have, before its folder goes
-            argv = as_postgres(str(binaries() / "pg_ctl"), "-D", str(data), "-m", "immediate")
-            subprocess.run([*argv, "-w", "stop"], capture_output=True)
+            pg_ctl(data, "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
     assert "unbound variable" not in said, said
     assert run.returncode in (0, 130) and not left_running, said
