@@ -80,6 +80,7 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         status = obj.get("status")
         if isinstance(obj.get("id"), str) and isinstance(status, str):
             taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
+            taken["dispute_at"] = at
     elif kind == "dispute" and event_type.startswith("charge.dispute."):
         if isinstance(obj.get("id"), str) and obj["id"]:
             taken["dispute_open"], taken["dispute_event"] = obj["id"][:255], event_type[:64]

@@ -40,8 +40,8 @@ end
 -- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
 -- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
 -- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
--- `dispute_status` (closed), `dispute_open`, `dispute_event` and `dispute_at` (any other
--- dispute event), or '' (nil).
+-- `dispute_status` (closed), `dispute_open` and `dispute_event` (any other dispute event),
+-- `dispute_at` (either's `created`), or '' (nil).
 local function taken_arg()
   if ARG.taken == '' then return nil end
   local ok, taken = pcall(cjson.decode, ARG.taken)
@@ -66,6 +66,7 @@ local function taken_arg()
     or (taken.charge_at and type(taken.charge_at) ~= 'number')
     or (taken.dispute and (type(taken.dispute) ~= 'string'
       or type(taken.dispute_status) ~= 'string'))
+    or (taken.dispute_at and type(taken.dispute_at) ~= 'number')
     or (taken.dispute_open and (type(taken.dispute_open) ~= 'string'
       or type(taken.dispute_event) ~= 'string' or type(taken.dispute_at) ~= 'number')) then
     refuse('taken has a field of the wrong type: ' .. shown(ARG.taken))

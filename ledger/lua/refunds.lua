@@ -2,13 +2,40 @@
 -- (ledger/scripts.py TAKING_BACK), after the prelude: what Stripe took back, whether it
 -- still does, what remains and the next reversal due.
 
+-- A dispute's close, kept per dispute id in `disputes` (JSON: id -> [status, created], the
+-- latest close of each by its event's `created`, a tie to the one recorded last). `dispute`
+-- is the close that decides: a lost one (the money went with it, whatever another dispute of
+-- the charge said: an inquiry closed before its chargeback, told late), else the latest.
+-- Only a close of the lost dispute's own id (won) gives it back. A `dispute` kept before
+-- `disputes` was counts as the oldest close of its id.
+local function keep_dispute_close(pay, taken)
+  local had = redis.call('HMGET', pay, 'disputes', 'dispute')
+  local closes = cjson.decode(had[1] or '{}')
+  local old_id, old_status = string.match(had[2] or '', '^(%S+) (%S+)$')
+  if old_id and not closes[old_id] then closes[old_id] = {old_status, -1} end
+  local at = tonumber(taken.dispute_at) or 0
+  local kept = closes[taken.dispute]
+  if not kept or at >= kept[2] then closes[taken.dispute] = {taken.dispute_status, at} end
+  local pick, pick_at, pick_lost
+  for id, c in pairs(closes) do
+    local lost = c[1] == 'lost'
+    if not pick or (lost and not pick_lost) or (lost == pick_lost
+      and (c[2] > pick_at or (c[2] == pick_at and id > pick))) then
+      pick, pick_at, pick_lost = id, c[2], lost
+    end
+  end
+  redis.call('HSET', pay, 'disputes', cjson.encode(closes), 'dispute',
+    pick .. ' ' .. closes[pick][1])
+end
+
 -- Refunds and disputes (docs/LEDGER.md, "What a refund takes back"). A payment keeps what
 -- Stripe took back: `rf` (JSON: refund id -> amount counted; -1 for a refund that failed or
 -- was canceled, which stays so whatever order its events come in), `rf_failed` (JSON: a
 -- failed refund's id -> [amount, made at, when it failed: the earliest `refund.failed` or
 -- status change that said so, 0 while no event dated it]), `rf_charge` and `rf_charge_at`
 -- (the `amount_refunded` of the latest charge event, by its `created`, and that time),
--- `rf_charge_max` (the largest one ever), `dispute` (`{id} {status}` of a closed one) and
+-- `rf_charge_max` (the largest one ever), `dispute` and `disputes` (the closes:
+-- keep_dispute_close) and
 -- `dispute_open` (`{id} {event type}` of the latest other dispute event, by its `created`,
 -- and that time, `dispute_open_at`: open while no closed one has its id). A copy or an
 -- older event of the same refund counts once: per id, the largest amount.
@@ -42,9 +69,7 @@ local function keep_taken(pay, taken)
       redis.call('HSET', pay, 'rf_charge_max', charged)
     end
   end
-  if taken.dispute then
-    redis.call('HSET', pay, 'dispute', taken.dispute .. ' ' .. taken.dispute_status)
-  end
+  if taken.dispute then keep_dispute_close(pay, taken) end
   if taken.dispute_open then
     local at = tonumber(redis.call('HGET', pay, 'dispute_open_at') or '-1')
     if taken.dispute_at >= at then

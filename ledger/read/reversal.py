@@ -176,13 +176,26 @@ def _refulfil(payment_key: str, f: dict[str, str]) -> Refulfil | None:
 DISPUTE_EVENTS, CLOSED = "charge.dispute.", "charge.dispute.closed"
 
 
+def closed_disputes(f: dict[str, str]) -> set[str]:
+    """The ids of the payment's closed disputes (``disputes``; ``dispute`` alone as kept
+    before it)."""
+    try:
+        closes = orjson.loads(f.get("disputes") or "{}")
+    except orjson.JSONDecodeError:
+        closes = {}
+    return {
+        *(closes if isinstance(closes, dict) else ()),
+        (f.get("dispute") or "").partition(" ")[0],
+    }
+
+
 def open_dispute(f: dict[str, str], events: Sequence[PaymentEvent]) -> str | None:
     """The type of the latest event of a dispute no closed one has the id of
     (``dispute_open``, kept on the payment as long as it is); for a payment recorded before
     it was kept, read from its events while they are."""
     opened, _, latest = (f.get("dispute_open") or "").partition(" ")
     if opened:
-        return None if (f.get("dispute") or "").partition(" ")[0] == opened else latest
+        return None if opened in closed_disputes(f) else latest
     if f.get("dispute"):
         return None
     disputes = [e.type for e in events if (e.type or "").startswith(DISPUTE_EVENTS)]

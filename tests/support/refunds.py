@@ -59,7 +59,9 @@ def refund_events(
 
 
 def dispute_closed(rng: random.Random, pi: str, amount: int, status: str) -> dict[str, Any]:
-    return dispute_event(rng, pi, amount, status, "charge.dispute.closed")
+    """The close of the payment's one dispute (its id from ``pi``): lost, then won, is that
+    dispute won after it was lost."""
+    return dispute_event(rng, pi, amount, status, "charge.dispute.closed", "dp_" + pi[3:])
 
 
 def dispute_event(
