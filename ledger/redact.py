@@ -46,8 +46,14 @@ _CREDENTIALS = re.compile(r"\b(?P<scheme>Basic|Bearer|Token) +[A-Za-z0-9+/=._~-]
 # which no pattern can tell from a plain one.
 _URLLIB3_PATH = re.compile(r"(?P<name>\burl: (?:[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s]+)?)/\S*")
 # Any other web URL's path, however a client words its message (httpx's "for url
-# 'https://…'", aiohttp's "URL('https://…')"): its origin kept, its query masked above.
-_WEB_PATH = re.compile(r"(?P<origin>\b(?:https?|wss?)://[^\s/'\"<>`()\[\]]+)/[^\s?#'\"<>`()\[\]]+")
+# 'https://…'", aiohttp's "URL('https://…')") or a body escapes it (JSON's "https:\/\/…"),
+# its host a name or an IPv6 literal ("[fd00::1]"): its origin kept, its query masked
+# above. The path runs to a quote or a space: masking a ")" after it hides nothing needed.
+_WEB_PATH = re.compile(
+    r"(?P<origin>\b(?:https?|wss?):(?:\\?/){2}(?:\[[0-9a-z:.%]+\](?::\d+)?|[^\s/\\'\"<>`()\[\]]+))"
+    r"(?P<slash>\\?/)[^\s?#'\"<>`]+",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -58,7 +64,7 @@ def redact(text: str) -> str:
     text = _STRIPE_SECRET.sub(lambda m: f"{m['kind']}{MASK}", text)
     text = _CREDENTIALS.sub(lambda m: f"{m['scheme']} {MASK}", text)
     text = _URLLIB3_PATH.sub(lambda m: f"{m['name']}/{MASK}", text)
-    text = _WEB_PATH.sub(lambda m: f"{m['origin']}/{MASK}", text)
+    text = _WEB_PATH.sub(lambda m: f"{m['origin']}{m['slash']}{MASK}", text)
     return _AUTHORIZATION.sub(lambda m: f"{m['name']}{MASK}", text)
 
 

@@ -261,6 +261,17 @@ def test_a_url_whose_password_urllib_reads_as_the_port_is_refused_in_our_words(
             "retrying wss://feed.test:8443/*** (down)",
         ),
         ("GET http://127.0.0.1:8080/ answered 200", "GET http://127.0.0.1:8080/ answered 200"),
+        (  # an IPv6 host (review s6 #4), with and without a port
+            "Client error '404 Not Found' for url 'http://[fd00::1]:8080/services/T0/B0/XXXX'",
+            "Client error '404 Not Found' for url 'http://[fd00::1]:8080/***'",
+        ),
+        (
+            "404, message='Not Found', url=URL('http://[fd00::1]/h/T0/B0/XXXX')",
+            "404, message='Not Found', url=URL('http://[fd00::1]/***')",
+        ),
+        ("POST HTTPS://hooks.test/h/XXXX failed", "POST HTTPS://hooks.test/*** failed"),
+        ('{"url": "https:\\/\\/hooks.test\\/h\\/XXXX"}', '{"url": "https:\\/\\/hooks.test\\/***"}'),
+        ("see https://hooks.test/a(b)/XXXX.", "see https://hooks.test/***"),
     ],
 )
 def test_redact_masks_keys_credentials_and_urllib3_paths(said: str, shown: str) -> None:
