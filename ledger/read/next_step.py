@@ -90,6 +90,11 @@ def next_step(p: Payment, reverses: bool) -> NextStep | None:
     retry = None if p.by_hand else f"It was not: run {'the reversal ' if reversing else ''}again"
     if kind == "decide" and not p.attempts_started:
         retry = "Fulfil it: run it now"
+        if p.same_purchase_as:  # start_attempt.lua holds it again while its twin is engaged
+            retry = (
+                f"Fulfil it: run it now, if {p.same_purchase_as} (the same purchase) has no "
+                "effect and runs none (while it has or may have one, it is held again)"
+            )
     not_applied = None
     if taken_back_held(p):
         # a retry holds it again while Stripe takes it back: no call is owed

@@ -13,13 +13,15 @@ from redis import Redis
 
 from ledger import keys, settings
 from ledger.connection import connect
+from ledger.decisions import decide
 from ledger.deliveries import Delivery, Ledger, Recorded, new_request_id
 from ledger.downstream import read_downstream
 from ledger.events import classify
 from ledger.read import payments, stats
 from ledger.read.base import to_builtins
+from ledger.read.next_step import next_step
 from ledgerctl import samples
-from tests.support.helpers import purchase
+from tests.support.helpers import purchase, settled_as, state_of
 
 
 def ledger_for(url: str, **overrides: object) -> Ledger:
@@ -261,3 +263,29 @@ def test_two_records_both_held_then_tied_each_name_the_other(
         tied = payments.payment(redis, key)
         assert tied is not None and (tied.state, tied.same_purchase_as) == ("held", twin)
         assert tied.hold_reason == f"{reasons[key]}; also the same purchase as {twin} {tie}"
+
+
+def test_run_it_now_says_a_twin_with_the_effect_holds_it_again(fulfilment, redis, rng) -> None:
+    """A PaymentIntent queued beside its invoice (no fingerprint match), held when Stripe
+    ties them while the invoice is fulfilled: the step's retry says what a retry does then
+    (held again, no call: start_attempt.lua), and a retry does just that (review s6 #3)."""
+    f = fulfilment(FULFIL_UNLINKED_INVOICES="true")
+    session, invoice, intent = purchase(rng)
+    in_key, pi = invoice["data"]["object"]["id"], intent["data"]["object"]["id"]
+    intent["data"]["object"]["amount_received"] = 1999
+    f.deliver(invoice)
+    f.work()
+    assert settled_as(redis, in_key, "fulfilled")
+    f.deliver(intent)
+    assert state_of(redis, pi) == "queued"
+    f.deliver(session)
+    p = payments.payment(redis, pi)
+    assert p is not None and p.state == "held" and not p.attempts_started
+    step = next_step(p, False)
+    assert step is not None and step.retry is not None
+    assert f"if {in_key} (the same purchase) has no effect" in step.retry
+    assert decide(f.attempts, pi, "resolve", "retry", "person").state == "queued"
+    f.work()
+    assert state_of(redis, pi) == "held"
+    again = payments.payment(redis, pi)
+    assert again is not None and not again.attempts_started  # no call, ever, while in_key has it

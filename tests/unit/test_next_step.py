@@ -80,6 +80,13 @@ def test_a_payment_held_before_any_call_speaks_of_none() -> None:
         (f"webhook-ledger resolve {PK} --retry", "Fulfil it: run it now"),
     ]
     assert "applied" not in step.fulfilled
+    twin = next_step(
+        payment_record(PK, {"state": "held", "amount": "2000", "same_purchase_as": "in_1"}), True
+    )
+    assert twin is not None and twin.retry == (  # a retry holds it again while in_1 is engaged
+        "Fulfil it: run it now, if in_1 (the same purchase) has no effect and runs none "
+        "(while it has or may have one, it is held again)"
+    )
     called = step_of(state="held")
     assert called is not None and called.key_said.endswith("(what the downstream saw)")
 
