@@ -14,7 +14,7 @@ from ledger.setting_urls import ActionSpec
 from ledger.settings import Settings
 from ledgerctl.context import EXIT_NOT_FOUND, Context, emit, json_option, run
 from ledgerctl.terminal import rows_table, say
-from workers.postgres_schema import TABLE, masked, migrate
+from workers.postgres_schema import TABLE, NotUtf8, masked, migrate
 
 NOT_A_DATABASE = "neither sqlite:/// nor postgresql://"
 EXIT_DATABASE = 3
@@ -80,6 +80,8 @@ def migrate_command(ctx: Context) -> None:
             )
         except DownstreamUnusable as exc:
             done, failed = f"cannot migrate: {exc.why}", True
+        except NotUtf8 as exc:
+            done, failed = f"cannot migrate: {exc}", True
         except psycopg.Error as exc:
             why = f"cannot migrate: {type(exc).__name__}: {exc}".splitlines()[0]
             done, failed = masked(why, action.target), True

@@ -69,10 +69,32 @@ MIN_MASKED = 3
 """A shorter password is not masked where it appears: it would mask bits of every word."""
 
 
+class NotUtf8(Exception):
+    """The database's encoding is not UTF8 (:func:`encoding_problem` says which)."""
+
+
+def encoding_problem(conn: psycopg.Connection) -> str | None:
+    """Why this database cannot hold the ledger's rows, or None: its encoding must be UTF8.
+    Customer names, metadata and receipts are Unicode; on SQL_ASCII (``initdb`` with a C
+    locale and no encoding) psycopg reads text as bytes, so no column would be found by name."""
+    row = conn.execute("SELECT current_setting('server_encoding')").fetchone()
+    value = row[0] if row else ""
+    encoding = value.decode() if isinstance(value, bytes) else str(value)
+    if encoding == "UTF8":
+        return None
+    return (
+        f"the database's encoding is {encoding}, not UTF8: make it with createdb --encoding=UTF8"
+        " --template=template0 (customer names, metadata and receipts are Unicode)"
+    )
+
+
 def migrate(url: str) -> str:
     """Create the table when it is missing, or add the columns it lacks (idempotent); says
-    which: ``created``, ``added <columns>`` or ``already there``."""
+    which: ``created``, ``added <columns>`` or ``already there``. Raises :class:`NotUtf8`
+    on a database that is not UTF8."""
     with psycopg.connect(url, connect_timeout=CHECK_CONNECT_SECONDS) as conn:
+        if why := encoding_problem(conn):
+            raise NotUtf8(why)
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
         present = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
         if present and present[0] is not None:
@@ -105,6 +127,8 @@ def problem(
         return setting, masked(f"cannot connect: {_first_line(exc)}", url)
     try:
         with conn:
+            if why := encoding_problem(conn):
+                return setting, why
             found = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
             if not found or found[0] is None:
                 why = f"the table {TABLE} is missing: run 'webhook-ledger downstream migrate'"

@@ -303,6 +303,32 @@ def test_downstream_migrate_makes_the_table_once_and_masks_the_password(postgres
     assert "wrong-pw-123" not in refused.output and len(refused.output.splitlines()) == 1
 
 
+def test_a_database_that_is_not_utf8_is_refused_by_migrate_and_at_start(
+    postgres_server,
+) -> None:
+    """SQL_ASCII (initdb with a C locale and no encoding): migrate said created, the worker
+    then found no voided_at (psycopg reads text there as bytes) and a second migrate failed
+    on it (merchant review). Now both say the encoding, in one line, and nothing is made."""
+    name = f"ascii{os.getpid()}"
+    postgres_server.admin(f"CREATE USER {name} PASSWORD '{USER_PASSWORD}'")
+    postgres_server.admin(
+        f"CREATE DATABASE {name} OWNER {name} ENCODING 'SQL_ASCII' TEMPLATE template0"
+        " LC_COLLATE 'C' LC_CTYPE 'C'"
+    )
+    url = postgres_server.url(name, USER_PASSWORD, name)
+    refused = run_cli({"FULFILMENT_ACTION": url}, "downstream", "migrate")
+    assert cli_ok(refused, 3) and len(refused.output.splitlines()) == 1, refused.output
+    assert "encoding is SQL_ASCII, not UTF8: make it with createdb --encoding=UTF8" in (
+        refused.output
+    )
+    assert USER_PASSWORD not in refused.output
+    found = unusable(settings_module.load({}, FULFILMENT_ACTION=url))
+    assert found is not None and found[0] == "FULFILMENT_ACTION"
+    assert "encoding is SQL_ASCII, not UTF8" in found[1]
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('webhook_ledger_effects')").fetchone() == (None,)
+
+
 REVERSAL_SQL = (
     "UPDATE shop_orders SET reversed = reversed + %(reversal_amount)s"
     " WHERE payment_key = %(payment_key)s RETURNING reversed, %(reversal_refund_id)s AS refund"
