@@ -201,7 +201,10 @@ class Purchase(TypedDict):
     not by ``payment_intent`` (None then)."""
     idempotency_key: str
     """``fulfil:<payment_key>`` (``fulfil:cs_…`` for a free Checkout): the same on every
-    attempt; apply at most one effect per key."""
+    attempt; apply at most one effect per key. ``refulfil:<payment_key>`` when the purchase
+    is granted again after a dispute won after its reversal (REVERSAL_DISPUTE_WON=fulfil): a
+    second call for the same ``payment_key``, whose first effect was taken back, so a record
+    keyed by ``payment_key`` alone is there already (grant again what the reversal took)."""
     token: int
     """The fencing token of this attempt (grows with each attempt)."""
     payment_intent: str | None
