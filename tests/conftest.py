@@ -15,7 +15,10 @@ pytest_plugins = [
     "tests.support.stripe_cli",  # the real Stripe CLI and a stand-in of Stripe
     "tests.support.stripe_api",  # a stand-in of Stripe's API: stripe_api
     "tests.support.postgres",  # a real PostgreSQL: the user's database of the PostgreSQL action
+    "tests.support.protocol.fixtures",  # the protocol explorer's Redis: protocol_redis
 ]
+# The explorer's rules and invariants assert in tests/support/protocol/: show their operands.
+pytest.register_assert_rewrite("tests.support.protocol")
 
 SYSTEM = Path(__file__).parent / "system"
 SYSTEM_PROCESSES = 2
