@@ -146,13 +146,25 @@ end
 -- The other record of this held payment's purchase whose effect a person's resolve as
 -- fulfilled vouches for (`same_purchase_as`, a tie Stripe sent late, else `dup_of`, the
 -- payment it was held as a possible duplicate of), when none of its own attempts may have
--- applied it; else nil. Kept as `effect_of`: its reversal is never run under its own key
--- (take_back.lua take_back, hold_effect_elsewhere).
+-- applied it; else nil. Each followed to the record whose key has the effect
+-- (effect_holder); a twin itself held or failed with no call that may have applied has no
+-- effect to vouch for: then `dup_of`'s (both held, then tied, and closed one after the other,
+-- each named the other, neither with an effect). When each leads back to this payment, the
+-- twin still (its hold when taken back says no record is known to have the effect). Kept as
+-- `effect_of`: its reversal is never run under its own key (take_back.lua take_back,
+-- hold_effect_elsewhere).
 local function effect_elsewhere(pay)
   local f = redis.call('HMGET', pay, 'state', 'same_purchase_as', 'dup_of')
-  local other = f[2] or f[3]
-  if f[1] ~= 'held' or not other or may_have_applied(pay) then return nil end
-  return other
+  if f[1] ~= 'held' or may_have_applied(pay) then return nil end
+  local twin, dup = effect_holder(pay, f[2]), effect_holder(pay, f[3])
+  if twin and dup and twin == f[2] then
+    local twin_pay = PAYMENT_PREFIX .. twin
+    local state = redis.call('HGET', twin_pay, 'state')
+    if (state == 'held' or state == 'failed') and not may_have_applied(twin_pay) then
+      return dup
+    end
+  end
+  return twin or dup or f[2] or f[3]
 end
 
 -- The worker process `caller` is about to call the downstream for attempt `token`: the

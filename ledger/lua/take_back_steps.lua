@@ -136,6 +136,19 @@ local function hold_retake(pay, why, now, maybe)
     'a retry runs nothing)', true)
 end
 
+-- The record whose own key carries the effect `other` stands for: `other`, or the record
+-- its `effect_of` names (a person closed it too, without a call), never `pay` itself: nil
+-- when the names lead back to it (or on past a few records).
+local function effect_holder(pay, other)
+  for _ = 1, 4 do
+    if not other or PAYMENT_PREFIX .. other == pay then return nil end
+    local next_one = redis.call('HGET', PAYMENT_PREFIX .. other, 'effect_of')
+    if not next_one then return other end
+    other = next_one
+  end
+  return nil
+end
+
 -- Closed by a person as fulfilled without a call while it was held as the same purchase as
 -- another record (`effect_of`: a possible duplicate of it, or a tie Stripe sent late;
 -- lua/attempts.lua effect_elsewhere), then taken back (refunded in full, a dispute lost): the
@@ -146,12 +159,15 @@ end
 local function hold_effect_elsewhere(pay, why, other, now)
   redis.call('HSET', pay, 'retake', why)
   redis.call('HINCRBY', STATS, 'held', 1)
+  local holder = effect_holder(pay, other)
+  local where = holder and ("its purchase's effect is " .. holder .. "'s (fulfil:" .. holder ..
+    '): take that back by hand if this is its purchase') or ('no record of its purchase is ' ..
+    'known to have the effect under its key (' .. other .. ' too was closed by a person ' ..
+    'without a call): take back by hand what was granted for it')
   return hold(pay, now, (why == 'dispute' and 'a dispute lost' or 'refunded in full') ..
     ' after a person closed it without a call as the same purchase as ' .. other ..
-    ': it has no effect under its own key, so the ledger does not reverse it; its ' ..
-    "purchase's effect is " .. other .. "'s (fulfil:" .. other .. '): take that back by ' ..
-    'hand if this is its purchase, then resolve this payment as fulfilled (it is then ' ..
-    'reversed; a retry runs nothing)', true)
+    ': it has no effect under its own key, so the ledger does not reverse it; ' .. where ..
+    ', then resolve this payment as fulfilled (it is then reversed; a retry runs nothing)', true)
 end
 
 -- Taken back before any effect: the payment is never called (`refunded_unfulfilled`), or

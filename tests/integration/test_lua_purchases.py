@@ -22,6 +22,7 @@ from ledger.read.base import to_builtins
 from ledger.read.next_step import next_step
 from ledgerctl import samples
 from tests.support.helpers import purchase, settled_as, state_of
+from tests.support.refunds import refund_events
 
 
 def ledger_for(url: str, **overrides: object) -> Ledger:
@@ -289,3 +290,62 @@ def test_run_it_now_says_a_twin_with_the_effect_holds_it_again(fulfilment, redis
     assert state_of(redis, pi) == "held"
     again = payments.payment(redis, pi)
     assert again is not None and not again.attempts_started  # no call, ever, while in_key has it
+
+
+def test_two_records_both_held_then_tied_and_closed_name_the_effect_they_vouch_for(
+    config, fulfilment, redis, rng
+) -> None:
+    """Both records of a purchase held as possible duplicates (the invoice of another
+    purchase's, the PaymentIntent of the invoice), tied, then closed one after the other as
+    fulfilled without a call: each vouches for the other purchase's effect, never for its
+    twin, which has none (each named the other), and a refund in full names that effect's
+    key (review s6 #2)."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"], FULFIL_UNLINKED_INVOICES="true")
+    first = purchase(rng, "cus_a", guest=True)[2]
+    other = first["data"]["object"]["id"]
+    f.deliver(first)
+    f.work()
+    assert settled_as(redis, other, "fulfilled")
+    session, invoice, intent = purchase(rng, "cus_b", guest=True)
+    in_key, pi = invoice["data"]["object"]["id"], intent["data"]["object"]["id"]
+    f.deliver(invoice)
+    f.deliver(intent)
+    f.deliver(session)
+    assert state_of(redis, in_key) == "held" and state_of(redis, pi) == "held"
+    for pk in (in_key, pi):
+        assert decide(f.attempts, pk, "resolve", "fulfilled", "person").state == "fulfilled"
+        assert redis.hget(keys.payment(pk), "effect_of") == other.encode(), pk
+    for event in refund_events(rng, pi, 2000, 2000):
+        f.deliver(event)
+    f.work()
+    assert state_of(redis, pi) == "held"
+    reason = (redis.hget(keys.payment(pi), "hold_reason") or b"").decode()
+    assert f"fulfil:{other}" in reason and f"fulfil:{in_key}" not in reason, reason
+
+
+def test_two_records_closed_each_as_the_other_s_say_no_record_has_the_effect(
+    config, fulfilment, redis, rng
+) -> None:
+    """Tied records held with no other purchase to vouch for (no ``dup_of``), both closed
+    by a person without a call: each names the other, and a refund in full holds it saying
+    no record is known to have the effect, never pointing at a key with nothing under it."""
+    f = fulfilment(REVERSAL_ACTION=config["FULFILMENT_ACTION"], FULFIL_UNLINKED_INVOICES="true")
+    f.deliver(purchase(rng, "cus_a", guest=True)[2])
+    f.work()
+    session, invoice, intent = purchase(rng, "cus_b", guest=True)
+    in_key, pi = invoice["data"]["object"]["id"], intent["data"]["object"]["id"]
+    for event in (invoice, intent, session):
+        f.deliver(event)
+    redis.hdel(keys.payment(in_key), "dup_of")  # held for another reason than a duplicate
+    redis.hdel(keys.payment(pi), "dup_of")
+    for pk in (in_key, pi):
+        assert decide(f.attempts, pk, "resolve", "fulfilled", "person").state == "fulfilled"
+    assert redis.hget(keys.payment(in_key), "effect_of") == pi.encode()
+    assert redis.hget(keys.payment(pi), "effect_of") == in_key.encode()
+    for event in refund_events(rng, pi, 2000, 2000):
+        f.deliver(event)
+    f.work()
+    assert state_of(redis, pi) == "held"
+    reason = (redis.hget(keys.payment(pi), "hold_reason") or b"").decode()
+    assert "no record of its purchase is known to have the effect" in reason, reason
+    assert "fulfil:" not in reason
