@@ -164,8 +164,8 @@ class Protocol(
         self.lost = set()
         self.refunded_first = set()
         self.won = set()
+        self.dispute_closes = {}
         self.dispute_now = {}
-        self.dispute_closed = {}
         self.dispute_opened = {}
         self.charges = {}
         self.failures = {}

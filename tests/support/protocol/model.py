@@ -95,8 +95,13 @@ class ProtocolModel(ProtocolState):
             latest = (taken["charge_at"], taken["charge_refunded"])
             self.charges[pk] = max(self.charges.get(pk, latest), latest)
         if "dispute_status" in taken:
-            self.dispute_now[pk] = taken["dispute_status"]
-            self.dispute_closed[pk] = taken["dispute"]
+            closes = self.dispute_closes.setdefault(pk, {})
+            kept = closes.get(taken["dispute"])
+            if kept is None or taken["dispute_at"] >= kept[1]:
+                closes[taken["dispute"]] = (taken["dispute_status"], taken["dispute_at"])
+            # one dispute lost took the money, whatever another of the charge said
+            decides = max(closes, key=lambda d: (closes[d][0] == "lost", closes[d][1], d))
+            self.dispute_now[pk] = closes[decides][0]
         opened = (taken.get("dispute_at", 0), taken.get("dispute_open"), taken.get("dispute_event"))
         if opened[1] and opened[0] >= self.dispute_opened.get(pk, (-1,))[0]:
             self.dispute_opened[pk] = opened

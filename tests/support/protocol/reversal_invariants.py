@@ -23,7 +23,8 @@ class ReversalInvariants(ProtocolModel):
             raw = self.redis.hgetall(keys.payment(pk))
             f = {k.decode(): v.decode() for k, v in raw.items()}
             opened = self.dispute_opened.get(pk)
-            shown = opened and opened[1] != self.dispute_closed.get(pk) and opened[2] or None
+            closed = self.dispute_closes.get(pk, {})
+            shown = opened and opened[1] not in closed and opened[2] or None
             assert open_dispute(f, ()) == shown, (pk, f.get("dispute_open"), f.get("dispute"))
             if shown:
                 TALLY["dispute_shown_open"] += 1

@@ -98,8 +98,10 @@ class ProtocolState(RuleBasedStateMachine):
     lost: set[str]  # a dispute closed as lost
     refunded_first: set[str]  # taken back before any call was made or fenced
     won: set[str]  # a dispute closed as won
-    dispute_now: dict[str, str]  # the status of its last dispute closed
-    dispute_closed: dict[str, str]  # the id of its last dispute closed
+    # pk -> dispute id -> (status, created) of its latest close (ties: the later recorded)
+    dispute_closes: dict[str, dict[str, tuple[str, int]]]
+    # the status of the close that decides: a lost one, else the latest
+    dispute_now: dict[str, str]
     # its latest other dispute event, by created (ties: the later): (created, id, type)
     dispute_opened: dict[str, tuple[int, str, str]]
     charges: dict[str, tuple[int, int]]  # the latest charge event's (at, figure)
@@ -217,16 +219,34 @@ class ProtocolState(RuleBasedStateMachine):
         return self.state(pk) == "held" and "may have applied" in reason
 
     def held_as_the_same_purchase_as(self, pk: str) -> str | None:
-        """The other record a held payment with no call of its own is held as the same
-        purchase as (a tie Stripe sent late first, else a possible duplicate), by its hold's
-        reason; None otherwise."""
+        """The record whose key a held payment with no call of its own would have its
+        purchase's effect under, were a person to close it as fulfilled: the record its hold's
+        reason names as the same purchase (a tie Stripe sent late), else as the one it may
+        duplicate, each followed through the records a person closed so (``closed_as``),
+        never back to ``pk``; a twin itself held or failed with no call that may have
+        applied is passed over for the duplicate's. None when it is not so held."""
         reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
         own = self.calls[pk] or self.applied[pk] or pk in self.may_have_called
         if self.state(pk) != "held" or own:
             return None
-        for said in ("same purchase as ", "possible duplicate purchase of "):
-            if said in reason:
-                return reason.split(said, 1)[1].split(" ", 1)[0].rstrip(":;,")
+        named = [
+            reason.split(said, 1)[1].split(" ", 1)[0].rstrip(":;,") if said in reason else None
+            for said in ("same purchase as ", "possible duplicate purchase of ")
+        ]
+        twin, dup = (self.effect_holder(pk, other) for other in named)
+        if twin and dup and twin == named[0] and self.state(twin) in ("held", "failed"):
+            if not self.unrefused.get(twin):
+                return dup
+        return twin or dup or named[0] or named[1]
+
+    def effect_holder(self, pk: str, other: str | None) -> str | None:
+        """``other``, or the record a person closed it as (and so on), never ``pk``."""
+        for _ in range(4):
+            if other is None or other == pk:
+                return None
+            if other not in self.closed_as:
+                return other
+            other = self.closed_as[other]
         return None
 
     def possible_duplicate_of_its_purchase(self, pk: str) -> bool:

@@ -14,6 +14,8 @@ from tests.support.protocol.persons import Persons
 from tests.support.protocol.whole_jobs import WholeJobs
 from tests.support.refunds import dispute_closed, dispute_event, refund_events
 
+DAY = 86_400
+
 
 class StripeTakesBack(StripeDelivers, WholeJobs, Persons):
     """Stripe takes back (refunds, disputes lost)."""
@@ -42,6 +44,28 @@ class StripeTakesBack(StripeDelivers, WholeJobs, Persons):
             o["id"],
         )
         event["created"] += 60 if later else 0
+        self.record(self.stripe_delivery(event))
+
+    @rule(index=st.integers(0, 100), close=st.booleans())
+    def an_inquiry_before_its_chargeback(self, index: int, close: bool) -> None:
+        """An inquiry of one of the pool's disputed payments, a dispute of its own a day or two
+        before the chargeback: opened, or closed without one (``warning_closed``), in any
+        order with the chargeback's events (a redelivery, reconcile's newest-first replay).
+        It takes nothing back, never gives back what the chargeback's loss took, and shows
+        open only until its own close."""
+        lost = [e for e, _ in self.events if data_object(e).get("status") == "lost"]
+        o = data_object(lost[index % len(lost)])
+        pi = o["payment_intent"]
+        event = dispute_event(
+            random.Random(index * 2 + close),
+            pi,
+            o["amount"],
+            "warning_closed" if close else "warning_needs_response",
+            "charge.dispute.closed" if close else "charge.dispute.created",
+            "dp_inquiry_" + pi[3:],
+        )
+        event["created"] -= DAY if close else 2 * DAY
+        TALLY["inquiries"] += 1
         self.record(self.stripe_delivery(event))
 
     @rule(index=st.integers(0, 100))
@@ -131,4 +155,8 @@ class StripeTakesBack(StripeDelivers, WholeJobs, Persons):
         if self.reverse and self.taken_back_now(pk):
             assert f[0] == b"held" and f[1] and f[2], f"{pk}: closed, taken back: {f}"
             assert f[3] == self.closed_as[pk].encode(), f"{pk}: its effect is under {f[3]!r}"
+            holder = self.effect_holder(pk, self.closed_as[pk])  # the key the reason names
+            said = f"{holder}'s (fulfil:{holder})" if holder else "no record of its purchase is"
+            reason = (self.redis.hget(keys.payment(pk), "hold_reason") or b"").decode()
+            assert said in reason, (pk, reason)
             TALLY["closed_as_another_records_taken_back"] += 1
