@@ -109,13 +109,14 @@ BREAKER = PREFIX + "fulfilment:breaker"
 ``BREAKER_WITNESSES``), ``opened_at``, ``open_until``, ``probe_until`` and ``probe_payment``
 (the one probe call of a cool-down), ``probe_failed_at`` and ``probe_failed_by`` (the
 prober's customer: gate.lua lets another customer's payment probe first), ``last_error``,
-counters ``opens``, ``probes``, ``closes``. Also REVERSAL_ACTION's when it calls the same
-downstream."""
+counters ``opens``, ``probes``, ``closes``, ``answers`` (up answers heard). Also
+REVERSAL_ACTION's when it calls the same downstream."""
 
 BREAKER_WITNESSES = PREFIX + "fulfilment:breaker:witnesses"
 """Sorted set: the evidence of a downstream outage since its last up answer (ms of each
-one's latest failure): each payment refused (once, by its key) and each request that never
-left (``unsent:{payment_key}:{token}``); deleted by any up answer (lua/breaker.lua)."""
+one's latest failure): each customer refused (``cus:{id}``; a payment of none by its key)
+and each payment whose request never left (``unsent:{payment_key}``), once however often;
+deleted by any up answer (lua/breaker.lua)."""
 
 REVERSAL_BREAKER_HASH = PREFIX + "reversal:breaker"
 """Hash as ``BREAKER``: the circuit breaker of REVERSAL_ACTION's downstream when it is

@@ -186,10 +186,10 @@ class Settings:
     """Witnesses of a downstream outage, across every worker and with no answer between,
     that open that downstream's circuit breaker (``REVERSAL_ACTION`` on another downstream
     has its own, with these settings): each customer refused (its payments once, however often;
-    a payment of no customer stands for itself) and each request that never left; never one
-    customer's refusals alone, so a customer's payments refused again and again (its quota)
-    spend their own attempts (0: no breaker; a ``Retry-After`` still defers
-    the payment it answered)."""
+    a payment of no customer stands for itself) and each payment whose request never left (once
+    however often); never one customer's refusals alone, so a customer's payments refused
+    again and again (its quota) spend their own attempts (0: no breaker; a ``Retry-After``
+    still defers the payment it answered)."""
     BREAKER_COOLDOWN_SECONDS: float = setting(30.0, kinds.milliseconds(3600))
     """Seconds the open breaker waits before a probe: a restarting downstream is not
     hammered, a backlog starts within half a minute of its return."""

@@ -43,7 +43,10 @@ back, so it is retried, and said and logged the same way):
   breaker, which holds every worker back (``retry_after``: seconds it asked to wait). By
   default the request may have reached it (a gateway's 502, a read timeout): whether it
   applied is unknown, as for any other exception. ``sent=False``: it applied nothing (it
-  never left, or the downstream refused it: a 503 for maintenance); no attempt is spent.
+  never left, or the downstream refused it: a 503 for maintenance); no attempt is spent
+  while the downstream answers no other payment (an outage). For one payment or product
+  alone, raise ``RetryLater``: a ``DownstreamDown`` of one payment is one witness however
+  often, and spends its attempts once another payment is answered.
 
 ``RetryLater``, ``GiveUp`` and ``DownstreamDown(sent=False)`` say the call applied nothing.
 Raise them only when that is so: a payment refunded in full after such refusals alone ends

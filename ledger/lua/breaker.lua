@@ -6,17 +6,20 @@
 -- customer's word: since the last up answer, BREAKER_WITNESSES holds each customer refused
 -- (the payment's p_customer; a payment of none stands for itself), once however often (the
 -- same customer refused again says nothing new: a per-customer quota answers 429 to all its
--- payments), and each request that never left (each time: no customer can refuse a
--- connection). `failures` counts them; the breaker opens once it reaches BREAKER_THRESHOLD
--- (0: never) and a witness other than this customer's answers corroborates it (another
--- customer refused, or a request that never left) since the last failed probe. It stays open a cool-down or the Retry-After,
+-- payments), and each payment whose request never left (once however often: no customer
+-- can refuse a connection, but one payment's code may say so of itself again and again).
+-- `failures` counts them; the breaker opens once it reaches BREAKER_THRESHOLD (0: never) and
+-- a witness other than this customer's answers corroborates it (another customer refused,
+-- or a request that never left) since the last failed probe. It stays open a
+-- cool-down or the Retry-After,
 -- whichever is longer; a corroborated failed probe re-opens it, a probe that nothing else
 -- corroborates closes it (the refusal is that payment's own); any up answer closes it and
--- clears the witnesses. The attempt is refunded (budget_base + 1: it does not count
--- against MAX_ATTEMPTS) when its request never left, or when the breaker is open on
--- corroborated evidence: the downstream's outage, not this payment's failure; a refused
--- payment's attempt otherwise counts, so one payment refused again and again while the
--- others succeed spends its attempts and ends `failed`. Of the refunded attempts only the
+-- clears the witnesses (counted: `answers`). The attempt is refunded (budget_base + 1: it does not
+-- count against MAX_ATTEMPTS) when its request never left and the downstream answered no
+-- one since this payment's last request that never left (`unsent_answers`), or when the breaker
+-- is open on corroborated evidence: the downstream's outage, not this payment's failure; a
+-- refused payment's attempt otherwise counts, so one payment refused (or never sent) again
+-- and again while the others succeed spends its attempts and ends `failed`. Of the refunded attempts only the
 -- last keeps its record (`refunds` counts them), so refunds cannot grow the hash.
 -- A Retry-After defers this payment's next attempt until then (retry_at in its attempt
 -- record, read by retry_later); a failed prober also waits until after the next probe, so
@@ -50,6 +53,10 @@ local function close()
   state = 'closed'
 end
 if ARG.kind == 'up' then
+  -- counted when it clears a failure (the same answer sent again, its reply lost, finds none)
+  if redis.call('HGET', BREAKER, 'failures') ~= '0' or state == 'open' then
+    redis.call('HINCRBY', BREAKER, 'answers', 1)
+  end
   close()
   return state
 end
@@ -60,9 +67,11 @@ local live = redis.call('HGET', pay, 'token') == ARG.token
 local unsent = ARG.sent == '0'
 local customer = redis.call('HGET', pay, 'p_customer')
 local party = (customer and customer ~= '') and ('cus:' .. customer) or pk
-local witness = unsent and ('unsent:' .. pk .. ':' .. ARG.token) or party
+local witness = unsent and ('unsent:' .. pk) or party
 local since = tonumber(redis.call('HGET', BREAKER, 'probe_failed_at') or '0')
--- Another witness than this payment's answers, since the last failed probe.
+-- Another witness than this payment's answers, since the last failed probe; a request that
+-- never left is one (counted once a payment: one payment alone never reaches a threshold
+-- above 1).
 local function corroborated()
   if unsent then return true end
   local found = redis.call('ZRANGEBYSCORE', BREAKER_WITNESSES, since, '+inf', 'LIMIT', 0, 2)
@@ -71,6 +80,11 @@ local function corroborated()
   end
   return false
 end
+-- Never sent again after the downstream answered another payment: this payment's own
+-- failure (its code says so of itself), not an outage.
+local answers = redis.call('HGET', BREAKER, 'answers') or '0'
+local unsent_seen = redis.call('HMGET', pay, 'unsent_at', 'unsent_answers')
+local answered_since = unsent and unsent_seen[2] and unsent_seen[2] ~= answers
 local evidence = corroborated()
 local failures = tonumber(redis.call('HGET', BREAKER, 'failures') or '0')
 if redis.call('ZADD', BREAKER_WITNESSES, now, witness) == 1 then
@@ -113,7 +127,11 @@ end
 if retry_at and retry_at > (tonumber(record.retry_at) or 0) then
   update_attempt(pay, ARG.token, {retry_at = retry_at}, nil, raw)
 end
-local refund = unsent or (state == 'open' and evidence)
+-- (once an attempt: the same report sent again changes nothing)
+if unsent and tonumber(unsent_seen[1] or '-1') < (tonumber(record.started) or 0) then
+  redis.call('HSET', pay, 'unsent_at', now, 'unsent_answers', answers)
+end
+local refund = (unsent and not answered_since) or (state == 'open' and evidence)
 if refund and not record.refunded and attempts_used(pay) >= 1 then
   redis.call('HINCRBY', pay, 'budget_base', 1)
   redis.call('HINCRBY', pay, 'refunds', 1)

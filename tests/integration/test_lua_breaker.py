@@ -180,3 +180,49 @@ def test_an_admission_past_the_jobs_latest_start_defers_the_payment(
     assert redis.hget(keys.STATS, "deferred:job_timeout") == b"1"
     assert attempts.recover(pk) == "requeued"
     assert attempts.start(pk, "job-2", replay_safe=True).verdict == "go"
+
+
+def test_one_payment_never_sent_again_and_again_is_one_witness_and_spends_its_attempts(
+    redis: Redis, redis_server, rng
+) -> None:
+    """One payment's requests never leave, every time (its code raises DownstreamDown(sent=
+    False) of itself: a licence server down for its product), while another payment is
+    answered between them: one witness however often, so the breaker (threshold 2) stays
+    closed, and only its first such attempt is refunded: those after the downstream
+    answered another count, so it ends failed after MAX_ATTEMPTS rather than being retried
+    for ever while it opened the breaker for everyone (merchant review)."""
+    attempts, gate = ledger_of(redis_server, BREAKER_THRESHOLD="2", MAX_ATTEMPTS="3")
+    stuck, other = paid(attempts, rng), paid(attempts, rng)
+    answered = attempts.start(other, "job-other", replay_safe=True).token
+    states = []
+    for n in range(1, 6):
+        start = attempts.start(stuck, f"job-{n}", replay_safe=True)
+        if start.verdict != "go":
+            break
+        assert gate.report(stuck, start.token, Health("down", sent=False), "licence") == "closed"
+        assert gate.report(other, answered, Health("up"), "") == "closed"  # answered between
+        _, state = attempts.finish(stuck, start.token, "retry", "licence", 1.0, refused=True)
+        states.append(state)
+        redis.hset(keys.payment(stuck), "next_at", 0)
+        attempts.recover(stuck)
+    assert states == ["retrying", "retrying", "retrying", "failed"], states
+    assert redis.hget(keys.payment(stuck), "budget_base") == b"1"  # the first only: an outage?
+    assert redis.hget(keys.BREAKER, "opens") is None
+
+
+def test_requests_that_never_leave_while_no_one_is_answered_wait_without_spending_attempts(
+    redis: Redis, redis_server, rng
+) -> None:
+    """A real outage with one payment in flight: each attempt's request never leaves and the
+    downstream answers no one between, so each is refunded: it waits, never failed."""
+    attempts, gate = ledger_of(redis_server, BREAKER_THRESHOLD="2", MAX_ATTEMPTS="2")
+    alone = paid(attempts, rng)
+    for n in range(1, 5):
+        start = attempts.start(alone, f"job-{n}", replay_safe=True)
+        assert start.verdict == "go", start
+        gate.report(alone, start.token, Health("down", sent=False), "ConnectionRefusedError")
+        _, state = attempts.finish(alone, start.token, "retry", "refused", 1.0, refused=True)
+        assert state == "retrying"
+        redis.hset(keys.payment(alone), "next_at", 0)
+        attempts.recover(alone)
+    assert redis.hget(keys.payment(alone), "budget_base") == b"4"

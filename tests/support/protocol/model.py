@@ -194,9 +194,10 @@ class ProtocolModel(ProtocolState):
 
     def witness(self, w: Worker, health: Health) -> None:
         """What the breaker heard, as workers/gating.py report() tells it: a down failure
-        always (unsent: token -1), an up answer only while it counts or for a probe."""
+        always (a refusal by its customer and token; unsent: by its payment, token -1), an
+        up answer only while it counts or for a probe."""
         witnesses = self.witnesses[w.breaker.action]
         if health.kind == "down":
-            witnesses.add((self.party(w.payment), w.token if health.sent else -1))
+            witnesses.add((self.party(w.payment), w.token) if health.sent else (w.payment, -1))
         elif health.kind == "up" and (w.admission.dirty or w.admission.probe):
             witnesses.clear()

@@ -148,8 +148,9 @@ class ProtocolState(RuleBasedStateMachine):
     failed_reversals_held: dict[str, set[str]]
     sending_twice: bool  # the next admission or report is sent again
 
-    # set on first use (self.__dict__.setdefault), as are ``poison`` and ``quota_party``
-    # (downstream_refuses_one_payment_alone, downstream_refuses_one_customer)
+    # set on first use (self.__dict__.setdefault), as are ``poison``, ``never_sent`` and
+    # ``quota_party`` (downstream_refuses_one_payment_alone, one_payment_is_never_sent,
+    # downstream_refuses_one_customer)
     rv_seen: dict[str, dict[str, int]]  # pk -> its ``rv`` when last checked
 
     def stripe_delivery(self, event: dict[str, Any], body: bytes | None = None) -> Delivery:

@@ -97,6 +97,22 @@ class WholeJobs(WorkerJobs):
 
     @precondition(lambda self: None in self.workers)
     @rule()
+    def one_payment_is_never_sent(self) -> None:
+        """One payment of the program (the first it is asked for here) never leaves, every
+        time (its code raises DownstreamDown(sent=False) of itself: a licence server down for
+        its product), and the others are answered as usual: one witness, however often."""
+        slot = self.workers.index(None)
+        self.worker_takes_a_job()
+        w = self.workers[slot]
+        if w is None:
+            return
+        unsent = self.__dict__.setdefault("never_sent", w.payment)
+        self.worker_fences(slot)
+        self.worker_calls(slot, "refused" if w.payment == unsent else "ok", True)
+        self.worker_finishes(slot)
+
+    @precondition(lambda self: None in self.workers)
+    @rule()
     def downstream_refuses_one_customer(self) -> None:
         """A per-customer quota: the downstream answers every payment of one customer (the
         first it is asked for here; its payment alone when it has none) 429 with
