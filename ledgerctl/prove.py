@@ -29,7 +29,7 @@ from ledger.deliveries import Delivery, Ledger, new_request_id
 from ledger.events import classify
 from ledger.stored import text
 from ledgerctl import samples
-from ledgerctl.prove_probe import Probe, Row, verdict
+from ledgerctl.prove_probe import NOT_RUN, Probe, Row, verdict
 from ledgerctl.scratch import Processes
 
 TEMPLATES = {
@@ -240,7 +240,7 @@ def marked(event: dict[str, object]) -> None:
 
 
 def late(name: str) -> Row:
-    return Row(name, "", 0, 0, "", "not run", "--max-seconds reached before it")
+    return Row(name, "", 0, 0, "", NOT_RUN, "--max-seconds reached before it")
 
 
 def lines(path: Path) -> list[str]:

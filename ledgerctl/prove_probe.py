@@ -43,6 +43,9 @@ BUILT_IN_REVERSALS = {
     ),
 }
 PASSING = ("exactly once", "at most once (interrupted)", "skipped")
+NOT_RUN = "not run"
+"""A fault --max-seconds left out: it proves nothing, so the run exits 1 (reported apart from
+the failed ones)."""
 NOTHING_TO_TAKE_BACK = "nothing to take back"
 """A payment refunded in full before any attempt: neither action ran for it."""
 HELD = "at most once (held)"

@@ -25,6 +25,7 @@ from rq import Queue
 from ledgerctl import samples, takebacks
 from ledgerctl.prove import DURING, Prover, RowTimeout, marked, send_copies, stopped
 from ledgerctl.prove_probe import (
+    NOT_RUN,
     Probe,
     ReversalRow,
     cut_off_verdict,
@@ -297,10 +298,12 @@ class ReversalProver:
 
 
 def late(name: str) -> ReversalRow:
-    return ReversalRow(name, "", 0, 0, 0, 0, "", "not run", "--max-seconds reached before it")
+    return ReversalRow(name, "", 0, 0, 0, 0, "", NOT_RUN, "--max-seconds reached before it")
 
 
 def caption(rows: list[ReversalRow], replay_safe: bool) -> str:
-    failed = [row.fault for row in rows if not row.ok]
+    failed = [row.fault for row in rows if not row.ok and row.verdict != NOT_RUN]
     said = f"FAILED: {', '.join(failed)}" if failed else "every payment reversed at most once"
+    left = [row.fault for row in rows if row.verdict == NOT_RUN]
+    said += f"; not run (--max-seconds): {', '.join(left)}" if left else ""
     return f"{len(rows)} reversal fault(s); replay-safe: {'yes' if replay_safe else 'no'}; {said}"

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from ledger.settings import load
-from ledgerctl.cli_prove import checked, outcome
+from ledgerctl.cli_prove import checked, not_run, outcome
 from ledgerctl.prove_probe import (
+    NOT_RUN,
     NoProbe,
     ReversalRow,
     Row,
@@ -18,6 +19,7 @@ from ledgerctl.prove_probe import (
     reversal_verdict,
     verdict,
 )
+from ledgerctl.prove_reversal import caption as reversal_caption
 
 
 @pytest.mark.parametrize(
@@ -199,4 +201,20 @@ def test_the_caption_says_exactly_once_only_when_every_row_was() -> None:
     assert outcome([once, skipped]) == "every payment exactly once"
     assert outcome([once, interrupted]) == (
         "every payment at most once: 1 exactly once, the rest interrupted for a person"
+    )
+
+
+def test_faults_max_seconds_left_out_are_named_apart_from_the_failed_ones() -> None:
+    """A row --max-seconds left out proves nothing: named as not run, never as FAILED
+    (merchant review: the summary listed them as failed)."""
+    once = Row("kill", "pi_1", 1, 1, "fulfilled", "exactly once")
+    left = Row("stall", "", 0, 0, "", NOT_RUN, "--max-seconds reached before it")
+    assert not left.ok and outcome([once, left]) == "every payment exactly once"
+    assert not_run(["stall", "stop"]) == "; not run (--max-seconds): stall, stop"
+    assert not_run([]) == ""
+    done = ReversalRow("refund", "pi_1", 1, 1, 1, 1, "reversed", "exactly once")
+    unrun = ReversalRow("kill", "", 0, 0, 0, 0, "", NOT_RUN, "--max-seconds reached before it")
+    assert reversal_caption([done, unrun], True) == (
+        "2 reversal fault(s); replay-safe: yes; every payment reversed at most once;"
+        " not run (--max-seconds): kill"
     )
