@@ -93,8 +93,9 @@ class StripeApi:
                 raise StripeUnavailable("no request slot under STRIPE_API_MAX_RATE", wait_ms / 1000)
             time.sleep(wait_ms / 1000)
 
-    def _call(self, request: Any) -> Any:
-        """One request, after its slot; Stripe's errors as the two kinds above."""
+    def _call(self, request: Any, what: str) -> Any:
+        """One request for ``what`` (said in its error: which object, read how), after its
+        slot; Stripe's errors as the two kinds above."""
         self._slot()
         try:
             return request()
@@ -104,30 +105,25 @@ class StripeApi:
                 f"{redact(exc.user_message or type(exc).__name__)}"
             ) from exc
         except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
-            raise StripeUnavailable(self._failed(exc), _retry_after(exc)) from exc
+            raise StripeUnavailable(_failed(exc, what), _retry_after(exc)) from exc
         except stripe.StripeError as exc:
             if exc.http_status is None or exc.http_status >= 500:
-                raise StripeUnavailable(self._failed(exc), _retry_after(exc)) from exc
+                raise StripeUnavailable(_failed(exc, what), _retry_after(exc)) from exc
             if exc.http_status == 404:
-                raise StripeNotFound(self._failed(exc)) from exc
-            raise StripeRefused(self._failed(exc)) from exc
-
-    @staticmethod
-    def _failed(exc: stripe.StripeError) -> str:
-        status = f" {exc.http_status}" if exc.http_status else ""
-        return f"Stripe's API:{status} {type(exc).__name__}"
+                raise StripeNotFound(_failed(exc, what)) from exc
+            raise StripeRefused(_failed(exc, what)) from exc
 
     def _options(self, account: str) -> Any:
         return {"stripe_account": account} if account else {}
 
-    def _every(self, list_page: Callable[[Any], Any]) -> list[dict[str, Any]]:
+    def _every(self, list_page: Callable[[Any], Any], what: str) -> list[dict[str, Any]]:
         """Every object of a Stripe list, page after page (``list_page(params)``)."""
         found: list[dict[str, Any]] = []
         while True:
             params: dict[str, Any] = {"limit": PAGE}
             if found:
                 params["starting_after"] = found[-1]["id"]
-            page = self._call(lambda p=params: list_page(p))
+            page = self._call(lambda p=params: list_page(p), what)
             found += [item.to_dict() for item in page.data]
             if not page.has_more or not page.data:
                 return found
@@ -135,13 +131,19 @@ class StripeApi:
     def line_items(self, session_id: str, account: str = "") -> list[dict[str, Any]]:
         """Every line item of a Checkout Session, as Stripe sends them."""
         items = self.client.v1.checkout.sessions.line_items
-        return self._every(lambda p: items.list(session_id, p, self._options(account)))
+        return self._every(
+            lambda p: items.list(session_id, p, self._options(account)),
+            f"the line items of {session_id}",
+        )
 
     def invoice_lines(self, invoice_id: str, account: str = "") -> list[dict[str, Any]]:
         """Every line of an invoice, as Stripe sends them (its event carries the first
         page only)."""
         lines = self.client.v1.invoices.line_items
-        return self._every(lambda p: lines.list(invoice_id, p, self._options(account)))
+        return self._every(
+            lambda p: lines.list(invoice_id, p, self._options(account)),
+            f"the lines of {invoice_id}",
+        )
 
     def session_for(self, payment_intent: str, account: str = "") -> dict[str, Any] | None:
         """The Checkout Session that made a PaymentIntent, if any."""
@@ -149,14 +151,17 @@ class StripeApi:
         found = self._call(
             lambda: sessions.list(
                 {"payment_intent": payment_intent, "limit": 1}, self._options(account)
-            )
+            ),
+            f"the Checkout Session of {payment_intent}",
         )
         return dict(found.data[0].to_dict()) if found.data else None
 
     def payment_intent(self, payment_intent: str, account: str = "") -> dict[str, Any]:
         """A PaymentIntent as Stripe's API answers it now."""
         intents = self.client.v1.payment_intents
-        found = self._call(lambda: intents.retrieve(payment_intent, None, self._options(account)))
+        found = self._call(
+            lambda: intents.retrieve(payment_intent, None, self._options(account)), payment_intent
+        )
         return dict(found.to_dict())
 
     def session(
@@ -166,8 +171,15 @@ class StripeApi:
         expanded."""
         sessions = self.client.v1.checkout.sessions
         params: Any = {"expand": list(expand)} if expand else None
-        found = self._call(lambda: sessions.retrieve(session_id, params, self._options(account)))
+        found = self._call(
+            lambda: sessions.retrieve(session_id, params, self._options(account)), session_id
+        )
         return dict(found.to_dict())
+
+
+def _failed(exc: stripe.StripeError, what: str) -> str:
+    status = f" {exc.http_status}" if exc.http_status else ""
+    return f"Stripe's API:{status} {type(exc).__name__} reading {what}"
 
 
 def key_refused(settings: Settings, sessions: bool, intents: bool, invoices: bool) -> str | None:

@@ -6,7 +6,9 @@
 It prints the STRIPE_API_BASE and STRIPE_API_KEY to give the stack (with
 CHECKOUT_LINE_ITEMS=true) and serves until Ctrl-C (or SIGTERM). The replay script's
 ``--serve-sessions http://127.0.0.1:12111`` gives it each generated Checkout Session and its
-line items, which the workers then read as from Stripe. It is the suite's stand-in
+line items, which the workers then read as from Stripe; give it one yourself with
+``PUT /standin/checkout/sessions/{id}`` and the JSON body ``{"session": {...}, "line_items":
+[...]}`` (the session and its line items as Stripe's API shows them). It is the suite's stand-in
 (tests/support/stripe_api.py), so it runs from a checkout, with the checkout's .venv (re-run
 with it from any other python3, as scripts/replay_events.py is). Never a real Stripe.
 """

@@ -173,7 +173,7 @@ def test_the_cli_says_stripe_s_api_did_not_answer_once(config, redis: Redis) -> 
     env = {**config, "STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": unreachable}
     done = run_cli(env, "fulfil-session", "cs_test_a1")
     assert cli_ok(done, 4)
-    assert done.output == "Stripe's API: APIConnectionError\n"
+    assert done.output == "Stripe's API: APIConnectionError reading cs_test_a1\n"
 
 
 @pytest.mark.parametrize(("items", "pages_read"), [(3, 0), (25, 1)])
