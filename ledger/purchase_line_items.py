@@ -8,8 +8,11 @@ import orjson
 
 
 class LineItem(msgspec.Struct, kw_only=True, frozen=True):
-    """One of a Checkout Session's line items, fetched once from Stripe's API."""
+    """One of a Checkout Session's line items, fetched once from Stripe's API. The last six
+    of LINE_ITEM_FIELDS came later: None in line items kept before them."""
 
+    id: str | None
+    """Stripe's line item (``li_…``): a row of yours per item can be keyed by it."""
     price: str | None
     product: str | None
     quantity: int | None
@@ -17,6 +20,12 @@ class LineItem(msgspec.Struct, kw_only=True, frozen=True):
     amount_total: int | None
     currency: str | None
     description: str | None
+    amount_subtotal: int | None
+    amount_discount: int | None
+    amount_tax: int | None
+    price_lookup_key: str | None
+    price_metadata: dict[str, str] | None
+    """The price's ``metadata`` (what a grant per item may read: credits, a plan)."""
 
 
 LINE_ITEM_FIELDS = (
@@ -27,19 +36,27 @@ LINE_ITEM_FIELDS = (
     "amount_total",
     "currency",
     "description",
+    "id",
+    "amount_subtotal",
+    "amount_discount",
+    "amount_tax",
+    "price_lookup_key",
+    "price_metadata",
 )
-"""A line item as kept (``p_items``): one JSON array of these per item, in this order."""
+"""A line item as kept (``p_items``): one JSON array of these per item, in this order (a
+row kept before the last six has the first seven)."""
 
 
 def pack_line_items(items: list[dict[str, Any]]) -> str:
-    """Line items as Stripe's API answers them, kept compactly: price, product, quantity,
-    unit and total amounts, currency and description, by position."""
+    """Line items as Stripe's API answers them, kept compactly, by position
+    (LINE_ITEM_FIELDS)."""
     rows = []
     for item in items:
         price = item.get("price")
         price = price if isinstance(price, dict) else {}
         product = price.get("product")
         product = product.get("id") if isinstance(product, dict) else product
+        metadata = price.get("metadata")
         rows.append(
             [
                 price.get("id"),
@@ -49,6 +66,12 @@ def pack_line_items(items: list[dict[str, Any]]) -> str:
                 item.get("amount_total"),
                 item.get("currency"),
                 item.get("description"),
+                item.get("id"),
+                item.get("amount_subtotal"),
+                item.get("amount_discount"),
+                item.get("amount_tax"),
+                price.get("lookup_key"),
+                metadata if isinstance(metadata, dict) and metadata else None,
             ]
         )
     return orjson.dumps(rows).decode()
@@ -59,7 +82,11 @@ def line_items_of(packed: str | None) -> list[LineItem] | None:
         return None
     try:
         rows = msgspec.convert(orjson.loads(packed), list[list[Any]])
-        named = [dict(zip(LINE_ITEM_FIELDS, row, strict=False)) for row in rows]
+        width = len(LINE_ITEM_FIELDS)  # a row kept before the last fields: None for them
+        named = [
+            dict(zip(LINE_ITEM_FIELDS, row + [None] * (width - len(row)), strict=False))
+            for row in rows
+        ]
         return msgspec.convert(named, list[LineItem])
     except (orjson.JSONDecodeError, msgspec.ValidationError):
         return None

@@ -170,6 +170,12 @@ class Invoice(TypedDict):
 
 
 class LineItem(TypedDict):
+    """One of the Checkout Session's line items, as Stripe's API lists them (prices in the
+    currency's smallest unit). Each is None where Stripe gave none, and the last six in
+    line items read before they were kept."""
+
+    id: str | None
+    """Stripe's line item (``li_…``): key a row per item by it."""
     price: str | None
     product: str | None
     quantity: int | None
@@ -177,6 +183,12 @@ class LineItem(TypedDict):
     amount_total: int | None
     currency: str | None
     description: str | None
+    amount_subtotal: int | None
+    amount_discount: int | None
+    amount_tax: int | None
+    price_lookup_key: str | None
+    price_metadata: dict[str, str] | None
+    """The price's own metadata (credits, a plan: what a grant per item may read)."""
 
 
 class PurchaseMetadata(TypedDict):

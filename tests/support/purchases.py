@@ -57,6 +57,8 @@ def line_items(count: int, session_id: str) -> list[dict[str, Any]]:
                 "object": "price",
                 "active": True,
                 "currency": "usd",
+                "lookup_key": f"sticker_{i % 3}",
+                "metadata": {"credits": str(10 * (i % 3 + 1))},
                 "product": f"prod_{i:010d}",
                 "type": "one_time",
                 "unit_amount": 500,

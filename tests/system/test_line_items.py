@@ -63,6 +63,7 @@ def test_every_page_read_once_and_given_to_every_attempt(stack, redis: Redis, rn
     items = first["line_items"]
     assert len(items) == 250 and purchase_validator().is_valid(first)
     assert items[7] == {
+        "id": f"li_{first['checkout_session']['id'][-8:]}000007",
         "price": "price_0000000007",
         "product": "prod_0000000007",
         "quantity": 2,
@@ -70,6 +71,11 @@ def test_every_page_read_once_and_given_to_every_attempt(stack, redis: Redis, rn
         "amount_total": 1000,
         "currency": "usd",
         "description": "Sticker #7",
+        "amount_subtotal": 1000,
+        "amount_discount": 0,
+        "amount_tax": 0,
+        "price_lookup_key": "sticker_1",
+        "price_metadata": {"credits": "20"},
     }
 
 
