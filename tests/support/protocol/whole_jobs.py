@@ -85,15 +85,7 @@ class WholeJobs(WorkerJobs):
         """A per-customer quota: the downstream answers one payment of the program (the first
         it is asked for here) 429 with Retry-After every time, and the others as usual, so
         the same payment is refused again while others succeed."""
-        slot = self.workers.index(None)
-        self.worker_takes_a_job()
-        w = self.workers[slot]
-        if w is None:
-            return
-        poison = self.__dict__.setdefault("poison", w.payment)
-        self.worker_fences(slot)
-        self.worker_calls(slot, "quota" if w.payment == poison else "ok", True)
-        self.worker_finishes(slot)
+        self.one_payment_answered("poison", "quota")
 
     @precondition(lambda self: None in self.workers)
     @rule()
@@ -101,14 +93,19 @@ class WholeJobs(WorkerJobs):
         """One payment of the program (the first it is asked for here) never leaves, every
         time (its code raises DownstreamDown(sent=False) of itself: a licence server down for
         its product), and the others are answered as usual: one witness, however often."""
+        self.one_payment_answered("never_sent", "refused")
+
+    def one_payment_answered(self, chosen: str, outcome: str) -> None:
+        """A whole job whose call is answered ``outcome`` if its payment is the one kept as
+        ``chosen`` (the first this asks for), else as usual."""
         slot = self.workers.index(None)
         self.worker_takes_a_job()
         w = self.workers[slot]
         if w is None:
             return
-        unsent = self.__dict__.setdefault("never_sent", w.payment)
+        payment = self.__dict__.setdefault(chosen, w.payment)
         self.worker_fences(slot)
-        self.worker_calls(slot, "refused" if w.payment == unsent else "ok", True)
+        self.worker_calls(slot, outcome if w.payment == payment else "ok", True)
         self.worker_finishes(slot)
 
     @precondition(lambda self: None in self.workers)
