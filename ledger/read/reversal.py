@@ -157,7 +157,10 @@ def taken_back_now(f: dict[str, str]) -> str | None:
 
 UNDECIDED = ("pending", "in_progress", "interrupted")
 """States in which the ledger has not acted on a taking back yet: its stored ``taken_back``
-may be one Stripe has undone since (a dispute lost, then won)."""
+may be one Stripe has undone since (a dispute lost, then won). So may a payment's held for a
+person to say whether a call applied (lua/take_back_steps.lua hold_taken_back; not one only
+a person grants, ``by_hand``): they are not offered --not-applied on a taking back that no
+longer is (operator.lua refuses it then)."""
 
 
 def _refulfil(payment_key: str, f: dict[str, str]) -> Refulfil | None:
@@ -215,7 +218,8 @@ def payment_reversal(
     charge = whole(f.get("rf_charge"))
     dispute_id, _, status = (f.get("dispute") or "").partition(" ")
     taken, retake = f.get("taken_back"), f.get("retake")
-    if f.get("state") in UNDECIDED or (taken is None and f.get("state") == "reversed"):
+    asks = f.get("state") == "held" and not f.get("by_hand")
+    if f.get("state") in UNDECIDED or asks or (taken is None and f.get("state") == "reversed"):
         # reversed refund by refund (REVERSAL_PER_REFUND) up to the amount paid: no take-back
         # of the whole payment stored it, yet it is one
         taken = taken_back_now(f)

@@ -101,3 +101,16 @@ def test_no_step_unless_it_waits_for_a_decision_and_no_receipt_to_check_when_non
         elsewhere(done)
         == f"check the receipt below against your system for the idempotency key fulfil:{PK}"
     )
+
+
+def test_a_payment_held_after_a_taking_back_stripe_undid_since_is_not_offered_not_applied() -> None:
+    """Held after a dispute lost while a call may have applied, then the dispute won: Stripe
+    no longer takes it back, so --not-applied (refunded_unfulfilled) would be refused
+    (operator.lua) and is not offered; a retry or a resolve is (found by the explorer at
+    seed 7006)."""
+    held = {"state": "held", "taken_back": "dispute", "hold_reason": "dispute lost after …"}
+    lost = step_of(**held, dispute="dp_1 lost")
+    assert lost is not None and lost.not_applied is not None
+    won = step_of(**held, dispute="dp_1 won")
+    assert won is not None and won.not_applied is None and won.retry == "It was not: run again"
+    assert [c.rsplit(" ", 1)[1] for c, _ in won.commands] == ["--fulfilled", "--retry"]

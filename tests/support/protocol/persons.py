@@ -32,7 +32,9 @@ class Persons(ProtocolModel):
             if self.state(pk) == "interrupted" or self.held_after_refund(pk):
                 decision = "fulfilled" if self.effect_shows(pk) else "retry"  # checked first
                 if decision == "retry" and self.held_after_refund(pk) and not by_hand:
-                    decision = "not_applied" if index % 2 else decision  # or says so
+                    # or says so, while Stripe still takes it back (given back since: retried)
+                    taken = self.taken_back_now(pk)
+                    decision = "not_applied" if index % 2 and taken else decision
             elif self.state(pk) == "held" and self.redis.hexists(keys.payment(pk), "moved_from"):
                 where = self.refulfil_applied_on if leg == "refulfil" else self.applied_on
                 decision = "fulfilled" if where.get(pk) else "retry"  # checked there
