@@ -10,17 +10,17 @@
 -- can refuse a connection, but one payment's code may say so of itself again and again).
 -- `failures` counts them; the breaker opens once it reaches BREAKER_THRESHOLD (0: never) and
 -- a witness other than this customer's answers corroborates it (another customer refused,
--- or a request that never left) since the last failed probe. It stays open a
--- cool-down or the Retry-After,
--- whichever is longer; a corroborated failed probe re-opens it, a probe that nothing else
--- corroborates closes it (the refusal is that payment's own); any up answer closes it and
--- clears the witnesses (counted: `answers`). The attempt is refunded (budget_base + 1: it does not
--- count against MAX_ATTEMPTS) when its request never left and the downstream answered no
--- one since this payment's last request that never left (`unsent_answers`), or when the breaker
--- is open on corroborated evidence: the downstream's outage, not this payment's failure; a
--- refused payment's attempt otherwise counts, so one payment refused (or never sent) again
--- and again while the others succeed spends its attempts and ends `failed`. Of the refunded attempts only the
--- last keeps its record (`refunds` counts them), so refunds cannot grow the hash.
+-- or a request that never left) since the last failed probe. It stays open a cool-down or
+-- the Retry-After, whichever is longer; a corroborated failed probe re-opens it, a probe
+-- that nothing else corroborates closes it (the refusal is that payment's own); any up
+-- answer closes it and clears the witnesses (counted: `answers`). The attempt is refunded
+-- (budget_base + 1: it does not count against MAX_ATTEMPTS) when its request never left
+-- and the downstream answered no one since this payment's last request that never left
+-- (`unsent_answers`), or when the breaker is open on corroborated evidence: the
+-- downstream's outage, not this payment's failure; a refused payment's attempt otherwise
+-- counts, so one payment refused (or never sent) again and again while the others succeed
+-- spends its attempts and ends `failed`. Of the refunded attempts only the last keeps its
+-- record (`refunds` counts them), so refunds cannot grow the hash.
 -- A Retry-After defers this payment's next attempt until then (retry_at in its attempt
 -- record, read by retry_later); a failed prober also waits until after the next probe, so
 -- that probe is another payment's.
