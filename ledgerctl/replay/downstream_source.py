@@ -11,7 +11,9 @@ from redis import Redis
 
 from ledger import keys
 from ledger.downstream import downstream_name
+from ledger.setting_fields import exit_with
 from ledger.settings import Settings
+from ledgerctl.prove_probe import NoProbe, Probe, database_of, probe_for
 
 FALLBACK = "effects counted from the ledger's marks instead"
 ADVICE = "give FULFILMENT_ACTION as the workers have it, or --downstream-db"
@@ -47,3 +49,18 @@ def downstream_record(
     if given:
         return db, f"{why}: read all the same (--downstream-db)"
     return None, f"{why}: {FALLBACK} ({ADVICE})"
+
+
+def effects_probe(settings: Settings, sql: str | None, db: str | None) -> Probe | None:
+    """With ``--effects-sql``: the count of a payment's effects in the merchant's own tables,
+    as prove-action's ``--effects-sql`` counts them (else None: the record above). A query
+    with no database to run on exits 2 with one line, before anything is sent."""
+    if not sql:
+        return None
+    if not (db or database_of(settings.FULFILMENT_ACTION)):
+        scheme = settings.FULFILMENT_ACTION.scheme
+        exit_with([f"--effects-sql: FULFILMENT_ACTION is a {scheme} action: give --effects-db"])
+    try:
+        return probe_for(settings, None, sql, db)
+    except NoProbe as exc:
+        exit_with([f"--effects-sql: {exc}"])

@@ -47,7 +47,7 @@ from ledger.setting_fields import exit_with
 from ledger.settings import Settings, fingerprint
 from ledgerctl import takebacks
 from ledgerctl.replay import failing, options, report, sessions, sources
-from ledgerctl.replay.downstream_source import downstream_record
+from ledgerctl.replay.downstream_source import downstream_record, effects_probe
 from ledgerctl.replay.options import compression, millis, signing_secret
 from ledgerctl.replay.sending import PROBES, Answer, Plan, send_all
 from ledgerctl.run_local import ledger_settings
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_path:
         options.check_writable("--json", args.json_path)  # else one line, exit 2
     shape = options.shape(args)
+    counted_by = effects_probe(settings, args.effects_sql, args.effects_db)  # else exit 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     redis = connect(settings)
@@ -188,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     counts_after = report.event_counts(redis, event_ids)
     recorded = {e: counts_after[e] - counts_before[e] for e in event_ids}
     db, db_note = downstream_record(settings, args.downstream_db, redis, sorted(paid))
+    if counted_by is not None:  # the merchant's own tables, by --effects-sql
+        db, db_note = None, None
     acked_ids = {a.event_id for a in answers if a.kind == "valid" and a.acked}
     sent = [by_id[i] for i in sorted(acked_ids)]
     each = takebacks.reversals_due_each(sent) if settings.REVERSAL_PER_REFUND else None
@@ -202,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         frozenset(takebacks.given_back_by_refund(sent)),
     )
     layers, findings, reversals = report.build(
-        answers, before, after, recorded, paid, redis, db, undo
+        answers, before, after, recorded, paid, redis, db, undo, counted_by
     )
     unacked = sum(1 for a in answers if a.kind == "valid" and a.final and not a.acked)
     notes = report.notes(answers, secret, shape.deadline) + ([db_note] if db_note else [])

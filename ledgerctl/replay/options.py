@@ -179,6 +179,14 @@ def parser(description: str = "") -> argparse.ArgumentParser:
         "--downstream-db", help="SQLite record of effects (default: FULFILMENT_ACTION's, if SQLite)"
     )
     rep.add_argument(
+        "--effects-sql",
+        metavar="SQL",
+        help="count each payment's effects in your own tables with this query (its "
+        "%%(payment_key)s named), on --effects-db or FULFILMENT_ACTION's database: the "
+        "checker then counts your records, not the ledger's",
+    )
+    rep.add_argument("--effects-db", metavar="URL", help="postgresql://… or sqlite:///… for it")
+    rep.add_argument(
         "--settle-timeout", type=float, default=60.0, help="seconds to wait for fulfilment"
     )
     rep.add_argument("--no-wait", action="store_true", help="do not wait for fulfilment")

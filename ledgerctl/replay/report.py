@@ -17,6 +17,7 @@ from ledger.read.stats import Counters
 from ledger.settings import Settings, fingerprint
 from ledger.stored import decode_hash
 from ledgerctl.checker import Findings, check
+from ledgerctl.prove_probe import Probe
 from ledgerctl.replay.options import WHERE
 from ledgerctl.replay.sending import Answer
 from ledgerctl.reversal_check import (
@@ -114,12 +115,20 @@ def reversal_db(settings: Settings, db: str | None) -> str | None:
 
 
 def downstream_effects(
-    db: str | None, payment_keys: list[str], marks: dict[str, dict[str, str]]
+    db: str | None,
+    payment_keys: list[str],
+    marks: dict[str, dict[str, str]],
+    counted_by: Probe | None = None,
 ) -> tuple[str, dict[str, int], int | None, dict[str, int]]:
-    """Effects per payment from the downstream's own record when it keeps one, its calls,
-    and its re-grants per payment (a fulfilment again after a dispute won: not an effect);
-    without one, the ledger's marks (``fulfilled_at``, ``refulfilled_at``: a payment reversed
-    since had its effect)."""
+    """Effects per payment from the merchant's own tables (``counted_by``, --effects-sql),
+    else the downstream's own record when it keeps one, its calls, and its re-grants per
+    payment (a fulfilment again after a dispute won: not an effect); without one, the
+    ledger's marks (``fulfilled_at``, ``refulfilled_at``: a payment reversed since had its
+    effect)."""
+    if counted_by is not None:
+        effects = {pk: counted_by(pk) for pk in payment_keys}
+        regrants = {pk: int("refulfilled_at" in marks[pk]) for pk in payment_keys}
+        return "your tables (--effects-sql)", effects, None, regrants
     if db:
         data = read_downstream(db)["payments"]
         rows = {pk: data.get(pk, {}) for pk in payment_keys}
@@ -145,6 +154,7 @@ def build(
     redis: Redis,
     db: str | None,
     undo: Undo,
+    counted_by: Probe | None = None,
 ) -> tuple[dict[str, Any], Findings, ReversalFindings]:
     """All layers of one run, and the checker's findings (effects, then reversals)."""
     sent = Counter(a.kind for a in answers if a.final)  # per delivery, retries apart
@@ -154,7 +164,7 @@ def build(
     pks = sorted(paid | set(undo.taken))
     states = payment_states(redis, pks)
     marks = ledger_marks(redis, pks)
-    source, effects, calls, regrants = downstream_effects(db, pks, marks)
+    source, effects, calls, regrants = downstream_effects(db, pks, marks, counted_by)
     rejected = {
         k: v - before.rejected_by_reason.get(k, 0)
         for k, v in after.rejected_by_reason.items()

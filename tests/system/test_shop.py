@@ -30,7 +30,7 @@ from tests.support.helpers import payment_key_of, settled_as
 from tests.support.postgres import binaries, shop_actions
 from tests.support.processes import ROOT, free_port, shared_venv, wait_until
 from tests.support.refunds import refund_events
-from tests.support.replay import replay
+from tests.support.replay import replay, run_script
 
 GRANT = f"@{ROOT / 'examples' / 'shop' / 'grant.sql'}"
 REVOKE = f"@{ROOT / 'examples' / 'shop' / 'revoke.sql'}"
@@ -168,6 +168,32 @@ def test_a_replay_beside_the_shop_counts_effects_from_the_ledger(
     [note] = [n for n in report["notes"] if "calls went to" in n]
     assert note.startswith("the workers' calls went to postgresql:") and str(old) in note
     assert postgres_url.split("@")[0].split(":")[-1] not in json.dumps(report)  # no password
+
+
+def test_a_replay_checks_the_merchant_s_own_table_with_effects_sql(
+    stack, redis, postgres_url, tmp_path
+) -> None:
+    """--expect-once with --effects-sql counts each payment's entitlement rows in the shop's
+    own table (merchant review: it read the ledger's marks only); a query that finds two
+    rows for each payment fails the run, naming them duplicated; and with an action that is
+    no database and no --effects-db, one line and exit 2, before anything is sent."""
+    migrate(postgres_url)
+    s = stack(FULFILMENT_ACTION=postgres_url, FULFILMENT_SQL=GRANT)
+    url = f"{s.start_service(workers=2).url}/webhooks/stripe"
+    rows = "SELECT count(*) FROM entitlements WHERE payment_key = %(payment_key)s"
+    args = ("--generate", "2", "--expect-once", "--effects-sql", rows)
+    _, report = replay(s.env, url, *args, out=tmp_path / "r.json")
+    assert report["layers"]["downstream"]["source"] == "your tables (--effects-sql)"
+    assert report["layers"]["downstream"]["effects"] == 2 and report["findings"]["ok"]
+    double = rows.replace("count(*)", "2 * count(*)")
+    args = ("--generate", "2", "--expect-once", "--effects-sql", double)
+    status, broken = replay(s.env, url, *args, out=tmp_path / "r2.json", expect=1)
+    assert status == 1 and len(broken["findings"]["duplicated"]) == 2
+    elsewhere = {k: v for k, v in s.env.items() if k != "FULFILMENT_SQL"}
+    elsewhere["FULFILMENT_ACTION"] = "https://shop.test/fulfil"
+    refused = run_script(elsewhere, "--url", url, "--generate", "1", "--effects-sql", rows)
+    said = "--effects-sql: FULFILMENT_ACTION is a http action: give --effects-db\n"
+    assert (refused.returncode, refused.stderr) == (2, said)
 
 
 COPIED = ("scripts/run.sh", "scripts/bootstrap.sh", "examples", "Procfile", "gunicorn.conf.py")
