@@ -283,11 +283,12 @@ local function tie_twin(d, state)
     return 'held'
   elseif waiting[twin_state] and going[state] then
     hold_for_twin(twin_pay, d.key, d.now, 'held when the tie arrived')
-  elseif state == 'held' and (going[twin_state] or twin_state == 'held') then
-    -- added to why it is held, not put in its place: what a person must do stays (a grant
-    -- or a taking back by hand, a possible duplicate) and now also knows of the twin; both
-    -- held (each a possible duplicate of another payment), each knows of the other
-    tell_tie(d.pay, twin)
+  else
+    -- added to why a record is held, not put in its place: what a person must do stays (a
+    -- grant or a taking back by hand, a possible duplicate) and now also knows of the twin,
+    -- whatever it is doing (interrupted: it may have the effect); both held (each a possible
+    -- duplicate of another payment), each knows of the other
+    if state == 'held' then tell_tie(d.pay, twin) end
     if twin_state == 'held' then tell_tie(twin_pay, d.key) end
   end
   return state

@@ -349,3 +349,26 @@ def test_two_records_closed_each_as_the_other_s_say_no_record_has_the_effect(
     reason = (redis.hget(keys.payment(pi), "hold_reason") or b"").decode()
     assert "no record of its purchase is known to have the effect" in reason, reason
     assert "fulfil:" not in reason
+
+
+def test_a_held_record_tied_to_one_that_failed_or_is_interrupted_names_it(
+    fulfilment, redis, rng
+) -> None:
+    """The invoice failed (its action gave up), its PaymentIntent was then held as its
+    possible duplicate, and the session ties them: the hold reason names the twin too, as for
+    any twin (it told only of one going or held: a person closing it read only the duplicate,
+    and the explorer's PROTOCOL_SEED=8001 found the effect kept under a record it never
+    named)."""
+    f = fulfilment(
+        FULFILMENT_ACTION="tests.support.refusing_actions:refuse", FULFIL_UNLINKED_INVOICES="true"
+    )
+    session, invoice, intent = purchase(rng)
+    in_key, pi = invoice["data"]["object"]["id"], intent["data"]["object"]["id"]
+    f.deliver(invoice)
+    f.work()
+    assert settled_as(redis, in_key, "failed")
+    f.deliver(intent)
+    assert state_of(redis, pi) == "held"
+    f.deliver(session)
+    reason = (redis.hget(keys.payment(pi), "hold_reason") or b"").decode()
+    assert f"same purchase as {in_key}" in reason, reason
