@@ -202,7 +202,8 @@ def test_downstream_refusing_connections_waits_without_spending_attempts(
 
     wait_until(lambda: tried(4), what="four attempts of the payment alone")
     record = read_payments.payment(redis, alone)
-    assert record is not None and record.state == "retrying"  # MAX_ATTEMPTS 2, none spent
+    # MAX_ATTEMPTS 2, none spent: waiting to be tried again (queued by the sweeper, or not yet)
+    assert record is not None and record.state in ("queued", "retrying"), record.state
     assert "ConnectionError" in (record.last_error or "")
     assert redis.hget(keys.BREAKER, "state") != b"open"
     assert redis.hget(keys.BREAKER, "failures") == b"1"
@@ -217,7 +218,7 @@ def test_downstream_refusing_connections_waits_without_spending_attempts(
     assert redis.hget(keys.BREAKER, "state") == b"open"
     for pk in (alone, *others):
         record = read_payments.payment(redis, pk)
-        assert record is not None and record.state == "retrying", pk
+        assert record is not None and record.state in ("queued", "retrying"), (pk, record.state)
         # every one refunded: only the latest keeps its record, so an outage cannot grow it
         assert len(record.attempts) == 1
         refunds = redis.hget(keys.payment(pk), "refunds")
