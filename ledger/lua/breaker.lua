@@ -82,9 +82,12 @@ local function corroborated()
 end
 -- Never sent again after the downstream answered another payment: this payment's own
 -- failure (its code says so of itself), not an outage.
-local answers = redis.call('HGET', BREAKER, 'answers') or '0'
-local unsent_seen = redis.call('HMGET', pay, 'unsent_at', 'unsent_answers')
-local answered_since = unsent and unsent_seen[2] and unsent_seen[2] ~= answers
+local answers, unsent_seen, answered_since
+if unsent then
+  answers = redis.call('HGET', BREAKER, 'answers') or '0'
+  unsent_seen = redis.call('HMGET', pay, 'unsent_at', 'unsent_answers')
+  answered_since = unsent_seen[2] and unsent_seen[2] ~= answers
+end
 local evidence = corroborated()
 local failures = tonumber(redis.call('HGET', BREAKER, 'failures') or '0')
 if redis.call('ZADD', BREAKER_WITNESSES, now, witness) == 1 then
