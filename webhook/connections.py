@@ -5,9 +5,10 @@ Each connection is in one phase: ``IDLE`` (waiting for a request's line and head
 connection or a kept-alive one between requests), ``BODY`` (its body being read), ``APP``
 (the app running) or ``WRITE`` (its answer being written, under a deadline). Near the cap
 the oldest IDLE, BODY or WRITE connection is shed: an IDLE or BODY one has its read side
-shut, so its next read sees the end of the stream; a WRITE one (a client that does not read
-its answers) is aborted, so its write fails at once and its close resets it. A connection
-in APP is never touched. Standard library only: how the worker reacts to a shed
+shut, so its next read sees the end of the stream (a request it already read, pipelined, is
+its last, and that answer's write is aborted at its deadline); a WRITE one (a client that
+does not read its answers) is aborted, so its write fails at once and its close resets it.
+A connection in APP is never touched. Standard library only: how the worker reacts to a shed
 connection is its business. Why and the capacity: docs/WEB.md, "Slow and
 malformed HTTP".
 """
@@ -160,7 +161,9 @@ class Connections:
 
     def start_request(self, key: Hashable, request: Any) -> Connection | None:
         """A request's headers are in: its body is read next. The last request a connection
-        may carry (REQUESTS_PER_CONNECTION, CONNECTION_LIFETIME) closes it."""
+        may carry (REQUESTS_PER_CONNECTION, CONNECTION_LIFETIME) closes it, and so does any
+        request of a connection already shed: one shed while idle may still hold requests
+        its client pipelined, read before its read side was shut."""
         conn = self.enter(key, BODY)
         if conn is not None:
             conn.requests += 1
@@ -182,7 +185,7 @@ class Connections:
     def keep_alive(self, conn: Connection) -> bool:
         """Whether the connection may serve another request after this one."""
         fresh = self.clock() - conn.opened < self.limits.lifetime
-        return conn.requests < self.limits.requests and fresh
+        return conn.requests < self.limits.requests and fresh and not conn.shed
 
     def shed_one(self) -> bool:
         """Shed the connection that has been idle, slow or unread the longest; False if none
@@ -194,9 +197,14 @@ class Connections:
         return False
 
     def write_expired(self, key: Hashable) -> None:
-        """The connection's answer was not taken within its deadline: shed it."""
+        """The connection's answer was not taken within its deadline: shed it, or abort it
+        if it was shed before (while idle, only its read side was shut)."""
         conn = self.live.get(key)
-        if conn is not None and conn.phase == WRITE and not conn.shed:
+        if conn is None or conn.phase != WRITE:
+            return
+        if conn.shed:
+            abort(conn.sock)
+        else:
             self.shed(conn)
 
     def shed(self, conn: Connection) -> None:

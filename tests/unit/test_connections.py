@@ -95,6 +95,30 @@ def test_a_connection_whose_answer_is_not_read_is_shed_at_the_cap_or_at_its_dead
     assert not registry.live["c"].shed
 
 
+class Request:
+    must_close = False
+
+
+def test_a_connection_shed_while_idle_ends_after_a_request_it_had_already_read(pairs) -> None:
+    """A client pipelining requests has several in the parser's buffer when its connection
+    is shed while idle: shutting the read side ends none of them. The next one is its last,
+    and if that answer is not read in time its write is aborted (the connection was shed
+    already, so the deadline did nothing and the write blocked for ever)."""
+    registry = Connections(limits(cap=1))
+    a, _ = connect(pairs, registry, "a")
+    connect(pairs, registry, "b")
+    assert a.shed
+    request = Request()
+    registry.start_request("a", request)
+    assert request.must_close
+    registry.enter("a", WRITE)
+    unread(a.sock)
+    registry.write_expired("a")
+    with pytest.raises(BrokenPipeError):
+        a.sock.send(b"answer")
+    assert registry.serving() == 1  # still counted once among the shed
+
+
 def test_nothing_is_shed_while_every_connection_is_being_answered(pairs) -> None:
     registry = Connections(limits(cap=2))
     for key in "ab":
@@ -149,10 +173,6 @@ def test_an_ipv4_mapped_address_is_its_ipv4_address(pairs) -> None:
     assert cap_key("::ffff:192.0.2.7", 64) == "192.0.2.7"
     assert cap_key("2001:db8::1", 64) == "2001:db8::/64"
     assert cap_key("not-an-address", 64) == "not-an-address"
-
-
-class Request:
-    must_close = False
 
 
 @pytest.mark.parametrize(
