@@ -142,6 +142,7 @@ REVERSAL_FIELDS = (
     "rf_charge_at",
     "rf_failed",
     "dispute",
+    "notes",
     "reversal_why",
     "reversal_refund",
     "reversal_amount",

@@ -5,7 +5,8 @@ reversal object a reversal call receives (docs/LEDGER.md, "What a refund takes b
 the compact JSON record_delivery.lua keeps on the payment: each refund's amount by its id
 (a copy, or the events of one refund in any order, count it once), a charge's
 ``amount_refunded``, a closed dispute's id and status, and for an open one its id and the
-type of its event (the payment's view names it, however long its events are kept). A
+type of its event (the payment's view names it, however long its events are kept); and
+each refund's and dispute's reason and metadata (ledger/refund_notes.py). A
 ``charge.dispute.funds_withdrawn`` takes nothing back: the dispute may still be won; a
 reversal follows a dispute closed as lost.
 """
@@ -16,6 +17,7 @@ import msgspec
 import orjson
 
 from ledger.purchase import Purchase
+from ledger.refund_notes import RefundTaken, note_of, notes_of, refunds_taken
 from ledger.refunds_counted import int_map, refunded_amount
 from ledger.stored import whole
 
@@ -38,10 +40,17 @@ def _whole(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _read_refunds(refunds: list[object], at: int, taken: dict[str, Any]) -> None:
-    """Each refund's amount by id into ``taken["refunds"]``; a failed or canceled one also
-    into ``taken["failed"]`` as ``[amount, created, at]``: its amount, when it was made and
-    when it failed (``at``: the event's ``created`` if the event is that change, else 0)."""
+def _keep_note(obj: Obj, created: int, taken: dict[str, Any]) -> None:
+    note = note_of(obj, created)
+    if note is not None:
+        taken.setdefault("notes", {})[obj["id"]] = note
+
+
+def _read_refunds(refunds: list[object], at: int, created: int, taken: dict[str, Any]) -> None:
+    """Each refund's amount by id into ``taken["refunds"]`` and its note into
+    ``taken["notes"]``; a failed or canceled one also into ``taken["failed"]`` as ``[amount,
+    created, at]``: its amount, when it was made and when it failed (``at``: the event's
+    ``created`` if the event is that change, else 0)."""
     for refund in refunds:
         if not (isinstance(refund, dict) and isinstance(refund.get("id"), str)):
             continue
@@ -49,6 +58,7 @@ def _read_refunds(refunds: list[object], at: int, taken: dict[str, Any]) -> None
         if amount is None:
             continue
         taken.setdefault("refunds", {})[refund["id"]] = amount
+        _keep_note(refund, created, taken)
         if amount == FAILED:
             failed = [_whole(refund.get("amount")), _whole(refund.get("created")), at]
             taken.setdefault("failed", {})[refund["id"]] = failed
@@ -68,11 +78,11 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         changed = event_type == "refund.failed" or (
             isinstance(previous, dict) and "status" in previous
         )
-        _read_refunds([obj], at if changed else 0, taken)
+        _read_refunds([obj], at if changed else 0, at, taken)
     elif kind == "charge" and event_type == "charge.refunded":
         listed = obj.get("refunds")
         data = listed.get("data") if isinstance(listed, dict) else None
-        _read_refunds(data if isinstance(data, list) else [], 0, taken)
+        _read_refunds(data if isinstance(data, list) else [], 0, at, taken)
         refunded = obj.get("amount_refunded")
         if isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0:
             taken["charge_refunded"], taken["charge_at"] = refunded, at
@@ -81,10 +91,12 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         if isinstance(obj.get("id"), str) and isinstance(status, str):
             taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
             taken["dispute_at"] = at
+            _keep_note(obj, at, taken)
     elif kind == "dispute" and event_type.startswith("charge.dispute."):
         if isinstance(obj.get("id"), str) and obj["id"]:
             taken["dispute_open"], taken["dispute_event"] = obj["id"][:255], event_type[:64]
             taken["dispute_at"] = at
+            _keep_note(obj, at, taken)
     return orjson.dumps(taken).decode() if taken else ""
 
 
@@ -94,14 +106,23 @@ class Reversal(msgspec.Struct, kw_only=True, frozen=True):
     why: Literal["refund", "dispute"]
     refund_ids: list[str]
     """The refunds counted (a failed or canceled one is not)."""
+    refunds: list[RefundTaken]
+    """The same refunds, each with its amount, reason and metadata."""
     refunded_amount: int
     """In the currency's smallest unit: the refunds counted, or a charge's ``amount_refunded``
     if larger."""
     dispute_id: str | None
     dispute_status: str | None
+    dispute_reason: str | None
+    """The dispute's ``reason`` (``fraudulent``, ``product_not_received``…) as its latest
+    event said it."""
     refund_id: str | None
     """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
     what remains of it."""
+    refund_reason: str | None
+    refund_metadata: dict[str, str] | None
+    """That refund's ``reason`` and ``metadata`` (what a merchant's refund names: a line
+    item, an order line); None without a ``refund_id``."""
     amount: int | None
     """What this reversal takes back: the refund's amount, else what remains of the payment
     (the amount paid less what earlier reversals of it carried: 0 once refunds reversed
@@ -154,14 +175,16 @@ def refulfil_of(purchase: Purchase, stored: dict[str, str]) -> Purchase:
 
 def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
     """The reversal call for ``purchase`` from the payment hash's ``rf``, ``rf_charge`` (with
-    ``rf_charge_at``, ``rf_failed``), ``dispute``, ``reversal_why``, ``reversal_refund`` and
-    ``reversal_amount`` fields."""
+    ``rf_charge_at``, ``rf_failed``), ``dispute``, ``notes``, ``reversal_why``,
+    ``reversal_refund`` and ``reversal_amount`` fields."""
     counted = {rid: amount for rid, amount in int_map(stored.get("rf")).items() if amount > 0}
     dispute_id, _, status = (stored.get("dispute") or "").partition(" ")
     why: Literal["refund", "dispute"] = (
         "dispute" if stored.get("reversal_why") == "dispute" else "refund"
     )
     refund_id = stored.get("reversal_refund") or None
+    notes = notes_of(stored)
+    own = notes.get(refund_id) if refund_id else None
     fields = msgspec.structs.asdict(purchase)
     fields["idempotency_key"] = reversal_key(purchase.payment_key, refund_id)
     return ReversalCall(
@@ -169,10 +192,14 @@ def reversal_of(purchase: Purchase, stored: dict[str, str]) -> ReversalCall:
         reversal=Reversal(
             why=why,
             refund_ids=sorted(counted),
+            refunds=refunds_taken(counted, notes),
             refunded_amount=refunded_amount(stored),
             dispute_id=dispute_id or None,
             dispute_status=status or None,
+            dispute_reason=notes[dispute_id][1] if dispute_id in notes else None,
             refund_id=refund_id,
+            refund_reason=own[1] if own else None,
+            refund_metadata=(own[2] if own else {}) if refund_id else None,
             amount=whole(stored.get("reversal_amount")),
         ),
     )

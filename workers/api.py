@@ -258,6 +258,18 @@ class Purchase(TypedDict):
     metadata: PurchaseMetadata
 
 
+class RefundTaken(TypedDict):
+    """One refund counted for the payment, as its latest event said it."""
+
+    id: str
+    amount: int
+    reason: str | None
+    """Stripe's: ``duplicate``, ``fraudulent``, ``requested_by_customer``,
+    ``expired_uncaptured_charge``, or None (none given)."""
+    metadata: dict[str, str]
+    """What your refund's metadata says (``{"line_item": "li_…"}``: what to take back)."""
+
+
 class Reversal(TypedDict):
     """Why a reversal call is made and what it takes back. The same fields as
     ``ledger.reversals.Reversal``, which builds it (tests/unit/test_api.py)."""
@@ -267,13 +279,20 @@ class Reversal(TypedDict):
     (a dispute closed as lost)."""
     refund_ids: list[str]
     """The refunds Stripe counted for the payment (a failed or canceled one is not)."""
+    refunds: list[RefundTaken]
+    """The same refunds, each with its amount, reason and metadata."""
     refunded_amount: int
     """What was refunded in all, in the currency's smallest unit."""
     dispute_id: str | None
     dispute_status: str | None
+    dispute_reason: str | None
+    """The dispute's ``reason`` (``fraudulent``, ``product_not_received``…)."""
     refund_id: str | None
     """The refund this reversal is for (REVERSAL_PER_REFUND); None: the whole payment, or
     what remains of it."""
+    refund_reason: str | None
+    refund_metadata: dict[str, str] | None
+    """That refund's ``reason`` and ``metadata``; None without a ``refund_id``."""
     amount: int | None
     """What this reversal takes back: the refund's amount, else what remains (0 when the
     refunds, reversed one by one before the amount paid was known, took it all: with no

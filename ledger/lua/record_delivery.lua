@@ -41,7 +41,8 @@ end
 -- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
 -- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
 -- `dispute_status` (closed), `dispute_open` and `dispute_event` (any other dispute event),
--- `dispute_at` (either's `created`), or '' (nil).
+-- `dispute_at` (either's `created`), `notes` (id -> [created, reason or null, metadata]), or
+-- '' (nil).
 local function taken_arg()
   if ARG.taken == '' then return nil end
   local ok, taken = pcall(cjson.decode, ARG.taken)
@@ -60,7 +61,14 @@ local function taken_arg()
       refuse('taken.failed must map refund ids to [amount, made, failed], got ' .. shown(ARG.taken))
     end
   end
-  if (taken.refunds and type(taken.refunds) ~= 'table')
+  for id, n in pairs(type(taken.notes) == 'table' and taken.notes or {}) do
+    if type(id) ~= 'string' or type(n) ~= 'table' or type(n[1]) ~= 'number'
+      or (n[2] ~= cjson.null and type(n[2]) ~= 'string') or type(n[3]) ~= 'table' then
+      refuse('taken.notes must map ids to [created, reason, metadata], got ' .. shown(ARG.taken))
+    end
+  end
+  if (taken.notes and type(taken.notes) ~= 'table')
+    or (taken.refunds and type(taken.refunds) ~= 'table')
     or (taken.failed and type(taken.failed) ~= 'table')
     or (taken.charge_refunded and type(taken.charge_refunded) ~= 'number')
     or (taken.charge_at and type(taken.charge_at) ~= 'number')

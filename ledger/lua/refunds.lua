@@ -35,10 +35,10 @@ end
 -- status change that said so, 0 while no event dated it]), `rf_charge` and `rf_charge_at`
 -- (the `amount_refunded` of the latest charge event, by its `created`, and that time),
 -- `rf_charge_max` (the largest one ever), `dispute` and `disputes` (the closes:
--- keep_dispute_close) and
+-- keep_dispute_close),
 -- `dispute_open` (`{id} {event type}` of the latest other dispute event, by its `created`,
--- and that time, `dispute_open_at`: open while no closed one has its id). A copy or an
--- older event of the same refund counts once: per id, the largest amount.
+-- and that time, `dispute_open_at`: open while no closed one has its id) and `notes`. A copy
+-- or an older event of the same refund counts once: per id, the largest amount.
 local function keep_taken(pay, taken)
   if taken.refunds then
     local rf = cjson.decode(redis.call('HGET', pay, 'rf') or '{}')
@@ -68,6 +68,15 @@ local function keep_taken(pay, taken)
     if charged > (tonumber(had[3] or had[1] or '0') or 0) then
       redis.call('HSET', pay, 'rf_charge_max', charged)
     end
+  end
+  if taken.notes then
+    -- each refund's and dispute's reason and metadata (ledger/refund_notes.py), per id the
+    -- latest event's by its `created` (a tie: the one recorded last)
+    local notes = cjson.decode(redis.call('HGET', pay, 'notes') or '{}')
+    for id, note in pairs(taken.notes) do
+      if not notes[id] or note[1] >= notes[id][1] then notes[id] = note end
+    end
+    redis.call('HSET', pay, 'notes', cjson.encode(notes))
   end
   if taken.dispute then keep_dispute_close(pay, taken) end
   if taken.dispute_open then

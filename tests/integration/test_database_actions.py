@@ -379,6 +379,30 @@ def test_each_reversal_marks_the_order_in_the_transaction_of_its_key(shop) -> No
     ]
 
 
+def test_reversal_sql_reads_what_the_refund_names(shop) -> None:
+    """A refund's reason and metadata reach REVERSAL_SQL as parameters: the merchant's
+    refund of one line item takes back that item (``%(reversal_refund_metadata)s::jsonb``)."""
+    take_item = (
+        "SELECT %(reversal_refund_metadata)s::jsonb ->> 'line_item' AS item,"
+        " %(reversal_refund_reason)s AS reason,"
+        " jsonb_array_length(%(reversal_refunds)s::jsonb) AS refunds"
+    )
+    s = settings_module.load(
+        {}, FULFILMENT_ACTION=shop, REVERSAL_ACTION=shop, REVERSAL_SQL=take_item
+    )
+    assert unusable(s) is None
+    notes = {"re_1": [1, "requested_by_customer", {"line_item": "li_hat"}]}
+    stored = {"rf": json.dumps({"re_1": 500}), "reversal_why": "refund", "notes": json.dumps(notes)}
+    stored |= {"reversal_amount": "500", "reversal_refund": "re_1"}
+    answer = build_reversal_action(s)(reversal_of(call("pi_n", 2), stored))
+    assert answer["receipt"] == {
+        "item": "li_hat",
+        "reason": "requested_by_customer",
+        "refunds": 1,
+        "rowcount": 1,
+    }
+
+
 def test_a_wrong_reversal_sql_is_refused_naming_its_setting(shop) -> None:
     s = settings_module.load(
         {},

@@ -16,7 +16,7 @@ import pytest
 from examples.actions import grant_access
 from ledger import purchase as built
 from ledger import purchase_invoice as built_invoice
-from ledger import reversals
+from ledger import refund_notes, reversals
 from ledger import settings as settings_module
 from ledger.events import Policy, classify
 from ledger.purchase import Purchase, purchase_of
@@ -65,6 +65,8 @@ def test_the_typed_reversal_has_the_fields_a_reversal_action_receives() -> None:
     inherits: the purchase's)."""
     names = {f.name for f in msgspec.structs.fields(reversals.Reversal)}
     assert set(api.Reversal.__annotations__) == names
+    refund_names = {f.name for f in msgspec.structs.fields(refund_notes.RefundTaken)}
+    assert set(api.RefundTaken.__annotations__) == refund_names
     call_names = {f.name for f in msgspec.structs.fields(reversals.ReversalCall)}
     assert {**api.Purchase.__annotations__, **api.ReversalCall.__annotations__}.keys() == call_names
     stored = {"reversal_refund": "re_1", "reversal_amount": "500", "rf": '{"re_1": 500}'}

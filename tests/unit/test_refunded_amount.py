@@ -12,13 +12,18 @@ REFUND = {"id": "re_1", "object": "refund", "amount": 500, "created": 100, "stat
 
 def test_a_failed_refund_is_read_with_its_amount_when_made_and_when_said() -> None:
     taken = json.loads(taken_of("refund.failed", {**REFUND, "status": "failed"}, 900))
-    assert taken == {"refunds": {"re_1": -1}, "failed": {"re_1": [500, 100, 900]}}
+    assert taken["refunds"] == {"re_1": -1} and taken["failed"] == {"re_1": [500, 100, 900]}
 
 
 def test_a_charge_event_gives_its_figure_and_its_time() -> None:
     charge = {"object": "charge", "amount_refunded": 500, "refunds": {"data": [REFUND]}}
     taken = json.loads(taken_of("charge.refunded", charge, 200))
-    assert taken == {"refunds": {"re_1": 500}, "charge_refunded": 500, "charge_at": 200}
+    assert taken == {
+        "refunds": {"re_1": 500},
+        "charge_refunded": 500,
+        "charge_at": 200,
+        "notes": {"re_1": [200, None, {}]},
+    }
 
 
 def stored(charge_at: int, failed_at: int) -> dict[str, str]:
@@ -42,3 +47,18 @@ def test_a_charge_event_after_the_failure_is_believed_as_it_is() -> None:
 def test_without_a_failure_the_larger_of_the_refunds_and_the_charge() -> None:
     assert refunded_amount({"rf": json.dumps({"re_1": 200}), "rf_charge": "500"}) == 500
     assert refunded_amount({"rf": json.dumps({"re_1": 200, "re_2": 400})}) == 600
+
+
+def test_a_refunds_reason_and_metadata_are_kept_within_stripes_own_bounds() -> None:
+    """A refund's note is kept as Stripe could send it, no larger: 50 keys of 40 characters,
+    values of 500; a value that is not text (not Stripe's) is left out, not kept as JSON."""
+    metadata = {f"k{i:02d}" + "x" * 60: "v" * 600 for i in range(60)} | {"n": 1}
+    refund = {"id": "re_1", "object": "refund", "amount": 5, "status": "succeeded"}
+    taken = json.loads(taken_of("refund.created", refund | {"metadata": metadata}, 7))
+    created, reason, kept = taken["notes"]["re_1"]
+    assert (created, reason, len(kept)) == (7, None, 50)
+    assert all(len(k) == 40 and len(v) == 500 for k, v in kept.items())
+    named = refund | {"reason": "fraudulent", "metadata": {"line_item": "li_1"}}
+    assert json.loads(taken_of("refund.updated", named, 9))["notes"] == {
+        "re_1": [9, "fraudulent", {"line_item": "li_1"}]
+    }
