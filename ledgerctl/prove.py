@@ -30,6 +30,7 @@ from ledger.events import classify
 from ledger.stored import text
 from ledgerctl import samples
 from ledgerctl.prove_probe import NOT_RUN, Probe, Row, verdict
+from ledgerctl.prove_purchase import marked, purchase_fields_of
 from ledgerctl.scratch import Processes
 
 TEMPLATES = {
@@ -44,8 +45,6 @@ TEMPLATES = {
 SETTLED = ("fulfilled", "interrupted", "failed", "held")
 DURING = (4, 2, 4 / 3)
 """The kills inside the call: at a quarter, half and three quarters of its depth."""
-PROVE_EMAIL = "prove-action@example.com"
-"""The email of every purchase prove-action makes (example.com: reserved, never delivered)."""
 
 
 class RowTimeout(Exception):
@@ -173,7 +172,9 @@ class Prover:
     def record(self, event: dict[str, object]) -> None:
         body = samples.encode(event)
         c = classify(event, self.ledger.settings.policy)
-        self.ledger.record_delivery(Delivery(event, body, c, "prove", "prove", new_request_id()))
+        fields = purchase_fields_of(event) if c.paid else None
+        delivery = Delivery(event, body, c, "prove", "prove", new_request_id(), fields)
+        self.ledger.record_delivery(delivery)
 
     def key_of(self, event: dict[str, object]) -> str:
         return classify(event, self.ledger.settings.policy).payment_key or ""
@@ -222,21 +223,6 @@ class Prover:
             if time.monotonic() > deadline:
                 raise RowTimeout(f"gave up after {self.row_seconds:g} s waiting for {what}")
             time.sleep(0.05)
-
-
-def marked(event: dict[str, object]) -> None:
-    """What a merchant's effect may require, filled with values that say where they came from
-    (the rows prove-action leaves in your downstream): metadata ``webhook_ledger_prove``, an
-    order reference and an email on the objects that carry them."""
-    obj = event["data"]["object"]  # type: ignore[index]
-    obj["metadata"] = {"webhook_ledger_prove": "1", "order_id": f"prove-{obj['id']}"}
-    if obj.get("object") == "checkout.session":
-        obj["client_reference_id"] = f"prove-{obj['id']}"
-        obj.setdefault("customer_details", {})["email"] = PROVE_EMAIL
-    elif obj.get("object") in ("payment_intent", "charge"):
-        obj["receipt_email"] = PROVE_EMAIL
-    elif obj.get("object") == "invoice":
-        obj["customer_email"] = PROVE_EMAIL
 
 
 def late(name: str) -> Row:

@@ -23,7 +23,7 @@ from subprocess import Popen
 from rq import Queue
 
 from ledgerctl import samples, takebacks
-from ledgerctl.prove import DURING, Prover, RowTimeout, marked, send_copies, stopped
+from ledgerctl.prove import DURING, Prover, RowTimeout, send_copies, stopped
 from ledgerctl.prove_probe import (
     NOT_RUN,
     Probe,
@@ -32,6 +32,7 @@ from ledgerctl.prove_probe import (
     refunded_first_verdict,
     reversal_verdict,
 )
+from ledgerctl.prove_purchase import marked
 
 Events = list[dict[str, object]]
 

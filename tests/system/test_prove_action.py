@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from examples.shop import migrate as migrate_shop
-from ledgerctl.prove import PROVE_EMAIL
+from ledgerctl.prove_purchase import PROVE_EMAIL
 from tests.support.broken_actions import make_every_call_shop
 from tests.support.keyed_downstream import URL_ENV, KeyedDownstream
 from tests.support.postgres import ORDER_SQL, make_shop
@@ -174,6 +174,35 @@ def test_the_shop_s_grant_passes_and_its_rows_say_whose_they_are(postgres_url: s
     assert {email for _, email in found} == {PROVE_EMAIL}, found
     refs = {ref for ref, _ in found if ref}  # the Checkout Sessions' rows
     assert refs and all(ref.startswith("prove-cs_") for ref in refs), found
+
+
+@pytest.mark.timeout(300)
+def test_an_effect_that_grants_per_line_item_is_proven_on_its_own_path(postgres_url: str) -> None:
+    """Every purchase carries Checkout line items adding up to its amount: an effect that
+    grants one row per line item (keyed by Stripe's line item id) runs in every row, once."""
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute(
+            "CREATE TABLE item_grants (payment_key text, line_item text PRIMARY KEY,"
+            " quantity int NOT NULL, amount int NOT NULL)"
+        )
+    migrate_service(postgres_url)
+    grant = (
+        "INSERT INTO item_grants SELECT %(payment_key)s, li->>'id', (li->>'quantity')::int,"
+        " (li->>'amount_total')::int FROM jsonb_array_elements(%(line_items)s::jsonb) li"
+    )
+    env = {"FULFILMENT_ACTION": postgres_url, "FULFILMENT_SQL": grant}
+    effects = (
+        "SELECT count(*) FROM item_grants WHERE payment_key = %(payment_key)s"
+        " AND starts_with(line_item, 'li_prove_1_')"
+    )
+    passed(*prove(env, "--effects-sql", effects))
+    with psycopg.connect(postgres_url) as conn:
+        per_payment = conn.execute(
+            "SELECT count(*), sum(quantity), min(amount) FROM item_grants GROUP BY payment_key"
+        ).fetchall()
+    assert len(per_payment) >= PAID_ROWS, per_payment
+    assert {(n, q) for n, q, _ in per_payment} == {(2, 3)}, per_payment
+    assert all(least > 0 for _, _, least in per_payment), per_payment
 
 
 @pytest.mark.timeout(300)
