@@ -21,67 +21,6 @@ local function fp_parts(fp)
   return string.match(fp, '^(%a+)|(%a+):([^:]*):(%a+):(%d+)$')
 end
 
--- The purchase's fields this event carries (ledger/purchase_fields.py): a JSON object of
--- p_* fields to string values, or '' for none (nil).
-local function purchase_arg()
-  if ARG.purchase == '' then return nil end
-  local ok, fields = pcall(cjson.decode, ARG.purchase)
-  if not ok or type(fields) ~= 'table' then
-    refuse('purchase must be a JSON object, got ' .. shown(ARG.purchase))
-  end
-  for field, value in pairs(fields) do
-    if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
-      refuse('purchase must map p_* fields to strings, got ' .. shown(tostring(field)))
-    end
-  end
-  return fields
-end
-
--- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
--- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
--- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
--- `dispute_status` (closed), `dispute_open` and `dispute_event` (any other dispute event),
--- `dispute_at` (either's `created`), `notes` (id -> [created, reason or null, metadata]), or
--- '' (nil).
-local function taken_arg()
-  if ARG.taken == '' then return nil end
-  local ok, taken = pcall(cjson.decode, ARG.taken)
-  if not ok or type(taken) ~= 'table' then
-    refuse('taken must be a JSON object, got ' .. shown(ARG.taken))
-  end
-  for id, amount in pairs(type(taken.refunds) == 'table' and taken.refunds or {}) do
-    if type(id) ~= 'string' or type(amount) ~= 'number' or amount ~= math.floor(amount) then
-      refuse('taken.refunds must map refund ids to whole amounts, got ' .. shown(ARG.taken))
-    end
-  end
-  for id, f in pairs(type(taken.failed) == 'table' and taken.failed or {}) do
-    local whole = type(f) == 'table' and #f == 3
-    for i = 1, 3 do whole = whole and type(f[i]) == 'number' and f[i] == math.floor(f[i]) end
-    if type(id) ~= 'string' or not whole then
-      refuse('taken.failed must map refund ids to [amount, made, failed], got ' .. shown(ARG.taken))
-    end
-  end
-  for id, n in pairs(type(taken.notes) == 'table' and taken.notes or {}) do
-    if type(id) ~= 'string' or type(n) ~= 'table' or type(n[1]) ~= 'number'
-      or (n[2] ~= cjson.null and type(n[2]) ~= 'string') or type(n[3]) ~= 'table' then
-      refuse('taken.notes must map ids to [created, reason, metadata], got ' .. shown(ARG.taken))
-    end
-  end
-  if (taken.notes and type(taken.notes) ~= 'table')
-    or (taken.refunds and type(taken.refunds) ~= 'table')
-    or (taken.failed and type(taken.failed) ~= 'table')
-    or (taken.charge_refunded and type(taken.charge_refunded) ~= 'number')
-    or (taken.charge_at and type(taken.charge_at) ~= 'number')
-    or (taken.dispute and (type(taken.dispute) ~= 'string'
-      or type(taken.dispute_status) ~= 'string'))
-    or (taken.dispute_at and type(taken.dispute_at) ~= 'number')
-    or (taken.dispute_open and (type(taken.dispute_open) ~= 'string'
-      or type(taken.dispute_event) ~= 'string' or type(taken.dispute_at) ~= 'number')) then
-    refuse('taken has a field of the wrong type: ' .. shown(ARG.taken))
-  end
-  return taken
-end
-
 -- The arguments checked before the first write; returns the event's TTL (s), the new job's
 -- grace (ms), the purchase's fields and what was taken back.
 local function checked()
@@ -98,7 +37,7 @@ local function checked()
       shown(ARG.fingerprint))
   end
   check_commands(ARGC + 1)
-  return event_ttl, grace_ms, purchase_arg(), taken_arg()
+  return event_ttl, grace_ms, purchase_arg(ARG.purchase), taken_arg(ARG.taken)
 end
 
 -- The first answer to this request if this call is a client retry of it (written again
