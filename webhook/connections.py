@@ -210,6 +210,8 @@ class Connections:
     def shed(self, conn: Connection) -> None:
         conn.shed = True
         self.shedding += 1
+        if conn.request is not None:  # its request, if its body is still read, is its last
+            conn.request.must_close = True
         if conn.phase == WRITE:
             abort(conn.sock)
         else:

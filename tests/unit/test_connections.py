@@ -119,6 +119,18 @@ def test_a_connection_shed_while_idle_ends_after_a_request_it_had_already_read(p
     assert registry.serving() == 1  # still counted once among the shed
 
 
+def test_a_request_whose_body_is_read_when_its_connection_is_shed_is_its_last(pairs) -> None:
+    """Its body already sent, it is answered: with ``Connection: close``, not as if the
+    connection it is on could carry another."""
+    registry = Connections(limits(cap=1))
+    connect(pairs, registry, "a")
+    request = Request()
+    a = registry.start_request("a", request)
+    assert a is not None and not request.must_close
+    connect(pairs, registry, "b")
+    assert a.shed and request.must_close
+
+
 def test_nothing_is_shed_while_every_connection_is_being_answered(pairs) -> None:
     registry = Connections(limits(cap=2))
     for key in "ab":
