@@ -23,6 +23,14 @@ REQUEST_ID_TTL = 300
 """Seconds a request id's answer is kept so a retried ledger write is not counted twice
 (redis-py retries within seconds; the answer is one small string per delivery)."""
 
+NOTES_KEPT = 100
+"""Refunds and disputes whose reason and metadata a payment keeps (ledger/refund_notes.py):
+a later one's note is not kept (its reversal is told none), so a payment refunded a
+thousand times does not grow a field every refund event decodes and writes again."""
+NOTE_BYTES = 8192
+"""A note's metadata at most, as JSON: keys past it are left out (Stripe's own bounds allow
+27 KB; metadata that names what a refund takes back is a few keys)."""
+
 QUEUE_SCAN_CAP = 1000
 """The longest fulfilment queue the sweeper scans for a queued payment's job (LPOS, one
 element at a time in Redis's main thread: its cost grows with the queue). A longer queue is a

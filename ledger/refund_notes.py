@@ -1,14 +1,19 @@
 """What a refund or dispute says about itself: its ``reason`` and ``metadata``, read from its
 events and given to the reversal (ledger/reversals.py), so a merchant's code can take back
 what a refund's metadata names (one line item of an order) or tell fraud from a customer's
-request. Kept on the payment as ``notes`` (JSON: id -> [created, reason, metadata]), each
-id's from its latest event by ``created`` (refunds.lua keep_notes): a refund's metadata
-may be changed after it was made, and ``refund.updated`` tells it."""
+request. Kept on the payment as ``notes`` (JSON: id -> [created, reason, metadata,
+updated]), each id's from its latest event by ``created``, an update (``refund.updated``)
+after any other event of the same second (refunds.lua keep_taken). A reversal is told the
+notes its attempt finds: metadata set after a refund's reversal was called never reaches
+it (REVERSAL_PER_REFUND calls it on the refund's first event), so set it when you refund.
+At most NOTES_KEPT notes per payment, NOTE_BYTES of metadata each (ledger/limits.py)."""
 
 from typing import Any
 
 import msgspec
 import orjson
+
+from ledger.limits import NOTE_BYTES
 
 Note = tuple[int, str | None, dict[str, str]]
 
@@ -32,18 +37,30 @@ class RefundTaken(msgspec.Struct, kw_only=True, frozen=True):
 def _metadata(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
-    kept = [(k, v) for k, v in value.items() if isinstance(k, str) and isinstance(v, str)]
-    return {k[:MAX_KEY]: v[:MAX_VALUE] for k, v in kept[:MAX_KEYS]}
+    kept: dict[str, str] = {}
+    size = 2
+    for k, v in value.items():
+        if not (isinstance(k, str) and isinstance(v, str)) or len(kept) == MAX_KEYS:
+            continue
+        k, v = k[:MAX_KEY], v[:MAX_VALUE]
+        size += len(orjson.dumps(k)) + len(orjson.dumps(v)) + 2
+        if size > NOTE_BYTES:
+            break
+        kept[k] = v
+    return kept
 
 
-def note_of(obj: dict[str, Any], created: int) -> list[Any] | None:
-    """A refund's or dispute's note as refunds.lua keeps it: ``[created, reason, metadata]``
-    (``created``: the event's, which orders the notes of one id); None without an id."""
+def note_of(obj: dict[str, Any], created: int, event_type: str) -> list[Any] | None:
+    """A refund's or dispute's note as refunds.lua keeps it: ``[created, reason, metadata,
+    updated]`` (``created``: the event's, which orders the notes of one id; ``updated``: 1
+    for an update, which in the same second comes after the event that made the object);
+    None without an id."""
     if not isinstance(obj.get("id"), str) or not obj["id"]:
         return None
     reason = obj.get("reason")
     reason = reason[:MAX_REASON] if isinstance(reason, str) and reason else None
-    return [created, reason, _metadata(obj.get("metadata"))]
+    updated = 1 if event_type.endswith(".updated") else 0
+    return [created, reason, _metadata(obj.get("metadata")), updated]
 
 
 def notes_of(stored: dict[str, str]) -> dict[str, Note]:
@@ -56,7 +73,7 @@ def notes_of(stored: dict[str, str]) -> dict[str, Note]:
         return {}
     read: dict[str, Note] = {}
     for id_, note in notes.items():
-        if isinstance(note, list) and len(note) == 3:
+        if isinstance(note, list) and len(note) >= 3:
             reason = note[1] if isinstance(note[1], str) else None
             read[id_] = (note[0], reason, _metadata(note[2]))
     return read

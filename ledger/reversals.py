@@ -40,13 +40,15 @@ def _whole(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _keep_note(obj: Obj, created: int, taken: dict[str, Any]) -> None:
-    note = note_of(obj, created)
+def _keep_note(obj: Obj, created: int, event_type: str, taken: dict[str, Any]) -> None:
+    note = note_of(obj, created, event_type)
     if note is not None:
         taken.setdefault("notes", {})[obj["id"]] = note
 
 
-def _read_refunds(refunds: list[object], at: int, created: int, taken: dict[str, Any]) -> None:
+def _read_refunds(
+    refunds: list[object], at: int, created: int, event_type: str, taken: dict[str, Any]
+) -> None:
     """Each refund's amount by id into ``taken["refunds"]`` and its note into
     ``taken["notes"]``; a failed or canceled one also into ``taken["failed"]`` as ``[amount,
     created, at]``: its amount, when it was made and when it failed (``at``: the event's
@@ -58,7 +60,7 @@ def _read_refunds(refunds: list[object], at: int, created: int, taken: dict[str,
         if amount is None:
             continue
         taken.setdefault("refunds", {})[refund["id"]] = amount
-        _keep_note(refund, created, taken)
+        _keep_note(refund, created, event_type, taken)
         if amount == FAILED:
             failed = [_whole(refund.get("amount")), _whole(refund.get("created")), at]
             taken.setdefault("failed", {})[refund["id"]] = failed
@@ -78,11 +80,11 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         changed = event_type == "refund.failed" or (
             isinstance(previous, dict) and "status" in previous
         )
-        _read_refunds([obj], at if changed else 0, at, taken)
+        _read_refunds([obj], at if changed else 0, at, event_type, taken)
     elif kind == "charge" and event_type == "charge.refunded":
         listed = obj.get("refunds")
         data = listed.get("data") if isinstance(listed, dict) else None
-        _read_refunds(data if isinstance(data, list) else [], 0, at, taken)
+        _read_refunds(data if isinstance(data, list) else [], 0, at, event_type, taken)
         refunded = obj.get("amount_refunded")
         if isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0:
             taken["charge_refunded"], taken["charge_at"] = refunded, at
@@ -91,12 +93,12 @@ def taken_of(event_type: str, obj: Obj, created: object = None, previous: object
         if isinstance(obj.get("id"), str) and isinstance(status, str):
             taken["dispute"], taken["dispute_status"] = obj["id"], status[:32]
             taken["dispute_at"] = at
-            _keep_note(obj, at, taken)
+            _keep_note(obj, at, event_type, taken)
     elif kind == "dispute" and event_type.startswith("charge.dispute."):
         if isinstance(obj.get("id"), str) and obj["id"]:
             taken["dispute_open"], taken["dispute_event"] = obj["id"][:255], event_type[:64]
             taken["dispute_at"] = at
-            _keep_note(obj, at, taken)
+            _keep_note(obj, at, event_type, taken)
     return orjson.dumps(taken).decode() if taken else ""
 
 

@@ -22,8 +22,8 @@ end
 -- with `refunds` (refund id -> amount, -1 for a failed one), `failed` (refund id -> [amount,
 -- made at, said failed at]), `charge_refunded` and `charge_at`, `dispute` and
 -- `dispute_status` (closed), `dispute_open` and `dispute_event` (any other dispute event),
--- `dispute_at` (either's `created`), `notes` (id -> [created, reason or null, metadata]), or
--- '' (nil).
+-- `dispute_at` (either's `created`), `notes` (id -> [created, reason or null, metadata,
+-- updated]), or '' (nil).
 local function taken_arg(text)
   if text == '' then return nil end
   local ok, taken = pcall(cjson.decode, text)
@@ -44,8 +44,10 @@ local function taken_arg(text)
   end
   for id, n in pairs(type(taken.notes) == 'table' and taken.notes or {}) do
     if type(id) ~= 'string' or type(n) ~= 'table' or type(n[1]) ~= 'number'
-      or (n[2] ~= cjson.null and type(n[2]) ~= 'string') or type(n[3]) ~= 'table' then
-      refuse('taken.notes must map ids to [created, reason, metadata], got ' .. shown(text))
+      or (n[2] ~= cjson.null and type(n[2]) ~= 'string') or type(n[3]) ~= 'table'
+      or (n[4] ~= nil and type(n[4]) ~= 'number') then
+      refuse('taken.notes must map ids to [created, reason, metadata, updated], got ' ..
+        shown(text))
     end
   end
   if (taken.notes and type(taken.notes) ~= 'table')

@@ -71,10 +71,19 @@ local function keep_taken(pay, taken)
   end
   if taken.notes then
     -- each refund's and dispute's reason and metadata (ledger/refund_notes.py), per id the
-    -- latest event's by its `created` (a tie: the one recorded last)
+    -- latest event's by its `created`, then an update's (a tie: the one recorded last); at
+    -- most NOTES_KEPT ids
     local notes = cjson.decode(redis.call('HGET', pay, 'notes') or '{}')
+    local count = 0
+    for _ in pairs(notes) do count = count + 1 end
     for id, note in pairs(taken.notes) do
-      if not notes[id] or note[1] >= notes[id][1] then notes[id] = note end
+      local had = notes[id]
+      if had then
+        local newer = note[1] > had[1] or (note[1] == had[1] and (note[4] or 0) >= (had[4] or 0))
+        if newer then notes[id] = note end
+      elseif count < NOTES_KEPT then
+        notes[id], count = note, count + 1
+      end
     end
     redis.call('HSET', pay, 'notes', cjson.encode(notes))
   end

@@ -12,6 +12,7 @@ from redis import Redis
 
 from ledger import deliveries, keys
 from ledger.deliveries import LedgerUnavailable
+from ledger.limits import NOTES_KEPT
 from ledger.purchase import purchase_of
 from ledger.reversals import ReversalCall, reversal_of
 from tests.integration.test_lua_reversal import Shop, per_refund_shop
@@ -110,3 +111,39 @@ def test_notes_of_the_wrong_shape_are_refused_before_anything_is_written(
         shop.deliver(event)
     assert shop.redis.hgetall(keys.payment(shop.pk)) == before
     assert not shop.redis.exists(keys.event(event["id"]))
+
+
+@pytest.mark.parametrize("updated_first", [True, False])
+def test_an_update_in_the_same_second_as_the_refund_is_the_note_in_either_order(
+    redis: Redis, redis_server, rng: random.Random, updated_first: bool
+) -> None:
+    """Metadata set in the second the refund was made: ``refund.updated`` carries it,
+    ``refund.created`` and ``charge.refunded`` do not; Stripe sends them in any order."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    events = refund_events(rng, shop.pk, shop.amount, 100)
+    noted(events[:2], None, {})
+    noted(events[2:], None, {"line_item": "li_socks"})
+    for event in [events[2], *events[:2]] if updated_first else events:
+        shop.deliver(event)
+    refund_id = events[0]["data"]["object"]["id"]
+    assert json.loads(shop.field("notes"))[refund_id][2] == {"line_item": "li_socks"}
+
+
+def test_a_payment_keeps_at_most_notes_kept_notes(
+    redis: Redis, redis_server, rng: random.Random
+) -> None:
+    """A payment refunded in many small parts keeps the notes of its first NOTES_KEPT refunds:
+    the field every refund event decodes and writes again stays bounded."""
+    shop = Shop(redis_server, rng)
+    shop.deliver(shop.paid)
+    assert shop.amount > NOTES_KEPT
+    made = []
+    for _ in range(NOTES_KEPT + 3):
+        created = refund_events(rng, shop.pk, shop.amount, 1)[0]
+        noted([created], "requested_by_customer", {"line_item": "li_x"})
+        shop.deliver(created)
+        made.append(created["data"]["object"]["id"])
+    notes = json.loads(shop.field("notes"))
+    assert set(notes) == set(made[:NOTES_KEPT])
+    assert len(json.loads(shop.field("rf"))) == NOTES_KEPT + 3  # every refund still counts
