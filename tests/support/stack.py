@@ -18,6 +18,9 @@ FAST = {
     "SWEEP_INTERVAL": "0.1",
     "QUEUED_GRACE_SECONDS": "1",
 }
+ROOMY = {"FULFILMENT_TIMEOUT": "5", "LEASE_SECONDS": "12"}
+"""For a test whose downstream is served from its own busy process (many sender threads)
+and whose call deadline is not what it proves: a late answer is not an interrupted call."""
 
 
 class Stack:

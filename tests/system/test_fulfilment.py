@@ -12,6 +12,7 @@ from ledgerctl import samples
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import state_of, watching_sweeper
 from tests.support.processes import wait_until
+from tests.support.stack import ROOMY
 
 
 def settled(redis: Redis, payment_keys: list[str], state: str = "fulfilled") -> bool:
@@ -28,7 +29,7 @@ def pk_of(events: list[dict]) -> str:
 
 def test_non_deduping_downstream_is_called_once_per_payment(stack, redis, rng) -> None:
     with CountingDownstream() as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url)
+        s = stack(FULFILMENT_ACTION=downstream.url, **ROOMY)  # 16 sender threads beside it
         s.start_web()
         s.start_worker()
         s.start_worker()

@@ -23,6 +23,7 @@ from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import payment_key_of, signed_headers, state_of
 from tests.support.processes import wait_until
 from tests.support.purchases import ORDER, checkout_purchase, line_items, purchase_validator
+from tests.support.stack import ROOMY
 from tests.support.stripe_api import API_KEY, EventsApi
 
 CALLS = 50
@@ -69,7 +70,7 @@ def test_fifty_landing_calls_racing_fifty_deliveries_make_one_call(
     events, cs, pk = purchase(stripe_api, rng)
     bodies = [samples.encode(events[i % 4]) for i in range(CALLS)]
     with CountingDownstream() as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url, **with_stripe(stripe_api))
+        s = stack(FULFILMENT_ACTION=downstream.url, **with_stripe(stripe_api), **ROOMY)
         web = s.start_web()
         s.start_worker()
         s.start_worker()
