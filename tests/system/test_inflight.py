@@ -26,7 +26,7 @@ from tests.support.broken_actions import post_without_abort
 from tests.support.downstream_server import CountingDownstream
 from tests.support.helpers import paid_event, payment_key_of, settled_as, state_of
 from tests.support.processes import BIN, RqWorker, spawn, wait_until
-from tests.support.stack import Stack
+from tests.support.stack import ROOMY, Stack
 
 SLOTS = 4
 
@@ -50,8 +50,9 @@ def send_payments(s, rng, n: int) -> list[str]:
 
 @pytest.mark.parametrize("worker_class", [WORKER, "workers.inflight.InFlightWorker"])
 def test_a_worker_keeps_its_slots_full(stack, redis: Redis, rng, worker_class: str) -> None:
-    with CountingDownstream(delays=[0.3] * 12) as downstream:
-        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_CONCURRENCY=str(SLOTS))
+    # Calls of 1 s, long enough that a busy machine still starts SLOTS of them at once.
+    with CountingDownstream(delays=[1.0] * 12) as downstream:
+        s = stack(FULFILMENT_ACTION=downstream.url, FULFILMENT_CONCURRENCY=str(SLOTS), **ROOMY)
         s.start_web()
         payments = send_payments(s, rng, 12)
         s.start_worker(worker_class)
@@ -64,13 +65,13 @@ def stubborn_stack(
     stack: Callable[..., Stack], rng: Any, n: int, replay_safe: bool, **action: str
 ) -> tuple[Stack, list[str], RqWorker]:
     """The web and the sweeper, ``n`` payments sent, then one worker of SLOTS slots whose
-    calls have 2 s each (``action`` names the action): the stack, the payments, the worker."""
+    calls have 3 s each (``action`` names the action): the stack, the payments, the worker."""
     s = stack(
         **action,
         FULFILMENT_REPLAY_SAFE=str(replay_safe).lower(),
         FULFILMENT_CONCURRENCY=str(SLOTS),
-        FULFILMENT_TIMEOUT="2",
-        LEASE_SECONDS="4",
+        FULFILMENT_TIMEOUT="3",  # the others' 1.5 s calls stay well inside it
+        LEASE_SECONDS="5",
     )
     s.start_web()
     payments = send_payments(s, rng, n)
@@ -88,7 +89,7 @@ def in_progress(redis: Redis, payments: list[str]) -> set[str]:
 def test_one_stubborn_http_call_is_cut_alone_and_its_process_goes_on(
     replay_safe: bool, stack, redis: Redis, rng, tmp_path
 ) -> None:
-    # The first call's answer, its status line first, trickles in over 30 s: past its 2 s
+    # The first call's answer, its status line first, trickles in over 30 s: past its 3 s
     # deadline and the kill margin. Its slot's abort cuts the connection at the deadline
     # (before, the watchdog ended the process with the calls in flight beside it).
     n = 12
@@ -118,7 +119,7 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
     replay_safe: bool, stack, redis: Redis, rng, tmp_path
 ) -> None:
     # An action with no abort (a module:function POSTing to the downstream) whose first
-    # call's answer trickles in over 30 s: past its 2 s deadline and the kill margin. The
+    # call's answer trickles in over 30 s: past its 3 s deadline and the kill margin. The
     # others take 1.5 s, so a second wave of calls is in flight when it dies.
     n = 12
     with CountingDownstream(delays=[1.5] * n * 2, trickles=[30.0]) as downstream:
