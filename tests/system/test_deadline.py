@@ -99,11 +99,13 @@ def test_a_call_stuck_in_c_code_ends_with_its_process_before_its_lease(
         workers = [s.start_worker(), s.start_worker()]
 
         wait_until(lambda: in_call(redis, pk), what="attempt 1 in its call")
-        refused = run_cli(env, "resolve", pk, "--retry")
-        assert cli_ok(refused, 1) and "in_progress" in refused.output
+        # Read before the CLI runs: the caller's key goes with the lease, which nothing
+        # renews once the watchdog has ended the process.
         caller = attempt(redis, pk, 1).get("caller", "")
         alive = redis.get(keys.caller(caller)) or b""
         assert alive.startswith(f"{pk} 1 ".encode()), (caller, alive)
+        refused = run_cli(env, "resolve", pk, "--retry")
+        assert cli_ok(refused, 1) and "in_progress" in refused.output
 
         # SIGALRM fired at 2 s but cannot reach the waiting call; the watchdog ends the process.
         wait_until(lambda: ended(workers), what="the stuck worker ended")

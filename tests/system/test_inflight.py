@@ -167,8 +167,9 @@ def test_one_stubborn_call_ends_its_process_and_every_call_in_flight_is_accounte
 
 def test_the_sqlite_action_keeps_to_one_thread_per_slot(stack, redis: Redis, rng) -> None:
     # SQLite refuses a connection in any thread but the one that opened it: each slot's
-    # calls run in the same helper thread every time (workers/deadline.py, Helper).
-    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    # calls run in the same helper thread every time (workers/deadline.py, Helper). ROOMY:
+    # four slots commit to one file, and SQLite waits for the lock 0.8 of the deadline.
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS), **ROOMY)
     s.start_web()
     payments = send_payments(s, rng, 3 * SLOTS)
     s.start_worker(WORKER)
@@ -240,7 +241,7 @@ def test_the_sqlite_action_works_on_after_the_worker_started_again_on_a_redis_er
     # fulfilment-worker starts a fresh BatchWorker in the same process when its loop quits
     # on a Redis error (here writes refused for want of replicas, as while Redis fails
     # over): the fresh worker's slot threads must each call SQLite in a thread of their own.
-    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS))
+    s = stack(FULFILMENT_CONCURRENCY=str(SLOTS), **ROOMY)
     s.start_web()
     argv = [str(BIN / "fulfilment-worker")]
     s.parts.add(Spawned(spawn(argv, s.env, tmp_path / "worker.log")))

@@ -97,8 +97,10 @@ def test_prometheus_raises_the_alerts_of_a_failed_payment_and_forged_requests(
         "unsigned or forged requests/s while deliveries verify"
         in (forging["annotations"]["summary"])
     )
+    # None of the others fires (one may pend for a scrape slower than its 1 s timeout on a
+    # busy machine: its rule's `for` is what keeps that from paging anyone).
     quiet = {"WebhookLedgerUnavailable", "WebhookWorkersDown", "WebhookMetricsDown"}
-    assert not quiet & {a["labels"]["alertname"] for a in alerts}
+    assert not quiet & {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
 
 def test_every_metric_the_rules_and_dashboard_use_is_exported(
