@@ -204,7 +204,7 @@ def test_redis_frozen_answers_each_waiting_request_within_its_retries(
     answered 503 may stand; sent again it counts as a second one, never more (each try of
     one request carries its request id)."""
     server = RedisServer(tmp_path / "redis").start()
-    timeout, retries = 0.5, 3
+    timeout, retries = 1.0, 3  # tries take 4 s or so; the nested retries took 16
     env = service_env(
         server.url,
         {
