@@ -336,8 +336,9 @@ def tcp_sockets() -> list[TcpSocket]:
     return found
 
 
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
-    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05, what: str = ""):
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``
+    (long: a wait that holds costs nothing, and a busy machine starts processes slowly)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -81,7 +81,9 @@ def test_paid_and_refunded_while_paused_is_never_called(stack, redis, config, rn
 def test_a_refund_during_a_slow_fulfilment_call_is_reversed_after_it(stack, redis, rng) -> None:
     with CountingDownstream() as fulfil, CountingDownstream() as reverse:
         held = fulfil.hold_first_call()
-        s = stack(FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=reverse.url, **SLOW)
+        # The call is held until the test lets it go: its deadline must not end it first.
+        roomy = {"FULFILMENT_TIMEOUT": "30", "LEASE_SECONDS": "35"}
+        s = stack(FULFILMENT_ACTION=fulfil.url, REVERSAL_ACTION=reverse.url, **roomy)
         s.start_service()
         pk, amount = paid(s, rng)
         wait_until(lambda: fulfil.in_flight[pk] == 1, what="the fulfilment call in flight")
