@@ -40,7 +40,9 @@ def _metadata(value: object) -> dict[str, str]:
     kept: dict[str, str] = {}
     size = 2
     for k, v in value.items():
-        if not (isinstance(k, str) and isinstance(v, str)) or len(kept) == MAX_KEYS:
+        if len(kept) == MAX_KEYS:
+            break
+        if not (isinstance(k, str) and isinstance(v, str)):
             continue
         k, v = k[:MAX_KEY], v[:MAX_VALUE]
         size += len(orjson.dumps(k)) + len(orjson.dumps(v)) + 2

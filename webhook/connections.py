@@ -197,21 +197,19 @@ class Connections:
         return False
 
     def write_expired(self, key: Hashable) -> None:
-        """The connection's answer was not taken within its deadline: shed it, or abort it
-        if it was shed before (while idle, only its read side was shut)."""
+        """The connection's answer was not taken within its deadline: shed it (one shed
+        before, while idle, had only its read side shut: now its write is aborted)."""
         conn = self.live.get(key)
-        if conn is None or conn.phase != WRITE:
-            return
-        if conn.shed:
-            abort(conn.sock)
-        else:
+        if conn is not None and conn.phase == WRITE:
             self.shed(conn)
 
     def shed(self, conn: Connection) -> None:
-        conn.shed = True
-        self.shedding += 1
-        if conn.request is not None:  # its request, if its body is still read, is its last
-            conn.request.must_close = True
+        """Shed the connection in its phase: counted once however often it is shed."""
+        if not conn.shed:
+            conn.shed = True
+            self.shedding += 1
+            if conn.request is not None:  # its request, if its body is still read, is its last
+                conn.request.must_close = True
         if conn.phase == WRITE:
             abort(conn.sock)
         else:
