@@ -13,17 +13,17 @@ from redis import Redis
 from ledger import deliveries, keys
 from ledger.deliveries import LedgerUnavailable
 from ledger.limits import NOTES_KEPT
-from ledger.purchase import purchase_of
+from ledger.purchase import purchase_of, stored_fields
 from ledger.reversals import ReversalCall, reversal_of
 from tests.integration.test_lua_reversal import Shop, per_refund_shop
 from tests.support.refunds import dispute_closed, refund_events
 
 
 def due_reversal(shop: Shop) -> tuple[ReversalCall, str]:
-    """The reversal call due and its attempt's token."""
+    """The reversal call due and its attempt's token, from the fields a worker reads."""
     start = shop.attempts.start(shop.pk, f"job-{shop.rng.random()}", True, leg="reverse")
     assert start.verdict == "go", start
-    stored = {k.decode(): v.decode() for k, v in shop.redis.hgetall(keys.payment(shop.pk)).items()}
+    stored = stored_fields(shop.redis, shop.pk)
     return reversal_of(purchase_of(shop.pk, start.token, stored), stored), start.token
 
 
