@@ -46,8 +46,11 @@ scripts that take a payment back or give it back: the attempt scripts and the in
 
 TAKING_BACK_SCRIPTS = ATTEMPT_SCRIPTS | {"record_delivery"}
 
-INTAKE_PARTS = ("delivery_args.lua",)
-"""The intake's own helpers (its JSON arguments, read and checked), last before its file."""
+JSON_ARG_PARTS = ("json_args.lua",)
+"""The JSON arguments of the scripts that write purchase fields, read and checked, last
+before their own file."""
+
+JSON_ARG_SCRIPTS = frozenset(("record_delivery", "keep_purchase"))
 
 
 def source(name: str, clock_key: str = "") -> str:
@@ -63,7 +66,7 @@ def _parts(name: str, clock_key: str) -> tuple[str, str]:
         "prelude.lua",
         *(TAKING_BACK if name in TAKING_BACK_SCRIPTS else ()),
         *(("attempts.lua",) if name in ATTEMPT_SCRIPTS else ()),
-        *(INTAKE_PARTS if name == "record_delivery" else ()),
+        *(JSON_ARG_PARTS if name in JSON_ARG_SCRIPTS else ()),
     )
     shared = (lua.joinpath(f).read_text() for f in files)
     head = "\n".join([keys.lua_constants(clock_key), f"local SCRIPT = {name!r}", *shared])

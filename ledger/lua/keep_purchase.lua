@@ -5,15 +5,7 @@
 -- written back as a stub. Answers how many fields were kept.
 local KEY = named(KEYS, 'payment')
 local ARG = named(ARGV, 'fields')
-local ok, fields = pcall(cjson.decode, ARG.fields)
-if not ok or type(fields) ~= 'table' then
-  refuse('fields must be a JSON object, got ' .. shown(ARG.fields))
-end
-for field, value in pairs(fields) do
-  if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
-    refuse('fields must map p_* fields to strings, got ' .. shown(tostring(field)))
-  end
-end
+local fields = p_fields_of(ARG.fields, 'fields')
 if redis.call('EXISTS', KEY.payment) == 0 then return 0 end
 local kept = 0
 for field, value in pairs(fields) do

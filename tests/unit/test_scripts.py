@@ -12,7 +12,7 @@ from rq.job import Job
 from ledger import keys, replies
 from ledger.scripts import (
     ATTEMPT_SCRIPTS,
-    INTAKE_PARTS,
+    JSON_ARG_PARTS,
     TAKING_BACK,
     TAKING_BACK_SCRIPTS,
     names_given,
@@ -21,7 +21,7 @@ from ledger.scripts import (
 
 LUA = resources.files("ledger").joinpath("lua")
 SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
-for part in ("prelude", "attempts", *(f[:-4] for f in TAKING_BACK + INTAKE_PARTS)):
+for part in ("prelude", "attempts", *(f[:-4] for f in TAKING_BACK + JSON_ARG_PARTS)):
     SCRIPTS.remove(part)
 
 

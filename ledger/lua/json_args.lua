@@ -1,21 +1,26 @@
--- The intake's arguments that carry JSON, read and checked before record_delivery.lua's
--- first write (a refusal after one would leave it half done): after the prelude, for that
--- script only (ledger/scripts.py).
+-- The JSON arguments of the scripts that write a payment's purchase fields (ledger/scripts.py
+-- JSON_ARG_SCRIPTS), read and checked before the script's first write (a refusal after one
+-- would leave it half done): after the prelude.
 
--- The purchase's fields this event carries (ledger/purchase_fields.py): a JSON object of
--- p_* fields to string values, or '' for none (nil).
-local function purchase_arg(text)
-  if text == '' then return nil end
+-- A JSON object of purchase fields, p_* names to string values, as argument `name`
+-- (ledger/purchase_fields.py); refused, naming it, if it is anything else.
+local function p_fields_of(text, name)
   local ok, fields = pcall(cjson.decode, text)
   if not ok or type(fields) ~= 'table' then
-    refuse('purchase must be a JSON object, got ' .. shown(text))
+    refuse(name .. ' must be a JSON object, got ' .. shown(text))
   end
   for field, value in pairs(fields) do
     if type(field) ~= 'string' or string.sub(field, 1, 2) ~= 'p_' or type(value) ~= 'string' then
-      refuse('purchase must map p_* fields to strings, got ' .. shown(tostring(field)))
+      refuse(name .. ' must map p_* fields to strings, got ' .. shown(tostring(field)))
     end
   end
   return fields
+end
+
+-- The purchase's fields this event carries, or '' for none (nil).
+local function purchase_arg(text)
+  if text == '' then return nil end
+  return p_fields_of(text, 'purchase')
 end
 
 -- What a refund or dispute event says was taken back (ledger/reversals.py): a JSON object
