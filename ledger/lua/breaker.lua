@@ -130,11 +130,13 @@ end
 if retry_at and retry_at > (tonumber(record.retry_at) or 0) then
   update_attempt(pay, ARG.token, {retry_at = retry_at}, nil, raw)
 end
--- (once an attempt: the same report sent again changes nothing)
-if unsent and tonumber(unsent_seen[1] or '-1') < (tonumber(record.started) or 0) then
+-- Once an attempt: the same report sent again changes nothing, nor refunds what its first
+-- sending did not (that one moved unsent_answers up to the breaker's answers).
+local first_unsent = unsent and tonumber(unsent_seen[1] or '-1') < (tonumber(record.started) or 0)
+if first_unsent then
   redis.call('HSET', pay, 'unsent_at', now, 'unsent_answers', answers)
 end
-local refund = (unsent and not answered_since) or (state == 'open' and evidence)
+local refund = (first_unsent and not answered_since) or (state == 'open' and evidence)
 if refund and not record.refunded and attempts_used(pay) >= 1 then
   redis.call('HINCRBY', pay, 'budget_base', 1)
   redis.call('HINCRBY', pay, 'refunds', 1)
