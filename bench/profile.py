@@ -104,7 +104,7 @@ def _ledger_steps(ledger: Any, bodies: list[bytes], events: list[Any]) -> dict[s
     out: dict[str, float] = {}
     paid = [classify(e, ledger.settings.policy) for e in events]
     pks = [c.payment_key for c in paid if c.paid and c.payment_key]
-    out["Jobs.prepare (RQ job built; paid events only)"] = median_us(ledger.jobs.prepare, pks)
+    out["Jobs.prepare (RQ's job filled in; paid events only)"] = median_us(ledger.jobs.prepare, pks)
     out["share of events that are paid"] = round(len(pks) / len(events), 2)
     ds = [delivery(ledger, b) for b in bodies]
     out["Ledger.record_delivery, whole (args + FCALL, appendfsync always)"] = median_us(

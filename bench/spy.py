@@ -47,7 +47,7 @@ RECEIVER_RULES = [
         r"stripe/|webhook/verify\.py",
     ),
     (
-        "RQ job built for every paid delivery (Jobs.prepare: create_job, pickle, zlib)",
+        "RQ job offered with every paid delivery (Jobs.prepare: RQ's pattern filled in, zlib)",
         r"rq/|ledger/enqueue",
     ),
     ("payload compression (compress_payload)", r"compress_payload|ledger/payloads"),
