@@ -75,7 +75,7 @@ def test_a_call_to_a_frozen_database_ends_at_its_deadline_not_with_the_worker(
         "REDIS_URL": "redis://127.0.0.1:1/0",  # not used: the action alone
         "STRIPE_WEBHOOK_SECRET": "whsec_test_frozen",
         "FULFILMENT_ACTION": url,
-        "FULFILMENT_TIMEOUT": "2",
+        "FULFILMENT_TIMEOUT": "5",  # the warm and thawed calls sleep 1 s of it
         "FULFILMENT_SQL": "INSERT INTO shop_orders (payment_key, amount, currency)"
         " SELECT %(payment_key)s, %(amount)s, %(currency)s FROM pg_sleep(1) RETURNING id",
     }
