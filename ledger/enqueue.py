@@ -11,7 +11,7 @@ RQ build one job, keeps its commands as a pattern, and fills in what differs fro
 job: the id, the two timestamps, the payment key's description and the data (the call,
 serialized by the queue's own serializer, compressed as RQ stores it). The pattern is used
 only when it gives, for a second payment key, exactly the commands RQ itself builds;
-otherwise (another RQ) every job is built by RQ as before.
+otherwise (another RQ) RQ builds every job.
 """
 
 import datetime
@@ -24,6 +24,7 @@ from typing import Any
 
 from redis import Redis
 from rq import Queue
+from rq.utils import utcformat
 
 from ledger import limits
 from ledger.settings import Settings
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 FULFIL_JOB = "workers.jobs.fulfil_payment"
 """The function every fulfilment job runs. RQ stores it in each job: renaming it would
 strand the jobs already queued."""
-RQ_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-"""How RQ writes a job's timestamps (``rq.utils.utcformat``)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class Jobs:
         if self._fill is None:
             return self.built_by_rq(payment_key)
         job_id = str(uuid.uuid4())
-        at = datetime.datetime.now(datetime.UTC).strftime(RQ_TIME_FORMAT)
+        at = utcformat(datetime.datetime.now(datetime.UTC))
         return PreparedJob(job_id, self._fill(job_id, at, payment_key))
 
     def built_by_rq(self, payment_key: str) -> PreparedJob:
