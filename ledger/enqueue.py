@@ -26,7 +26,7 @@ from redis import Redis
 from rq import Queue
 from rq.utils import utcformat
 
-from ledger import limits
+from ledger import keys, limits
 from ledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ _TIMES = ("created_at", "enqueued_at")
 
 def _filler(job: PreparedJob, payment_key: str, dumps: Callable[[Any], bytes]) -> Filler:
     """Fills the commands of ``job`` (for ``payment_key``) in for another id, time and key."""
-    job_key, description = f"rq:job:{job.job_id}", f"fulfil {payment_key}"
+    job_key, description = keys.RQ_JOB_PREFIX + job.job_id, f"fulfil {payment_key}"
     slots: list[tuple[int, str]] = []
     for i, value in enumerate(job.commands):
         follows = job.commands[i - 1] if i else None
@@ -136,7 +136,7 @@ def _filler(job: PreparedJob, payment_key: str, dumps: Callable[[Any], bytes]) -
     def fill(job_id: str, at: str, key: str) -> list[Any]:
         values = {
             "id": job_id,
-            "key": f"rq:job:{job_id}",
+            "key": keys.RQ_JOB_PREFIX + job_id,
             "description": f"fulfil {key}",
             "at": at,
             "data": zlib.compress(dumps((FULFIL_JOB, None, (key,), {}))),

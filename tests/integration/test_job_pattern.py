@@ -10,6 +10,7 @@ from rq.job import Job
 
 from ledger import settings
 from ledger.enqueue import FULFIL_JOB, Jobs, PreparedJob
+from tests.support.helpers import run_captured
 
 KEYS = ["pi_3QwErTy1234567890abcdef", "cs_test_a1" + "b" * 60, "in_1", "ch_" + "9" * 250, "pi_é"]
 AT = "2001-02-03T04:05:06.000007Z"
@@ -44,11 +45,7 @@ def test_a_filled_in_job_runs_as_rq_reads_it(redis: Redis, redis_server) -> None
     first, second = jobs.prepare("pi_one"), jobs.prepare("pi_two")
     assert jobs.patterned and first.job_id != second.job_id
     for job in (first, second):
-        words = list(job.commands)
-        while words:  # (n, arg1..argn)*, as run_commands reads them
-            count, words = words[0], words[1:]
-            redis.execute_command(*words[:count])
-            words = words[count:]
+        run_captured(redis, job.commands)
     for job, key in ((first, "pi_one"), (second, "pi_two")):
         fetched = Job.fetch(job.job_id, connection=redis)
         assert (fetched.func_name, fetched.args, fetched.description) == (

@@ -13,7 +13,7 @@ from ledger.gate import Gate
 from ledger.read import payments
 from ledgerctl import render_attempts, samples
 from tests.support.constants import BEARER
-from tests.support.helpers import paid_event, purchase
+from tests.support.helpers import paid_event, purchase, run_captured
 
 
 def queued_payment(redis_server, rng) -> tuple[Attempts, str]:
@@ -147,11 +147,7 @@ def test_a_captured_job_is_the_job_rq_enqueues(redis: Redis, redis_server) -> No
     jobs = Jobs(Redis.from_url(s.REDIS_URL), s)
     job = jobs.prepare("pi_b")
     assert redis.keys("*") == []  # captured, not sent
-    commands = job.commands
-    while commands:  # (n, arg1..argn)*, as run_commands reads them
-        count, commands = commands[0], commands[1:]
-        redis.execute_command(*commands[:count])
-        commands = commands[count:]
+    run_captured(redis, job.commands)
     fetched = Job.fetch(job.job_id, connection=redis)
     assert (fetched.func_name, fetched.args, fetched.get_status()) == (
         FULFIL_JOB,

@@ -231,3 +231,12 @@ def in_background(target: Callable[[], None], stop: threading.Event) -> Iterator
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+def run_captured(redis: Redis, commands: list[Any]) -> None:
+    """Send captured RQ commands, ``(n, arg1..argn)*``, as run_commands reads them."""
+    words = list(commands)
+    while words:
+        count, words = words[0], words[1:]
+        redis.execute_command(*words[:count])
+        words = words[count:]
