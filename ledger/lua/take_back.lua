@@ -142,6 +142,7 @@ local function reinstate(pay, now, reverse, first, job_id, grace_ms)
       'purchase is granted (grant it again if you took it back), then resolve it as ' ..
       'fulfilled (a retry runs nothing)', true)
   end
+  if state == 'held' then return given_back_while_held(pay) end
   if state ~= 'reversed' and state ~= 'refunded_unfulfilled' then return nil end
   local why = given_back(pay)
   if not why then return nil end

@@ -45,12 +45,34 @@ local function begin_reversal(pay, why, now, first, job_id, grace_ms, refund, am
   enqueue_leg(pay, pk, now, first, job_id, grace_ms)
 end
 
+local MAY_HAVE_APPLIED = ' after an attempt of a replay-safe action that may have applied it'
+
+-- Held so (hold_taken_back), then no longer taken back (a refund failed or was canceled,
+-- its dispute won) before a person decided: the customer paid, so its reason no longer
+-- offers to end it refunded_unfulfilled (a person's not_applied is refused now,
+-- lua/operator.lua), only a retry (which runs) or resolving it as fulfilled. Said only once
+-- the ledger itself no longer takes it back: a failure that a charge figure may still count
+-- (given_back's lower bound) leaves it taken back, and its reason as it was. Taken back
+-- again, hold_taken_back says so again. Returns 'held' or nil.
+local function given_back_while_held(pay)
+  local f = redis.call('HMGET', pay, 'by_hand', 'leg', 'hold_reason', 'taken_back')
+  if f[1] or f[2] or not string.find(f[3] or '', MAY_HAVE_APPLIED, 1, true) then return nil end
+  local why = f[4]
+  if not why or taken_back(pay) then return nil end
+  redis.call('HSET', pay, 'hold_reason', (why == 'dispute' and 'its dispute was won' or
+    'a refund failed or was canceled') .. ' while it was held (' ..
+    (why == 'dispute' and 'dispute lost' or 'refunded in full') .. MAY_HAVE_APPLIED ..
+    '): the customer paid; retry it (the action is replay-safe: one effect under its key), ' ..
+    'or resolve it as fulfilled if the downstream shows it applied')
+  return 'held'
+end
+
 -- Taken back after an attempt of a replay-safe action that may have applied it, and not
 -- settled by the action itself: held for a person, who checks the downstream and resolves
 -- it as fulfilled (then reversed) or as not applied (lua/operator.lua: refunded_unfulfilled).
 local function hold_taken_back(pay, why, now, because)
   return hold(pay, now, (why == 'dispute' and 'dispute lost' or 'refunded in full') ..
-    ' after an attempt of a replay-safe action that may have applied it' .. (because or '') ..
+    MAY_HAVE_APPLIED .. (because or '') ..
     ': check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION it is ' ..
     'then reversed; as not applied if it did not: it ends refunded_unfulfilled, never called)')
 end

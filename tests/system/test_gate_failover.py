@@ -28,9 +28,12 @@ def test_an_acknowledged_pause_is_still_paused_on_the_promoted_replica(cluster: 
     person was told it could); a pause acknowledged, then the primary killed and a replica
     promoted: still paused, and so is the breaker a finished attempt opened before it."""
     cluster.configure("min-replicas-to-write", "0")
-    s = load(cluster, LEDGER_MIN_REPLICAS=1, LEDGER_WAIT_TIMEOUT=0.3, BREAKER_THRESHOLD=1)
+    # A short WAIT where no replica can answer; a longer one (under REDIS_SOCKET_TIMEOUT) where
+    # one must: a loaded machine's replica may take more than 0.3 s to acknowledge.
+    unconfirmed = load(cluster, LEDGER_MIN_REPLICAS=1, LEDGER_WAIT_TIMEOUT=0.3)
+    s = load(cluster, LEDGER_MIN_REPLICAS=1, LEDGER_WAIT_TIMEOUT=1.5, BREAKER_THRESHOLD=1)
     first = cluster.primary()
-    gate = Gate(Redis(port=first), s)
+    gate = Gate(Redis(port=first), unconfirmed)
     replicas = freeze_replicas(cluster, first, gate.redis)
     cluster.wait_online(first, replicas=0)
     with pytest.raises(NotReplicated, match="the pause is written on the primary, confirmed by 0"):

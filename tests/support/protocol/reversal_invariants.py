@@ -1,6 +1,6 @@
 """Invariants of the reversals, after every step (docs/REVERSAL.md): a dispute shown while
-open, given back never left taken back, ``reversed`` only once the action heard it taken
-back in full, taken back never a dead letter."""
+open, given back never left taken back (nor said so while held), ``reversed`` only once the
+action heard it taken back in full, taken back never a dead letter."""
 
 from hypothesis.stateful import invariant
 
@@ -8,6 +8,8 @@ from ledger import keys
 from ledger.read.reversal import open_dispute
 from tests.support.protocol.constants import TALLY
 from tests.support.protocol.model import ProtocolModel
+
+MAY_HAVE_APPLIED = "after an attempt of a replay-safe action that may have applied it"
 
 
 class ReversalInvariants(ProtocolModel):
@@ -49,6 +51,24 @@ class ReversalInvariants(ProtocolModel):
         for pk in self.all_payments():
             if self.state(pk) in ("refunded_unfulfilled", "reversed"):
                 assert not self.given_back(pk), f"{pk}: {self.state(pk)}, though given back"
+
+    @invariant()
+    def a_hold_after_a_taking_says_whether_it_is_taken_back_now(self) -> None:
+        """Held after it was taken back while a replay-safe call may have applied it: its
+        reason says taken back (refunded in full, a dispute lost: resolve as not applied, or
+        as fulfilled) exactly while the ledger takes it back, and given back (retry it, or
+        resolve it as fulfilled) once it no longer does, so a person is offered what they
+        can do."""
+        if not hasattr(self, "dispute_now"):
+            return
+        for pk in self.all_payments():
+            f = self.redis.hmget(keys.payment(pk), "state", "by_hand", "leg", "hold_reason")
+            reason = (f[3] or b"").decode()
+            if f[:3] != [b"held", None, None] or MAY_HAVE_APPLIED not in reason:
+                continue
+            said_taken = reason.startswith(("refunded in full", "dispute lost"))
+            assert said_taken == self.taken_back_now(pk), (pk, reason)
+            TALLY["held_after_a_taking_" + ("taken_back" if said_taken else "given_back")] += 1
 
     @invariant()
     def reversed_only_once_its_action_heard_it_taken_back_in_full(self) -> None:
