@@ -151,7 +151,9 @@ class Worker(GeventWorker):
         # Only here, in the worker once gevent has patched the standard library: the master
         # imports this module (to find the class) before it forks.
         from webhook import receiver, store
+        from webhook.redis_readiness import poll_without_the_hub
 
+        poll_without_the_hub()
         self.flask, self.receiver, self.store = self.wsgi, receiver, store
         settings = self.flask.extensions["settings"]
         self.connections = Connections(
