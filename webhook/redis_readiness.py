@@ -4,10 +4,11 @@ Before each command redis-py's pool asks whether the pooled connection holds a r
 read (ledger/connection.py relies on it): ``select.poll()`` with a zero timeout, in
 ``redis._parsers.hiredis``. Under gevent's patched ``select`` that poll never waits, yet
 goes through the hub (a timer, a switch, an exception thrown back into the greenlet):
-about 40-50 µs of a web worker's CPU a delivery at peak (docs/PERFORMANCE.md, "redis-py's
-readiness check"). Here that module alone gets a poll whose zero-timeout calls are the
-operating system's; a call with a timeout (none in the web process) still waits through
-gevent's, so nothing blocks the worker. Every other module keeps gevent's ``select``.
+37-91 µs of a web worker's CPU a delivery at peak in four side-by-side runs
+(docs/PERFORMANCE.md, "redis-py's readiness check"). Here that module alone gets a poll
+whose zero-timeout calls are the operating system's; a call with a timeout (none in the web
+process) still waits through gevent's, so nothing blocks the worker. Every other module
+keeps gevent's ``select``.
 """
 
 import select
