@@ -47,6 +47,15 @@ end
 
 local MAY_HAVE_APPLIED = ' after an attempt of a replay-safe action that may have applied it'
 
+-- How a hold reason names a taking back after such an attempt, and a giving back.
+local function taken_after_a_call(why)
+  return (why == 'dispute' and 'dispute lost' or 'refunded in full') .. MAY_HAVE_APPLIED
+end
+
+local function given_back_words(why)
+  return why == 'dispute' and 'its dispute was won' or 'a refund failed or was canceled'
+end
+
 -- Held so (hold_taken_back), then no longer taken back (a refund failed or was canceled,
 -- its dispute won) before a person decided: the customer paid, so its reason no longer
 -- offers to end it refunded_unfulfilled (a person's not_applied is refused now,
@@ -59,11 +68,9 @@ local function given_back_while_held(pay)
   if f[1] or f[2] or not string.find(f[3] or '', MAY_HAVE_APPLIED, 1, true) then return nil end
   local why = f[4]
   if not why or taken_back(pay) then return nil end
-  redis.call('HSET', pay, 'hold_reason', (why == 'dispute' and 'its dispute was won' or
-    'a refund failed or was canceled') .. ' while it was held (' ..
-    (why == 'dispute' and 'dispute lost' or 'refunded in full') .. MAY_HAVE_APPLIED ..
-    '): the customer paid; retry it (the action is replay-safe: one effect under its key), ' ..
-    'or resolve it as fulfilled if the downstream shows it applied')
+  redis.call('HSET', pay, 'hold_reason', given_back_words(why) .. ' while it was held (' ..
+    taken_after_a_call(why) .. '): the customer paid; retry it (the action is replay-safe: ' ..
+    'one effect under its key), or resolve it as fulfilled if the downstream shows it applied')
   return 'held'
 end
 
@@ -71,8 +78,7 @@ end
 -- settled by the action itself: held for a person, who checks the downstream and resolves
 -- it as fulfilled (then reversed) or as not applied (lua/operator.lua: refunded_unfulfilled).
 local function hold_taken_back(pay, why, now, because)
-  return hold(pay, now, (why == 'dispute' and 'dispute lost' or 'refunded in full') ..
-    MAY_HAVE_APPLIED .. (because or '') ..
+  return hold(pay, now, taken_after_a_call(why) .. (because or '') ..
     ': check the downstream (resolve as fulfilled if it applied: with REVERSAL_ACTION it is ' ..
     'then reversed; as not applied if it did not: it ends refunded_unfulfilled, never called)')
 end
@@ -107,8 +113,8 @@ local function hold_given_back(pay, now, why)
   if f[2] and tonumber(f[1] or '0') > tonumber(f[2]) then return hold_voided(pay, now) end
   local has = f[3] and ('has no effect under this record (same purchase as ' .. f[3] ..
     ', which may have had it: check it first)') or 'has nothing'
-  return hold_reinstated(pay, now, (why == 'dispute' and 'its dispute was won' or
-    'a refund failed or was canceled') .. ' after it was taken back before any effect: the ' ..
+  return hold_reinstated(pay, now, given_back_words(why) ..
+    ' after it was taken back before any effect: the ' ..
     'customer paid and ' .. has .. '; fulfil it by hand and resolve it as fulfilled, or ' ..
     'refund it again (a retry runs nothing)', true)
 end

@@ -7,9 +7,8 @@ import pytest
 
 from tests.integration.test_given_back import T, dated
 from tests.integration.test_lua_reversal import Shop
+from tests.support.protocol.constants import MAY_HAVE_APPLIED
 from tests.support.refunds import dispute_closed, refund_events, refund_failed
-
-MAY_HAVE_APPLIED = "after an attempt of a replay-safe action that may have applied it"
 
 
 def held_after_a_call(shop: Shop, lost: bool) -> list[dict]:

@@ -50,3 +50,7 @@ SETTLED = {"fulfilled", "failed", "interrupted", "held", "reversed", "refunded_u
 
 GO = Admission("go")
 BREAKERS = keys.BREAKERS
+
+MAY_HAVE_APPLIED = "after an attempt of a replay-safe action that may have applied it"
+"""What a hold reason says of a payment taken back, or given back, after such an attempt
+(ledger/lua/take_back_steps.lua)."""

@@ -6,10 +6,8 @@ from hypothesis.stateful import invariant
 
 from ledger import keys
 from ledger.read.reversal import open_dispute
-from tests.support.protocol.constants import TALLY
+from tests.support.protocol.constants import MAY_HAVE_APPLIED, TALLY
 from tests.support.protocol.model import ProtocolModel
-
-MAY_HAVE_APPLIED = "after an attempt of a replay-safe action that may have applied it"
 
 
 class ReversalInvariants(ProtocolModel):
